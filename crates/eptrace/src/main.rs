@@ -1,0 +1,2 @@
+//! `eptrace`: the command-line tool.
+fn main() {}

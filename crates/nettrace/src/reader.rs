@@ -1,0 +1,677 @@
+//! The event reader: walks blocks, keeps the caches the format allows, resolves each
+//! event's references and counts lost events.
+//!
+//! Memory is bounded by one block plus the caches: metadata (until a V6 flush), stacks and
+//! label lists (until the next sequence point) and threads (V6, until removed or flushed).
+
+use std::io::Read;
+use std::sync::Arc;
+
+use crate::cursor::Cursor;
+use crate::error::{Error, Result, StreamOffset};
+use crate::header::{HeaderDecoder, BLOCK_FLAG_COMPRESSED};
+use crate::idmap::IdMap;
+use crate::metadata;
+use crate::model::{EventHeader, EventMetadata, FormatVersion, Guid, Label, LabelList, ThreadInfo, TraceInfo};
+use crate::payload::{self, Value};
+use crate::source::{BlockKind, BlockReader, Input, ReadInput, SliceInput};
+
+/// Counters the reader keeps while it reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReadStats {
+    /// Events yielded so far.
+    pub events: u64,
+    /// Blocks read, of every kind.
+    pub blocks: u64,
+    /// Sequence points read.
+    pub sequence_points: u64,
+    /// Events whose stack id named no stack in the current sequence-point region.
+    pub unresolved_stacks: u64,
+    /// Events lost, in total.
+    pub lost_events: u64,
+    /// Events lost per capturing thread (OS thread id when known, else thread index),
+    /// in order of first loss.
+    pub lost_by_thread: Vec<(u64, u64)>,
+}
+
+impl ReadStats {
+    fn add_lost(&mut self, thread: u64, n: u64) {
+        if n == 0 {
+            return;
+        }
+        self.lost_events += n;
+        match self.lost_by_thread.iter_mut().find(|(t, _)| *t == thread) {
+            Some((_, total)) => *total += n,
+            None => self.lost_by_thread.push((thread, n)),
+        }
+    }
+}
+
+/// One event, borrowed from the reader until the next call that advances it.
+#[derive(Debug, Clone, Copy)]
+pub struct Event<'r> {
+    /// The decoded header.
+    pub header: EventHeader,
+    /// The event's metadata.
+    pub metadata: &'r EventMetadata,
+    /// Raw payload bytes.
+    pub payload: &'r [u8],
+    /// Raw stack bytes (pointer-sized IPs, leaf first), if the event has a stack.
+    pub stack: Option<&'r [u8]>,
+    /// V6: the thread the event describes.
+    pub thread: Option<&'r ThreadInfo>,
+    /// V6: the thread that captured the event.
+    pub capture_thread: Option<&'r ThreadInfo>,
+    /// V6: the event's labels.
+    pub labels: Option<&'r [Label]>,
+    /// Absolute stream offset of the event's header.
+    pub offset: StreamOffset,
+    /// The trace the event belongs to.
+    pub trace: &'r TraceInfo,
+}
+
+impl<'r> Event<'r> {
+    /// `Provider/EventName`, as TraceEvent names it.
+    pub fn qualified_name(&self) -> String {
+        self.metadata.qualified_name()
+    }
+
+    /// OS thread id the event describes (V6: from the thread table, else the index).
+    pub fn thread_id(&self) -> u64 {
+        match self.trace.version {
+            FormatVersion::V6 => self.thread.and_then(|t| t.thread_id).unwrap_or(self.header.thread),
+            _ => self.header.thread,
+        }
+    }
+
+    /// OS thread id that captured the event.
+    pub fn capture_thread_id(&self) -> u64 {
+        match self.trace.version {
+            FormatVersion::V6 => self
+                .capture_thread
+                .and_then(|t| t.thread_id)
+                .unwrap_or(self.header.capture_thread),
+            _ => self.header.capture_thread,
+        }
+    }
+
+    /// OS process id (V6: from the thread table; V4/V5: the trace's process).
+    pub fn process_id(&self) -> Option<u64> {
+        match self.trace.version {
+            FormatVersion::V6 => self.thread.and_then(|t| t.process_id),
+            _ => self.trace.process_id,
+        }
+    }
+
+    /// Thread name, when the trace states one (V6).
+    pub fn thread_name(&self) -> Option<&'r str> {
+        self.thread.and_then(|t| t.name.as_deref())
+    }
+
+    /// Milliseconds since the trace's sync time.
+    pub fn timestamp_msec(&self) -> f64 {
+        self.trace.ticks_to_msec(self.header.timestamp)
+    }
+
+    /// Activity id: from the header (V4/V5) or the label list (V6).
+    pub fn activity_id(&self) -> Guid {
+        self.labels
+            .and_then(|l| l.iter().find_map(|l| if let Label::ActivityId(g) = l { Some(*g) } else { None }))
+            .unwrap_or(self.header.activity_id)
+    }
+
+    /// Related activity id: from the header (V4/V5) or the label list (V6).
+    pub fn related_activity_id(&self) -> Guid {
+        self.labels
+            .and_then(|l| l.iter().find_map(|l| if let Label::RelatedActivityId(g) = l { Some(*g) } else { None }))
+            .unwrap_or(self.header.related_activity_id)
+    }
+
+    /// The stack's instruction pointers, leaf first.
+    pub fn stack_ips(&self) -> impl Iterator<Item = u64> + 'r {
+        let ptr = self.trace.pointer_size as usize;
+        self.stack.unwrap_or(&[]).chunks_exact(ptr).map(move |c| match *c {
+            [a, b, c, d] => u64::from(u32::from_le_bytes([a, b, c, d])),
+            _ => {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(c);
+                u64::from_le_bytes(w)
+            }
+        })
+    }
+
+    /// Decodes the payload into named, typed values.
+    pub fn decode_payload(&self) -> Result<Vec<(String, Value)>> {
+        payload::decode(&self.metadata.fields, self.payload, self.trace.pointer_size).map_err(|e| Error::Payload {
+            event: self.qualified_name(),
+            field: e.field,
+            detail: e.detail,
+        })
+    }
+
+    /// An owned copy, for holding past the reader's next call.
+    pub fn to_owned_event(&self, metadata: Arc<EventMetadata>) -> OwnedEvent {
+        OwnedEvent {
+            header: self.header,
+            metadata,
+            payload: self.payload.to_vec(),
+            stack: self.stack.map(<[u8]>::to_vec),
+            thread: self.thread.cloned(),
+            capture_thread: self.capture_thread.cloned(),
+            labels: self.labels.map(<[Label]>::to_vec),
+            offset: self.offset,
+        }
+    }
+}
+
+/// An event that owns its data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OwnedEvent {
+    /// The decoded header.
+    pub header: EventHeader,
+    /// The event's metadata.
+    pub metadata: Arc<EventMetadata>,
+    /// Raw payload bytes.
+    pub payload: Vec<u8>,
+    /// Raw stack bytes.
+    pub stack: Option<Vec<u8>>,
+    /// V6: the thread the event describes.
+    pub thread: Option<ThreadInfo>,
+    /// V6: the thread that captured it.
+    pub capture_thread: Option<ThreadInfo>,
+    /// V6: labels.
+    pub labels: Option<LabelList>,
+    /// Stream offset of the header.
+    pub offset: StreamOffset,
+}
+
+impl OwnedEvent {
+    /// A borrowed view.
+    pub fn as_event<'a>(&'a self, trace: &'a TraceInfo) -> Event<'a> {
+        Event {
+            header: self.header,
+            metadata: &self.metadata,
+            payload: &self.payload,
+            stack: self.stack.as_deref(),
+            thread: self.thread.as_ref(),
+            capture_thread: self.capture_thread.as_ref(),
+            labels: self.labels.as_deref(),
+            offset: self.offset,
+            trace,
+        }
+    }
+}
+
+/// Where the next event of the current event block starts.
+#[derive(Debug)]
+struct EventBlockState {
+    pos: usize,
+    decoder: HeaderDecoder,
+}
+
+/// What one step of the reader produced.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Step {
+    Event(EventLoc),
+    SequencePoint,
+    End,
+}
+
+/// An event located in the current block.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EventLoc {
+    header: EventHeader,
+    payload: (usize, usize),
+    offset: u64,
+}
+
+/// Reads events from a nettrace stream of any supported version.
+///
+/// ```no_run
+/// # fn main() -> nettrace::Result<()> {
+/// let bytes = std::fs::read("trace.nettrace").unwrap();
+/// let mut reader = nettrace::TraceReader::from_slice(&bytes)?;
+/// while let Some(event) = reader.next_event()? {
+///     println!("{} at {:.3} ms", event.qualified_name(), event.timestamp_msec());
+/// }
+/// println!("{} events lost", reader.stats().lost_events);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct TraceReader<I: Input> {
+    blocks: BlockReader<I>,
+    metadata: IdMap<u32, Arc<EventMetadata>>,
+    stack_arena: Vec<u8>,
+    stacks: IdMap<u32, (usize, usize)>,
+    threads: IdMap<u64, ThreadInfo>,
+    label_lists: IdMap<u32, LabelList>,
+    last_sequence: IdMap<u64, u32>,
+    current: Option<EventBlockState>,
+    stats: ReadStats,
+}
+
+impl<'a> TraceReader<SliceInput<'a>> {
+    /// Reads a trace held in memory (a file's bytes or an mmap) without copying blocks.
+    pub fn from_slice(data: &'a [u8]) -> Result<Self> {
+        Self::new(SliceInput::new(data))
+    }
+}
+
+impl<R: Read> TraceReader<ReadInput<R>> {
+    /// Reads a trace from a stream (file, socket, pipe), one block at a time.
+    pub fn from_read(reader: R) -> Result<Self> {
+        Self::new(ReadInput::new(reader))
+    }
+}
+
+impl<I: Input> TraceReader<I> {
+    /// Reads the stream header from `input`.
+    pub fn new(input: I) -> Result<Self> {
+        Ok(TraceReader {
+            blocks: BlockReader::new(input)?,
+            metadata: IdMap::default(),
+            stack_arena: Vec::new(),
+            stacks: IdMap::default(),
+            threads: IdMap::default(),
+            label_lists: IdMap::default(),
+            last_sequence: IdMap::default(),
+            current: None,
+            stats: ReadStats::default(),
+        })
+    }
+
+    /// Facts from the trace header.
+    pub fn trace(&self) -> &TraceInfo {
+        self.blocks.trace()
+    }
+
+    /// Counters so far, including lost events.
+    pub fn stats(&self) -> &ReadStats {
+        &self.stats
+    }
+
+    /// Metadata rows currently known.
+    pub fn metadata(&self) -> impl Iterator<Item = &Arc<EventMetadata>> {
+        self.metadata.values()
+    }
+
+    /// Metadata row `id`, shared.
+    pub fn metadata_by_id(&self, id: u32) -> Option<&Arc<EventMetadata>> {
+        self.metadata.get(&id)
+    }
+
+    /// Whether the end-of-stream marker has been read.
+    pub fn is_finished(&self) -> bool {
+        self.blocks.is_finished()
+    }
+
+    /// The next event, or `None` at the end of the stream.
+    pub fn next_event(&mut self) -> Result<Option<Event<'_>>> {
+        loop {
+            match self.step()? {
+                Step::Event(loc) => return self.event_at(loc).map(Some),
+                Step::SequencePoint => continue,
+                Step::End => return Ok(None),
+            }
+        }
+    }
+
+    pub(crate) fn event_at(&self, loc: EventLoc) -> Result<Event<'_>> {
+        let h = loc.header;
+        let offset = StreamOffset(loc.offset);
+        let metadata = self.metadata.get(&h.metadata_id).ok_or(Error::UndefinedReference {
+            offset,
+            what: "metadata",
+            id: u64::from(h.metadata_id),
+        })?;
+        let block = self.blocks.input().block();
+        let payload = block.get(loc.payload.0..loc.payload.1).unwrap_or(&[]);
+        let stack = match h.stack_id {
+            0 => None,
+            id => self
+                .stacks
+                .get(&id)
+                .and_then(|&(s, e)| self.stack_arena.get(s..e))
+                .filter(|s| !s.is_empty()),
+        };
+        let v6 = self.trace().version == FormatVersion::V6;
+        let (thread, capture_thread, labels) = if v6 {
+            (
+                self.threads.get(&h.thread),
+                self.threads.get(&h.capture_thread),
+                match h.label_list_id {
+                    0 => None,
+                    id => self.label_lists.get(&id).map(Vec::as_slice),
+                },
+            )
+        } else {
+            (None, None, None)
+        };
+        Ok(Event {
+            header: h,
+            metadata,
+            payload,
+            stack,
+            thread,
+            capture_thread,
+            labels,
+            offset,
+            trace: self.blocks.trace(),
+        })
+    }
+
+    pub(crate) fn step(&mut self) -> Result<Step> {
+        loop {
+            if let Some(loc) = self.next_in_block()? {
+                return Ok(Step::Event(loc));
+            }
+            let Some(info) = self.blocks.next_block()? else {
+                self.current = None;
+                return Ok(Step::End);
+            };
+            self.stats.blocks += 1;
+            let data = self.blocks.input().block();
+            let mut c = Cursor::new(data, info.offset);
+            match info.kind {
+                BlockKind::Event => {
+                    let (compressed, pos) = read_block_header(&mut c)?;
+                    let v6 = self.trace().version == FormatVersion::V6;
+                    self.current = Some(EventBlockState { pos, decoder: HeaderDecoder::new(compressed, v6) });
+                }
+                BlockKind::Metadata => self.read_metadata_block(info.offset)?,
+                BlockKind::Stack => self.read_stack_block(info.offset)?,
+                BlockKind::SequencePoint => {
+                    self.read_sequence_point(info.offset)?;
+                    return Ok(Step::SequencePoint);
+                }
+                BlockKind::Thread => self.read_thread_block(info.offset)?,
+                BlockKind::RemoveThread => self.read_remove_thread_block(info.offset)?,
+                BlockKind::LabelList => self.read_label_list_block(info.offset)?,
+                BlockKind::Unknown => {}
+            }
+        }
+    }
+
+    /// Decodes the next event header of the current event block, if any remain.
+    fn next_in_block(&mut self) -> Result<Option<EventLoc>> {
+        let Some(state) = self.current.as_mut() else {
+            return Ok(None);
+        };
+        let base = self.blocks.input().offset() - self.blocks.input().block().len() as u64;
+        let data = self.blocks.input().block();
+        if state.pos >= data.len() {
+            self.current = None;
+            return Ok(None);
+        }
+        // Positions are block-relative, so alignment padding can be computed from them.
+        let mut c = Cursor::new(data, base);
+        c.skip(state.pos, "event")?;
+        let offset = c.offset();
+        let header = state.decoder.decode(&mut c)?;
+        let start = c.position();
+        c.skip(header.payload_size as usize, "event payload")?;
+        let end = c.position();
+        state.decoder.finish_event(&mut c)?;
+        state.pos = c.position();
+        if header.metadata_id == 0 {
+            return Err(Error::malformed(offset, "event", "event refers to metadata id 0"));
+        }
+        if !self.metadata.contains_key(&header.metadata_id) {
+            return Err(Error::UndefinedReference {
+                offset: StreamOffset(offset),
+                what: "metadata",
+                id: u64::from(header.metadata_id),
+            });
+        }
+        if header.stack_id != 0 && !self.stacks.contains_key(&header.stack_id) {
+            self.stats.unresolved_stacks += 1;
+        }
+        self.track_sequence(header.capture_thread, header.sequence_number);
+        self.stats.events += 1;
+        Ok(Some(EventLoc { header, payload: (start, end), offset }))
+    }
+
+    /// The thread key losses are reported under: the OS thread id when known.
+    fn loss_key(&self, capture_thread: u64) -> u64 {
+        if self.trace().version == FormatVersion::V6 {
+            self.threads.get(&capture_thread).and_then(|t| t.thread_id).unwrap_or(capture_thread)
+        } else {
+            capture_thread
+        }
+    }
+
+    fn track_sequence(&mut self, capture_thread: u64, seq: u32) {
+        let lost = match self.last_sequence.insert(capture_thread, seq) {
+            Some(prev) => {
+                let gap = seq.wrapping_sub(prev.wrapping_add(1));
+                // A restart at 1 is a new thread that reused the id; a backwards jump is
+                // reordering, not loss.
+                if seq == 1 || gap >= 0x8000_0000 {
+                    0
+                } else {
+                    u64::from(gap)
+                }
+            }
+            // Like TraceEvent, a thread's first event sets its baseline.
+            None => 0,
+        };
+        if lost > 0 {
+            let key = self.loss_key(capture_thread);
+            self.stats.add_lost(key, lost);
+        }
+    }
+
+    /// Applies a lower bound from a sequence point or thread removal.
+    fn check_sequence_bound(&mut self, capture_thread: u64, seq: u32) {
+        let Some(prev) = self.last_sequence.get(&capture_thread).copied() else {
+            // First sight of the thread: the bound becomes its baseline.
+            self.last_sequence.insert(capture_thread, seq);
+            return;
+        };
+        let gap = seq.wrapping_sub(prev);
+        if gap != 0 && gap < 0x8000_0000 {
+            let key = self.loss_key(capture_thread);
+            self.stats.add_lost(key, u64::from(gap));
+            self.last_sequence.insert(capture_thread, seq);
+        }
+    }
+
+    fn block_cursor(&self, offset: u64) -> Cursor<'_> {
+        Cursor::new(self.blocks.input().block(), offset)
+    }
+
+    fn read_metadata_block(&mut self, offset: u64) -> Result<()> {
+        let v6 = self.trace().version == FormatVersion::V6;
+        let data = self.blocks.input().block();
+        let mut c = Cursor::new(data, offset);
+        let mut rows = Vec::new();
+        let mut saw_tags = false;
+        if v6 {
+            let header = usize::from(c.u16("metadata block header size")?);
+            c.skip(header, "metadata block header")?;
+            while !c.is_empty() {
+                let size = usize::from(c.u16("metadata row size")?);
+                let mut row = c.sub(size, "metadata row")?;
+                rows.push(metadata::parse_v6(&mut row)?);
+            }
+        } else {
+            let (compressed, pos) = read_block_header(&mut c)?;
+            let mut decoder = HeaderDecoder::new(compressed, false);
+            let mut c = Cursor::new(data, offset);
+            c.skip(pos, "metadata block header")?;
+            while !c.is_empty() {
+                let header = decoder.decode(&mut c)?;
+                let mut body = c.sub(header.payload_size as usize, "metadata payload")?;
+                decoder.finish_event(&mut c)?;
+                let (md, tags) = metadata::parse_v5(&mut body)?;
+                saw_tags |= tags;
+                rows.push(md);
+            }
+        }
+        if saw_tags && self.trace().version == FormatVersion::V4 {
+            self.blocks.trace_mut().version = FormatVersion::V5;
+        }
+        for mut md in rows {
+            metadata::resolve_names(&mut md);
+            self.metadata.insert(md.metadata_id, Arc::new(md));
+        }
+        Ok(())
+    }
+
+    fn read_stack_block(&mut self, offset: u64) -> Result<()> {
+        let mut c = Cursor::new(self.blocks.input().block(), offset);
+        let first = c.u32("first stack id")?;
+        let count_at = c.offset();
+        let count = c.u32("stack count")?;
+        if count as usize > c.remaining() / 4 {
+            return Err(Error::malformed(count_at, "stack count", format!("{count} stacks cannot fit")));
+        }
+        for i in 0..count {
+            let len = c.len_u32("stack size")?;
+            let bytes = c.bytes(len, "stack")?;
+            let start = self.stack_arena.len();
+            self.stack_arena.extend_from_slice(bytes);
+            self.stacks.insert(first.wrapping_add(i), (start, self.stack_arena.len()));
+        }
+        Ok(())
+    }
+
+    fn read_sequence_point(&mut self, offset: u64) -> Result<()> {
+        self.stats.sequence_points += 1;
+        let v6 = self.trace().version == FormatVersion::V6;
+        let mut bounds = Vec::new();
+        let mut flags = 0;
+        {
+            let mut c = self.block_cursor(offset);
+            let _timestamp = c.i64("sequence point timestamp")?;
+            if v6 {
+                flags = c.u32("sequence point flags")?;
+            }
+            let count_at = c.offset();
+            let count = c.u32("sequence point thread count")?;
+            let least = if v6 { 2 } else { 12 };
+            if count as usize > c.remaining() / least {
+                return Err(Error::malformed(count_at, "sequence point thread count", format!("{count} threads cannot fit")));
+            }
+            for _ in 0..count {
+                if v6 {
+                    bounds.push((c.varu64("thread index")?, c.varu32("sequence number")?));
+                } else {
+                    bounds.push((c.u64("thread id")?, c.u32("sequence number")?));
+                }
+            }
+        }
+        for (thread, seq) in bounds {
+            self.check_sequence_bound(thread, seq);
+        }
+        self.stacks.clear();
+        self.stack_arena.clear();
+        self.label_lists.clear();
+        if flags & 1 != 0 {
+            self.threads.clear();
+            self.last_sequence.clear();
+        }
+        if flags & 2 != 0 {
+            self.metadata.clear();
+        }
+        Ok(())
+    }
+
+    fn read_thread_block(&mut self, offset: u64) -> Result<()> {
+        let mut c = self.block_cursor(offset);
+        let mut rows = Vec::new();
+        while !c.is_empty() {
+            let size = usize::from(c.u16("thread row size")?);
+            let mut row = c.sub(size, "thread row")?;
+            let mut t = ThreadInfo { index: row.varu64("thread index")?, ..Default::default() };
+            while !row.is_empty() {
+                let at = row.offset();
+                match row.u8("thread info kind")? {
+                    1 => t.name = Some(row.utf8_varlen("thread name")?),
+                    2 => t.process_id = Some(row.varu64("process id")?),
+                    3 => t.thread_id = Some(row.varu64("thread id")?),
+                    4 => {
+                        let k = row.utf8_varlen("thread key")?;
+                        let v = row.utf8_varlen("thread value")?;
+                        t.key_values.push((k, v));
+                    }
+                    other => {
+                        return Err(Error::malformed(at, "thread info kind", format!("unknown kind {other}")));
+                    }
+                }
+            }
+            rows.push(t);
+        }
+        for t in rows {
+            self.threads.insert(t.index, t);
+        }
+        Ok(())
+    }
+
+    fn read_remove_thread_block(&mut self, offset: u64) -> Result<()> {
+        let mut c = self.block_cursor(offset);
+        let mut removed = Vec::new();
+        while !c.is_empty() {
+            removed.push((c.varu64("thread index")?, c.varu32("sequence number")?));
+        }
+        for (index, seq) in removed {
+            self.check_sequence_bound(index, seq);
+            self.threads.remove(&index);
+            self.last_sequence.remove(&index);
+        }
+        Ok(())
+    }
+
+    fn read_label_list_block(&mut self, offset: u64) -> Result<()> {
+        let mut c = self.block_cursor(offset);
+        let first = c.u32("first label list index")?;
+        let count_at = c.offset();
+        let count = c.u32("label list count")?;
+        if count as usize > c.remaining() {
+            return Err(Error::malformed(count_at, "label list count", format!("{count} lists cannot fit")));
+        }
+        let mut lists = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            let mut list = Vec::new();
+            loop {
+                let at = c.offset();
+                let kind = c.u8("label kind")?;
+                let label = match kind & 0x7f {
+                    1 => Label::ActivityId(c.guid("activity id")?),
+                    2 => Label::RelatedActivityId(c.guid("related activity id")?),
+                    3 => Label::TraceId(c.guid("trace id")?.0),
+                    4 => Label::SpanId(c.u64("span id")?),
+                    5 => Label::String { key: c.utf8_varlen("label key")?, value: c.utf8_varlen("label value")? },
+                    6 => Label::Int { key: c.utf8_varlen("label key")?, value: c.vari64("label value")? },
+                    7 => Label::OpCode(c.u8("opcode label")?),
+                    8 => Label::Keywords(c.u64("keywords label")?),
+                    9 => Label::Level(c.u8("level label")?),
+                    10 => Label::Version(c.u8("version label")?),
+                    other => return Err(Error::malformed(at, "label kind", format!("unknown kind {other}"))),
+                };
+                list.push(label);
+                if kind & 0x80 != 0 {
+                    break;
+                }
+            }
+            lists.push(list);
+        }
+        for (i, list) in lists.into_iter().enumerate() {
+            self.label_lists.insert(first.wrapping_add(i as u32), list);
+        }
+        Ok(())
+    }
+}
+
+/// Reads an event or metadata block header; returns whether events are compressed and the
+/// block-relative position of the first event.
+fn read_block_header(c: &mut Cursor<'_>) -> Result<(bool, usize)> {
+    let at = c.offset();
+    let header_size = usize::from(c.u16("block header size")?);
+    let flags = c.u16("block flags")?;
+    if header_size < 20 {
+        return Err(Error::malformed(at, "block header size", format!("{header_size} is smaller than 20")));
+    }
+    c.skip(header_size - 4, "block header")?;
+    Ok((flags & BLOCK_FLAG_COMPRESSED != 0, c.position()))
+}

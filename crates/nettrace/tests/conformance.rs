@@ -1,0 +1,124 @@
+//! Conformance with TraceEvent: for every trace in `../shared/traces` that has a TraceEvent
+//! baseline, every `Provider/EventName` count must equal TraceEvent's, and the payload of
+//! the first event of each self-describing event must equal the baseline's values.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use nettrace::{SortedReader, TraceReader, Value};
+
+fn baselines() -> Vec<std::path::PathBuf> {
+    let Some(dir) = common::shared_traces("conformance") else {
+        return Vec::new();
+    };
+    let mut out: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".baseline.txt"))
+        .collect();
+    out.sort();
+    assert!(!out.is_empty(), "no baselines in {}", dir.display());
+    out
+}
+
+fn trace_of(baseline: &std::path::Path) -> std::path::PathBuf {
+    std::path::PathBuf::from(baseline.to_string_lossy().trim_end_matches(".baseline.txt"))
+}
+
+#[test]
+fn event_counts_match_traceevent_baselines() {
+    for baseline in baselines() {
+        let bytes = std::fs::read(trace_of(&baseline)).unwrap();
+        let mut reader = TraceReader::from_slice(&bytes).unwrap();
+        let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+        while let Some(event) = reader.next_event().unwrap() {
+            *counts.entry(event.qualified_name()).or_default() += 1;
+        }
+        let mut mismatches = Vec::new();
+        for line in common::read_baseline(&baseline) {
+            let ours = counts.get(&line.name).copied().unwrap_or(0);
+            if ours != line.count {
+                mismatches.push(format!("{}: TraceEvent {} vs ours {}", line.name, line.count, ours));
+            }
+        }
+        assert!(
+            mismatches.is_empty(),
+            "{}:\n{}\nour names: {:?}",
+            baseline.display(),
+            mismatches.join("\n"),
+            counts
+        );
+    }
+}
+
+/// TraceEvent's rendering of a value in a baseline (en-US): 32/64-bit signed integers with
+/// thousands separators, other numbers plain, arrays as `[a,b]` of plain elements.
+fn traceevent_text(v: &Value) -> String {
+    fn grouped(n: i64) -> String {
+        let digits = n.unsigned_abs().to_string();
+        let mut out = String::new();
+        for (i, ch) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i) % 3 == 0 {
+                out.push(',');
+            }
+            out.push(ch);
+        }
+        if n < 0 {
+            format!("-{out}")
+        } else {
+            out
+        }
+    }
+    match v {
+        Value::I32(n) => grouped(i64::from(*n)),
+        Value::I64(n) => grouped(*n),
+        Value::Bool(b) => if *b { "True".into() } else { "False".into() },
+        Value::Array(items) => {
+            let parts: Vec<String> = items.iter().map(|i| i.to_string()).collect();
+            format!("[{}]", parts.join(","))
+        }
+        other => other.to_string(),
+    }
+}
+
+#[test]
+fn first_self_describing_payloads_match_traceevent_baselines() {
+    let mut checked = 0;
+    for baseline in baselines() {
+        let bytes = std::fs::read(trace_of(&baseline)).unwrap();
+        let lines = common::read_baseline(&baseline);
+        let mut reader = SortedReader::new(TraceReader::from_slice(&bytes).unwrap());
+        let mut firsts: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+        while let Some(event) = reader.next_event().unwrap() {
+            if event.metadata.fields_from_manifest || event.metadata.fields.is_empty() {
+                continue;
+            }
+            let name = event.qualified_name();
+            if firsts.contains_key(&name) {
+                continue;
+            }
+            let fields = event.decode_payload().unwrap();
+            firsts.insert(name, fields.iter().map(|(n, v)| (n.clone(), traceevent_text(v))).collect());
+        }
+        for line in &lines {
+            let Some(ours) = firsts.get(&line.name) else { continue };
+            let expected: Vec<(String, String)> = line
+                .attributes
+                .iter()
+                .filter(|(k, _)| {
+                    !matches!(
+                        k.as_str(),
+                        "MSec" | "PID" | "PName" | "TID" | "EventName" | "ProviderName" | "FormattedMessage" | "ActivityID"
+                    )
+                })
+                .cloned()
+                .collect();
+            assert_eq!(ours, &expected, "{} in {}", line.name, baseline.display());
+            checked += 1;
+        }
+    }
+    if !baselines().is_empty() {
+        assert!(checked >= 4, "only {checked} self-describing events were compared");
+    }
+}
