@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import os
 import re
 import sys
 import xml.etree.ElementTree as ET
@@ -116,8 +115,6 @@ STANDARD_OPCODES = {
 RUNTIME = "Microsoft-Windows-DotNETRuntime"
 RUNDOWN = "Microsoft-Windows-DotNETRuntimeRundown"
 PRIVATE = "Microsoft-Windows-DotNETRuntimePrivate"
-STRESS = "Microsoft-Windows-DotNETRuntimeStress"
-MONO = "Microsoft-DotNETRuntimeMonoProfiler"
 
 # Rule 1: an opcode name that starts with its task's name, and is longer, loses that prefix:
 # opcode message "GCBulkNode" of task "GC" prints as "GC/BulkNode", "MethodILToNativeMap" as
@@ -173,7 +170,7 @@ NAME_OVERRIDES: dict[tuple[str, int], tuple[str, str]] = {
 
 
 def _ids(spec: str) -> list[int]:
-    """"1 5-7" -> [1, 5, 6, 7]."""
+    """Expands "1 5-7" to [1, 5, 6, 7]."""
     out: list[int] = []
     for part in spec.split():
         lo, _, hi = part.partition("-")
@@ -182,7 +179,8 @@ def _ids(spec: str) -> list[int]:
 
 
 # Rule 3: manifest events none of TraceEvent's static CLR parsers has a template for; TraceEvent
-# prints their task name alone (see above). Events that TraceEvent knows but this manifest lacks (e.g. .NET 9's WaitHandleWait, 301/302) are simply not in the table.
+# prints their task name alone (see above). Events TraceEvent knows but this manifest lacks
+# (e.g. .NET 9's WaitHandleWait, 301/302) are simply not in the table.
 TASK_ONLY_EVENTS: set[tuple[str, int]] = {
     *((RUNTIME, i) for i in _ids("40-43 48 49 158 200 201 240-243 299")),
     *((RUNDOWN, i) for i in _ids("160 161")),
@@ -190,8 +188,9 @@ TASK_ONLY_EVENTS: set[tuple[str, int]] = {
 }
 
 # Microsoft-DotNETRuntimeMonoProfiler is not covered by rule 3 although TraceEvent has no parser
-# for it: Mono never registers it with ETW, so TraceEvent has no task name for it either, and
-# every event would print the same ("MonoProfiler"). Its events keep the manifest's names.
+# for it: Mono does not use ETW, so TraceEvent has no registered manifest to take even the task
+# name from, and rule 3 would name all 63 events "MonoProfiler". They keep the manifest's names
+# (rule 1 applied), e.g. "MonoProfiler/JitBegin".
 
 
 # Field names: the manifest's, except where TraceEvent's CLR parsers name the payload field
@@ -206,8 +205,10 @@ FIELD_RENAMES: dict[tuple[str, int], dict[str, str]] = {
 }
 
 # Templates whose array length the manifest gets wrong: (template, field) -> name of the field
-# that holds the real element count. ClrStackWalk declares Stack with count="2", but the
-# runtime writes FrameCount pointers (and TraceEvent reads FrameCount of them).
+# that holds the real element count. ClrStackWalk declares Stack with count="2" (a placeholder:
+# manifests cannot express the real layout at the time), but the stack holds FrameCount
+# instruction pointers: Microsoft's CLR ETW documentation of the event says so, and TraceEvent
+# reads FrameCount of them.
 COUNT_FIXES: dict[tuple[str, str], str] = {
     ("ClrStackWalk", "Stack"): "FrameCount",
 }
@@ -418,7 +419,9 @@ def _parse_fields(parent: ET.Element, where: str) -> tuple[Field, ...]:
         name = child.attrib["name"]
         if kind == "struct":
             inner = _parse_fields(child, f"{where}/{name}")
-            count = count_of("count", child.attrib["count"]) if "count" in child.attrib else ("One",)
+            count = ("One",)
+            if "count" in child.attrib:
+                count = count_of("count", child.attrib["count"])
             fields.append(Field(name, "Struct", count, inner))
         else:
             in_type = child.attrib.get("inType")
@@ -553,7 +556,8 @@ class Emitter:
             else:
                 ty = f"KnownType::{f.ty}"
             lines.append(
-                f"    KnownField {{ name: {rust_str(f.name)}, ty: {ty}, count: {count_expr(f.count)} }},"
+                f"    KnownField {{ name: {rust_str(f.name)}, ty: {ty}, "
+                f"count: {count_expr(f.count)} }},"
             )
         name = static_name(hint)
         base, n = name, 2
@@ -596,8 +600,10 @@ def render(events: list[Event]) -> str:
     for e in events:
         hint = e.template or f"{e.provider}_{e.event_id}_V{e.version}"
         fields = em.fields(e.fields, hint)
+        marker = "    // Hand-written in tools/gen_manifest.py, not from ClrEtwAll.man.\n"
         rows.append(
-            "    KnownEvent {\n"
+            (marker if e.origin != "manifest" else "")
+            + "    KnownEvent {\n"
             f"        provider: {rust_str(e.provider)},\n"
             f"        event_id: {e.event_id},\n"
             f"        version: {e.version},\n"
@@ -643,7 +649,9 @@ BASELINE_PROVIDERS = (
 )
 
 # Attributes of TraceEvent's XML rendering that are not payload fields.
-BASELINE_HEADER_ATTRS = {"MSec", "PID", "PName", "TID", "EventName", "ProviderName", "FormattedMessage"}
+BASELINE_HEADER_ATTRS = {
+    "MSec", "PID", "PName", "TID", "EventName", "ProviderName", "FormattedMessage",
+}
 
 # Event name -> (fields TraceEvent adds, fields TraceEvent does not print).
 BASELINE_RENDERING: dict[str, tuple[frozenset[str], frozenset[str]]] = {
@@ -664,7 +672,9 @@ BASELINE_RENDERING: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 _ATTR = re.compile(r'([\w.:-]+)=\s*"[^"]*"')
 
 
-def parse_baseline_line(line: str) -> tuple[str, str, list[str], list[tuple[str, list[str]]]] | None:
+def parse_baseline_line(
+    line: str,
+) -> tuple[str, str, list[str], list[tuple[str, list[str]]]] | None:
     """(provider, event name, attribute names, [(child element, attribute names)])."""
     line = line.lstrip("\ufeff").rstrip("\r\n")
     m = re.match(r"([^,]+), (\d+), (<Event .*)$", line)
@@ -689,7 +699,9 @@ def rendered_fields(event: Event) -> list[str]:
     names = [
         f.name
         for f in event.fields
-        if f.ty != "Struct" and not f.name.startswith(("Reserved", "Unused")) and f.name not in dropped
+        if f.ty != "Struct"
+        and not f.name.startswith(("Reserved", "Unused"))
+        and f.name not in dropped
     ]
     return names + sorted(added)
 
@@ -726,11 +738,13 @@ def verify_baselines(events: list[Event], directory: Path) -> int:
                 continue
             match = (exact or same)[-1]
             if not exact:
-                notes.append(f"{provider}/{name}: same fields as v{match.version}, TraceEvent prints them in another order")
+                notes.append(f"{provider}/{name}: same fields as v{match.version}, "
+                             "TraceEvent prints them in another order")
             if BASELINE_RENDERING.get(name) or any(
                 f.ty != "Struct" and f.name.startswith(("Reserved", "Unused")) for f in match.fields
             ):
-                notes.append(f"{provider}/{name}: matched v{match.version} after removing TraceEvent rendering differences")
+                notes.append(f"{provider}/{name}: matched v{match.version} after removing "
+                             "TraceEvent rendering differences")
             # Struct arrays: check child elements named after the struct field.
             for f in match.fields:
                 if f.ty != "Struct":
@@ -746,7 +760,8 @@ def verify_baselines(events: list[Event], directory: Path) -> int:
                     print(f"    table:    {', '.join(want)}")
                     misses += 1
                 else:
-                    notes.append(f"{provider}/{name}: struct {f.name} matches {len(kids)} child element(s)")
+                    notes.append(f"{provider}/{name}: struct {f.name} matches "
+                                 f"{len(kids)} child element(s)")
     for note in notes:
         print(f"note: {note}")
     print(f"{checked} baseline events checked, {misses} not reproduced")
@@ -766,9 +781,11 @@ def build(manifest: Path) -> list[Event]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--manifest", type=Path, default=DEFAULT_MANIFEST,
-                    help=f"ClrEtwAll.man to read (default: {os.path.relpath(DEFAULT_MANIFEST)})")
+                    help="ClrEtwAll.man to read (default: ../shared/specs/ClrEtwAll.man "
+                         "relative to the repository root)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                    help=f"Rust file to write (default: {os.path.relpath(DEFAULT_OUT)})")
+                    help="Rust file to write (default: "
+                         "crates/nettrace/src/manifest/generated.rs in the repository)")
     ap.add_argument("--check", action="store_true",
                     help="do not write; exit 1 if --out differs from what would be generated")
     ap.add_argument("--verify-baselines", type=Path, metavar="DIR",

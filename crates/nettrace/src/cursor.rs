@@ -101,7 +101,10 @@ impl<'a> Cursor<'a> {
             return Err(Error::malformed(
                 at,
                 what,
-                format!("length {n} exceeds the {} bytes that remain", self.remaining()),
+                format!(
+                    "length {n} exceeds the {} bytes that remain",
+                    self.remaining()
+                ),
             ));
         }
         Ok(n)
@@ -128,7 +131,8 @@ impl<'a> Cursor<'a> {
     pub(crate) fn varu32(&mut self, what: &'static str) -> Result<u32> {
         let at = self.offset();
         let v = self.varu64(what)?;
-        u32::try_from(v).map_err(|_| Error::malformed(at, what, format!("{v} does not fit 32 bits")))
+        u32::try_from(v)
+            .map_err(|_| Error::malformed(at, what, format!("{v} does not fit 32 bits")))
     }
 
     /// Zigzag-encoded signed LEB128.
@@ -145,7 +149,11 @@ impl<'a> Cursor<'a> {
         let mut i = 0;
         loop {
             let Some(pair) = rest.get(i..i + 2) else {
-                return Err(Error::malformed(at, what, "UTF-16 string has no terminator"));
+                return Err(Error::malformed(
+                    at,
+                    what,
+                    "UTF-16 string has no terminator",
+                ));
             };
             i += 2;
             let unit = u16::from_le_bytes([pair[0], pair[1]]);
@@ -163,7 +171,11 @@ impl<'a> Cursor<'a> {
         let at = self.offset();
         let len = self.varu32(what)? as usize;
         if len > self.remaining() {
-            return Err(Error::malformed(at, what, format!("string length {len} exceeds input")));
+            return Err(Error::malformed(
+                at,
+                what,
+                format!("string length {len} exceeds input"),
+            ));
         }
         let b = self.bytes(len, what)?;
         Ok(String::from_utf8_lossy(b).into_owned())

@@ -32,7 +32,12 @@ pub(crate) struct HeaderDecoder {
 
 impl HeaderDecoder {
     pub(crate) fn new(compressed: bool, v6: bool) -> Self {
-        HeaderDecoder { previous: EventHeader::default(), uncompressed_end: 0, compressed, v6 }
+        HeaderDecoder {
+            previous: EventHeader::default(),
+            uncompressed_end: 0,
+            compressed,
+            v6,
+        }
     }
 
     /// Decodes the next header; the cursor is left at the payload.
@@ -53,7 +58,9 @@ impl HeaderDecoder {
             h.metadata_id = c.varu32("metadata id")?;
         }
         if flags & FLAG_CAPTURE_THREAD_AND_SEQUENCE != 0 {
-            h.sequence_number = h.sequence_number.wrapping_add(c.varu32("sequence number delta")?);
+            h.sequence_number = h
+                .sequence_number
+                .wrapping_add(c.varu32("sequence number delta")?);
             h.capture_thread = c.varu64("capture thread")?;
             h.processor = c.varu32("processor number")?;
         }
@@ -116,7 +123,10 @@ impl HeaderDecoder {
             return Err(Error::malformed(
                 at,
                 "event size",
-                format!("size {size} is smaller than header plus payload {}", header_len + h.payload_size as usize),
+                format!(
+                    "size {size} is smaller than header plus payload {}",
+                    header_len + h.payload_size as usize
+                ),
             ));
         }
         self.uncompressed_end = start + size;

@@ -42,8 +42,8 @@ pub mod write;
 
 pub use error::{Error, Result, StreamOffset};
 pub use model::{
-    EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, Guid, Label, LabelList, SystemTime,
-    ThreadInfo, TraceInfo,
+    EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, Guid, Label, LabelList,
+    SystemTime, ThreadInfo, TraceInfo,
 };
 pub use payload::Value;
 pub use reader::{Event, OwnedEvent, ReadStats, TraceReader};

@@ -21,10 +21,15 @@ const TAG_V2_PARAMS: u8 = 2;
 pub(crate) fn parse_v5(c: &mut Cursor<'_>) -> Result<(EventMetadata, bool)> {
     let id_at = c.offset();
     let metadata_id = c.i32("metadata id")?;
-    let metadata_id = u32::try_from(metadata_id)
-        .map_err(|_| Error::malformed(id_at, "metadata id", format!("negative id {metadata_id}")))?;
+    let metadata_id = u32::try_from(metadata_id).map_err(|_| {
+        Error::malformed(id_at, "metadata id", format!("negative id {metadata_id}"))
+    })?;
     let provider = c.utf16z("provider name")?;
-    let mut md = EventMetadata { metadata_id, provider, ..Default::default() };
+    let mut md = EventMetadata {
+        metadata_id,
+        provider,
+        ..Default::default()
+    };
     // Some runtimes write metadata rows that stop after the provider name.
     if c.is_empty() {
         return Ok((md, false));
@@ -60,16 +65,25 @@ pub(crate) fn parse_v5(c: &mut Cursor<'_>) -> Result<(EventMetadata, bool)> {
 fn checked_count(c: &mut Cursor<'_>, what: &'static str, min_each: usize) -> Result<usize> {
     let at = c.offset();
     let n = c.i32(what)?;
-    let n = usize::try_from(n).map_err(|_| Error::malformed(at, what, format!("negative count {n}")))?;
+    let n = usize::try_from(n)
+        .map_err(|_| Error::malformed(at, what, format!("negative count {n}")))?;
     if n.saturating_mul(min_each) > c.remaining() {
-        return Err(Error::malformed(at, what, format!("{n} entries cannot fit in {} bytes", c.remaining())));
+        return Err(Error::malformed(
+            at,
+            what,
+            format!("{n} entries cannot fit in {} bytes", c.remaining()),
+        ));
     }
     Ok(n)
 }
 
 fn v1_field_list(c: &mut Cursor<'_>, depth: u32) -> Result<Vec<FieldDesc>> {
     if depth > MAX_TYPE_DEPTH {
-        return Err(Error::malformed(c.offset(), "field list", "nesting too deep"));
+        return Err(Error::malformed(
+            c.offset(),
+            "field list",
+            "nesting too deep",
+        ));
     }
     let count = checked_count(c, "field count", 6)?;
     let mut fields = Vec::with_capacity(count);
@@ -89,7 +103,11 @@ fn v1_field_list(c: &mut Cursor<'_>, depth: u32) -> Result<Vec<FieldDesc>> {
 
 fn v2_field_list(c: &mut Cursor<'_>, depth: u32) -> Result<Vec<FieldDesc>> {
     if depth > MAX_TYPE_DEPTH {
-        return Err(Error::malformed(c.offset(), "field list", "nesting too deep"));
+        return Err(Error::malformed(
+            c.offset(),
+            "field list",
+            "nesting too deep",
+        ));
     }
     let count = checked_count(c, "V2 field count", 10)?;
     let mut fields = Vec::with_capacity(count);
@@ -111,7 +129,11 @@ fn v2_field_list(c: &mut Cursor<'_>, depth: u32) -> Result<Vec<FieldDesc>> {
 
 fn v2_type(f: &mut Cursor<'_>, depth: u32) -> Result<FieldType> {
     if depth > MAX_TYPE_DEPTH {
-        return Err(Error::malformed(f.offset(), "field type", "nesting too deep"));
+        return Err(Error::malformed(
+            f.offset(),
+            "field type",
+            "nesting too deep",
+        ));
     }
     let at = f.offset();
     let code = f.i32("V2 type code")?;
@@ -161,7 +183,13 @@ pub(crate) fn parse_v6(c: &mut Cursor<'_>) -> Result<EventMetadata> {
     let provider = c.utf8_varlen("provider name")?;
     let event_id = c.varu32("event id")?;
     let event_name = c.utf8_varlen("event name")?;
-    let mut md = EventMetadata { metadata_id, provider, event_id, event_name, ..Default::default() };
+    let mut md = EventMetadata {
+        metadata_id,
+        provider,
+        event_id,
+        event_name,
+        ..Default::default()
+    };
     md.fields = v6_field_list(c, 0)?;
     let size = usize::from(c.u16("optional metadata size")?);
     let mut opt = c.sub(size, "optional metadata")?;
@@ -181,7 +209,11 @@ pub(crate) fn parse_v6(c: &mut Cursor<'_>) -> Result<EventMetadata> {
             8 => md.level = u32::from(opt.u8("level")?),
             9 => md.version = u32::from(opt.u8("version")?),
             other => {
-                return Err(Error::malformed(at, "optional metadata kind", format!("unknown kind {other}")))
+                return Err(Error::malformed(
+                    at,
+                    "optional metadata kind",
+                    format!("unknown kind {other}"),
+                ))
             }
         }
     }
@@ -190,12 +222,20 @@ pub(crate) fn parse_v6(c: &mut Cursor<'_>) -> Result<EventMetadata> {
 
 fn v6_field_list(c: &mut Cursor<'_>, depth: u32) -> Result<Vec<FieldDesc>> {
     if depth > MAX_TYPE_DEPTH {
-        return Err(Error::malformed(c.offset(), "field list", "nesting too deep"));
+        return Err(Error::malformed(
+            c.offset(),
+            "field list",
+            "nesting too deep",
+        ));
     }
     let at = c.offset();
     let count = usize::from(c.u16("field count")?);
     if count * 3 > c.remaining() {
-        return Err(Error::malformed(at, "field count", format!("{count} fields cannot fit")));
+        return Err(Error::malformed(
+            at,
+            "field count",
+            format!("{count} fields cannot fit"),
+        ));
     }
     let mut fields = Vec::with_capacity(count);
     for _ in 0..count {
@@ -210,7 +250,11 @@ fn v6_field_list(c: &mut Cursor<'_>, depth: u32) -> Result<Vec<FieldDesc>> {
 
 fn v6_type(f: &mut Cursor<'_>, depth: u32) -> Result<FieldType> {
     if depth > MAX_TYPE_DEPTH {
-        return Err(Error::malformed(f.offset(), "field type", "nesting too deep"));
+        return Err(Error::malformed(
+            f.offset(),
+            "field type",
+            "nesting too deep",
+        ));
     }
     let at = f.offset();
     let code = f.u8("type code")?;
@@ -224,7 +268,11 @@ fn v6_type(f: &mut Cursor<'_>, depth: u32) -> Result<FieldType> {
         24 | 25 => {
             let elem = v6_type(f, depth + 1)?;
             if !elem.is_fixed_size() {
-                return Err(Error::malformed(at, "type code", "RelLoc/DataLoc of a variable-size type"));
+                return Err(Error::malformed(
+                    at,
+                    "type code",
+                    "RelLoc/DataLoc of a variable-size type",
+                ));
             }
             if code == 24 {
                 FieldType::RelLoc(Box::new(elem))
@@ -272,7 +320,11 @@ pub(crate) fn resolve_names(md: &mut EventMetadata) {
 /// from the task name. The name is the task alone for opcode 0, else `Task/Opcode`.
 fn display_name(event_name: &str, opcode: Option<u8>, event_id: u32) -> String {
     if event_name.is_empty() {
-        return if event_id == 0 { "EventWriteString".into() } else { format!("EventID({event_id})") };
+        return if event_id == 0 {
+            "EventWriteString".into()
+        } else {
+            format!("EventID({event_id})")
+        };
     }
     let lower = event_name.to_ascii_lowercase();
     let opcode = opcode.unwrap_or(if lower.ends_with("start") {
@@ -322,7 +374,13 @@ fn numeric_opcode(op: u8) -> &'static str {
 
 /// Converts a manifest field list into field descriptions.
 pub(crate) fn known_fields(fields: &[KnownField]) -> Vec<FieldDesc> {
-    fields.iter().map(|f| FieldDesc { name: f.name.to_string(), ty: known_type(f) }).collect()
+    fields
+        .iter()
+        .map(|f| FieldDesc {
+            name: f.name.to_string(),
+            ty: known_type(f),
+        })
+        .collect()
 }
 
 fn known_type(f: &KnownField) -> FieldType {

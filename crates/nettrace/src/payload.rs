@@ -75,7 +75,10 @@ impl Value {
         match *self {
             Value::F32(v) => Some(f64::from(v)),
             Value::F64(v) => Some(v),
-            _ => self.as_i64().map(|v| v as f64).or_else(|| self.as_u64().map(|v| v as f64)),
+            _ => self
+                .as_i64()
+                .map(|v| v as f64)
+                .or_else(|| self.as_u64().map(|v| v as f64)),
         }
     }
 
@@ -207,14 +210,20 @@ pub(crate) fn decode(
     payload: &[u8],
     pointer_size: u32,
 ) -> std::result::Result<Vec<(String, Value)>, DecodeError> {
-    let mut c = PayloadCursor { data: payload, pos: 0, pointer_size };
+    let mut c = PayloadCursor {
+        data: payload,
+        pos: 0,
+        pointer_size,
+    };
     let mut out: Vec<(String, Value)> = Vec::with_capacity(fields.len());
     for f in fields {
         if c.remaining() == 0 && !out.is_empty() {
             break;
         }
-        let value = decode_value(&f.ty, &mut c, &out, 0)
-            .map_err(|detail| DecodeError { field: f.name.clone(), detail })?;
+        let value = decode_value(&f.ty, &mut c, &out, 0).map_err(|detail| DecodeError {
+            field: f.name.clone(),
+            detail,
+        })?;
         out.push((f.name.clone(), value));
     }
     Ok(out)
@@ -222,7 +231,12 @@ pub(crate) fn decode(
 
 const MAX_DEPTH: u32 = 32;
 
-fn decode_value(ty: &FieldType, c: &mut PayloadCursor<'_>, siblings: &[(String, Value)], depth: u32) -> Decoded<Value> {
+fn decode_value(
+    ty: &FieldType,
+    c: &mut PayloadCursor<'_>,
+    siblings: &[(String, Value)],
+    depth: u32,
+) -> Decoded<Value> {
     if depth > MAX_DEPTH {
         return Err("nesting too deep".into());
     }
@@ -302,7 +316,8 @@ fn decode_value(ty: &FieldType, c: &mut PayloadCursor<'_>, siblings: &[(String, 
         FieldType::Object(fields) => {
             let mut members: Vec<(String, Value)> = Vec::with_capacity(fields.len());
             for f in fields {
-                let v = decode_value(&f.ty, c, &members, depth + 1).map_err(|e| format!("{}: {e}", f.name))?;
+                let v = decode_value(&f.ty, c, &members, depth + 1)
+                    .map_err(|e| format!("{}: {e}", f.name))?;
                 members.push((f.name.clone(), v));
             }
             Value::Object(members)
@@ -324,29 +339,47 @@ fn decode_value(ty: &FieldType, c: &mut PayloadCursor<'_>, siblings: &[(String, 
             let loc = u32::from_le_bytes(c.arr()?);
             let size = (loc >> 16) as usize;
             let offset = (loc & 0xffff) as usize;
-            let start = if matches!(ty, FieldType::RelLoc(_)) { c.pos + offset } else { offset };
+            let start = if matches!(ty, FieldType::RelLoc(_)) {
+                c.pos + offset
+            } else {
+                offset
+            };
             let region = start
                 .checked_add(size)
                 .and_then(|end| c.data.get(start..end))
                 .ok_or_else(|| format!("location {offset}+{size} lies outside the payload"))?;
             let elem_size = min_size(elem, c.pointer_size).max(1);
-            let mut sub = PayloadCursor { data: region, pos: 0, pointer_size: c.pointer_size };
+            let mut sub = PayloadCursor {
+                data: region,
+                pos: 0,
+                pointer_size: c.pointer_size,
+            };
             decode_elements(elem, size / elem_size, &mut sub, depth)?
         }
     })
 }
 
 fn sibling_count(siblings: &[(String, Value)], index: usize) -> Decoded<usize> {
-    let (name, v) = siblings.get(index).ok_or_else(|| format!("count field #{index} is missing"))?;
+    let (name, v) = siblings
+        .get(index)
+        .ok_or_else(|| format!("count field #{index} is missing"))?;
     v.as_u64()
         .and_then(|n| usize::try_from(n).ok())
         .ok_or_else(|| format!("count field `{name}` is not a count: {v}"))
 }
 
-fn decode_elements(elem: &FieldType, n: usize, c: &mut PayloadCursor<'_>, depth: u32) -> Decoded<Value> {
+fn decode_elements(
+    elem: &FieldType,
+    n: usize,
+    c: &mut PayloadCursor<'_>,
+    depth: u32,
+) -> Decoded<Value> {
     let least = min_size(elem, c.pointer_size);
     if least > 0 && n.saturating_mul(least) > c.remaining() {
-        return Err(format!("{n} elements cannot fit in the {} bytes that remain", c.remaining()));
+        return Err(format!(
+            "{n} elements cannot fit in the {} bytes that remain",
+            c.remaining()
+        ));
     }
     if least == 0 && n > usize::from(u16::MAX) {
         return Err(format!("{n} elements of a zero-size type"));
@@ -355,10 +388,17 @@ fn decode_elements(elem: &FieldType, n: usize, c: &mut PayloadCursor<'_>, depth:
         FieldType::Byte => return Ok(Value::Bytes(c.take(n)?.to_vec())),
         FieldType::Char16 => {
             let b = c.take(2 * n)?;
-            let units: Vec<u16> = b.chunks_exact(2).map(|p| u16::from_le_bytes([p[0], p[1]])).collect();
+            let units: Vec<u16> = b
+                .chunks_exact(2)
+                .map(|p| u16::from_le_bytes([p[0], p[1]]))
+                .collect();
             return Ok(Value::String(String::from_utf16_lossy(&units)));
         }
-        FieldType::Char8 => return Ok(Value::String(String::from_utf8_lossy(c.take(n)?).into_owned())),
+        FieldType::Char8 => {
+            return Ok(Value::String(
+                String::from_utf8_lossy(c.take(n)?).into_owned(),
+            ))
+        }
         _ => {}
     }
     let mut items = Vec::with_capacity(n.min(c.remaining().max(1)));
@@ -377,11 +417,17 @@ fn min_size(ty: &FieldType, pointer_size: u32) -> usize {
         FieldType::Array(_) | FieldType::Utf8U16Len => 2,
         FieldType::Boolean32 | FieldType::Int32 | FieldType::UInt32 | FieldType::Single => 4,
         FieldType::RelLoc(_) | FieldType::DataLoc(_) => 4,
-        FieldType::Int64 | FieldType::UInt64 | FieldType::Double | FieldType::DateTime | FieldType::FileTime => 8,
+        FieldType::Int64
+        | FieldType::UInt64
+        | FieldType::Double
+        | FieldType::DateTime
+        | FieldType::FileTime => 8,
         FieldType::Decimal | FieldType::Guid | FieldType::SystemTime => 16,
         FieldType::Pointer => pointer_size as usize,
         FieldType::Object(fields) => fields.iter().map(|f| min_size(&f.ty, pointer_size)).sum(),
-        FieldType::FixedArray(elem, n) => min_size(elem, pointer_size).saturating_mul(usize::from(*n)),
+        FieldType::FixedArray(elem, n) => {
+            min_size(elem, pointer_size).saturating_mul(usize::from(*n))
+        }
         FieldType::CountedArray(..) | FieldType::CountedBytes(_) => 0,
     }
 }

@@ -12,7 +12,9 @@ use crate::error::{Error, Result, StreamOffset};
 use crate::header::{HeaderDecoder, BLOCK_FLAG_COMPRESSED};
 use crate::idmap::IdMap;
 use crate::metadata;
-use crate::model::{EventHeader, EventMetadata, FormatVersion, Guid, Label, LabelList, ThreadInfo, TraceInfo};
+use crate::model::{
+    EventHeader, EventMetadata, FormatVersion, Guid, Label, LabelList, ThreadInfo, TraceInfo,
+};
 use crate::payload::{self, Value};
 use crate::source::{BlockKind, BlockReader, Input, ReadInput, SliceInput};
 
@@ -79,7 +81,10 @@ impl<'r> Event<'r> {
     /// OS thread id the event describes (V6: from the thread table, else the index).
     pub fn thread_id(&self) -> u64 {
         match self.trace.version {
-            FormatVersion::V6 => self.thread.and_then(|t| t.thread_id).unwrap_or(self.header.thread),
+            FormatVersion::V6 => self
+                .thread
+                .and_then(|t| t.thread_id)
+                .unwrap_or(self.header.thread),
             _ => self.header.thread,
         }
     }
@@ -116,36 +121,57 @@ impl<'r> Event<'r> {
     /// Activity id: from the header (V4/V5) or the label list (V6).
     pub fn activity_id(&self) -> Guid {
         self.labels
-            .and_then(|l| l.iter().find_map(|l| if let Label::ActivityId(g) = l { Some(*g) } else { None }))
+            .and_then(|l| {
+                l.iter().find_map(|l| {
+                    if let Label::ActivityId(g) = l {
+                        Some(*g)
+                    } else {
+                        None
+                    }
+                })
+            })
             .unwrap_or(self.header.activity_id)
     }
 
     /// Related activity id: from the header (V4/V5) or the label list (V6).
     pub fn related_activity_id(&self) -> Guid {
         self.labels
-            .and_then(|l| l.iter().find_map(|l| if let Label::RelatedActivityId(g) = l { Some(*g) } else { None }))
+            .and_then(|l| {
+                l.iter().find_map(|l| {
+                    if let Label::RelatedActivityId(g) = l {
+                        Some(*g)
+                    } else {
+                        None
+                    }
+                })
+            })
             .unwrap_or(self.header.related_activity_id)
     }
 
     /// The stack's instruction pointers, leaf first.
     pub fn stack_ips(&self) -> impl Iterator<Item = u64> + 'r {
         let ptr = self.trace.pointer_size as usize;
-        self.stack.unwrap_or(&[]).chunks_exact(ptr).map(move |c| match *c {
-            [a, b, c, d] => u64::from(u32::from_le_bytes([a, b, c, d])),
-            _ => {
-                let mut w = [0u8; 8];
-                w.copy_from_slice(c);
-                u64::from_le_bytes(w)
-            }
-        })
+        self.stack
+            .unwrap_or(&[])
+            .chunks_exact(ptr)
+            .map(move |c| match *c {
+                [a, b, c, d] => u64::from(u32::from_le_bytes([a, b, c, d])),
+                _ => {
+                    let mut w = [0u8; 8];
+                    w.copy_from_slice(c);
+                    u64::from_le_bytes(w)
+                }
+            })
     }
 
     /// Decodes the payload into named, typed values.
     pub fn decode_payload(&self) -> Result<Vec<(String, Value)>> {
-        payload::decode(&self.metadata.fields, self.payload, self.trace.pointer_size).map_err(|e| Error::Payload {
-            event: self.qualified_name(),
-            field: e.field,
-            detail: e.detail,
+        payload::decode(&self.metadata.fields, self.payload, self.trace.pointer_size).map_err(|e| {
+            Error::Payload {
+                event: self.qualified_name(),
+                field: e.field,
+                detail: e.detail,
+            }
         })
     }
 
@@ -319,11 +345,14 @@ impl<I: Input> TraceReader<I> {
     pub(crate) fn event_at(&self, loc: EventLoc) -> Result<Event<'_>> {
         let h = loc.header;
         let offset = StreamOffset(loc.offset);
-        let metadata = self.metadata.get(&h.metadata_id).ok_or(Error::UndefinedReference {
-            offset,
-            what: "metadata",
-            id: u64::from(h.metadata_id),
-        })?;
+        let metadata = self
+            .metadata
+            .get(&h.metadata_id)
+            .ok_or(Error::UndefinedReference {
+                offset,
+                what: "metadata",
+                id: u64::from(h.metadata_id),
+            })?;
         let block = self.blocks.input().block();
         let payload = block.get(loc.payload.0..loc.payload.1).unwrap_or(&[]);
         let stack = match h.stack_id {
@@ -376,7 +405,10 @@ impl<I: Input> TraceReader<I> {
                 BlockKind::Event => {
                     let (compressed, pos) = read_block_header(&mut c)?;
                     let v6 = self.trace().version == FormatVersion::V6;
-                    self.current = Some(EventBlockState { pos, decoder: HeaderDecoder::new(compressed, v6) });
+                    self.current = Some(EventBlockState {
+                        pos,
+                        decoder: HeaderDecoder::new(compressed, v6),
+                    });
                 }
                 BlockKind::Metadata => self.read_metadata_block(info.offset)?,
                 BlockKind::Stack => self.read_stack_block(info.offset)?,
@@ -414,7 +446,11 @@ impl<I: Input> TraceReader<I> {
         state.decoder.finish_event(&mut c)?;
         state.pos = c.position();
         if header.metadata_id == 0 {
-            return Err(Error::malformed(offset, "event", "event refers to metadata id 0"));
+            return Err(Error::malformed(
+                offset,
+                "event",
+                "event refers to metadata id 0",
+            ));
         }
         if !self.metadata.contains_key(&header.metadata_id) {
             return Err(Error::UndefinedReference {
@@ -428,13 +464,20 @@ impl<I: Input> TraceReader<I> {
         }
         self.track_sequence(header.capture_thread, header.sequence_number);
         self.stats.events += 1;
-        Ok(Some(EventLoc { header, payload: (start, end), offset }))
+        Ok(Some(EventLoc {
+            header,
+            payload: (start, end),
+            offset,
+        }))
     }
 
     /// The thread key losses are reported under: the OS thread id when known.
     fn loss_key(&self, capture_thread: u64) -> u64 {
         if self.trace().version == FormatVersion::V6 {
-            self.threads.get(&capture_thread).and_then(|t| t.thread_id).unwrap_or(capture_thread)
+            self.threads
+                .get(&capture_thread)
+                .and_then(|t| t.thread_id)
+                .unwrap_or(capture_thread)
         } else {
             capture_thread
         }
@@ -524,14 +567,19 @@ impl<I: Input> TraceReader<I> {
         let count_at = c.offset();
         let count = c.u32("stack count")?;
         if count as usize > c.remaining() / 4 {
-            return Err(Error::malformed(count_at, "stack count", format!("{count} stacks cannot fit")));
+            return Err(Error::malformed(
+                count_at,
+                "stack count",
+                format!("{count} stacks cannot fit"),
+            ));
         }
         for i in 0..count {
             let len = c.len_u32("stack size")?;
             let bytes = c.bytes(len, "stack")?;
             let start = self.stack_arena.len();
             self.stack_arena.extend_from_slice(bytes);
-            self.stacks.insert(first.wrapping_add(i), (start, self.stack_arena.len()));
+            self.stacks
+                .insert(first.wrapping_add(i), (start, self.stack_arena.len()));
         }
         Ok(())
     }
@@ -551,7 +599,11 @@ impl<I: Input> TraceReader<I> {
             let count = c.u32("sequence point thread count")?;
             let least = if v6 { 2 } else { 12 };
             if count as usize > c.remaining() / least {
-                return Err(Error::malformed(count_at, "sequence point thread count", format!("{count} threads cannot fit")));
+                return Err(Error::malformed(
+                    count_at,
+                    "sequence point thread count",
+                    format!("{count} threads cannot fit"),
+                ));
             }
             for _ in 0..count {
                 if v6 {
@@ -583,7 +635,10 @@ impl<I: Input> TraceReader<I> {
         while !c.is_empty() {
             let size = usize::from(c.u16("thread row size")?);
             let mut row = c.sub(size, "thread row")?;
-            let mut t = ThreadInfo { index: row.varu64("thread index")?, ..Default::default() };
+            let mut t = ThreadInfo {
+                index: row.varu64("thread index")?,
+                ..Default::default()
+            };
             while !row.is_empty() {
                 let at = row.offset();
                 match row.u8("thread info kind")? {
@@ -596,7 +651,11 @@ impl<I: Input> TraceReader<I> {
                         t.key_values.push((k, v));
                     }
                     other => {
-                        return Err(Error::malformed(at, "thread info kind", format!("unknown kind {other}")));
+                        return Err(Error::malformed(
+                            at,
+                            "thread info kind",
+                            format!("unknown kind {other}"),
+                        ));
                     }
                 }
             }
@@ -628,7 +687,11 @@ impl<I: Input> TraceReader<I> {
         let count_at = c.offset();
         let count = c.u32("label list count")?;
         if count as usize > c.remaining() {
-            return Err(Error::malformed(count_at, "label list count", format!("{count} lists cannot fit")));
+            return Err(Error::malformed(
+                count_at,
+                "label list count",
+                format!("{count} lists cannot fit"),
+            ));
         }
         let mut lists = Vec::with_capacity(count as usize);
         for _ in 0..count {
@@ -641,13 +704,25 @@ impl<I: Input> TraceReader<I> {
                     2 => Label::RelatedActivityId(c.guid("related activity id")?),
                     3 => Label::TraceId(c.guid("trace id")?.0),
                     4 => Label::SpanId(c.u64("span id")?),
-                    5 => Label::String { key: c.utf8_varlen("label key")?, value: c.utf8_varlen("label value")? },
-                    6 => Label::Int { key: c.utf8_varlen("label key")?, value: c.vari64("label value")? },
+                    5 => Label::String {
+                        key: c.utf8_varlen("label key")?,
+                        value: c.utf8_varlen("label value")?,
+                    },
+                    6 => Label::Int {
+                        key: c.utf8_varlen("label key")?,
+                        value: c.vari64("label value")?,
+                    },
                     7 => Label::OpCode(c.u8("opcode label")?),
                     8 => Label::Keywords(c.u64("keywords label")?),
                     9 => Label::Level(c.u8("level label")?),
                     10 => Label::Version(c.u8("version label")?),
-                    other => return Err(Error::malformed(at, "label kind", format!("unknown kind {other}"))),
+                    other => {
+                        return Err(Error::malformed(
+                            at,
+                            "label kind",
+                            format!("unknown kind {other}"),
+                        ))
+                    }
                 };
                 list.push(label);
                 if kind & 0x80 != 0 {
@@ -670,7 +745,11 @@ fn read_block_header(c: &mut Cursor<'_>) -> Result<(bool, usize)> {
     let header_size = usize::from(c.u16("block header size")?);
     let flags = c.u16("block flags")?;
     if header_size < 20 {
-        return Err(Error::malformed(at, "block header size", format!("{header_size} is smaller than 20")));
+        return Err(Error::malformed(
+            at,
+            "block header size",
+            format!("{header_size} is smaller than 20"),
+        ));
     }
     c.skip(header_size - 4, "block header")?;
     Ok((flags & BLOCK_FLAG_COMPRESSED != 0, c.position()))

@@ -8,9 +8,9 @@
 use std::collections::VecDeque;
 
 use crate::error::Result;
+use crate::model::TraceInfo;
 use crate::reader::{Event, OwnedEvent, ReadStats, Step, TraceReader};
 use crate::source::Input;
-use crate::model::TraceInfo;
 
 /// Wraps a [`TraceReader`] and yields its events in timestamp order.
 #[derive(Debug)]
@@ -25,7 +25,13 @@ pub struct SortedReader<I: Input> {
 impl<I: Input> SortedReader<I> {
     /// Sorts the events of `reader`.
     pub fn new(reader: TraceReader<I>) -> Self {
-        SortedReader { reader, pending: Vec::new(), ready: VecDeque::new(), current: None, peak_pending: 0 }
+        SortedReader {
+            reader,
+            pending: Vec::new(),
+            ready: VecDeque::new(),
+            current: None,
+            peak_pending: 0,
+        }
     }
 
     /// Facts from the trace header.

@@ -83,7 +83,11 @@ pub struct SliceInput<'a> {
 impl<'a> SliceInput<'a> {
     /// Reads from `data`.
     pub fn new(data: &'a [u8]) -> Self {
-        SliceInput { data, pos: 0, block: (0, 0) }
+        SliceInput {
+            data,
+            pos: 0,
+            block: (0, 0),
+        }
     }
 
     /// The bytes of the current block, with the input's lifetime.
@@ -97,7 +101,10 @@ impl Input for SliceInput<'_> {
         self.pos as u64
     }
     fn read_exact(&mut self, buf: &mut [u8], what: &'static str) -> Result<()> {
-        let end = self.pos.checked_add(buf.len()).filter(|&e| e <= self.data.len());
+        let end = self
+            .pos
+            .checked_add(buf.len())
+            .filter(|&e| e <= self.data.len());
         let Some(end) = end else {
             return Err(Error::eof(self.pos as u64, what));
         };
@@ -223,7 +230,11 @@ impl<I: Input> BlockReader<I> {
                 ))
             }
         };
-        Ok(BlockReader { input, trace, finished: false })
+        Ok(BlockReader {
+            input,
+            trace,
+            finished: false,
+        })
     }
 
     /// Facts from the trace header.
@@ -310,8 +321,9 @@ impl<I: Input> BlockReader<I> {
         };
         let size_at = self.input.offset();
         let size = read_i32(&mut self.input, "block size")?;
-        let len = usize::try_from(size)
-            .map_err(|_| Error::malformed(size_at, "block size", format!("negative size {size}")))?;
+        let len = usize::try_from(size).map_err(|_| {
+            Error::malformed(size_at, "block size", format!("negative size {size}"))
+        })?;
         let padding = (4 - (self.input.offset() % 4) as usize) % 4;
         self.input.skip(padding, "block alignment")?;
         let offset = self.input.offset();
@@ -347,7 +359,11 @@ fn expect_tag(input: &mut impl Input, tag: u8, what: &'static str) -> Result<()>
     let at = input.offset();
     let found = read_u8(input, what)?;
     if found != tag {
-        return Err(Error::malformed(at, what, format!("expected tag {tag}, found {found}")));
+        return Err(Error::malformed(
+            at,
+            what,
+            format!("expected tag {tag}, found {found}"),
+        ));
     }
     Ok(())
 }
@@ -364,7 +380,13 @@ fn read_type_object(input: &mut impl Input) -> Result<(String, i32)> {
     let len = usize::try_from(len)
         .ok()
         .filter(|&l| l <= MAX_TYPE_NAME)
-        .ok_or_else(|| Error::malformed(len_at, "type name length", format!("implausible length {len}")))?;
+        .ok_or_else(|| {
+            Error::malformed(
+                len_at,
+                "type name length",
+                format!("implausible length {len}"),
+            )
+        })?;
     let mut name = vec![0u8; len];
     input.read_exact(&mut name, "type name")?;
     expect_tag(input, TAG_END_OBJECT, "end of type object")?;
@@ -375,13 +397,21 @@ fn read_fast_serialization_header(input: &mut impl Input) -> Result<TraceInfo> {
     let mut name = [0u8; 20];
     input.read_exact(&mut name, "serializer name")?;
     if &name != FAST_SERIALIZATION {
-        return Err(Error::malformed(12, "serializer name", "expected \"!FastSerialization.1\""));
+        return Err(Error::malformed(
+            12,
+            "serializer name",
+            "expected \"!FastSerialization.1\"",
+        ));
     }
     let at = input.offset();
     expect_tag(input, TAG_BEGIN_PRIVATE_OBJECT, "trace object")?;
     let (type_name, version) = read_type_object(input)?;
     if type_name != "Trace" {
-        return Err(Error::malformed(at, "trace object", format!("first object is {type_name:?}, not Trace")));
+        return Err(Error::malformed(
+            at,
+            "trace object",
+            format!("first object is {type_name:?}, not Trace"),
+        ));
     }
     if version < 4 {
         return Err(Error::Unsupported(format!(
@@ -428,7 +458,11 @@ fn read_v6_header(input: &mut impl Input) -> Result<TraceInfo> {
     input.read_exact(&mut word, "trace block header")?;
     let word = u32::from_le_bytes(word);
     if word >> 24 != 1 {
-        return Err(Error::malformed(at, "trace block", format!("first block has kind {}, not Trace (1)", word >> 24)));
+        return Err(Error::malformed(
+            at,
+            "trace block",
+            format!("first block has kind {}, not Trace (1)", word >> 24),
+        ));
     }
     let len = (word & 0x00ff_ffff) as usize;
     let offset = input.offset();
@@ -442,7 +476,11 @@ fn read_v6_header(input: &mut impl Input) -> Result<TraceInfo> {
     let count = c.u32("key/value count")?;
     // Each pair needs at least two bytes, so a larger count cannot be honest.
     if count as usize > c.remaining() / 2 {
-        return Err(Error::malformed(count_at, "key/value count", format!("{count} pairs cannot fit")));
+        return Err(Error::malformed(
+            count_at,
+            "key/value count",
+            format!("{count} pairs cannot fit"),
+        ));
     }
     let mut key_values = Vec::with_capacity(count as usize);
     for _ in 0..count {
@@ -450,7 +488,12 @@ fn read_v6_header(input: &mut impl Input) -> Result<TraceInfo> {
         let v = c.utf8_varlen("trace value")?;
         key_values.push((k, v));
     }
-    let lookup = |key: &str| key_values.iter().find(|(k, _)| k == key).and_then(|(_, v)| v.trim().parse::<u64>().ok());
+    let lookup = |key: &str| {
+        key_values
+            .iter()
+            .find(|(k, _)| k == key)
+            .and_then(|(_, v)| v.trim().parse::<u64>().ok())
+    };
     Ok(TraceInfo {
         version: FormatVersion::V6,
         sync_time_utc,
@@ -467,7 +510,11 @@ fn read_v6_header(input: &mut impl Input) -> Result<TraceInfo> {
 fn check_pointer_size(at: u64, size: i32) -> Result<u32> {
     match size {
         4 | 8 => Ok(size as u32),
-        _ => Err(Error::malformed(at, "pointer size", format!("expected 4 or 8, found {size}"))),
+        _ => Err(Error::malformed(
+            at,
+            "pointer size",
+            format!("expected 4 or 8, found {size}"),
+        )),
     }
 }
 

@@ -25,7 +25,8 @@ pub(crate) fn system_time_to_unix_nanos(t: &SystemTime) -> Option<i128> {
         return None;
     }
     let days = days_from_civil(i64::from(t.year), i64::from(t.month), i64::from(t.day));
-    let secs = days * 86_400 + i64::from(t.hour) * 3600 + i64::from(t.minute) * 60 + i64::from(t.second);
+    let secs =
+        days * 86_400 + i64::from(t.hour) * 3600 + i64::from(t.minute) * 60 + i64::from(t.second);
     Some(i128::from(secs) * 1_000_000_000 + i128::from(t.millisecond) * 1_000_000)
 }
 
@@ -75,14 +76,24 @@ mod tests {
         };
         let n = system_time_to_unix_nanos(&t).unwrap();
         assert_eq!(format_unix_nanos(n), "2026-11-22T11:01:46.431000000Z");
-        let epoch = SystemTime { year: 1970, month: 1, day: 1, ..Default::default() };
+        let epoch = SystemTime {
+            year: 1970,
+            month: 1,
+            day: 1,
+            ..Default::default()
+        };
         assert_eq!(system_time_to_unix_nanos(&epoch), Some(0));
         assert_eq!(format_unix_nanos(-1), "1969-12-31T23:59:59.999999999Z");
     }
 
     #[test]
     fn invalid_fields_are_rejected() {
-        let t = SystemTime { year: 2020, month: 13, day: 1, ..Default::default() };
+        let t = SystemTime {
+            year: 2020,
+            month: 13,
+            day: 1,
+            ..Default::default()
+        };
         assert_eq!(system_time_to_unix_nanos(&t), None);
     }
 }

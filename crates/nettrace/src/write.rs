@@ -1,4 +1,49 @@
-//! Writing NetTrace V5 and V6.
+//! Writing NetTrace V5 and V6, block by block.
+//!
+//! [`TraceWriter`] writes the stream header and trace object when created, then one block
+//! per call, straight to its `Write`: a runtime streams a session through it without
+//! holding more than the block it is building. Events are collected into an
+//! [`EventBlockBuilder`], which applies header compression as it goes.
+//!
+//! ```
+//! use nettrace::write::{EventBlockBuilder, TraceWriter};
+//! use nettrace::{EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, TraceInfo, TraceReader};
+//!
+//! let info = TraceInfo::new(FormatVersion::V6, 8);
+//! let mut w = TraceWriter::new(Vec::new(), &info)?;
+//! let md = EventMetadata {
+//!     metadata_id: 1,
+//!     provider: "Demo".into(),
+//!     event_id: 1,
+//!     event_name: "Tick".into(),
+//!     fields: vec![FieldDesc { name: "Count".into(), ty: FieldType::UInt32 }],
+//!     ..Default::default()
+//! };
+//! w.write_metadata_block(&[md])?;
+//! let mut block = EventBlockBuilder::new(FormatVersion::V6);
+//! let header = EventHeader { metadata_id: 1, sequence_number: 1, timestamp: 10, ..Default::default() };
+//! block.push(&header, &7u32.to_le_bytes());
+//! w.write_event_block(&block)?;
+//! let bytes = w.finish()?;
+//!
+//! let mut r = TraceReader::from_slice(&bytes)?;
+//! let e = r.next_event()?.unwrap();
+//! assert_eq!(e.qualified_name(), "Demo/Tick");
+//! # Ok::<(), nettrace::Error>(())
+//! ```
+
+use std::io::Write;
+
+use crate::cursor::zigzag_encode;
+use crate::error::{Error, Result, StreamOffset};
+use crate::model::{
+    EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, Label, SystemTime, ThreadInfo,
+    TraceInfo,
+};
+
+/// Largest V6 block payload: the block header's size field has 24 bits.
+pub const MAX_V6_BLOCK: usize = 0x00ff_ffff;
+
 pub(crate) fn varu64(out: &mut Vec<u8>, mut v: u64) {
     loop {
         let byte = (v & 0x7f) as u8;
@@ -8,5 +53,782 @@ pub(crate) fn varu64(out: &mut Vec<u8>, mut v: u64) {
             return;
         }
         out.push(byte | 0x80);
+    }
+}
+
+fn utf16z(out: &mut Vec<u8>, s: &str) {
+    for unit in s.encode_utf16() {
+        out.extend_from_slice(&unit.to_le_bytes());
+    }
+    out.extend_from_slice(&[0, 0]);
+}
+
+fn utf8_varlen(out: &mut Vec<u8>, s: &str) {
+    varu64(out, s.len() as u64);
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn system_time(out: &mut Vec<u8>, t: &SystemTime) {
+    for v in [
+        t.year,
+        t.month,
+        t.day_of_week,
+        t.day,
+        t.hour,
+        t.minute,
+        t.second,
+        t.millisecond,
+    ] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+impl TraceInfo {
+    /// Trace facts for a new trace: sync time zero at tick 0, a 1 GHz tick (nanoseconds).
+    pub fn new(version: FormatVersion, pointer_size: u32) -> Self {
+        TraceInfo {
+            version,
+            sync_time_utc: SystemTime {
+                year: 1970,
+                month: 1,
+                day_of_week: 4,
+                day: 1,
+                ..Default::default()
+            },
+            sync_time_ticks: 0,
+            tick_frequency: 1_000_000_000,
+            pointer_size,
+            process_id: None,
+            processor_count: None,
+            expected_cpu_sampling_rate: None,
+            key_values: Vec::new(),
+        }
+    }
+}
+
+/// Collects events for one event block, compressing headers against the previous event.
+#[derive(Debug, Clone)]
+pub struct EventBlockBuilder {
+    v6: bool,
+    buf: Vec<u8>,
+    previous: EventHeader,
+    min_timestamp: i64,
+    max_timestamp: i64,
+    events: usize,
+}
+
+impl EventBlockBuilder {
+    /// An empty block for `version`.
+    pub fn new(version: FormatVersion) -> Self {
+        EventBlockBuilder {
+            v6: version == FormatVersion::V6,
+            buf: Vec::new(),
+            previous: EventHeader::default(),
+            min_timestamp: i64::MAX,
+            max_timestamp: i64::MIN,
+            events: 0,
+        }
+    }
+
+    /// Appends an event. `header.payload_size` is ignored; the payload's length is used.
+    pub fn push(&mut self, header: &EventHeader, payload: &[u8]) {
+        let mut h = *header;
+        h.payload_size = payload.len() as u32;
+        encode_header(&mut self.buf, &self.previous, &h, self.v6);
+        self.buf.extend_from_slice(payload);
+        self.previous = h;
+        self.min_timestamp = self.min_timestamp.min(h.timestamp);
+        self.max_timestamp = self.max_timestamp.max(h.timestamp);
+        self.events += 1;
+    }
+
+    /// Encoded size so far, without the block header.
+    pub fn encoded_len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Number of events pushed.
+    pub fn len(&self) -> usize {
+        self.events
+    }
+
+    /// Whether no event was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.events == 0
+    }
+
+    /// Empties the builder for the next block, keeping its allocation.
+    pub fn clear(&mut self) {
+        self.buf.clear();
+        self.previous = EventHeader::default();
+        self.min_timestamp = i64::MAX;
+        self.max_timestamp = i64::MIN;
+        self.events = 0;
+    }
+
+    fn payload(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(20 + self.buf.len());
+        block_header(
+            &mut out,
+            self.min_timestamp,
+            self.max_timestamp,
+            self.events,
+        );
+        out.extend_from_slice(&self.buf);
+        out
+    }
+}
+
+fn block_header(out: &mut Vec<u8>, min: i64, max: i64, events: usize) {
+    out.extend_from_slice(&20u16.to_le_bytes());
+    out.extend_from_slice(&crate::header::BLOCK_FLAG_COMPRESSED.to_le_bytes());
+    let (min, max) = if events == 0 { (0, 0) } else { (min, max) };
+    out.extend_from_slice(&min.to_le_bytes());
+    out.extend_from_slice(&max.to_le_bytes());
+}
+
+/// The inverse of the reader's header decompression: emit only what differs.
+fn encode_header(out: &mut Vec<u8>, prev: &EventHeader, h: &EventHeader, v6: bool) {
+    let flags_at = out.len();
+    out.push(0);
+    let mut flags = 0u8;
+    if h.metadata_id != prev.metadata_id {
+        flags |= 1;
+        varu64(out, u64::from(h.metadata_id));
+    }
+    let counted = v6 || h.metadata_id != 0;
+    let implied = if counted {
+        prev.sequence_number.wrapping_add(1)
+    } else {
+        prev.sequence_number
+    };
+    if h.sequence_number != implied
+        || h.capture_thread != prev.capture_thread
+        || h.processor != prev.processor
+    {
+        flags |= 2;
+        let delta = h
+            .sequence_number
+            .wrapping_sub(prev.sequence_number)
+            .wrapping_sub(u32::from(counted));
+        varu64(out, u64::from(delta));
+        varu64(out, h.capture_thread);
+        varu64(out, u64::from(h.processor));
+    }
+    if h.thread != prev.thread {
+        flags |= 4;
+        varu64(out, h.thread);
+    }
+    if h.stack_id != prev.stack_id {
+        flags |= 8;
+        varu64(out, u64::from(h.stack_id));
+    }
+    varu64(out, h.timestamp.wrapping_sub(prev.timestamp) as u64);
+    if v6 {
+        if h.label_list_id != prev.label_list_id {
+            flags |= 16;
+            varu64(out, u64::from(h.label_list_id));
+        }
+    } else {
+        if h.activity_id != prev.activity_id {
+            flags |= 16;
+            out.extend_from_slice(&h.activity_id.0);
+        }
+        if h.related_activity_id != prev.related_activity_id {
+            flags |= 32;
+            out.extend_from_slice(&h.related_activity_id.0);
+        }
+    }
+    if h.is_sorted {
+        flags |= 64;
+    }
+    if h.payload_size != prev.payload_size {
+        flags |= 128;
+        varu64(out, u64::from(h.payload_size));
+    }
+    out[flags_at] = flags;
+}
+
+/// Writes a trace block by block.
+#[derive(Debug)]
+pub struct TraceWriter<W: Write> {
+    out: W,
+    version: FormatVersion,
+    offset: u64,
+    scratch: Vec<u8>,
+}
+
+impl<W: Write> TraceWriter<W> {
+    /// Writes the stream header and trace object for `info` (its `version` picks V5 or V6;
+    /// V4 is written as V5, which every V4 reader accepts).
+    pub fn new(out: W, info: &TraceInfo) -> Result<Self> {
+        if info.pointer_size != 4 && info.pointer_size != 8 {
+            return Err(Error::InvalidInput(format!(
+                "pointer size {} is not 4 or 8",
+                info.pointer_size
+            )));
+        }
+        let version = if info.version == FormatVersion::V6 {
+            FormatVersion::V6
+        } else {
+            FormatVersion::V5
+        };
+        let mut w = TraceWriter {
+            out,
+            version,
+            offset: 0,
+            scratch: Vec::new(),
+        };
+        let mut head = Vec::new();
+        head.extend_from_slice(b"Nettrace");
+        if version == FormatVersion::V6 {
+            for v in [0u32, 6, 0] {
+                head.extend_from_slice(&v.to_le_bytes());
+            }
+            w.emit(&head)?;
+            let mut body = Vec::new();
+            system_time(&mut body, &info.sync_time_utc);
+            body.extend_from_slice(&info.sync_time_ticks.to_le_bytes());
+            body.extend_from_slice(&info.tick_frequency.to_le_bytes());
+            body.extend_from_slice(&(info.pointer_size as i32).to_le_bytes());
+            let mut kvs = info.key_values.clone();
+            let mut add = |k: &str, v: Option<u64>| {
+                if let Some(v) = v {
+                    if !kvs.iter().any(|(key, _)| key == k) {
+                        kvs.push((k.to_string(), v.to_string()));
+                    }
+                }
+            };
+            add("ProcessId", info.process_id);
+            add("HardwareThreadCount", info.processor_count.map(u64::from));
+            add("ExpectedCPUSamplingRate", info.expected_cpu_sampling_rate);
+            body.extend_from_slice(&(kvs.len() as u32).to_le_bytes());
+            for (k, v) in &kvs {
+                utf8_varlen(&mut body, k);
+                utf8_varlen(&mut body, v);
+            }
+            w.v6_block(1, &body)?;
+        } else {
+            head.extend_from_slice(&20i32.to_le_bytes());
+            head.extend_from_slice(b"!FastSerialization.1");
+            head.push(5);
+            type_object(&mut head, "Trace", 4);
+            system_time(&mut head, &info.sync_time_utc);
+            head.extend_from_slice(&info.sync_time_ticks.to_le_bytes());
+            head.extend_from_slice(&info.tick_frequency.to_le_bytes());
+            head.extend_from_slice(&(info.pointer_size as i32).to_le_bytes());
+            head.extend_from_slice(&(info.process_id.unwrap_or(0) as i32).to_le_bytes());
+            head.extend_from_slice(&(info.processor_count.unwrap_or(0) as i32).to_le_bytes());
+            head.extend_from_slice(
+                &(info.expected_cpu_sampling_rate.unwrap_or(0) as i32).to_le_bytes(),
+            );
+            head.push(6);
+            w.emit(&head)?;
+        }
+        Ok(w)
+    }
+
+    /// The version being written.
+    pub fn version(&self) -> FormatVersion {
+        self.version
+    }
+
+    /// Bytes written so far.
+    pub fn bytes_written(&self) -> u64 {
+        self.offset
+    }
+
+    fn emit(&mut self, bytes: &[u8]) -> Result<()> {
+        self.out.write_all(bytes).map_err(|source| Error::Io {
+            offset: StreamOffset(self.offset),
+            source,
+        })?;
+        self.offset += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn v6_block(&mut self, kind: u8, body: &[u8]) -> Result<()> {
+        if body.len() > MAX_V6_BLOCK {
+            return Err(Error::InvalidInput(format!(
+                "a V6 block holds at most {MAX_V6_BLOCK} bytes; this one has {}",
+                body.len()
+            )));
+        }
+        let word = (body.len() as u32) | (u32::from(kind) << 24);
+        self.emit(&word.to_le_bytes())?;
+        self.emit(body)
+    }
+
+    fn fast_serialization_block(&mut self, name: &str, body: &[u8]) -> Result<()> {
+        let len = i32::try_from(body.len())
+            .map_err(|_| Error::InvalidInput("block larger than 2 GiB".into()))?;
+        let mut head = vec![5u8];
+        type_object(&mut head, name, 2);
+        head.extend_from_slice(&len.to_le_bytes());
+        let after = self.offset + head.len() as u64;
+        head.resize(head.len() + ((4 - after % 4) % 4) as usize, 0);
+        self.emit(&head)?;
+        self.emit(body)?;
+        self.emit(&[6])
+    }
+
+    fn block(&mut self, v6_kind: u8, v5_name: &str, body: &[u8]) -> Result<()> {
+        match self.version {
+            FormatVersion::V6 => self.v6_block(v6_kind, body),
+            _ => self.fast_serialization_block(v5_name, body),
+        }
+    }
+
+    /// Writes metadata rows.
+    pub fn write_metadata_block(&mut self, rows: &[EventMetadata]) -> Result<()> {
+        let mut body = std::mem::take(&mut self.scratch);
+        body.clear();
+        let result = if self.version == FormatVersion::V6 {
+            body.extend_from_slice(&0u16.to_le_bytes());
+            rows.iter()
+                .try_for_each(|md| metadata_row_v6(&mut body, md))
+        } else {
+            block_header(&mut body, 0, 0, 0);
+            let mut prev = EventHeader::default();
+            rows.iter().try_for_each(|md| {
+                let mut payload = Vec::new();
+                metadata_payload_v5(&mut payload, md)?;
+                let h = EventHeader {
+                    payload_size: payload.len() as u32,
+                    ..Default::default()
+                };
+                encode_header(&mut body, &prev, &h, false);
+                body.extend_from_slice(&payload);
+                prev = h;
+                Ok(())
+            })
+        };
+        let written = result.and_then(|()| self.block(3, "MetadataBlock", &body));
+        self.scratch = body;
+        written
+    }
+
+    /// Writes an event block.
+    pub fn write_event_block(&mut self, events: &EventBlockBuilder) -> Result<()> {
+        if events.v6 != (self.version == FormatVersion::V6) {
+            return Err(Error::InvalidInput(
+                "event block built for another format version".into(),
+            ));
+        }
+        self.block(2, "EventBlock", &events.payload())
+    }
+
+    /// Writes stacks with consecutive ids from `first_id`; each is raw pointer-sized IPs.
+    pub fn write_stack_block(&mut self, first_id: u32, stacks: &[&[u8]]) -> Result<()> {
+        let mut body = Vec::new();
+        body.extend_from_slice(&first_id.to_le_bytes());
+        body.extend_from_slice(&(stacks.len() as u32).to_le_bytes());
+        for s in stacks {
+            body.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            body.extend_from_slice(s);
+        }
+        self.block(5, "StackBlock", &body)
+    }
+
+    /// Writes a sequence point: per-thread sequence lower bounds (V4/V5: OS thread ids; V6:
+    /// thread indexes) and, in V6, flags (1 = flush threads, 2 = flush metadata).
+    pub fn write_sequence_point(
+        &mut self,
+        timestamp: i64,
+        flags: u32,
+        threads: &[(u64, u32)],
+    ) -> Result<()> {
+        let mut body = Vec::new();
+        body.extend_from_slice(&timestamp.to_le_bytes());
+        if self.version == FormatVersion::V6 {
+            body.extend_from_slice(&flags.to_le_bytes());
+        }
+        body.extend_from_slice(&(threads.len() as u32).to_le_bytes());
+        for &(thread, seq) in threads {
+            if self.version == FormatVersion::V6 {
+                varu64(&mut body, thread);
+                varu64(&mut body, u64::from(seq));
+            } else {
+                body.extend_from_slice(&thread.to_le_bytes());
+                body.extend_from_slice(&seq.to_le_bytes());
+            }
+        }
+        self.block(4, "SPBlock", &body)
+    }
+
+    fn require_v6(&self, what: &str) -> Result<()> {
+        if self.version == FormatVersion::V6 {
+            Ok(())
+        } else {
+            Err(Error::InvalidInput(format!(
+                "{what} blocks exist only in NetTrace V6"
+            )))
+        }
+    }
+
+    /// V6: writes thread rows.
+    pub fn write_thread_block(&mut self, threads: &[ThreadInfo]) -> Result<()> {
+        self.require_v6("thread")?;
+        let mut body = Vec::new();
+        for t in threads {
+            let mut row = Vec::new();
+            varu64(&mut row, t.index);
+            if let Some(name) = &t.name {
+                row.push(1);
+                utf8_varlen(&mut row, name);
+            }
+            if let Some(pid) = t.process_id {
+                row.push(2);
+                varu64(&mut row, pid);
+            }
+            if let Some(tid) = t.thread_id {
+                row.push(3);
+                varu64(&mut row, tid);
+            }
+            for (k, v) in &t.key_values {
+                row.push(4);
+                utf8_varlen(&mut row, k);
+                utf8_varlen(&mut row, v);
+            }
+            let size = u16::try_from(row.len())
+                .map_err(|_| Error::InvalidInput("thread row over 64 KiB".into()))?;
+            body.extend_from_slice(&size.to_le_bytes());
+            body.extend_from_slice(&row);
+        }
+        self.v6_block(6, &body)
+    }
+
+    /// V6: removes threads, stating each one's final sequence number.
+    pub fn write_remove_thread_block(&mut self, threads: &[(u64, u32)]) -> Result<()> {
+        self.require_v6("remove-thread")?;
+        let mut body = Vec::new();
+        for &(index, seq) in threads {
+            varu64(&mut body, index);
+            varu64(&mut body, u64::from(seq));
+        }
+        self.v6_block(7, &body)
+    }
+
+    /// V6: writes label lists with consecutive indexes from `first_index` (at least 1).
+    pub fn write_label_list_block(&mut self, first_index: u32, lists: &[Vec<Label>]) -> Result<()> {
+        self.require_v6("label list")?;
+        if first_index == 0 {
+            return Err(Error::InvalidInput(
+                "label list index 0 is reserved for the empty list".into(),
+            ));
+        }
+        let mut body = Vec::new();
+        body.extend_from_slice(&first_index.to_le_bytes());
+        body.extend_from_slice(&(lists.len() as u32).to_le_bytes());
+        for list in lists {
+            if list.is_empty() {
+                return Err(Error::InvalidInput(
+                    "an empty label list cannot be encoded".into(),
+                ));
+            }
+            for (i, label) in list.iter().enumerate() {
+                let last = if i + 1 == list.len() { 0x80 } else { 0 };
+                encode_label(&mut body, label, last);
+            }
+        }
+        self.v6_block(8, &body)
+    }
+
+    /// Ends the stream and returns the output.
+    pub fn finish(mut self) -> Result<W> {
+        if self.version == FormatVersion::V6 {
+            self.emit(&0u32.to_le_bytes())?;
+        } else {
+            self.emit(&[1])?;
+        }
+        self.out.flush().map_err(|source| Error::Io {
+            offset: StreamOffset(self.offset),
+            source,
+        })?;
+        Ok(self.out)
+    }
+}
+
+fn type_object(out: &mut Vec<u8>, name: &str, version: i32) {
+    out.push(5);
+    out.push(1);
+    out.extend_from_slice(&version.to_le_bytes());
+    out.extend_from_slice(&version.to_le_bytes());
+    out.extend_from_slice(&(name.len() as i32).to_le_bytes());
+    out.extend_from_slice(name.as_bytes());
+    out.push(6);
+}
+
+fn encode_label(out: &mut Vec<u8>, label: &Label, last: u8) {
+    match label {
+        Label::ActivityId(g) => {
+            out.push(1 | last);
+            out.extend_from_slice(&g.0);
+        }
+        Label::RelatedActivityId(g) => {
+            out.push(2 | last);
+            out.extend_from_slice(&g.0);
+        }
+        Label::TraceId(b) => {
+            out.push(3 | last);
+            out.extend_from_slice(b);
+        }
+        Label::SpanId(v) => {
+            out.push(4 | last);
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        Label::String { key, value } => {
+            out.push(5 | last);
+            utf8_varlen(out, key);
+            utf8_varlen(out, value);
+        }
+        Label::Int { key, value } => {
+            out.push(6 | last);
+            utf8_varlen(out, key);
+            varu64(out, zigzag_encode(*value));
+        }
+        Label::OpCode(v) => out.extend_from_slice(&[7 | last, *v]),
+        Label::Keywords(v) => {
+            out.push(8 | last);
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        Label::Level(v) => out.extend_from_slice(&[9 | last, *v]),
+        Label::Version(v) => out.extend_from_slice(&[10 | last, *v]),
+    }
+}
+
+fn unsupported(ty: &FieldType, version: &str) -> Error {
+    Error::InvalidInput(format!(
+        "field type {ty:?} cannot be written in NetTrace {version}"
+    ))
+}
+
+/// The System.TypeCode / V6 code of a scalar type shared by both versions.
+fn scalar_code(ty: &FieldType) -> Option<u8> {
+    Some(match ty {
+        FieldType::Boolean32 => 3,
+        FieldType::Char16 => 4,
+        FieldType::SByte => 5,
+        FieldType::Byte => 6,
+        FieldType::Int16 => 7,
+        FieldType::UInt16 => 8,
+        FieldType::Int32 => 9,
+        FieldType::UInt32 => 10,
+        FieldType::Int64 => 11,
+        FieldType::UInt64 => 12,
+        FieldType::Single => 13,
+        FieldType::Double => 14,
+        FieldType::Decimal => 15,
+        FieldType::DateTime => 16,
+        FieldType::Guid => 17,
+        FieldType::Utf16String => 18,
+        _ => return None,
+    })
+}
+
+fn needs_v2(fields: &[FieldDesc]) -> bool {
+    fields.iter().any(|f| match &f.ty {
+        FieldType::Array(_) => true,
+        FieldType::Object(inner) => needs_v2(inner),
+        _ => false,
+    })
+}
+
+fn metadata_payload_v5(out: &mut Vec<u8>, md: &EventMetadata) -> Result<()> {
+    let id = i32::try_from(md.metadata_id)
+        .map_err(|_| Error::InvalidInput("metadata id above 2^31".into()))?;
+    out.extend_from_slice(&id.to_le_bytes());
+    utf16z(out, &md.provider);
+    out.extend_from_slice(&(md.event_id as i32).to_le_bytes());
+    utf16z(out, &md.event_name);
+    out.extend_from_slice(&md.keywords.to_le_bytes());
+    out.extend_from_slice(&(md.version as i32).to_le_bytes());
+    out.extend_from_slice(&(md.level as i32).to_le_bytes());
+    if needs_v2(&md.fields) {
+        out.extend_from_slice(&0i32.to_le_bytes());
+    } else {
+        v1_fields(out, &md.fields)?;
+    }
+    if let Some(op) = md.opcode {
+        out.extend_from_slice(&1i32.to_le_bytes());
+        out.push(1);
+        out.push(op);
+    }
+    if needs_v2(&md.fields) {
+        let mut tag = Vec::new();
+        v2_fields(&mut tag, &md.fields)?;
+        out.extend_from_slice(&(tag.len() as i32).to_le_bytes());
+        out.push(2);
+        out.extend_from_slice(&tag);
+    }
+    Ok(())
+}
+
+fn v1_fields(out: &mut Vec<u8>, fields: &[FieldDesc]) -> Result<()> {
+    out.extend_from_slice(&(fields.len() as i32).to_le_bytes());
+    for f in fields {
+        match &f.ty {
+            FieldType::Object(inner) => {
+                out.extend_from_slice(&1i32.to_le_bytes());
+                v1_fields(out, inner)?;
+            }
+            ty => {
+                let code = scalar_code(ty).ok_or_else(|| unsupported(ty, "V5"))?;
+                out.extend_from_slice(&i32::from(code).to_le_bytes());
+            }
+        }
+        utf16z(out, &f.name);
+    }
+    Ok(())
+}
+
+fn v2_fields(out: &mut Vec<u8>, fields: &[FieldDesc]) -> Result<()> {
+    out.extend_from_slice(&(fields.len() as i32).to_le_bytes());
+    for f in fields {
+        let mut body = Vec::new();
+        utf16z(&mut body, &f.name);
+        v2_type(&mut body, &f.ty)?;
+        out.extend_from_slice(&(body.len() as i32 + 4).to_le_bytes());
+        out.extend_from_slice(&body);
+    }
+    Ok(())
+}
+
+fn v2_type(out: &mut Vec<u8>, ty: &FieldType) -> Result<()> {
+    match ty {
+        FieldType::Object(inner) => {
+            out.extend_from_slice(&1i32.to_le_bytes());
+            v2_fields(out, inner)
+        }
+        FieldType::Array(elem) => {
+            out.extend_from_slice(&19i32.to_le_bytes());
+            v2_type(out, elem)
+        }
+        ty => {
+            let code = scalar_code(ty).ok_or_else(|| unsupported(ty, "V5"))?;
+            out.extend_from_slice(&i32::from(code).to_le_bytes());
+            Ok(())
+        }
+    }
+}
+
+fn metadata_row_v6(out: &mut Vec<u8>, md: &EventMetadata) -> Result<()> {
+    let mut row = Vec::new();
+    varu64(&mut row, u64::from(md.metadata_id));
+    utf8_varlen(&mut row, &md.provider);
+    varu64(&mut row, u64::from(md.event_id));
+    utf8_varlen(&mut row, &md.event_name);
+    v6_fields(&mut row, &md.fields)?;
+    let mut opt = Vec::new();
+    if let Some(op) = md.opcode {
+        opt.extend_from_slice(&[1, op]);
+    }
+    if md.keywords != 0 {
+        opt.push(3);
+        opt.extend_from_slice(&md.keywords.to_le_bytes());
+    }
+    if let Some(t) = &md.message_template {
+        opt.push(4);
+        utf8_varlen(&mut opt, t);
+    }
+    if let Some(d) = &md.description {
+        opt.push(5);
+        utf8_varlen(&mut opt, d);
+    }
+    for (k, v) in &md.key_values {
+        opt.push(6);
+        utf8_varlen(&mut opt, k);
+        utf8_varlen(&mut opt, v);
+    }
+    if let Some(g) = md.provider_guid {
+        opt.push(7);
+        opt.extend_from_slice(&g.0);
+    }
+    let small = |v: u32, what: &str| {
+        u8::try_from(v)
+            .map_err(|_| Error::InvalidInput(format!("{what} {v} does not fit the V6 byte")))
+    };
+    if md.level != 0 {
+        opt.extend_from_slice(&[8, small(md.level, "level")?]);
+    }
+    if md.version != 0 {
+        opt.extend_from_slice(&[9, small(md.version, "version")?]);
+    }
+    let opt_len = u16::try_from(opt.len())
+        .map_err(|_| Error::InvalidInput("optional metadata over 64 KiB".into()))?;
+    row.extend_from_slice(&opt_len.to_le_bytes());
+    row.extend_from_slice(&opt);
+    let size = u16::try_from(row.len())
+        .map_err(|_| Error::InvalidInput("metadata row over 64 KiB".into()))?;
+    out.extend_from_slice(&size.to_le_bytes());
+    out.extend_from_slice(&row);
+    Ok(())
+}
+
+fn v6_fields(out: &mut Vec<u8>, fields: &[FieldDesc]) -> Result<()> {
+    let count = u16::try_from(fields.len())
+        .map_err(|_| Error::InvalidInput("more than 65535 fields".into()))?;
+    out.extend_from_slice(&count.to_le_bytes());
+    for f in fields {
+        let mut body = Vec::new();
+        utf8_varlen(&mut body, &f.name);
+        v6_type(&mut body, &f.ty)?;
+        let size = u16::try_from(body.len())
+            .map_err(|_| Error::InvalidInput("field description over 64 KiB".into()))?;
+        out.extend_from_slice(&size.to_le_bytes());
+        out.extend_from_slice(&body);
+    }
+    Ok(())
+}
+
+fn v6_type(out: &mut Vec<u8>, ty: &FieldType) -> Result<()> {
+    match ty {
+        FieldType::Object(inner) => {
+            out.push(1);
+            v6_fields(out, inner)
+        }
+        FieldType::Array(elem) => {
+            out.push(19);
+            v6_type(out, elem)
+        }
+        FieldType::FixedArray(elem, n) => {
+            out.push(22);
+            v6_type(out, elem)?;
+            out.extend_from_slice(&n.to_le_bytes());
+            Ok(())
+        }
+        FieldType::RelLoc(elem) | FieldType::DataLoc(elem) => {
+            if !elem.is_fixed_size() {
+                return Err(Error::InvalidInput(
+                    "RelLoc/DataLoc need a fixed-size element type".into(),
+                ));
+            }
+            out.push(if matches!(ty, FieldType::RelLoc(_)) {
+                24
+            } else {
+                25
+            });
+            v6_type(out, elem)
+        }
+        FieldType::VarInt => {
+            out.push(20);
+            Ok(())
+        }
+        FieldType::VarUInt => {
+            out.push(21);
+            Ok(())
+        }
+        FieldType::Char8 => {
+            out.push(23);
+            Ok(())
+        }
+        FieldType::Boolean8 => {
+            out.push(26);
+            Ok(())
+        }
+        ty => {
+            out.push(scalar_code(ty).ok_or_else(|| unsupported(ty, "V6"))?);
+            Ok(())
+        }
     }
 }

@@ -50,8 +50,12 @@ fn parse_attributes(event: &str) -> Vec<(String, String)> {
         let Some(eq) = rest.find('=') else { break };
         let name = rest[..eq].trim().to_string();
         let after = rest[eq + 1..].trim_start();
-        let Some(value_and_rest) = after.strip_prefix('"') else { break };
-        let Some(close) = value_and_rest.find('"') else { break };
+        let Some(value_and_rest) = after.strip_prefix('"') else {
+            break;
+        };
+        let Some(close) = value_and_rest.find('"') else {
+            break;
+        };
         out.push((name, unescape(&value_and_rest[..close])));
         rest = &value_and_rest[close + 1..];
         let t = rest.trim_start();
@@ -63,5 +67,9 @@ fn parse_attributes(event: &str) -> Vec<(String, String)> {
 }
 
 fn unescape(s: &str) -> String {
-    s.replace("&quot;", "\"").replace("&apos;", "'").replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+    s.replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&")
 }

@@ -39,7 +39,10 @@ fn event_counts_match_traceevent_baselines() {
         for line in common::read_baseline(&baseline) {
             let ours = counts.get(&line.name).copied().unwrap_or(0);
             if ours != line.count {
-                mismatches.push(format!("{}: TraceEvent {} vs ours {}", line.name, line.count, ours));
+                mismatches.push(format!(
+                    "{}: TraceEvent {} vs ours {}",
+                    line.name, line.count, ours
+                ));
             }
         }
         assert!(
@@ -73,7 +76,13 @@ fn traceevent_text(v: &Value) -> String {
     match v {
         Value::I32(n) => grouped(i64::from(*n)),
         Value::I64(n) => grouped(*n),
-        Value::Bool(b) => if *b { "True".into() } else { "False".into() },
+        Value::Bool(b) => {
+            if *b {
+                "True".into()
+            } else {
+                "False".into()
+            }
+        }
         Value::Array(items) => {
             let parts: Vec<String> = items.iter().map(|i| i.to_string()).collect();
             format!("[{}]", parts.join(","))
@@ -99,17 +108,32 @@ fn first_self_describing_payloads_match_traceevent_baselines() {
                 continue;
             }
             let fields = event.decode_payload().unwrap();
-            firsts.insert(name, fields.iter().map(|(n, v)| (n.clone(), traceevent_text(v))).collect());
+            firsts.insert(
+                name,
+                fields
+                    .iter()
+                    .map(|(n, v)| (n.clone(), traceevent_text(v)))
+                    .collect(),
+            );
         }
         for line in &lines {
-            let Some(ours) = firsts.get(&line.name) else { continue };
+            let Some(ours) = firsts.get(&line.name) else {
+                continue;
+            };
             let expected: Vec<(String, String)> = line
                 .attributes
                 .iter()
                 .filter(|(k, _)| {
                     !matches!(
                         k.as_str(),
-                        "MSec" | "PID" | "PName" | "TID" | "EventName" | "ProviderName" | "FormattedMessage" | "ActivityID"
+                        "MSec"
+                            | "PID"
+                            | "PName"
+                            | "TID"
+                            | "EventName"
+                            | "ProviderName"
+                            | "FormattedMessage"
+                            | "ActivityID"
                     )
                 })
                 .cloned()
@@ -119,6 +143,9 @@ fn first_self_describing_payloads_match_traceevent_baselines() {
         }
     }
     if !baselines().is_empty() {
-        assert!(checked >= 4, "only {checked} self-describing events were compared");
+        assert!(
+            checked >= 4,
+            "only {checked} self-describing events were compared"
+        );
     }
 }

@@ -9,6 +9,7 @@ use super::{KnownCount, KnownEvent, KnownField, KnownType};
 
 #[rustfmt::skip]
 pub(super) static KNOWN_EVENTS: &[KnownEvent] = &[
+    // Hand-written in tools/gen_manifest.py, not from ClrEtwAll.man.
     KnownEvent {
         provider: "Microsoft-DotNETCore-EventPipe",
         event_id: 1,
@@ -21,6 +22,7 @@ pub(super) static KNOWN_EVENTS: &[KnownEvent] = &[
         level: 0,
         fields: EVENT_PIPE_PROCESS_INFO,
     },
+    // Hand-written in tools/gen_manifest.py, not from ClrEtwAll.man.
     KnownEvent {
         provider: "Microsoft-DotNETCore-EventPipe",
         event_id: 1,
@@ -33,6 +35,7 @@ pub(super) static KNOWN_EVENTS: &[KnownEvent] = &[
         level: 0,
         fields: EVENT_PIPE_PROCESS_INFO_V1,
     },
+    // Hand-written in tools/gen_manifest.py, not from ClrEtwAll.man.
     KnownEvent {
         provider: "Microsoft-DotNETCore-SampleProfiler",
         event_id: 0,
@@ -45,6 +48,7 @@ pub(super) static KNOWN_EVENTS: &[KnownEvent] = &[
         level: 4,
         fields: SAMPLE_PROFILER_THREAD_SAMPLE,
     },
+    // Hand-written in tools/gen_manifest.py, not from ClrEtwAll.man.
     KnownEvent {
         provider: "Microsoft-DotNETCore-SampleProfiler",
         event_id: 1,

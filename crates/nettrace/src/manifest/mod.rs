@@ -138,4 +138,5 @@ pub fn is_known_provider(provider: &str) -> bool {
     let start = table.partition_point(|e| e.provider < provider);
     table.get(start).is_some_and(|e| e.provider == provider)
 }
-#[cfg(test)] mod tests;
+#[cfg(test)]
+mod tests;
