@@ -180,13 +180,6 @@ impl<'a> Cursor<'a> {
         let b = self.bytes(len, what)?;
         Ok(String::from_utf8_lossy(b).into_owned())
     }
-
-    /// V4/V5 FastSerialization string: i32 byte length, then UTF-8.
-    pub(crate) fn utf8_i32len(&mut self, what: &'static str) -> Result<String> {
-        let len = self.len_u32(what)?;
-        let b = self.bytes(len, what)?;
-        Ok(String::from_utf8_lossy(b).into_owned())
-    }
 }
 
 pub(crate) fn zigzag_decode(v: u64) -> i64 {

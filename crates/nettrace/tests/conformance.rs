@@ -149,3 +149,45 @@ fn first_self_describing_payloads_match_traceevent_baselines() {
         );
     }
 }
+
+#[test]
+fn first_event_times_match_traceevent_msec_and_sorted_order_holds() {
+    for baseline in baselines() {
+        let bytes = std::fs::read(trace_of(&baseline)).unwrap();
+        let lines = common::read_baseline(&baseline);
+        let file_order_count = {
+            let mut r = TraceReader::from_slice(&bytes).unwrap();
+            let mut n = 0u64;
+            while r.next_event().unwrap().is_some() {
+                n += 1;
+            }
+            n
+        };
+        let mut reader = SortedReader::new(TraceReader::from_slice(&bytes).unwrap());
+        let mut first_msec: BTreeMap<String, f64> = BTreeMap::new();
+        let mut last = i64::MIN;
+        let mut n = 0u64;
+        while let Some(event) = reader.next_event().unwrap() {
+            assert!(event.header.timestamp >= last, "{}: sorted output went back in time", baseline.display());
+            last = event.header.timestamp;
+            first_msec.entry(event.qualified_name()).or_insert_with(|| event.timestamp_msec().max(0.0));
+            n += 1;
+        }
+        assert_eq!(n, file_order_count, "{}: sorting lost or duplicated events", baseline.display());
+        assert!(
+            (reader.peak_pending() as u64) < file_order_count.max(2),
+            "{}: sorting held the whole trace",
+            baseline.display()
+        );
+        for line in &lines {
+            let want: f64 = line
+                .attributes
+                .iter()
+                .find(|(k, _)| k == "MSec")
+                .map(|(_, v)| v.trim().parse().unwrap())
+                .unwrap();
+            let ours = first_msec[&line.name];
+            assert!((ours - want).abs() < 0.0001, "{} {}: MSec {want} vs ours {ours:.4}", baseline.display(), line.name);
+        }
+    }
+}

@@ -1,0 +1,505 @@
+//! `eptrace report`: what a trace holds, in one read.
+//!
+//! Two passes run side by side on two threads. The file-order pass reads events as stored
+//! and tallies everything the report shows, checking that each capture thread's timestamps
+//! never decrease. The sorted pass reads the same bytes through [`SortedReader`] and checks
+//! that its output never goes back in time and that it yields as many events. A mapped file
+//! is simply read twice; standard input is read once and its bytes are teed over a bounded
+//! channel to the sorted pass, so memory stays bounded by a few blocks either way.
+
+use std::cell::Cell;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{self, BufWriter, Read, Write};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::thread;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use nettrace::source::Input;
+use nettrace::{EventMetadata, ReadStats, SortedReader, TraceInfo, TraceReader};
+use serde::Serialize;
+
+use crate::input::{self, InputSpec, Opened};
+use crate::progress::Progress;
+
+/// What `report` was asked to do.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    /// The trace to read.
+    pub(crate) input: InputSpec,
+    /// Print JSON instead of text.
+    pub(crate) json: bool,
+    /// How many rows each text table shows.
+    pub(crate) top: usize,
+}
+
+/// How many events pass between progress updates and cancellation checks.
+const CHECK_EVERY: u64 = 4096;
+
+/// Runs `eptrace report`.
+pub(crate) fn do_report(config: &Config) -> Result<()> {
+    let name = config.input.display_name();
+    let opened = input::open(&config.input)?;
+    let report = gather(opened, &name).with_context(|| format!("cannot read {name}"))?;
+    let text = if config.json {
+        let mut s = serde_json::to_string_pretty(&report).context("cannot serialize the report")?;
+        s.push('\n');
+        s
+    } else {
+        render_text(&report, config.top)
+    };
+    let mut out = BufWriter::new(io::stdout().lock());
+    out.write_all(text.as_bytes()).context("cannot write to stdout")?;
+    out.flush().context("cannot write to stdout")?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// The report itself (its JSON form is the documented output).
+
+#[derive(Debug, Serialize)]
+struct Report {
+    file: String,
+    format_version: String,
+    process_id: Option<u64>,
+    pointer_size: u32,
+    processor_count: Option<u32>,
+    start_time_utc: Option<String>,
+    /// First to last event timestamp; `None` without events.
+    duration_ms: Option<f64>,
+    file_bytes: u64,
+    total_events: u64,
+    events_by_provider: BTreeMap<String, u64>,
+    event_counts: BTreeMap<String, u64>,
+    /// Most events first.
+    threads: Vec<ThreadRow>,
+    lost_events: Lost,
+    stacks: Stacks,
+    time_order: TimeOrder,
+}
+
+#[derive(Debug, Serialize)]
+struct ThreadRow {
+    thread_id: u64,
+    events: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct Lost {
+    total: u64,
+    by_thread: Vec<LostRow>,
+}
+
+#[derive(Debug, Serialize)]
+struct LostRow {
+    thread_id: u64,
+    lost: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct Stacks {
+    events_with_stack: u64,
+    /// Distinct instruction-pointer sequences.
+    distinct: u64,
+    /// Events whose stack id named no stack the trace defined.
+    unresolved: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct TimeOrder {
+    ok: bool,
+    /// Events earlier than the previous event of their capture thread, in file order.
+    file_order_violations: u64,
+    /// Capture threads with at least one such event.
+    file_order_violating_threads: u64,
+    /// Events the sorted reader yielded earlier than the event before them.
+    sorted_violations: u64,
+    /// Events the sorted reader yielded (must equal `total_events`).
+    sorted_events: u64,
+}
+
+// ---------------------------------------------------------------------------------------
+// Reading.
+
+/// Reads the whole trace twice (file order and sorted) and builds the report.
+fn gather(opened: Opened, name: &str) -> Result<Report> {
+    let stop = AtomicBool::new(false);
+    let sorted_pos = AtomicU64::new(0);
+    match opened {
+        Opened::Mapped(_) => {
+            let bytes = opened.bytes().unwrap_or(&[]);
+            let total = bytes.len() as u64;
+            let mut progress = Progress::new(Some(total));
+            thread::scope(|s| {
+                let sorted = s.spawn(|| sorted_pass(TraceReader::from_slice(bytes)?, &sorted_pos, &stop));
+                let main = TraceReader::from_slice(bytes).and_then(|r| file_pass(r, &mut progress, &sorted_pos));
+                finish(main, sorted, total, name, &mut progress, &sorted_pos, &stop)
+            })
+        }
+        Opened::Stream(stream) => {
+            let (tx, rx) = mpsc::sync_channel(16);
+            let read = Cell::new(0u64);
+            let tee = Tee { inner: stream, tx: Some(tx), read: &read };
+            let mut progress = Progress::new(None);
+            thread::scope(|s| {
+                let sorted = s.spawn(|| {
+                    let reader = ChannelReader { rx, chunk: Vec::new(), pos: 0 };
+                    sorted_pass(TraceReader::from_read(reader)?, &sorted_pos, &stop)
+                });
+                // The file-order reader owns the tee; it is dropped when the pass returns,
+                // which closes the channel and lets the sorted pass reach its end.
+                let main = TraceReader::from_read(tee).and_then(|r| file_pass(r, &mut progress, &sorted_pos));
+                let total = read.get();
+                finish(main, sorted, total, name, &mut progress, &sorted_pos, &stop)
+            })
+        }
+    }
+}
+
+/// Waits for the sorted pass and combines both passes; the file-order error wins.
+fn finish(
+    main: nettrace::Result<FilePass>,
+    sorted: thread::ScopedJoinHandle<'_, nettrace::Result<SortedCheck>>,
+    file_bytes: u64,
+    name: &str,
+    progress: &mut Progress,
+    sorted_pos: &AtomicU64,
+    stop: &AtomicBool,
+) -> Result<Report> {
+    let main = match main {
+        Ok(m) => m,
+        Err(e) => {
+            // Relaxed: only asks the other pass to stop early; nothing is published.
+            stop.store(true, Ordering::Relaxed);
+            return Err(e.into());
+        }
+    };
+    while !sorted.is_finished() {
+        progress.set(sorted_pos.load(Ordering::Relaxed));
+        thread::sleep(Duration::from_millis(50));
+    }
+    let sorted = match sorted.join() {
+        Ok(result) => result.context("sorted pass")?,
+        Err(panic) => std::panic::resume_unwind(panic),
+    };
+    progress.finish();
+    Ok(build(main, sorted, file_bytes, name))
+}
+
+/// The file-order pass's results.
+#[derive(Debug)]
+struct FilePass {
+    tally: Tally,
+    trace: TraceInfo,
+    stats: ReadStats,
+}
+
+fn file_pass<I: Input>(
+    mut reader: TraceReader<I>,
+    progress: &mut Progress,
+    sorted_pos: &AtomicU64,
+) -> nettrace::Result<FilePass> {
+    let mut tally = Tally::default();
+    while let Some(event) = reader.next_event()? {
+        tally.events += 1;
+        tally.names.add(event.metadata);
+        *tally.threads.entry(event.thread_id()).or_default() += 1;
+        let ts = event.header.timestamp;
+        tally.min_ts = Some(tally.min_ts.map_or(ts, |m| m.min(ts)));
+        tally.max_ts = Some(tally.max_ts.map_or(ts, |m| m.max(ts)));
+        let capture = event.capture_thread_id();
+        if let Some(prev) = tally.last_ts_by_capture.insert(capture, ts) {
+            if ts < prev {
+                *tally.violations_by_capture.entry(capture).or_default() += 1;
+            }
+        }
+        if let Some(stack) = event.stack {
+            tally.events_with_stack += 1;
+            if !tally.stacks.contains(stack) {
+                tally.stacks.insert(stack.into());
+            }
+        }
+        if tally.events % CHECK_EVERY == 0 {
+            // Relaxed: a display value only.
+            progress.set(event.offset.0.min(sorted_pos.load(Ordering::Relaxed)));
+        }
+    }
+    Ok(FilePass { tally, trace: reader.trace().clone(), stats: reader.stats().clone() })
+}
+
+/// What the sorted pass saw.
+#[derive(Debug, Default)]
+struct SortedCheck {
+    events: u64,
+    violations: u64,
+}
+
+fn sorted_pass<I: Input>(reader: TraceReader<I>, pos: &AtomicU64, stop: &AtomicBool) -> nettrace::Result<SortedCheck> {
+    let mut sorted = SortedReader::new(reader);
+    let mut check = SortedCheck::default();
+    let mut last = i64::MIN;
+    while let Some(event) = sorted.next_event()? {
+        check.events += 1;
+        if event.header.timestamp < last {
+            check.violations += 1;
+        }
+        last = event.header.timestamp;
+        if check.events % CHECK_EVERY == 0 {
+            // Relaxed: progress display and an early-exit hint; nothing is published.
+            pos.fetch_max(event.offset.0, Ordering::Relaxed);
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+        }
+    }
+    pos.store(u64::MAX, Ordering::Relaxed);
+    Ok(check)
+}
+
+/// Counters of the file-order pass.
+#[derive(Debug, Default)]
+struct Tally {
+    events: u64,
+    names: NameCounter,
+    threads: HashMap<u64, u64>,
+    last_ts_by_capture: HashMap<u64, i64>,
+    violations_by_capture: HashMap<u64, u64>,
+    min_ts: Option<i64>,
+    max_ts: Option<i64>,
+    events_with_stack: u64,
+    stacks: HashSet<Box<[u8]>>,
+}
+
+/// Counts events per `Provider/EventName` without building the name for every event.
+///
+/// Metadata ids are cached, but a V6 trace may reuse an id after a metadata flush, so a
+/// cached row is trusted only when its provider and name still match.
+#[derive(Debug, Default)]
+struct NameCounter {
+    by_id: HashMap<u32, usize>,
+    by_name: HashMap<(String, String), usize>,
+    rows: Vec<NameRow>,
+}
+
+#[derive(Debug)]
+struct NameRow {
+    provider: String,
+    display: String,
+    qualified: String,
+    count: u64,
+}
+
+impl NameCounter {
+    fn add(&mut self, md: &EventMetadata) {
+        let cached = self.by_id.get(&md.metadata_id).copied().filter(|&i| {
+            self.rows.get(i).is_some_and(|r| r.provider == md.provider && r.display == md.display_name)
+        });
+        let slot = match cached {
+            Some(i) => i,
+            None => {
+                let rows = &mut self.rows;
+                let i = *self
+                    .by_name
+                    .entry((md.provider.clone(), md.display_name.clone()))
+                    .or_insert_with(|| {
+                        rows.push(NameRow {
+                            provider: md.provider.clone(),
+                            display: md.display_name.clone(),
+                            qualified: md.qualified_name(),
+                            count: 0,
+                        });
+                        rows.len() - 1
+                    });
+                self.by_id.insert(md.metadata_id, i);
+                i
+            }
+        };
+        if let Some(row) = self.rows.get_mut(slot) {
+            row.count += 1;
+        }
+    }
+}
+
+fn build(main: FilePass, sorted: SortedCheck, file_bytes: u64, name: &str) -> Report {
+    let FilePass { tally, trace, stats } = main;
+    let mut events_by_provider = BTreeMap::new();
+    let mut event_counts = BTreeMap::new();
+    for row in &tally.names.rows {
+        *events_by_provider.entry(row.provider.clone()).or_default() += row.count;
+        *event_counts.entry(row.qualified.clone()).or_default() += row.count;
+    }
+    let mut threads: Vec<ThreadRow> =
+        tally.threads.iter().map(|(&thread_id, &events)| ThreadRow { thread_id, events }).collect();
+    threads.sort_by(|a, b| b.events.cmp(&a.events).then(a.thread_id.cmp(&b.thread_id)));
+    let file_order_violations = tally.violations_by_capture.values().sum();
+    let time_order = TimeOrder {
+        ok: file_order_violations == 0 && sorted.violations == 0 && sorted.events == tally.events,
+        file_order_violations,
+        file_order_violating_threads: tally.violations_by_capture.len() as u64,
+        sorted_violations: sorted.violations,
+        sorted_events: sorted.events,
+    };
+    let duration_ms = match (tally.min_ts, tally.max_ts) {
+        (Some(lo), Some(hi)) => Some(trace.ticks_to_msec(hi) - trace.ticks_to_msec(lo)),
+        _ => None,
+    };
+    Report {
+        file: name.to_owned(),
+        format_version: trace.version.to_string(),
+        process_id: trace.process_id,
+        pointer_size: trace.pointer_size,
+        processor_count: trace.processor_count,
+        start_time_utc: trace.ticks_to_unix_nanos(trace.sync_time_ticks).map(nettrace::format_unix_nanos),
+        duration_ms,
+        file_bytes,
+        total_events: tally.events,
+        events_by_provider,
+        event_counts,
+        threads,
+        lost_events: Lost {
+            total: stats.lost_events,
+            by_thread: stats.lost_by_thread.iter().map(|&(thread_id, lost)| LostRow { thread_id, lost }).collect(),
+        },
+        stacks: Stacks {
+            events_with_stack: tally.events_with_stack,
+            distinct: tally.stacks.len() as u64,
+            unresolved: stats.unresolved_stacks,
+        },
+        time_order,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Standard input, read once for two passes.
+
+/// Passes reads through and sends a copy of every chunk to the sorted pass.
+struct Tee<'a> {
+    inner: Box<dyn Read>,
+    /// `None` once the receiver has gone (the sorted pass ended early).
+    tx: Option<SyncSender<Vec<u8>>>,
+    read: &'a Cell<u64>,
+}
+
+impl Read for Tee<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n > 0 {
+            self.read.set(self.read.get() + n as u64);
+            if let (Some(tx), Some(chunk)) = (&self.tx, buf.get(..n)) {
+                if tx.send(chunk.to_vec()).is_err() {
+                    self.tx = None;
+                }
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// Reads the chunks a [`Tee`] sends; end of input when the sender is dropped.
+struct ChannelReader {
+    rx: Receiver<Vec<u8>>,
+    chunk: Vec<u8>,
+    pos: usize,
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.pos >= self.chunk.len() {
+            match self.rx.recv() {
+                Ok(chunk) => {
+                    self.chunk = chunk;
+                    self.pos = 0;
+                }
+                Err(_) => return Ok(0),
+            }
+        }
+        let rest = self.chunk.get(self.pos..).unwrap_or(&[]);
+        let n = rest.len().min(buf.len());
+        buf[..n].copy_from_slice(&rest[..n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Text output.
+
+fn render_text(r: &Report, top: usize) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let opt = |v: Option<u64>| v.map_or_else(|| "unknown".to_owned(), |v| v.to_string());
+    let _ = writeln!(s, "file:            {} ({} bytes)", r.file, r.file_bytes);
+    let _ = writeln!(s, "format:          {}", r.format_version);
+    let _ = writeln!(s, "process id:      {}", opt(r.process_id));
+    let _ = writeln!(s, "pointer size:    {} bytes", r.pointer_size);
+    let _ = writeln!(s, "processors:      {}", opt(r.processor_count.map(u64::from)));
+    let _ = writeln!(s, "start time:      {}", r.start_time_utc.as_deref().unwrap_or("unknown"));
+    match r.duration_ms {
+        Some(ms) => {
+            let _ = writeln!(s, "duration:        {ms:.3} ms");
+        }
+        None => {
+            let _ = writeln!(s, "duration:        n/a (no events)");
+        }
+    }
+    let _ = writeln!(
+        s,
+        "total events:    {} ({} providers, {} event types, {} threads)",
+        r.total_events,
+        r.events_by_provider.len(),
+        r.event_counts.len(),
+        r.threads.len()
+    );
+    let _ = writeln!(s, "events lost:     {}", r.lost_events.total);
+    let _ = writeln!(
+        s,
+        "stacks:          {} events with a stack, {} distinct{}",
+        r.stacks.events_with_stack,
+        r.stacks.distinct,
+        if r.stacks.unresolved > 0 { format!(", {} unresolved", r.stacks.unresolved) } else { String::new() }
+    );
+    let t = &r.time_order;
+    if t.ok {
+        let _ = writeln!(s, "time order:      ok");
+    } else {
+        let _ = writeln!(
+            s,
+            "time order:      NOT OK: {} file-order violations on {} capture threads; sorted reader: \
+             {} violations, {} of {} events",
+            t.file_order_violations, t.file_order_violating_threads, t.sorted_violations, t.sorted_events, r.total_events
+        );
+    }
+
+    let by_count = |m: &BTreeMap<String, u64>| {
+        let mut v: Vec<(&str, u64)> = m.iter().map(|(k, &n)| (k.as_str(), n)).collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        v
+    };
+    table(&mut s, "events by provider", &by_count(&r.events_by_provider), top);
+    table(&mut s, "events by name", &by_count(&r.event_counts), top);
+    let threads: Vec<(String, u64)> = r.threads.iter().map(|t| (format!("tid {}", t.thread_id), t.events)).collect();
+    let threads: Vec<(&str, u64)> = threads.iter().map(|(k, n)| (k.as_str(), *n)).collect();
+    table(&mut s, "events by thread", &threads, top);
+    if !r.lost_events.by_thread.is_empty() {
+        let lost: Vec<(String, u64)> =
+            r.lost_events.by_thread.iter().map(|l| (format!("tid {}", l.thread_id), l.lost)).collect();
+        let mut lost: Vec<(&str, u64)> = lost.iter().map(|(k, n)| (k.as_str(), *n)).collect();
+        lost.sort_by(|a, b| b.1.cmp(&a.1));
+        table(&mut s, "events lost by thread", &lost, top);
+    }
+    s
+}
+
+fn table(s: &mut String, title: &str, rows: &[(&str, u64)], top: usize) {
+    use std::fmt::Write as _;
+    let _ = writeln!(s, "\n{title} ({}):", rows.len());
+    let width = rows.iter().take(top).map(|(_, n)| n.to_string().len()).max().unwrap_or(1);
+    for (name, n) in rows.iter().take(top) {
+        let _ = writeln!(s, "  {n:>width$}  {name}");
+    }
+    if rows.len() > top {
+        let rest: u64 = rows.iter().skip(top).map(|(_, n)| n).sum();
+        let _ = writeln!(s, "  ... and {} more ({rest} events)", rows.len() - top);
+    }
+}
