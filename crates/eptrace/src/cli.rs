@@ -1,0 +1,179 @@
+//! The command line, as clap sees it.
+//!
+//! These types mirror the flags and nothing else. [`Cli::into_action`] validates them and
+//! turns them into the plain config structs each subcommand takes ([`report::Config`],
+//! [`dump::Config`]), so no clap type reaches the code that does the work.
+
+use std::path::PathBuf;
+
+use clap::error::ErrorKind;
+use clap::{Args, CommandFactory, Parser, Subcommand};
+
+use crate::input::InputSpec;
+use crate::{dump, report};
+
+const AFTER_HELP: &str = "\
+Examples:
+  eptrace report app.nettrace
+  eptrace report --json app.nettrace | jq .event_counts
+  eptrace dump --event GC/Start --json app.nettrace
+  cat app.nettrace | eptrace dump --sorted --from 100 --to 200 -
+
+Exit status:
+  0  success (also when stdout is closed early, as by `| head`)
+  1  the trace could not be read or the output could not be written
+  2  the command line is wrong";
+
+/// Inspect NetTrace (EventPipe) trace files.
+#[derive(Debug, Parser)]
+#[command(name = "eptrace", version, about, after_help = AFTER_HELP)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Summarize a trace: facts, event counts, threads, lost events, stacks, time order.
+    Report(ReportArgs),
+    /// Print events, one per line, as text or JSON lines.
+    Dump(DumpArgs),
+}
+
+/// The trace to read; shared by every subcommand.
+#[derive(Debug, Args)]
+struct InputArgs {
+    /// Trace file, or `-` for standard input.
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+}
+
+/// Output format; shared by every subcommand.
+#[derive(Debug, Args)]
+struct FormatArgs {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct ReportArgs {
+    #[command(flatten)]
+    input: InputArgs,
+    #[command(flatten)]
+    format: FormatArgs,
+    /// Rows shown in each text table (JSON always has all of them).
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    top: usize,
+}
+
+#[derive(Debug, Args)]
+struct DumpArgs {
+    #[command(flatten)]
+    input: InputArgs,
+    /// Print one JSON object per line.
+    #[command(flatten)]
+    format: FormatArgs,
+    /// Only events of this provider (case-insensitive; repeatable).
+    #[arg(long = "provider", value_name = "P")]
+    providers: Vec<String>,
+    /// Only events named NAME or Provider/NAME (case-insensitive; repeatable).
+    #[arg(long = "event", value_name = "NAME")]
+    events: Vec<String>,
+    /// Only events of this OS thread id (repeatable).
+    #[arg(long = "thread", value_name = "TID")]
+    threads: Vec<u64>,
+    /// Only events at or after MS milliseconds from the trace's start.
+    #[arg(long, value_name = "MS", value_parser = finite_ms)]
+    from: Option<f64>,
+    /// Only events at or before MS milliseconds from the trace's start.
+    #[arg(long, value_name = "MS", value_parser = finite_ms)]
+    to: Option<f64>,
+    /// Stop after N events.
+    #[arg(long, value_name = "N")]
+    limit: Option<u64>,
+    /// Print in timestamp order rather than file order.
+    #[arg(long)]
+    sorted: bool,
+    /// Do not decode payloads.
+    #[arg(long)]
+    no_payload: bool,
+}
+
+fn finite_ms(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() => Ok(v),
+        _ => Err(format!("`{s}` is not a number of milliseconds")),
+    }
+}
+
+/// A validated command, ready to run.
+#[derive(Debug)]
+pub(crate) enum Action {
+    /// `eptrace report`.
+    Report(report::Config),
+    /// `eptrace dump`.
+    Dump(dump::Config),
+}
+
+impl Cli {
+    /// Checks what clap cannot and converts to the subcommand's config. The error is a
+    /// usage error (exit status 2).
+    pub(crate) fn into_action(self) -> Result<Action, clap::Error> {
+        Ok(match self.command {
+            Command::Report(a) => Action::Report(report::Config {
+                input: InputSpec::from_arg(a.input.file),
+                json: a.format.json,
+                top: a.top,
+            }),
+            Command::Dump(a) => {
+                if let (Some(from), Some(to)) = (a.from, a.to) {
+                    if from > to {
+                        return Err(Cli::command().error(
+                            ErrorKind::ArgumentConflict,
+                            format!("--from {from} is after --to {to}"),
+                        ));
+                    }
+                }
+                Action::Dump(dump::Config {
+                    input: InputSpec::from_arg(a.input.file),
+                    json: a.format.json,
+                    providers: a.providers,
+                    events: a.events,
+                    threads: a.threads,
+                    from_ms: a.from,
+                    to_ms: a.to,
+                    limit: a.limit,
+                    sorted: a.sorted,
+                    payload: !a.no_payload,
+                })
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clap_definition_is_valid() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn dash_is_stdin() {
+        let cli = Cli::try_parse_from(["eptrace", "report", "-"]).unwrap();
+        match cli.into_action().unwrap() {
+            Action::Report(c) => assert_eq!(c.input, InputSpec::Stdin),
+            Action::Dump(_) => panic!("parsed as dump"),
+        }
+    }
+
+    #[test]
+    fn from_after_to_is_a_usage_error() {
+        let cli = Cli::try_parse_from(["eptrace", "dump", "--from", "5", "--to", "1", "x"]).unwrap();
+        let err = cli.into_action().unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+    }
+}

@@ -1,0 +1,288 @@
+//! `eptrace dump`: one line per event, as text or JSON lines, with filters.
+//!
+//! Events stream from the reader straight to a buffered stdout: nothing is held beyond the
+//! reader's own block (and, with `--sorted`, one sequence-point region). Payloads are decoded
+//! only for events that pass the filters, and not at all with `--no-payload`.
+
+use std::io::{self, BufWriter, Write};
+
+use anyhow::{Context, Result};
+use nettrace::source::Input;
+use nettrace::{Event, EventMetadata, SortedReader, TraceReader, Value};
+use serde::Serialize;
+
+use crate::input::{self, InputSpec, Opened};
+use crate::value_json::{decimal_to_string, Fields};
+
+/// What `dump` was asked to do.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    /// The trace to read.
+    pub(crate) input: InputSpec,
+    /// JSON lines instead of text.
+    pub(crate) json: bool,
+    /// Keep events of these providers (case-insensitive); empty keeps all.
+    pub(crate) providers: Vec<String>,
+    /// Keep events with these names, as `EventName` or `Provider/EventName`
+    /// (case-insensitive); empty keeps all.
+    pub(crate) events: Vec<String>,
+    /// Keep events of these OS threads; empty keeps all.
+    pub(crate) threads: Vec<u64>,
+    /// Keep events at or after this many milliseconds.
+    pub(crate) from_ms: Option<f64>,
+    /// Keep events at or before this many milliseconds.
+    pub(crate) to_ms: Option<f64>,
+    /// Stop after this many events.
+    pub(crate) limit: Option<u64>,
+    /// Timestamp order instead of file order.
+    pub(crate) sorted: bool,
+    /// Decode and print payloads.
+    pub(crate) payload: bool,
+}
+
+/// Runs `eptrace dump`.
+pub(crate) fn do_dump(config: &Config) -> Result<()> {
+    let name = config.input.display_name();
+    let opened = input::open(&config.input)?;
+    let mut out = BufWriter::with_capacity(64 * 1024, io::stdout().lock());
+    match opened {
+        Opened::Mapped(_) => {
+            let bytes = opened.bytes().unwrap_or(&[]);
+            dump_from(TraceReader::from_slice(bytes), config, &name, &mut out)?;
+        }
+        Opened::Stream(stream) => dump_from(TraceReader::from_read(stream), config, &name, &mut out)?,
+    }
+    out.flush().context("cannot write to stdout")
+}
+
+/// Both readers yield events the same way; this lets one loop drive either.
+trait Events {
+    fn next_event(&mut self) -> nettrace::Result<Option<Event<'_>>>;
+}
+
+impl<I: Input> Events for TraceReader<I> {
+    fn next_event(&mut self) -> nettrace::Result<Option<Event<'_>>> {
+        TraceReader::next_event(self)
+    }
+}
+
+impl<I: Input> Events for SortedReader<I> {
+    fn next_event(&mut self) -> nettrace::Result<Option<Event<'_>>> {
+        SortedReader::next_event(self)
+    }
+}
+
+fn dump_from<I: Input>(
+    reader: nettrace::Result<TraceReader<I>>,
+    config: &Config,
+    name: &str,
+    out: &mut impl Write,
+) -> Result<()> {
+    let reader = reader.with_context(|| format!("cannot read {name}"))?;
+    if config.sorted {
+        pump(SortedReader::new(reader), config, name, out)
+    } else {
+        pump(reader, config, name, out)
+    }
+}
+
+fn pump(mut events: impl Events, config: &Config, name: &str, out: &mut impl Write) -> Result<()> {
+    if config.limit == Some(0) {
+        return Ok(());
+    }
+    let filter = Filter::new(config);
+    let mut printed = 0u64;
+    let mut line = Vec::with_capacity(512);
+    while let Some(event) = events.next_event().with_context(|| format!("cannot read {name}"))? {
+        let msec = event.timestamp_msec();
+        if config.sorted && config.to_ms.is_some_and(|to| msec > to) {
+            break; // sorted: every later event is later still
+        }
+        if !filter.matches(&event, msec) {
+            continue;
+        }
+        line.clear();
+        if config.json {
+            json_line(&mut line, &event, msec, config.payload)?;
+        } else {
+            text_line(&mut line, &event, msec, config.payload);
+        }
+        line.push(b'\n');
+        out.write_all(&line).context("cannot write to stdout")?;
+        printed += 1;
+        if config.limit == Some(printed) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// The event filters, ready to test.
+#[derive(Debug)]
+struct Filter<'a> {
+    providers: &'a [String],
+    events: &'a [String],
+    threads: &'a [u64],
+    from_ms: Option<f64>,
+    to_ms: Option<f64>,
+}
+
+impl<'a> Filter<'a> {
+    fn new(c: &'a Config) -> Self {
+        Filter { providers: &c.providers, events: &c.events, threads: &c.threads, from_ms: c.from_ms, to_ms: c.to_ms }
+    }
+
+    fn matches(&self, e: &Event<'_>, msec: f64) -> bool {
+        let md = e.metadata;
+        (self.providers.is_empty() || self.providers.iter().any(|p| p.eq_ignore_ascii_case(&md.provider)))
+            && (self.events.is_empty() || self.events.iter().any(|n| event_name_matches(n, md)))
+            && (self.threads.is_empty() || self.threads.contains(&e.thread_id()))
+            && self.from_ms.map_or(true, |from| msec >= from)
+            && self.to_ms.map_or(true, |to| msec <= to)
+    }
+}
+
+/// Whether `wanted` names the event: its `EventName` (as TraceEvent prints it, or as the
+/// trace states it) or its full `Provider/EventName`, ignoring ASCII case.
+fn event_name_matches(wanted: &str, md: &EventMetadata) -> bool {
+    if wanted.eq_ignore_ascii_case(&md.display_name) || (!md.event_name.is_empty() && wanted.eq_ignore_ascii_case(&md.event_name)) {
+        return true;
+    }
+    // `Provider/EventName` without building it: the provider may itself contain no '/',
+    // but the event name may (`GC/Start`), so split at the provider's length.
+    let (w, p) = (wanted.as_bytes(), md.provider.as_bytes());
+    w.len() == p.len() + 1 + md.display_name.len()
+        && w[..p.len()].eq_ignore_ascii_case(p)
+        && w[p.len()] == b'/'
+        && w[p.len() + 1..].eq_ignore_ascii_case(md.display_name.as_bytes())
+}
+
+// ---------------------------------------------------------------------------------------
+// Text lines.
+
+fn text_line(line: &mut Vec<u8>, e: &Event<'_>, msec: f64, payload: bool) {
+    let md = e.metadata;
+    let _ = write!(line, "{msec:>12.4} ms  tid {}  {}/{}", e.thread_id(), md.provider, md.display_name);
+    if payload {
+        match e.decode_payload() {
+            Ok(fields) if fields.is_empty() => {}
+            Ok(fields) => {
+                line.extend_from_slice(b" ");
+                for (name, value) in &fields {
+                    let _ = write!(line, " {name}={}", text_value(value));
+                }
+            }
+            Err(err) => {
+                let _ = write!(line, "  payload_error={:?}", err.to_string());
+            }
+        }
+    }
+    let frames = e.stack_ips().count();
+    if frames > 0 {
+        let _ = write!(line, "  [stack: {frames} frame{}]", if frames == 1 { "" } else { "s" });
+    }
+}
+
+/// A value as text; quoted (with Rust escapes) when it would not read as one token.
+fn text_value(v: &Value) -> String {
+    let s = match v {
+        Value::Decimal(raw) => decimal_to_string(raw),
+        _ => v.to_string(),
+    };
+    let plain = !s.is_empty() && !s.chars().any(|c| c.is_whitespace() || c.is_control() || c == '"');
+    if plain {
+        s
+    } else {
+        format!("{s:?}")
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// JSON lines.
+
+/// One event as a JSON object; field order is the documented key order.
+#[derive(Debug, Serialize)]
+struct JsonEvent<'a> {
+    msec: f64,
+    timestamp: i64,
+    provider: &'a str,
+    event: &'a str,
+    name: String,
+    event_id: u32,
+    version: u32,
+    thread_id: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thread_name: Option<&'a str>,
+    process_id: Option<u64>,
+    capture_thread_id: u64,
+    processor: u32,
+    sequence: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    activity_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stack: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload: Option<Fields<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload_error: Option<String>,
+}
+
+fn json_line(line: &mut Vec<u8>, e: &Event<'_>, msec: f64, payload: bool) -> Result<()> {
+    let decoded = if payload { Some(e.decode_payload()) } else { None };
+    let (fields, payload_error) = match &decoded {
+        None => (None, None),
+        Some(Ok(fields)) => (Some(Fields(fields)), None),
+        Some(Err(err)) => (None, Some(err.to_string())),
+    };
+    let md = e.metadata;
+    let activity = e.activity_id();
+    let record = JsonEvent {
+        msec,
+        timestamp: e.header.timestamp,
+        provider: &md.provider,
+        event: &md.display_name,
+        name: md.qualified_name(),
+        event_id: md.event_id,
+        version: md.version,
+        thread_id: e.thread_id(),
+        thread_name: e.thread_name(),
+        process_id: e.process_id(),
+        capture_thread_id: e.capture_thread_id(),
+        processor: e.header.processor,
+        sequence: e.header.sequence_number,
+        activity_id: (!activity.is_zero()).then(|| activity.to_string()),
+        stack: e.stack.map(|_| e.stack_ips().map(|ip| format!("0x{ip:x}")).collect()),
+        payload: fields,
+        payload_error,
+    };
+    serde_json::to_writer(line, &record).context("cannot serialize an event")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn md(provider: &str, display: &str) -> EventMetadata {
+        EventMetadata { provider: provider.into(), display_name: display.into(), ..Default::default() }
+    }
+
+    #[test]
+    fn event_names() {
+        let m = md("Microsoft-Windows-DotNETRuntime", "GC/Start");
+        assert!(event_name_matches("gc/start", &m));
+        assert!(event_name_matches("Microsoft-Windows-DotNETRuntime/GC/Start", &m));
+        assert!(event_name_matches("microsoft-windows-dotnetruntime/gc/START", &m));
+        assert!(!event_name_matches("Start", &m));
+        assert!(!event_name_matches("Microsoft-Windows-DotNETRuntime/GC", &m));
+        assert!(!event_name_matches("Microsoft-Windows-DotNETRuntimeXGC/Start", &m));
+    }
+
+    #[test]
+    fn text_values() {
+        assert_eq!(text_value(&Value::String("plain".into())), "plain");
+        assert_eq!(text_value(&Value::String("two words".into())), "\"two words\"");
+        assert_eq!(text_value(&Value::String(String::new())), "\"\"");
+        assert_eq!(text_value(&Value::String("a\nb".into())), "\"a\\nb\"");
+        assert_eq!(text_value(&Value::U32(7)), "7");
+    }
+}
