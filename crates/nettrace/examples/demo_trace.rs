@@ -5,23 +5,39 @@
 //! regenerates the committed copy; a test checks that the two stay identical.
 
 use nettrace::write::{EventBlockBuilder, TraceWriter};
-use nettrace::{EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, SystemTime, TraceInfo};
+use nettrace::{
+    EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, SystemTime, TraceInfo,
+};
 
 const TICKS_PER_MS: i64 = 1_000_000;
 
 fn field(name: &str, ty: FieldType) -> FieldDesc {
-    FieldDesc { name: name.into(), ty }
+    FieldDesc {
+        name: name.into(),
+        ty,
+    }
 }
 
 fn utf16z(s: &str) -> Vec<u8> {
-    s.encode_utf16().chain([0]).flat_map(u16::to_le_bytes).collect()
+    s.encode_utf16()
+        .chain([0])
+        .flat_map(u16::to_le_bytes)
+        .collect()
 }
 
 /// Builds the demo trace deterministically.
-pub fn build() -> Vec<u8> {
+pub(crate) fn build() -> Vec<u8> {
     let mut info = TraceInfo::new(FormatVersion::V5, 8);
-    info.sync_time_utc =
-        SystemTime { year: 2026, month: 11, day_of_week: 0, day: 22, hour: 9, minute: 30, second: 0, millisecond: 0 };
+    info.sync_time_utc = SystemTime {
+        year: 2026,
+        month: 11,
+        day_of_week: 0,
+        day: 22,
+        hour: 9,
+        minute: 30,
+        second: 0,
+        millisecond: 0,
+    };
     info.sync_time_ticks = 1_000 * TICKS_PER_MS;
     info.process_id = Some(4242);
     info.processor_count = Some(2);
@@ -34,7 +50,10 @@ pub fn build() -> Vec<u8> {
             event_name: "RequestStart".into(),
             level: 4,
             keywords: 1,
-            fields: vec![field("RequestId", FieldType::UInt64), field("Path", FieldType::Utf16String)],
+            fields: vec![
+                field("RequestId", FieldType::UInt64),
+                field("Path", FieldType::Utf16String),
+            ],
             ..Default::default()
         },
         EventMetadata {
@@ -85,7 +104,11 @@ pub fn build() -> Vec<u8> {
             let ts = info.sync_time_ticks + (round * 50 + i as i64) * TICKS_PER_MS + t as i64 * 7;
             let request = round as u64 * 1000 + i;
             // Thread 4245 drops two events in the first round: its sequence skips ahead.
-            sequence[t] += if round == 0 && t == 2 && i == 20 { 3 } else { 1 };
+            sequence[t] += if round == 0 && t == 2 && i == 20 {
+                3
+            } else {
+                1
+            };
             let (metadata_id, payload, stack_id) = match i % 4 {
                 0 | 1 => {
                     let mut p = request.to_le_bytes().to_vec();
@@ -102,7 +125,9 @@ pub fn build() -> Vec<u8> {
                     let mut p = utf16z(&format!("user:{request}"));
                     let shards = [1i32, 3, 5];
                     p.extend_from_slice(&(shards.len() as u16).to_le_bytes());
-                    shards.iter().for_each(|s| p.extend_from_slice(&s.to_le_bytes()));
+                    shards
+                        .iter()
+                        .for_each(|s| p.extend_from_slice(&s.to_le_bytes()));
                     (3, p, 0)
                 }
             };
@@ -122,15 +147,21 @@ pub fn build() -> Vec<u8> {
         w.write_event_block(&block).expect("events");
         block.clear();
         let bounds: Vec<(u64, u32)> = threads.iter().copied().zip(sequence).collect();
-        w.write_sequence_point(info.sync_time_ticks + (round * 50 + 45) * TICKS_PER_MS, 0, &bounds)
-            .expect("sequence point");
+        w.write_sequence_point(
+            info.sync_time_ticks + (round * 50 + 45) * TICKS_PER_MS,
+            0,
+            &bounds,
+        )
+        .expect("sequence point");
     }
     w.finish().expect("finish")
 }
 
 #[allow(dead_code)] // also compiled into the fixture test, which only calls `build`
 fn main() {
-    let path = std::env::args().nth(1).unwrap_or_else(|| "demo.nettrace".into());
+    let path = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "demo.nettrace".into());
     let bytes = build();
     std::fs::write(&path, &bytes).unwrap_or_else(|e| panic!("cannot write {path}: {e}"));
     println!("wrote {path} ({} bytes)", bytes.len());

@@ -168,12 +168,23 @@ fn first_event_times_match_traceevent_msec_and_sorted_order_holds() {
         let mut last = i64::MIN;
         let mut n = 0u64;
         while let Some(event) = reader.next_event().unwrap() {
-            assert!(event.header.timestamp >= last, "{}: sorted output went back in time", baseline.display());
+            assert!(
+                event.header.timestamp >= last,
+                "{}: sorted output went back in time",
+                baseline.display()
+            );
             last = event.header.timestamp;
-            first_msec.entry(event.qualified_name()).or_insert_with(|| event.timestamp_msec().max(0.0));
+            first_msec
+                .entry(event.qualified_name())
+                .or_insert_with(|| event.timestamp_msec().max(0.0));
             n += 1;
         }
-        assert_eq!(n, file_order_count, "{}: sorting lost or duplicated events", baseline.display());
+        assert_eq!(
+            n,
+            file_order_count,
+            "{}: sorting lost or duplicated events",
+            baseline.display()
+        );
         assert!(
             (reader.peak_pending() as u64) < file_order_count.max(2),
             "{}: sorting held the whole trace",
@@ -187,7 +198,12 @@ fn first_event_times_match_traceevent_msec_and_sorted_order_holds() {
                 .map(|(_, v)| v.trim().parse().unwrap())
                 .unwrap();
             let ours = first_msec[&line.name];
-            assert!((ours - want).abs() < 0.0001, "{} {}: MSec {want} vs ours {ours:.4}", baseline.display(), line.name);
+            assert!(
+                (ours - want).abs() < 0.0001,
+                "{} {}: MSec {want} vs ours {ours:.4}",
+                baseline.display(),
+                line.name
+            );
         }
     }
 }

@@ -8,7 +8,11 @@ use nettrace::{FormatVersion, TraceReader, Value};
 
 #[test]
 fn committed_fixture_matches_its_generator() {
-    let committed = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/demo.nettrace")).unwrap();
+    let committed = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/demo.nettrace"
+    ))
+    .unwrap();
     assert!(
         committed == demo::build(),
         "tests/fixtures/demo.nettrace is stale: run `cargo run -p nettrace --example demo_trace -- \
@@ -28,13 +32,20 @@ fn demo_fixture_reads_back() {
             miss = Some(e.decode_payload().unwrap());
         }
     }
-    assert_eq!(r.trace().version, FormatVersion::V5, "opcode tags make it V5");
+    assert_eq!(
+        r.trace().version,
+        FormatVersion::V5,
+        "opcode tags make it V5"
+    );
     assert_eq!(names["Demo.Http/Request/Start"], 40);
     assert_eq!(names["Demo.Http/Request/Stop"], 20);
     assert_eq!(names["Demo.Cache/Miss/24"], 20);
     let miss = miss.unwrap();
     assert_eq!(miss[0], ("Key".to_string(), Value::String("user:3".into())));
-    assert_eq!(miss[1].1, Value::Array(vec![Value::I32(1), Value::I32(3), Value::I32(5)]));
+    assert_eq!(
+        miss[1].1,
+        Value::Array(vec![Value::I32(1), Value::I32(3), Value::I32(5)])
+    );
     assert_eq!(r.stats().lost_events, 2);
     assert_eq!(r.stats().lost_by_thread, vec![(4245, 2)]);
 }

@@ -20,12 +20,15 @@ pub fn shared_traces(test: &str) -> Option<PathBuf> {
 /// One line of a TraceEvent baseline.
 #[derive(Debug)]
 pub struct BaselineLine {
+    /// `Provider/EventName`.
     pub name: String,
+    /// How many such events TraceEvent saw.
     pub count: u64,
     /// Attributes of the first event, in order, XML-unescaped.
     pub attributes: Vec<(String, String)>,
 }
 
+/// Parses a `*.baseline.txt` file.
 pub fn read_baseline(path: &std::path::Path) -> Vec<BaselineLine> {
     let text = std::fs::read_to_string(path).expect("baseline readable");
     let text = text.trim_start_matches('\u{feff}');
@@ -46,8 +49,7 @@ pub fn read_baseline(path: &std::path::Path) -> Vec<BaselineLine> {
 fn parse_attributes(event: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let mut rest = event.trim_start_matches("<Event");
-    loop {
-        let Some(eq) = rest.find('=') else { break };
+    while let Some(eq) = rest.find('=') {
         let name = rest[..eq].trim().to_string();
         let after = rest[eq + 1..].trim_start();
         let Some(value_and_rest) = after.strip_prefix('"') else {
