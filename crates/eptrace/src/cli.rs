@@ -71,7 +71,6 @@ struct ReportArgs {
 struct DumpArgs {
     #[command(flatten)]
     input: InputArgs,
-    /// Print one JSON object per line.
     #[command(flatten)]
     format: FormatArgs,
     /// Only events of this provider (case-insensitive; repeatable).
@@ -129,8 +128,8 @@ impl Cli {
             Command::Dump(a) => {
                 if let (Some(from), Some(to)) = (a.from, a.to) {
                     if from > to {
-                        return Err(Cli::command().error(
-                            ErrorKind::ArgumentConflict,
+                        return Err(usage_error(
+                            "dump",
                             format!("--from {from} is after --to {to}"),
                         ));
                     }
@@ -149,6 +148,16 @@ impl Cli {
                 })
             }
         })
+    }
+}
+
+/// A usage error (exit status 2) whose usage line is the subcommand's.
+fn usage_error(subcommand: &str, message: String) -> clap::Error {
+    let mut cmd = Cli::command();
+    cmd.build();
+    match cmd.find_subcommand_mut(subcommand) {
+        Some(sub) => sub.error(ErrorKind::ArgumentConflict, message),
+        None => cmd.error(ErrorKind::ArgumentConflict, message),
     }
 }
 
@@ -172,7 +181,8 @@ mod tests {
 
     #[test]
     fn from_after_to_is_a_usage_error() {
-        let cli = Cli::try_parse_from(["eptrace", "dump", "--from", "5", "--to", "1", "x"]).unwrap();
+        let cli =
+            Cli::try_parse_from(["eptrace", "dump", "--from", "5", "--to", "1", "x"]).unwrap();
         let err = cli.into_action().unwrap_err();
         assert_eq!(err.exit_code(), 2);
     }

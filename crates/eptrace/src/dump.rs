@@ -50,7 +50,9 @@ pub(crate) fn do_dump(config: &Config) -> Result<()> {
             let bytes = opened.bytes().unwrap_or(&[]);
             dump_from(TraceReader::from_slice(bytes), config, &name, &mut out)?;
         }
-        Opened::Stream(stream) => dump_from(TraceReader::from_read(stream), config, &name, &mut out)?,
+        Opened::Stream(stream) => {
+            dump_from(TraceReader::from_read(stream), config, &name, &mut out)?
+        }
     }
     out.flush().context("cannot write to stdout")
 }
@@ -93,7 +95,10 @@ fn pump(mut events: impl Events, config: &Config, name: &str, out: &mut impl Wri
     let filter = Filter::new(config);
     let mut printed = 0u64;
     let mut line = Vec::with_capacity(512);
-    while let Some(event) = events.next_event().with_context(|| format!("cannot read {name}"))? {
+    while let Some(event) = events
+        .next_event()
+        .with_context(|| format!("cannot read {name}"))?
+    {
         let msec = event.timestamp_msec();
         if config.sorted && config.to_ms.is_some_and(|to| msec > to) {
             break; // sorted: every later event is later still
@@ -129,23 +134,35 @@ struct Filter<'a> {
 
 impl<'a> Filter<'a> {
     fn new(c: &'a Config) -> Self {
-        Filter { providers: &c.providers, events: &c.events, threads: &c.threads, from_ms: c.from_ms, to_ms: c.to_ms }
+        Filter {
+            providers: &c.providers,
+            events: &c.events,
+            threads: &c.threads,
+            from_ms: c.from_ms,
+            to_ms: c.to_ms,
+        }
     }
 
     fn matches(&self, e: &Event<'_>, msec: f64) -> bool {
         let md = e.metadata;
-        (self.providers.is_empty() || self.providers.iter().any(|p| p.eq_ignore_ascii_case(&md.provider)))
+        (self.providers.is_empty()
+            || self
+                .providers
+                .iter()
+                .any(|p| p.eq_ignore_ascii_case(&md.provider)))
             && (self.events.is_empty() || self.events.iter().any(|n| event_name_matches(n, md)))
             && (self.threads.is_empty() || self.threads.contains(&e.thread_id()))
-            && self.from_ms.map_or(true, |from| msec >= from)
-            && self.to_ms.map_or(true, |to| msec <= to)
+            && !self.from_ms.is_some_and(|from| msec < from)
+            && !self.to_ms.is_some_and(|to| msec > to)
     }
 }
 
 /// Whether `wanted` names the event: its `EventName` (as TraceEvent prints it, or as the
 /// trace states it) or its full `Provider/EventName`, ignoring ASCII case.
 fn event_name_matches(wanted: &str, md: &EventMetadata) -> bool {
-    if wanted.eq_ignore_ascii_case(&md.display_name) || (!md.event_name.is_empty() && wanted.eq_ignore_ascii_case(&md.event_name)) {
+    if wanted.eq_ignore_ascii_case(&md.display_name)
+        || (!md.event_name.is_empty() && wanted.eq_ignore_ascii_case(&md.event_name))
+    {
         return true;
     }
     // `Provider/EventName` without building it: the provider may itself contain no '/',
@@ -162,7 +179,13 @@ fn event_name_matches(wanted: &str, md: &EventMetadata) -> bool {
 
 fn text_line(line: &mut Vec<u8>, e: &Event<'_>, msec: f64, payload: bool) {
     let md = e.metadata;
-    let _ = write!(line, "{msec:>12.4} ms  tid {}  {}/{}", e.thread_id(), md.provider, md.display_name);
+    let _ = write!(
+        line,
+        "{msec:>12.4} ms  tid {}  {}/{}",
+        e.thread_id(),
+        md.provider,
+        md.display_name
+    );
     if payload {
         match e.decode_payload() {
             Ok(fields) if fields.is_empty() => {}
@@ -179,7 +202,11 @@ fn text_line(line: &mut Vec<u8>, e: &Event<'_>, msec: f64, payload: bool) {
     }
     let frames = e.stack_ips().count();
     if frames > 0 {
-        let _ = write!(line, "  [stack: {frames} frame{}]", if frames == 1 { "" } else { "s" });
+        let _ = write!(
+            line,
+            "  [stack: {frames} frame{}]",
+            if frames == 1 { "" } else { "s" }
+        );
     }
 }
 
@@ -189,7 +216,10 @@ fn text_value(v: &Value) -> String {
         Value::Decimal(raw) => decimal_to_string(raw),
         _ => v.to_string(),
     };
-    let plain = !s.is_empty() && !s.chars().any(|c| c.is_whitespace() || c.is_control() || c == '"');
+    let plain = !s.is_empty()
+        && !s
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == '"');
     if plain {
         s
     } else {
@@ -228,7 +258,11 @@ struct JsonEvent<'a> {
 }
 
 fn json_line(line: &mut Vec<u8>, e: &Event<'_>, msec: f64, payload: bool) -> Result<()> {
-    let decoded = if payload { Some(e.decode_payload()) } else { None };
+    let decoded = if payload {
+        Some(e.decode_payload())
+    } else {
+        None
+    };
     let (fields, payload_error) = match &decoded {
         None => (None, None),
         Some(Ok(fields)) => (Some(Fields(fields)), None),
@@ -251,7 +285,9 @@ fn json_line(line: &mut Vec<u8>, e: &Event<'_>, msec: f64, payload: bool) -> Res
         processor: e.header.processor,
         sequence: e.header.sequence_number,
         activity_id: (!activity.is_zero()).then(|| activity.to_string()),
-        stack: e.stack.map(|_| e.stack_ips().map(|ip| format!("0x{ip:x}")).collect()),
+        stack: e
+            .stack
+            .map(|_| e.stack_ips().map(|ip| format!("0x{ip:x}")).collect()),
         payload: fields,
         payload_error,
     };
@@ -263,24 +299,43 @@ mod tests {
     use super::*;
 
     fn md(provider: &str, display: &str) -> EventMetadata {
-        EventMetadata { provider: provider.into(), display_name: display.into(), ..Default::default() }
+        EventMetadata {
+            provider: provider.into(),
+            display_name: display.into(),
+            ..Default::default()
+        }
     }
 
     #[test]
     fn event_names() {
         let m = md("Microsoft-Windows-DotNETRuntime", "GC/Start");
         assert!(event_name_matches("gc/start", &m));
-        assert!(event_name_matches("Microsoft-Windows-DotNETRuntime/GC/Start", &m));
-        assert!(event_name_matches("microsoft-windows-dotnetruntime/gc/START", &m));
+        assert!(event_name_matches(
+            "Microsoft-Windows-DotNETRuntime/GC/Start",
+            &m
+        ));
+        assert!(event_name_matches(
+            "microsoft-windows-dotnetruntime/gc/START",
+            &m
+        ));
         assert!(!event_name_matches("Start", &m));
-        assert!(!event_name_matches("Microsoft-Windows-DotNETRuntime/GC", &m));
-        assert!(!event_name_matches("Microsoft-Windows-DotNETRuntimeXGC/Start", &m));
+        assert!(!event_name_matches(
+            "Microsoft-Windows-DotNETRuntime/GC",
+            &m
+        ));
+        assert!(!event_name_matches(
+            "Microsoft-Windows-DotNETRuntimeXGC/Start",
+            &m
+        ));
     }
 
     #[test]
     fn text_values() {
         assert_eq!(text_value(&Value::String("plain".into())), "plain");
-        assert_eq!(text_value(&Value::String("two words".into())), "\"two words\"");
+        assert_eq!(
+            text_value(&Value::String("two words".into())),
+            "\"two words\""
+        );
         assert_eq!(text_value(&Value::String(String::new())), "\"\"");
         assert_eq!(text_value(&Value::String("a\nb".into())), "\"a\\nb\"");
         assert_eq!(text_value(&Value::U32(7)), "7");

@@ -1,2 +1,57 @@
-//! `eptrace`: the command-line tool.
-fn main() {}
+//! `eptrace`: inspect NetTrace (EventPipe) traces from the command line.
+//!
+//! This crate is glue, like ripgrep's `core`: [`cli`] defines the flags and converts them
+//! into plain config structs, one module per subcommand ([`report`], [`dump`]) does the
+//! work through the `nettrace` library, and [`run`] maps the outcome to an exit status:
+//!
+//! * 0: success, including a closed stdout (`eptrace dump … | head`);
+//! * 1: the trace could not be read or the output could not be written; the message is
+//!   printed as `eptrace: {error:#}`, naming the file and, for bad bytes, the offset;
+//! * 2: a usage error (clap's own exit status).
+
+mod cli;
+mod dump;
+mod input;
+mod progress;
+mod report;
+mod value_json;
+
+use std::io::{self, Write};
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    run()
+}
+
+/// Parses the command line, runs the subcommand and reports its outcome.
+fn run() -> ExitCode {
+    let action = match cli::Cli::parse().into_action() {
+        Ok(action) => action,
+        Err(usage) => usage.exit(),
+    };
+    let result = match action {
+        cli::Action::Report(config) => report::do_report(&config),
+        cli::Action::Dump(config) => dump::do_dump(&config),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
+        Err(err) => {
+            // Not `eprintln!`: it panics when stderr itself is closed.
+            let _ = writeln!(io::stderr().lock(), "eptrace: {err:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Whether the error is a write to a closed pipe: the reader went away, which is not a
+/// failure of ours.
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<io::Error>()
+            .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
+    })
+}

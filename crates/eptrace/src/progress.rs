@@ -39,7 +39,11 @@ impl Progress {
             }
             bar
         });
-        Progress { bar, started: Instant::now(), shown: false }
+        Progress {
+            bar,
+            started: Instant::now(),
+            shown: false,
+        }
     }
 
     /// Moves the bar to byte `pos`, drawing it from now on if the read has become long.

@@ -50,7 +50,8 @@ pub(crate) fn do_report(config: &Config) -> Result<()> {
         render_text(&report, config.top)
     };
     let mut out = BufWriter::new(io::stdout().lock());
-    out.write_all(text.as_bytes()).context("cannot write to stdout")?;
+    out.write_all(text.as_bytes())
+        .context("cannot write to stdout")?;
     out.flush().context("cannot write to stdout")?;
     Ok(())
 }
@@ -132,24 +133,35 @@ fn gather(opened: Opened, name: &str) -> Result<Report> {
             let total = bytes.len() as u64;
             let mut progress = Progress::new(Some(total));
             thread::scope(|s| {
-                let sorted = s.spawn(|| sorted_pass(TraceReader::from_slice(bytes)?, &sorted_pos, &stop));
-                let main = TraceReader::from_slice(bytes).and_then(|r| file_pass(r, &mut progress, &sorted_pos));
+                let sorted =
+                    s.spawn(|| sorted_pass(TraceReader::from_slice(bytes)?, &sorted_pos, &stop));
+                let main = TraceReader::from_slice(bytes)
+                    .and_then(|r| file_pass(r, &mut progress, &sorted_pos));
                 finish(main, sorted, total, name, &mut progress, &sorted_pos, &stop)
             })
         }
         Opened::Stream(stream) => {
             let (tx, rx) = mpsc::sync_channel(16);
             let read = Cell::new(0u64);
-            let tee = Tee { inner: stream, tx: Some(tx), read: &read };
+            let tee = Tee {
+                inner: stream,
+                tx: Some(tx),
+                read: &read,
+            };
             let mut progress = Progress::new(None);
             thread::scope(|s| {
                 let sorted = s.spawn(|| {
-                    let reader = ChannelReader { rx, chunk: Vec::new(), pos: 0 };
+                    let reader = ChannelReader {
+                        rx,
+                        chunk: Vec::new(),
+                        pos: 0,
+                    };
                     sorted_pass(TraceReader::from_read(reader)?, &sorted_pos, &stop)
                 });
                 // The file-order reader owns the tee; it is dropped when the pass returns,
                 // which closes the channel and lets the sorted pass reach its end.
-                let main = TraceReader::from_read(tee).and_then(|r| file_pass(r, &mut progress, &sorted_pos));
+                let main = TraceReader::from_read(tee)
+                    .and_then(|r| file_pass(r, &mut progress, &sorted_pos));
                 let total = read.get();
                 finish(main, sorted, total, name, &mut progress, &sorted_pos, &stop)
             })
@@ -208,7 +220,9 @@ fn file_pass<I: Input>(
         let ts = event.header.timestamp;
         tally.min_ts = Some(tally.min_ts.map_or(ts, |m| m.min(ts)));
         tally.max_ts = Some(tally.max_ts.map_or(ts, |m| m.max(ts)));
-        let capture = event.capture_thread_id();
+        // The raw capture thread (V6: its thread-table index), not the OS id: in a V6
+        // trace of several processes two capture threads can share an OS id (0, say).
+        let capture = event.header.capture_thread;
         if let Some(prev) = tally.last_ts_by_capture.insert(capture, ts) {
             if ts < prev {
                 *tally.violations_by_capture.entry(capture).or_default() += 1;
@@ -225,7 +239,11 @@ fn file_pass<I: Input>(
             progress.set(event.offset.0.min(sorted_pos.load(Ordering::Relaxed)));
         }
     }
-    Ok(FilePass { tally, trace: reader.trace().clone(), stats: reader.stats().clone() })
+    Ok(FilePass {
+        tally,
+        trace: reader.trace().clone(),
+        stats: reader.stats().clone(),
+    })
 }
 
 /// What the sorted pass saw.
@@ -235,7 +253,11 @@ struct SortedCheck {
     violations: u64,
 }
 
-fn sorted_pass<I: Input>(reader: TraceReader<I>, pos: &AtomicU64, stop: &AtomicBool) -> nettrace::Result<SortedCheck> {
+fn sorted_pass<I: Input>(
+    reader: TraceReader<I>,
+    pos: &AtomicU64,
+    stop: &AtomicBool,
+) -> nettrace::Result<SortedCheck> {
     let mut sorted = SortedReader::new(reader);
     let mut check = SortedCheck::default();
     let mut last = i64::MIN;
@@ -293,7 +315,9 @@ struct NameRow {
 impl NameCounter {
     fn add(&mut self, md: &EventMetadata) {
         let cached = self.by_id.get(&md.metadata_id).copied().filter(|&i| {
-            self.rows.get(i).is_some_and(|r| r.provider == md.provider && r.display == md.display_name)
+            self.rows
+                .get(i)
+                .is_some_and(|r| r.provider == md.provider && r.display == md.display_name)
         });
         let slot = match cached {
             Some(i) => i,
@@ -322,15 +346,22 @@ impl NameCounter {
 }
 
 fn build(main: FilePass, sorted: SortedCheck, file_bytes: u64, name: &str) -> Report {
-    let FilePass { tally, trace, stats } = main;
+    let FilePass {
+        tally,
+        trace,
+        stats,
+    } = main;
     let mut events_by_provider = BTreeMap::new();
     let mut event_counts = BTreeMap::new();
     for row in &tally.names.rows {
         *events_by_provider.entry(row.provider.clone()).or_default() += row.count;
         *event_counts.entry(row.qualified.clone()).or_default() += row.count;
     }
-    let mut threads: Vec<ThreadRow> =
-        tally.threads.iter().map(|(&thread_id, &events)| ThreadRow { thread_id, events }).collect();
+    let mut threads: Vec<ThreadRow> = tally
+        .threads
+        .iter()
+        .map(|(&thread_id, &events)| ThreadRow { thread_id, events })
+        .collect();
     threads.sort_by(|a, b| b.events.cmp(&a.events).then(a.thread_id.cmp(&b.thread_id)));
     let file_order_violations = tally.violations_by_capture.values().sum();
     let time_order = TimeOrder {
@@ -350,7 +381,9 @@ fn build(main: FilePass, sorted: SortedCheck, file_bytes: u64, name: &str) -> Re
         process_id: trace.process_id,
         pointer_size: trace.pointer_size,
         processor_count: trace.processor_count,
-        start_time_utc: trace.ticks_to_unix_nanos(trace.sync_time_ticks).map(nettrace::format_unix_nanos),
+        start_time_utc: trace
+            .ticks_to_unix_nanos(trace.sync_time_ticks)
+            .map(nettrace::format_unix_nanos),
         duration_ms,
         file_bytes,
         total_events: tally.events,
@@ -359,7 +392,11 @@ fn build(main: FilePass, sorted: SortedCheck, file_bytes: u64, name: &str) -> Re
         threads,
         lost_events: Lost {
             total: stats.lost_events,
-            by_thread: stats.lost_by_thread.iter().map(|&(thread_id, lost)| LostRow { thread_id, lost }).collect(),
+            by_thread: stats
+                .lost_by_thread
+                .iter()
+                .map(|&(thread_id, lost)| LostRow { thread_id, lost })
+                .collect(),
         },
         stacks: Stacks {
             events_with_stack: tally.events_with_stack,
@@ -433,8 +470,16 @@ fn render_text(r: &Report, top: usize) -> String {
     let _ = writeln!(s, "format:          {}", r.format_version);
     let _ = writeln!(s, "process id:      {}", opt(r.process_id));
     let _ = writeln!(s, "pointer size:    {} bytes", r.pointer_size);
-    let _ = writeln!(s, "processors:      {}", opt(r.processor_count.map(u64::from)));
-    let _ = writeln!(s, "start time:      {}", r.start_time_utc.as_deref().unwrap_or("unknown"));
+    let _ = writeln!(
+        s,
+        "processors:      {}",
+        opt(r.processor_count.map(u64::from))
+    );
+    let _ = writeln!(
+        s,
+        "start time:      {}",
+        r.start_time_utc.as_deref().unwrap_or("unknown")
+    );
     match r.duration_ms {
         Some(ms) => {
             let _ = writeln!(s, "duration:        {ms:.3} ms");
@@ -445,11 +490,11 @@ fn render_text(r: &Report, top: usize) -> String {
     }
     let _ = writeln!(
         s,
-        "total events:    {} ({} providers, {} event types, {} threads)",
+        "total events:    {} ({}, {}, {})",
         r.total_events,
-        r.events_by_provider.len(),
-        r.event_counts.len(),
-        r.threads.len()
+        plural(r.events_by_provider.len(), "provider"),
+        plural(r.event_counts.len(), "event type"),
+        plural(r.threads.len(), "thread")
     );
     let _ = writeln!(s, "events lost:     {}", r.lost_events.total);
     let _ = writeln!(
@@ -457,7 +502,11 @@ fn render_text(r: &Report, top: usize) -> String {
         "stacks:          {} events with a stack, {} distinct{}",
         r.stacks.events_with_stack,
         r.stacks.distinct,
-        if r.stacks.unresolved > 0 { format!(", {} unresolved", r.stacks.unresolved) } else { String::new() }
+        if r.stacks.unresolved > 0 {
+            format!(", {} unresolved", r.stacks.unresolved)
+        } else {
+            String::new()
+        }
     );
     let t = &r.time_order;
     if t.ok {
@@ -471,30 +520,59 @@ fn render_text(r: &Report, top: usize) -> String {
         );
     }
 
-    let by_count = |m: &BTreeMap<String, u64>| {
-        let mut v: Vec<(&str, u64)> = m.iter().map(|(k, &n)| (k.as_str(), n)).collect();
-        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        v
-    };
-    table(&mut s, "events by provider", &by_count(&r.events_by_provider), top);
+    table(
+        &mut s,
+        "events by provider",
+        &by_count(&r.events_by_provider),
+        top,
+    );
     table(&mut s, "events by name", &by_count(&r.event_counts), top);
-    let threads: Vec<(String, u64)> = r.threads.iter().map(|t| (format!("tid {}", t.thread_id), t.events)).collect();
+    let threads: Vec<(String, u64)> = r
+        .threads
+        .iter()
+        .map(|t| (format!("tid {}", t.thread_id), t.events))
+        .collect();
     let threads: Vec<(&str, u64)> = threads.iter().map(|(k, n)| (k.as_str(), *n)).collect();
     table(&mut s, "events by thread", &threads, top);
     if !r.lost_events.by_thread.is_empty() {
-        let lost: Vec<(String, u64)> =
-            r.lost_events.by_thread.iter().map(|l| (format!("tid {}", l.thread_id), l.lost)).collect();
+        let lost: Vec<(String, u64)> = r
+            .lost_events
+            .by_thread
+            .iter()
+            .map(|l| (format!("tid {}", l.thread_id), l.lost))
+            .collect();
         let mut lost: Vec<(&str, u64)> = lost.iter().map(|(k, n)| (k.as_str(), *n)).collect();
-        lost.sort_by(|a, b| b.1.cmp(&a.1));
+        lost.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
         table(&mut s, "events lost by thread", &lost, top);
     }
     s
 }
 
+/// `n thing` or `n things`.
+fn plural(n: usize, thing: &str) -> String {
+    if n == 1 {
+        format!("1 {thing}")
+    } else {
+        format!("{n} {thing}s")
+    }
+}
+
+/// Rows of `m`, most events first, then by name.
+fn by_count(m: &BTreeMap<String, u64>) -> Vec<(&str, u64)> {
+    let mut v: Vec<(&str, u64)> = m.iter().map(|(k, &n)| (k.as_str(), n)).collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    v
+}
+
 fn table(s: &mut String, title: &str, rows: &[(&str, u64)], top: usize) {
     use std::fmt::Write as _;
     let _ = writeln!(s, "\n{title} ({}):", rows.len());
-    let width = rows.iter().take(top).map(|(_, n)| n.to_string().len()).max().unwrap_or(1);
+    let width = rows
+        .iter()
+        .take(top)
+        .map(|(_, n)| n.to_string().len())
+        .max()
+        .unwrap_or(1);
     for (name, n) in rows.iter().take(top) {
         let _ = writeln!(s, "  {n:>width$}  {name}");
     }

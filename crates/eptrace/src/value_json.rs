@@ -62,7 +62,9 @@ impl Serialize for Json<'_> {
             Value::Pointer(v) => s.collect_str(&format_args!("0x{v:x}")),
             Value::Bytes(b) => s.serialize_str(&hex(b)),
             Value::Decimal(raw) => s.serialize_str(&decimal_to_string(raw)),
-            Value::Guid(_) | Value::DateTime(_) | Value::FileTime(_) | Value::SystemTime(_) => s.collect_str(self.0),
+            Value::Guid(_) | Value::DateTime(_) | Value::FileTime(_) | Value::SystemTime(_) => {
+                s.collect_str(self.0)
+            }
             Value::Array(items) => {
                 let mut seq = s.serialize_seq(Some(items.len()))?;
                 for item in items {
@@ -106,7 +108,9 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 pub(crate) fn decimal_to_string(raw: &[u8; 16]) -> String {
     let flags = u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
     let hi = u32::from_le_bytes([raw[4], raw[5], raw[6], raw[7]]);
-    let lo = u64::from_le_bytes([raw[8], raw[9], raw[10], raw[11], raw[12], raw[13], raw[14], raw[15]]);
+    let lo = u64::from_le_bytes([
+        raw[8], raw[9], raw[10], raw[11], raw[12], raw[13], raw[14], raw[15],
+    ]);
     let scale = ((flags >> 16) & 0xff) as usize;
     if scale > 28 {
         return format!("decimal:{}", hex(raw));
@@ -114,7 +118,11 @@ pub(crate) fn decimal_to_string(raw: &[u8; 16]) -> String {
     let mantissa = (u128::from(hi) << 64) | u128::from(lo);
     let digits = format!("{mantissa:0>width$}", width = scale + 1);
     let (int, frac) = digits.split_at(digits.len() - scale);
-    let sign = if flags & 0x8000_0000 != 0 && mantissa != 0 { "-" } else { "" };
+    let sign = if flags & 0x8000_0000 != 0 && mantissa != 0 {
+        "-"
+    } else {
+        ""
+    };
     if frac.is_empty() {
         format!("{sign}{int}")
     } else {
@@ -142,18 +150,36 @@ mod tests {
         assert_eq!(to_json(&Value::Pointer(0x7ff0)), json!("0x7ff0"));
         assert_eq!(to_json(&Value::Bytes(vec![0, 0xab, 0x10])), json!("00ab10"));
         let g = Guid::parse("01020304-0506-0708-090a-0b0c0d0e0f10").unwrap();
-        assert_eq!(to_json(&Value::Guid(g)), json!("01020304-0506-0708-090a-0b0c0d0e0f10"));
+        assert_eq!(
+            to_json(&Value::Guid(g)),
+            json!("01020304-0506-0708-090a-0b0c0d0e0f10")
+        );
     }
 
     #[test]
     fn nested_keeps_field_order() {
         let v = Value::Object(vec![
-            ("z".into(), Value::Array(vec![Value::U8(1), Value::String("s".into())])),
-            ("a".into(), Value::Object(vec![("inner".into(), Value::I32(-1))])),
+            (
+                "z".into(),
+                Value::Array(vec![Value::U8(1), Value::String("s".into())]),
+            ),
+            (
+                "a".into(),
+                Value::Object(vec![("inner".into(), Value::I32(-1))]),
+            ),
         ]);
-        assert_eq!(serde_json::to_string(&Json(&v)).unwrap(), r#"{"z":[1,"s"],"a":{"inner":-1}}"#);
-        let fields = vec![("b".to_owned(), Value::U16(2)), ("a".to_owned(), Value::U16(1))];
-        assert_eq!(serde_json::to_string(&Fields(&fields)).unwrap(), r#"{"b":2,"a":1}"#);
+        assert_eq!(
+            serde_json::to_string(&Json(&v)).unwrap(),
+            r#"{"z":[1,"s"],"a":{"inner":-1}}"#
+        );
+        let fields = vec![
+            ("b".to_owned(), Value::U16(2)),
+            ("a".to_owned(), Value::U16(1)),
+        ];
+        assert_eq!(
+            serde_json::to_string(&Fields(&fields)).unwrap(),
+            r#"{"b":2,"a":1}"#
+        );
     }
 
     #[test]

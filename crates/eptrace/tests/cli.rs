@@ -1,0 +1,319 @@
+//! Runs the real `eptrace` binary on the real traces in `../shared/traces`.
+//!
+//! Each test that needs a trace prints one `skipping <test>: ../shared/traces is absent`
+//! line and passes when that folder is missing (as it is outside this workplace).
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+const TRACES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces");
+const OBJVER4: &str = "eventpipe-dotnetcore3.0-win-x64-objver4.nettrace";
+const ARRAYTYPES: &str = "eventpipe-dotnetcore5.0-win-x64-arraytypes.nettrace";
+const V6_SMALL: &str = "onecollect-v6-small.nettrace";
+
+/// The path of trace `name`, or `None` (after printing the skip line) when the traces are
+/// absent.
+fn trace(test: &str, name: &str) -> Option<PathBuf> {
+    let dir = PathBuf::from(TRACES);
+    if !dir.is_dir() {
+        println!("skipping {test}: ../shared/traces is absent");
+        return None;
+    }
+    Some(dir.join(name))
+}
+
+fn eptrace(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_eptrace"));
+    cmd.args(args);
+    cmd
+}
+
+fn run(args: &[&str]) -> Output {
+    eptrace(args).output().expect("eptrace runs")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).expect("stdout is UTF-8")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn assert_ok(out: &Output) {
+    assert!(
+        out.status.success(),
+        "eptrace failed: {:?}\nstderr: {}",
+        out.status,
+        stderr(out)
+    );
+}
+
+fn report_json(path: &str) -> Value {
+    let out = run(&["report", "--json", path]);
+    assert_ok(&out);
+    serde_json::from_slice(&out.stdout).expect("report --json prints JSON")
+}
+
+#[test]
+fn report_json_objver4() {
+    let Some(path) = trace("report_json_objver4", OBJVER4) else {
+        return;
+    };
+    let r = report_json(path.to_str().unwrap());
+    assert_eq!(
+        r["event_counts"]["Microsoft-Windows-DotNETRuntime/GC/Start"],
+        478
+    );
+    assert_eq!(
+        r["event_counts"]["Microsoft-DotNETCore-SampleProfiler/Thread/Sample"],
+        35161
+    );
+    assert_eq!(r["time_order"]["ok"], true, "{}", r["time_order"]);
+    assert_eq!(r["pointer_size"], 8);
+    let version = r["format_version"]
+        .as_str()
+        .expect("format_version is a string");
+    assert!(
+        version.contains('4') || version.contains('5'),
+        "format_version {version}"
+    );
+    let total = r["total_events"].as_u64().unwrap();
+    let counted: u64 = r["event_counts"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(counted, total, "event_counts add up to total_events");
+    let by_provider: u64 = r["events_by_provider"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(by_provider, total);
+    let by_thread: u64 = r["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["events"].as_u64().unwrap())
+        .sum();
+    assert_eq!(by_thread, total);
+    assert_eq!(r["time_order"]["sorted_events"].as_u64(), Some(total));
+    assert_eq!(
+        r["file_bytes"].as_u64(),
+        Some(std::fs::metadata(&path).unwrap().len())
+    );
+    assert!(r["start_time_utc"]
+        .as_str()
+        .unwrap()
+        .starts_with("2019-06-15T"));
+}
+
+#[test]
+fn report_text_v6_small() {
+    let Some(path) = trace("report_text_v6_small", V6_SMALL) else {
+        return;
+    };
+    let out = run(&["report", path.to_str().unwrap()]);
+    assert_ok(&out);
+    let text = stdout(&out);
+    let total = text
+        .lines()
+        .find_map(|l| l.strip_prefix("total events:"))
+        .expect("a total events line");
+    assert_eq!(total.split_whitespace().next(), Some("50"), "{text}");
+    assert!(text.contains("time order:      ok"), "{text}");
+    assert!(text.contains("Universal.Events/cpu"), "{text}");
+}
+
+#[test]
+fn report_text_top_limits_rows() {
+    let Some(path) = trace("report_text_top_limits_rows", OBJVER4) else {
+        return;
+    };
+    let out = run(&["report", "--top", "3", path.to_str().unwrap()]);
+    assert_ok(&out);
+    let text = stdout(&out);
+    // 37 event types: 3 shown, then the rest summed up.
+    assert!(text.contains("... and 34 more"), "{text}");
+}
+
+#[test]
+fn report_from_stdin_matches_file() {
+    let Some(path) = trace("report_from_stdin_matches_file", V6_SMALL) else {
+        return;
+    };
+    let from_file = report_json(path.to_str().unwrap());
+    let out = eptrace(&["report", "--json", "-"])
+        .stdin(std::fs::File::open(&path).unwrap())
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let mut from_stdin: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(from_stdin["file"], "<stdin>");
+    from_stdin["file"] = from_file["file"].clone();
+    assert_eq!(from_stdin, from_file);
+}
+
+#[test]
+fn dump_json_limit() {
+    let Some(path) = trace("dump_json_limit", OBJVER4) else {
+        return;
+    };
+    let out = run(&["dump", "--json", "--limit", "5", path.to_str().unwrap()]);
+    assert_ok(&out);
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 5, "{text}");
+    for line in lines {
+        let v: Value = serde_json::from_str(line).expect("each line is JSON");
+        let name = v["name"].as_str().unwrap();
+        assert_eq!(
+            name,
+            format!(
+                "{}/{}",
+                v["provider"].as_str().unwrap(),
+                v["event"].as_str().unwrap()
+            )
+        );
+        assert!(
+            v["msec"].is_f64() && v["thread_id"].is_u64() && v["timestamp"].is_i64(),
+            "{line}"
+        );
+        assert!(
+            v.get("payload").is_some() || v.get("payload_error").is_some(),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn dump_event_filter_arraytypes() {
+    let Some(path) = trace("dump_event_filter_arraytypes", ARRAYTYPES) else {
+        return;
+    };
+    let out = run(&[
+        "dump",
+        "--event",
+        "TestEvent1",
+        "--json",
+        path.to_str().unwrap(),
+    ]);
+    assert_ok(&out);
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    let v: Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(v["payload"]["arg2"], 2033417279);
+    assert_eq!(v["name"], "TestEventSource0/TestEvent1");
+    assert_eq!(v["stack"].as_array().map(Vec::len), Some(10));
+
+    // The full name matches too, ignoring case; other names do not.
+    let out = run(&[
+        "dump",
+        "--event",
+        "testeventsource0/testevent1",
+        "--no-payload",
+        path.to_str().unwrap(),
+    ]);
+    assert_ok(&out);
+    assert_eq!(stdout(&out).lines().count(), 1);
+    let out = run(&[
+        "dump",
+        "--provider",
+        "TESTEVENTSOURCE0",
+        path.to_str().unwrap(),
+    ]);
+    assert_ok(&out);
+    assert_eq!(stdout(&out).lines().count(), 3);
+}
+
+#[test]
+fn dump_sorted_is_in_time_order() {
+    let Some(path) = trace("dump_sorted_is_in_time_order", OBJVER4) else {
+        return;
+    };
+    let path = path.to_str().unwrap();
+    let plain = run(&["dump", "--no-payload", path]);
+    assert_ok(&plain);
+    let sorted = run(&["dump", "--sorted", "--json", "--no-payload", path]);
+    assert_ok(&sorted);
+    let stamps: Vec<i64> = stdout(&sorted)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["timestamp"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(stamps.len(), stdout(&plain).lines().count());
+    assert!(stamps.windows(2).all(|w| w[0] <= w[1]));
+}
+
+#[test]
+fn dump_to_closed_pipe_exits_zero() {
+    let Some(path) = trace("dump_to_closed_pipe_exits_zero", OBJVER4) else {
+        return;
+    };
+    let mut child = eptrace(&["dump", path.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 100];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap(); // then dropped: closed
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
+    assert_eq!(stderr(&out), "");
+}
+
+#[test]
+fn truncated_trace_fails_with_offset() {
+    let Some(path) = trace("truncated_trace_fails_with_offset", OBJVER4) else {
+        return;
+    };
+    let bytes = std::fs::read(&path).unwrap();
+    let name = format!("eptrace-truncated-{}.nettrace", std::process::id());
+    let cut = std::env::temp_dir().join(&name);
+    std::fs::write(&cut, &bytes[..1000]).unwrap();
+    let out = run(&["report", cut.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&cut);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.starts_with("eptrace: "), "{err}");
+    assert!(err.contains(&name), "{err}");
+    let after = err.split("byte ").nth(1).unwrap_or_default();
+    assert!(
+        after.starts_with(|c: char| c.is_ascii_digit()),
+        "no byte offset in: {err}"
+    );
+}
+
+#[test]
+fn missing_file_fails_clearly() {
+    let missing = std::env::temp_dir().join("eptrace-no-such-trace.nettrace");
+    let out = run(&["report", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.starts_with("eptrace: cannot open "), "{err}");
+    assert!(err.contains("eptrace-no-such-trace.nettrace"), "{err}");
+    assert!(err.contains("No such file"), "{err}");
+}
+
+#[test]
+fn usage_errors_exit_two() {
+    assert_eq!(run(&["report"]).status.code(), Some(2));
+    assert_eq!(
+        run(&["dump", "--from", "5", "--to", "1", "x.nettrace"])
+            .status
+            .code(),
+        Some(2)
+    );
+    assert_eq!(run(&["frobnicate"]).status.code(), Some(2));
+    assert_eq!(run(&["--help"]).status.code(), Some(0));
+}
