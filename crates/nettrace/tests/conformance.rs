@@ -207,3 +207,64 @@ fn first_event_times_match_traceevent_msec_and_sorted_order_holds() {
         }
     }
 }
+
+/// A baseline value as a number: decimal with thousands separators, hex, or a float.
+fn baseline_number(text: &str) -> Option<f64> {
+    if let Some(hex) = text.strip_prefix("0x") {
+        return u64::from_str_radix(hex, 16).ok().map(|v| v as f64);
+    }
+    text.replace(',', "").parse::<f64>().ok()
+}
+
+#[test]
+fn first_native_event_payloads_match_traceevent_baselines() {
+    let mut compared = 0;
+    for baseline in baselines() {
+        let bytes = std::fs::read(trace_of(&baseline)).unwrap();
+        let mut reader = SortedReader::new(TraceReader::from_slice(&bytes).unwrap());
+        let mut firsts: BTreeMap<String, Vec<(String, Value)>> = BTreeMap::new();
+        while let Some(event) = reader.next_event().unwrap() {
+            if event.metadata.fields_from_manifest && !firsts.contains_key(&event.qualified_name())
+            {
+                firsts.insert(event.qualified_name(), event.decode_payload().unwrap());
+            }
+        }
+        for line in common::read_baseline(&baseline) {
+            let Some(ours) = firsts.get(&line.name) else {
+                continue;
+            };
+            for (name, text) in &line.attributes {
+                let Some((_, value)) = ours.iter().find(|(n, _)| n == name) else {
+                    continue;
+                };
+                let context = format!(
+                    "{} {} {name}: baseline {text:?}, ours {value}",
+                    baseline.display(),
+                    line.name
+                );
+                match value {
+                    Value::String(s) => assert_eq!(s, text, "{context}"),
+                    _ => {
+                        // Value maps (Reason="AllocSmall") print names; only numbers compare.
+                        let (Some(want), Some(got)) = (baseline_number(text), value.as_f64())
+                        else {
+                            continue;
+                        };
+                        let tolerance = want.abs() * 1e-9;
+                        // TraceEvent prints some unsigned manifest fields as signed: same bits.
+                        let same_bits = match value {
+                            Value::U32(v) => want < 0.0 && (want as i64) as u32 == *v,
+                            Value::U64(v) => want < 0.0 && (want as i64) as u64 == *v,
+                            _ => false,
+                        };
+                        assert!((want - got).abs() <= tolerance || same_bits, "{context}");
+                    }
+                }
+                compared += 1;
+            }
+        }
+    }
+    if !baselines().is_empty() {
+        assert!(compared >= 150, "only {compared} native fields compared");
+    }
+}
