@@ -82,6 +82,8 @@ struct Report {
 
 #[derive(Debug, Serialize)]
 struct ThreadRow {
+    /// OS process id; in a multi-process (V6) trace thread ids repeat across processes.
+    process_id: Option<u64>,
     thread_id: u64,
     events: u64,
 }
@@ -216,7 +218,10 @@ fn file_pass<I: Input>(
     while let Some(event) = reader.next_event()? {
         tally.events += 1;
         tally.names.add(event.metadata);
-        *tally.threads.entry(event.thread_id()).or_default() += 1;
+        *tally
+            .threads
+            .entry((event.process_id(), event.thread_id()))
+            .or_default() += 1;
         let ts = event.header.timestamp;
         tally.min_ts = Some(tally.min_ts.map_or(ts, |m| m.min(ts)));
         tally.max_ts = Some(tally.max_ts.map_or(ts, |m| m.max(ts)));
@@ -284,7 +289,7 @@ fn sorted_pass<I: Input>(
 struct Tally {
     events: u64,
     names: NameCounter,
-    threads: HashMap<u64, u64>,
+    threads: HashMap<(Option<u64>, u64), u64>,
     last_ts_by_capture: HashMap<u64, i64>,
     violations_by_capture: HashMap<u64, u64>,
     min_ts: Option<i64>,
@@ -360,9 +365,18 @@ fn build(main: FilePass, sorted: SortedCheck, file_bytes: u64, name: &str) -> Re
     let mut threads: Vec<ThreadRow> = tally
         .threads
         .iter()
-        .map(|(&thread_id, &events)| ThreadRow { thread_id, events })
+        .map(|(&(process_id, thread_id), &events)| ThreadRow {
+            process_id,
+            thread_id,
+            events,
+        })
         .collect();
-    threads.sort_by(|a, b| b.events.cmp(&a.events).then(a.thread_id.cmp(&b.thread_id)));
+    threads.sort_by(|a, b| {
+        b.events
+            .cmp(&a.events)
+            .then(a.process_id.cmp(&b.process_id))
+            .then(a.thread_id.cmp(&b.thread_id))
+    });
     let file_order_violations = tally.violations_by_capture.values().sum();
     let time_order = TimeOrder {
         ok: file_order_violations == 0 && sorted.violations == 0 && sorted.events == tally.events,
@@ -527,10 +541,17 @@ fn render_text(r: &Report, top: usize) -> String {
         top,
     );
     table(&mut s, "events by name", &by_count(&r.event_counts), top);
+    let processes: std::collections::HashSet<Option<u64>> =
+        r.threads.iter().map(|t| t.process_id).collect();
     let threads: Vec<(String, u64)> = r
         .threads
         .iter()
-        .map(|t| (format!("tid {}", t.thread_id), t.events))
+        .map(|t| match t.process_id {
+            Some(pid) if processes.len() > 1 => {
+                (format!("pid {pid} tid {}", t.thread_id), t.events)
+            }
+            _ => (format!("tid {}", t.thread_id), t.events),
+        })
         .collect();
     let threads: Vec<(&str, u64)> = threads.iter().map(|(k, n)| (k.as_str(), *n)).collect();
     table(&mut s, "events by thread", &threads, top);
