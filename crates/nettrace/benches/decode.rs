@@ -12,7 +12,7 @@
 //! metadata, stacks, several threads, 16-64 byte payloads, compressed headers, ~100 KB
 //! blocks and a sequence point every few blocks.
 //!
-//! Criterion reports bytes/s (`Throughput::Bytes`); events/s is printed after each bench,
+//! Criterion reports MB/s (`Throughput::BytesDecimal`); events/s is printed after each bench,
 //! from the median per-iteration time over every timed batch (warm-up included).
 //!
 //! Run with `cargo bench -p nettrace --bench decode`.
@@ -373,7 +373,7 @@ fn bench_input(c: &mut Criterion, label: &str, data: &[u8]) {
     );
 
     let mut group = c.benchmark_group(label);
-    group.throughput(Throughput::Bytes(data.len() as u64));
+    group.throughput(Throughput::BytesDecimal(data.len() as u64));
     for (name, f) in [
         ("header_only", header_only as fn(&[u8]) -> Tally),
         ("full_decode", full_decode),
