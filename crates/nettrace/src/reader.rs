@@ -495,8 +495,9 @@ impl<I: Input> TraceReader<I> {
                     u64::from(gap)
                 }
             }
-            // Like TraceEvent, a thread's first event sets its baseline.
-            None => 0,
+            // Sequence numbers start at 1 per thread and session, so a first event numbered
+            // s means s - 1 were attempted and never arrived.
+            None => u64::from(seq.saturating_sub(1)),
         };
         if lost > 0 {
             let key = self.loss_key(capture_thread);
@@ -506,11 +507,13 @@ impl<I: Input> TraceReader<I> {
 
     /// Applies a lower bound from a sequence point or thread removal.
     fn check_sequence_bound(&mut self, capture_thread: u64, seq: u32) {
-        let Some(prev) = self.last_sequence.get(&capture_thread).copied() else {
-            // First sight of the thread: the bound becomes its baseline.
-            self.last_sequence.insert(capture_thread, seq);
-            return;
-        };
+        // A thread never seen before has delivered nothing: all `seq` attempts were lost.
+        // (This is how a thread that drops every event shows up at all.)
+        let prev = self
+            .last_sequence
+            .get(&capture_thread)
+            .copied()
+            .unwrap_or(0);
         let gap = seq.wrapping_sub(prev);
         if gap != 0 && gap < 0x8000_0000 {
             let key = self.loss_key(capture_thread);

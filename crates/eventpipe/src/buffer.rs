@@ -1,0 +1,152 @@
+//! A single-producer, single-consumer byte buffer: one writing thread appends records, the
+//! drain thread reads them.
+//!
+//! The writer owns `[committed, capacity)` and publishes a record by storing the new end in
+//! `committed` with Release; the drain loads `committed` with Acquire and then owns reading
+//! `[read position, committed)`. Bytes below `committed` are never written again, so the two
+//! sides never touch the same byte concurrently. When the writer moves on to a new buffer it
+//! sets `retired` (Release); a retired buffer whose every committed byte was read is freed by
+//! the drain. This is the rtrb/Lamport SPSC queue without wrap-around: buffers are used once.
+
+use std::alloc::{alloc, dealloc, Layout};
+use std::ptr::NonNull;
+
+use crate::sync::{AtomicBool, AtomicUsize, Ordering};
+
+/// One append-only buffer.
+#[derive(Debug)]
+pub(crate) struct Buffer {
+    ptr: NonNull<u8>,
+    capacity: usize,
+    /// End of the published records. Written only by the owning writer (Release), read by
+    /// the drain (Acquire).
+    committed: AtomicUsize,
+    /// Set by the writer (Release) after its last commit to this buffer; read by the drain
+    /// (Acquire) to know no more records will come.
+    retired: AtomicBool,
+}
+
+// SAFETY: the bytes are shared between exactly one writer and the drain under the protocol
+// in the module docs (disjoint ranges separated by `committed`), and all other fields are
+// atomics or immutable.
+unsafe impl Send for Buffer {}
+// SAFETY: as above.
+unsafe impl Sync for Buffer {}
+
+impl Buffer {
+    /// A buffer of `capacity` bytes, or `None` if the allocation fails.
+    pub(crate) fn new(capacity: usize) -> Option<Buffer> {
+        let layout = Layout::from_size_align(capacity.max(1), 8).ok()?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = NonNull::new(unsafe { alloc(layout) })?;
+        Some(Buffer {
+            ptr,
+            capacity: layout.size(),
+            committed: AtomicUsize::new(0),
+            retired: AtomicBool::new(false),
+        })
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Writer side: appends `parts` as one record at `at` (the writer's own end, equal to
+    /// `committed`) and publishes it. Returns the new end.
+    ///
+    /// # Safety
+    /// Only the buffer's single writer may call this, with `at` equal to the end it last
+    /// published, and the parts must fit: `at + total length <= capacity`.
+    pub(crate) unsafe fn append(&self, at: usize, parts: &[&[u8]]) -> usize {
+        let mut end = at;
+        for part in parts {
+            debug_assert!(end + part.len() <= self.capacity);
+            // SAFETY: `[end, end + len)` lies within the allocation (caller's contract) and
+            // at or beyond `committed`, so the drain does not read it until we publish.
+            unsafe {
+                self.ptr
+                    .as_ptr()
+                    .add(end)
+                    .copy_from_nonoverlapping(part.as_ptr(), part.len())
+            };
+            end += part.len();
+        }
+        // Release: publishes the bytes written above; pairs with the Acquire in `readable`.
+        self.committed.store(end, Ordering::Release);
+        end
+    }
+
+    /// Writer side: no more records will be appended.
+    pub(crate) fn retire(&self) {
+        // Release: pairs with the Acquire in `is_retired`, ordering it after the last commit.
+        self.retired.store(true, Ordering::Release);
+    }
+
+    /// Drain side: whether the writer has moved on.
+    pub(crate) fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
+    }
+
+    /// Drain side: the published bytes from `from` on.
+    pub(crate) fn readable(&self, from: usize) -> &[u8] {
+        // Acquire: pairs with the Release in `append`, so every byte below `end` is visible.
+        let end = self.committed.load(Ordering::Acquire);
+        let from = from.min(end);
+        // SAFETY: `[from, end)` was published by the writer, which never writes below
+        // `committed` again, and lies within the allocation.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(from), end - from) }
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this size and alignment; `&mut self` means no
+        // writer or reader holds it.
+        unsafe {
+            dealloc(
+                self.ptr.as_ptr(),
+                Layout::from_size_align_unchecked(self.capacity, 8),
+            )
+        }
+    }
+}
+
+#[cfg(all(test, not(eventpipe_loom)))]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn records_cross_threads_intact_and_in_order() {
+        let buf = Arc::new(Buffer::new(1 << 20).unwrap());
+        let writer = {
+            let buf = Arc::clone(&buf);
+            std::thread::spawn(move || {
+                let mut end = 0;
+                for i in 0u32..50_000 {
+                    let bytes = i.to_le_bytes();
+                    // SAFETY: this thread is the only writer; 50_000 * 8 bytes fit.
+                    end = unsafe { buf.append(end, &[&bytes, &bytes]) };
+                }
+                buf.retire();
+            })
+        };
+        let mut read = 0;
+        let mut next = 0u32;
+        loop {
+            let retired = buf.is_retired();
+            let chunk = buf.readable(read);
+            for rec in chunk.chunks_exact(8) {
+                assert_eq!(rec[..4], next.to_le_bytes());
+                assert_eq!(rec[4..], next.to_le_bytes());
+                next += 1;
+            }
+            read += chunk.len() - chunk.len() % 8;
+            if retired && buf.readable(read).is_empty() {
+                break;
+            }
+        }
+        writer.join().unwrap();
+        assert_eq!(next, 50_000);
+    }
+}

@@ -1,0 +1,612 @@
+//! The drain thread: moves events from the per-thread buffers to the output.
+//!
+//! Each pass:
+//! 1. takes a cutoff timestamp and, under the session lock, a snapshot of every thread's
+//!    buffer list;
+//! 2. for each thread, waits for a write in flight to finish (the writer sets `in_flight`
+//!    before stamping a record and clears it after committing), then reads its records with
+//!    timestamps below the cutoff;
+//! 3. sorts the batch by timestamp, writes new metadata, event blocks (the last event of the
+//!    pass marked IsSorted) and, at the sequence-point interval, a sequence point carrying
+//!    each thread's sequence lower bound;
+//! 4. under the lock again, frees the buffers it emptied (signalling Block-mode writers) and
+//!    reclaims the state of threads that exited and were fully drained.
+//!
+//! Why the cutoff makes IsSorted true: every record left behind has a timestamp at or after
+//! the cutoff, and a record whose writer was in flight was waited for. The writer's
+//! `in_flight` store is Relaxed and precedes its clock read; a store can sit in the store
+//! buffer briefly after the clock is read, so the cutoff trails the drain's clock by
+//! `CUTOFF_MARGIN`, far longer than a store buffer takes to drain (a context switch drains it
+//! outright). The drain never waits on anything but writers mid-record: it never blocks on
+//! its own output of events.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nettrace::write::{EventBlockBuilder, TraceWriter};
+use nettrace::{EventHeader, FormatVersion, Guid, Label, ThreadInfo, TraceInfo};
+
+use crate::buffer::Buffer;
+use crate::clock;
+use crate::config::{Output, SessionConfig};
+use crate::session::{SessionShared, SessionStats, ThreadSessionState};
+use crate::sync::{lock, Arc, AtomicU64, Ordering};
+use crate::writer::{FLAG_ACTIVITY, RECORD_HEADER};
+use crate::{registry, Error};
+
+const CUTOFF_MARGIN: i64 = 50_000; // 50 µs in clock ticks (ns)
+const EVENT_BLOCK_TARGET: usize = 60 << 10;
+const RUNDOWN_PROVIDER: &str = "Microsoft-DotNETCore-EventPipe";
+
+/// Counters the drain publishes for `Session::stats`.
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    events_written: AtomicU64,
+    events_dropped: AtomicU64,
+    bytes_written: AtomicU64,
+    threads_reclaimed: AtomicU64,
+}
+
+impl Progress {
+    pub(crate) fn snapshot(&self) -> SessionStats {
+        SessionStats {
+            events_written: self.events_written.load(Ordering::Relaxed),
+            events_dropped: self.events_dropped.load(Ordering::Relaxed),
+            bytes_written: self.bytes_written.load(Ordering::Relaxed),
+            threads_reclaimed: self.threads_reclaimed.load(Ordering::Relaxed),
+            ..SessionStats::default()
+        }
+    }
+}
+
+/// Counts bytes on their way to the real output.
+struct CountingWriter {
+    inner: Box<dyn Write + Send>,
+    progress: Arc<Progress>,
+}
+
+impl Write for CountingWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.progress
+            .bytes_written
+            .fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Spawns the drain thread (and a listener thread for listener outputs).
+pub(crate) fn spawn(
+    shared: Arc<SessionShared>,
+    config: SessionConfig,
+    progress: Arc<Progress>,
+) -> Result<JoinHandle<Result<SessionStats, Error>>, Error> {
+    let (sink, listener): (Box<dyn Write + Send>, Option<JoinHandle<()>>) = match config.output {
+        Output::File(ref path) => {
+            let file = std::fs::File::create(path)
+                .map_err(|e| Error::Output(format!("cannot create {}: {e}", path.display())))?;
+            (
+                Box::new(std::io::BufWriter::with_capacity(256 << 10, file)),
+                None,
+            )
+        }
+        Output::Stream(_) => (Box::new(std::io::sink()), None),
+        Output::Listener(_) => (Box::new(std::io::sink()), None),
+    };
+    let (sink, listener) = match config.output {
+        Output::Stream(stream) => (stream, listener),
+        Output::Listener(callback) => {
+            let (writer, handle) = crate::listener::spawn(callback)?;
+            (Box::new(writer) as Box<dyn Write + Send>, Some(handle))
+        }
+        Output::File(_) => (sink, listener),
+    };
+    let version = config.format;
+    let (utc_nanos, ticks) = clock::sync_point();
+    let mut info = TraceInfo::new(version, std::mem::size_of::<usize>() as u32);
+    info.sync_time_utc = system_time_from_unix_nanos(utc_nanos);
+    info.sync_time_ticks = ticks;
+    info.tick_frequency = clock::TICKS_PER_SECOND;
+    info.process_id = Some(u64::from(std::process::id()));
+    info.processor_count = std::thread::available_parallelism()
+        .ok()
+        .map(|n| n.get() as u32);
+    let counting = CountingWriter {
+        inner: sink,
+        progress: Arc::clone(&progress),
+    };
+    let writer = TraceWriter::new(Box::new(counting) as Box<dyn Write + Send>, &info)
+        .map_err(|e| Error::Output(format!("cannot start the trace: {e}")))?;
+    let drain = Drain {
+        shared,
+        writer: Some(writer),
+        version,
+        flush_interval: config.flush_interval,
+        sequence_point_interval: config.sequence_point_interval,
+        rundown: config.rundown,
+        progress,
+        written_metadata: HashSet::new(),
+        batch: Vec::new(),
+        arena: Vec::new(),
+        last_sequence_point: Instant::now(),
+        dropped_by_reclaimed: 0,
+        listener,
+    };
+    std::thread::Builder::new()
+        .name(format!("eventpipe-drain-{}", drain.shared.slot()))
+        .spawn(move || drain.run())
+        .map_err(|e| Error::Output(format!("cannot start the drain thread: {e}")))
+}
+
+struct Pending {
+    timestamp: i64,
+    thread_index: u64,
+    os_tid: u64,
+    event_index: u32,
+    seq: u32,
+    activity: Option<(Guid, Guid)>,
+    payload: (usize, usize),
+}
+
+/// One thread as a pass sees it: state, buffers, read position, whether to announce it.
+type ThreadSnapshot = (Arc<ThreadSessionState>, Vec<Arc<Buffer>>, usize, bool);
+
+/// What a pass learned about one thread, applied under the lock afterwards.
+struct ThreadProgress {
+    index: u64,
+    buffers_emptied: usize,
+    read_pos: usize,
+}
+
+struct Drain {
+    shared: Arc<SessionShared>,
+    writer: Option<TraceWriter<Box<dyn Write + Send>>>,
+    version: FormatVersion,
+    flush_interval: Duration,
+    sequence_point_interval: Duration,
+    rundown: bool,
+    progress: Arc<Progress>,
+    written_metadata: HashSet<u32>,
+    batch: Vec<Pending>,
+    arena: Vec<u8>,
+    last_sequence_point: Instant,
+    dropped_by_reclaimed: u64,
+    listener: Option<JoinHandle<()>>,
+}
+
+impl Drain {
+    fn run(mut self) -> Result<SessionStats, Error> {
+        let result = self.run_passes();
+        if result.is_err() {
+            // The output failed: end the session for everyone, release parked writers.
+            registry::remove_session(&self.shared);
+            self.shared.active.store(false, Ordering::Relaxed);
+        }
+        self.abort_waiters();
+        drop(self.writer.take());
+        if let Some(listener) = self.listener.take() {
+            let _ = listener.join();
+        }
+        result.map(|()| self.progress.snapshot())
+    }
+
+    fn abort_waiters(&self) {
+        let _m = lock(&self.shared.manager);
+        self.shared.abort.store(true, Ordering::Relaxed);
+        self.shared.capacity.notify_all();
+    }
+
+    fn writer(&mut self) -> Result<&mut TraceWriter<Box<dyn Write + Send>>, Error> {
+        self.writer
+            .as_mut()
+            .ok_or_else(|| Error::Output("the trace was already finished".into()))
+    }
+
+    fn run_passes(&mut self) -> Result<(), Error> {
+        loop {
+            {
+                let mut woken = lock(&self.shared.wake);
+                if !*woken && !self.shared.stop_requested.load(Ordering::Acquire) {
+                    woken = self
+                        .shared
+                        .wake_signal
+                        .wait_timeout(woken, self.flush_interval)
+                        .map(|(g, _)| g)
+                        .unwrap_or_else(|p| p.into_inner().0);
+                }
+                *woken = false;
+            }
+            if self.shared.stop_requested.load(Ordering::Acquire) {
+                // Parked writers give up now; then everything committed is written.
+                self.abort_waiters();
+                self.pass(true)?;
+                if self.rundown {
+                    self.write_rundown()?;
+                }
+                let writer = self
+                    .writer
+                    .take()
+                    .ok_or_else(|| Error::Output("the trace was already finished".into()))?;
+                let mut out = writer.finish().map_err(output_error)?;
+                out.flush().map_err(|e| Error::Output(e.to_string()))?;
+                return Ok(());
+            }
+            self.pass(false)?;
+        }
+    }
+
+    fn pass(&mut self, last: bool) -> Result<(), Error> {
+        let cutoff = if last {
+            i64::MAX
+        } else {
+            clock::now() - CUTOFF_MARGIN
+        };
+        let snapshot: Vec<ThreadSnapshot> = {
+            let mut m = lock(&self.shared.manager);
+            m.threads
+                .values_mut()
+                .map(|e| {
+                    let announce = !e.announced;
+                    e.announced = true;
+                    (
+                        Arc::clone(&e.state),
+                        e.buffers.iter().cloned().collect(),
+                        e.read_pos,
+                        announce,
+                    )
+                })
+                .collect()
+        };
+        self.batch.clear();
+        self.arena.clear();
+        let mut updates = Vec::with_capacity(snapshot.len());
+        let mut bounds = Vec::with_capacity(snapshot.len());
+        let mut announce = Vec::new();
+        for (state, buffers, read_pos, is_new) in &snapshot {
+            if *is_new {
+                announce.push(ThreadInfo {
+                    index: state.index,
+                    name: state.name.clone(),
+                    process_id: Some(u64::from(std::process::id())),
+                    thread_id: Some(state.os_tid),
+                    key_values: Vec::new(),
+                });
+            }
+            while state.in_flight.load(Ordering::Acquire) {
+                std::thread::yield_now();
+            }
+            let published = state.published_seq.load(Ordering::Acquire);
+            let (progress, stopped_at, last_read) =
+                self.read_thread(state, buffers, *read_pos, cutoff);
+            updates.push(progress);
+            let bound = match stopped_at {
+                Some(seq) => seq.wrapping_sub(1),
+                None => published.max(last_read),
+            };
+            bounds.push((state.index, state.os_tid, bound));
+        }
+        self.emit(&announce, cutoff, last, &bounds)?;
+        self.apply(&updates)
+    }
+
+    /// Reads one thread's records below `cutoff`. Returns how far it got, the sequence
+    /// number of the first record left behind (if any), and the last sequence number read.
+    fn read_thread(
+        &mut self,
+        state: &ThreadSessionState,
+        buffers: &[Arc<Buffer>],
+        mut pos: usize,
+        cutoff: i64,
+    ) -> (ThreadProgress, Option<u32>, u32) {
+        let mut emptied = 0;
+        let mut stopped_at = None;
+        let mut last_read = 0;
+        'buffers: for buffer in buffers {
+            // Acquire `retired` before reading, so a retired buffer's records are all visible.
+            let retired = buffer.is_retired();
+            let data = buffer.readable(pos);
+            let mut off = 0;
+            while let Some(record) = data.get(off..) {
+                let Some(h) = record.get(..RECORD_HEADER) else {
+                    break;
+                };
+                let word = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+                let len = word(0) as usize;
+                let seq = word(8);
+                let mut ts = [0u8; 8];
+                ts.copy_from_slice(&h[16..24]);
+                let timestamp = i64::from_le_bytes(ts);
+                if timestamp >= cutoff {
+                    stopped_at = Some(seq);
+                    pos += off;
+                    break 'buffers;
+                }
+                let Some(body) = record.get(RECORD_HEADER..len) else {
+                    break;
+                };
+                let (activity, payload) = if word(12) & FLAG_ACTIVITY != 0 && body.len() >= 32 {
+                    let mut a = [0u8; 16];
+                    let mut r = [0u8; 16];
+                    a.copy_from_slice(&body[..16]);
+                    r.copy_from_slice(&body[16..32]);
+                    (Some((Guid(a), Guid(r))), &body[32..])
+                } else {
+                    (None, body)
+                };
+                let start = self.arena.len();
+                self.arena.extend_from_slice(payload);
+                self.batch.push(Pending {
+                    timestamp,
+                    thread_index: state.index,
+                    os_tid: state.os_tid,
+                    event_index: word(4),
+                    seq,
+                    activity,
+                    payload: (start, self.arena.len()),
+                });
+                last_read = seq;
+                off += len.max(RECORD_HEADER);
+            }
+            pos += off;
+            if retired && buffer.readable(pos).is_empty() {
+                emptied += 1;
+                pos = 0;
+            } else {
+                break;
+            }
+        }
+        (
+            ThreadProgress {
+                index: state.index,
+                buffers_emptied: emptied,
+                read_pos: pos,
+            },
+            stopped_at,
+            last_read,
+        )
+    }
+
+    fn emit(
+        &mut self,
+        announce: &[ThreadInfo],
+        cutoff: i64,
+        last: bool,
+        bounds: &[(u64, u64, u32)],
+    ) -> Result<(), Error> {
+        let v6 = self.version == FormatVersion::V6;
+        self.batch.sort_by_key(|p| p.timestamp);
+        let mut new_metadata = Vec::new();
+        for p in &self.batch {
+            if self.written_metadata.insert(p.event_index) {
+                if let Some(event) = registry::event_at(p.event_index) {
+                    new_metadata.push(event.metadata(p.event_index + 1));
+                }
+            }
+        }
+        let batch = std::mem::take(&mut self.batch);
+        let arena = std::mem::take(&mut self.arena);
+        let version = self.version;
+        let writer = self.writer()?;
+        if !new_metadata.is_empty() {
+            writer
+                .write_metadata_block(&new_metadata)
+                .map_err(output_error)?;
+        }
+        if v6 && !announce.is_empty() {
+            writer.write_thread_block(announce).map_err(output_error)?;
+        }
+        let mut labels: Vec<Vec<Label>> = Vec::new();
+        if v6 {
+            for p in &batch {
+                if let Some((a, r)) = p.activity {
+                    labels.push(vec![Label::ActivityId(a), Label::RelatedActivityId(r)]);
+                }
+            }
+            if !labels.is_empty() {
+                writer
+                    .write_label_list_block(1, &labels)
+                    .map_err(output_error)?;
+            }
+        }
+        let mut block = EventBlockBuilder::new(version);
+        let mut label_id = 0;
+        for (i, p) in batch.iter().enumerate() {
+            let mut header = EventHeader {
+                metadata_id: p.event_index + 1,
+                sequence_number: p.seq,
+                thread: if v6 { p.thread_index } else { p.os_tid },
+                capture_thread: if v6 { p.thread_index } else { p.os_tid },
+                timestamp: p.timestamp,
+                is_sorted: i + 1 == batch.len(),
+                ..EventHeader::default()
+            };
+            if let Some((a, r)) = p.activity {
+                if v6 {
+                    label_id += 1;
+                    header.label_list_id = label_id;
+                } else {
+                    header.activity_id = a;
+                    header.related_activity_id = r;
+                }
+            }
+            block.push(&header, arena.get(p.payload.0..p.payload.1).unwrap_or(&[]));
+            if block.encoded_len() >= EVENT_BLOCK_TARGET {
+                writer.write_event_block(&block).map_err(output_error)?;
+                block.clear();
+            }
+        }
+        if !block.is_empty() {
+            writer.write_event_block(&block).map_err(output_error)?;
+        }
+        let due = last || self.last_sequence_point.elapsed() >= self.sequence_point_interval;
+        if due {
+            let sp_time = if last {
+                batch.last().map_or_else(clock::now, |p| p.timestamp)
+            } else {
+                cutoff
+            };
+            let threads: Vec<(u64, u32)> = bounds
+                .iter()
+                .map(|&(index, os_tid, seq)| (if v6 { index } else { os_tid }, seq))
+                .collect();
+            self.writer()?
+                .write_sequence_point(sp_time, 0, &threads)
+                .map_err(output_error)?;
+            self.last_sequence_point = Instant::now();
+        }
+        self.progress
+            .events_written
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        self.batch = batch;
+        self.arena = arena;
+        Ok(())
+    }
+
+    fn apply(&mut self, updates: &[ThreadProgress]) -> Result<(), Error> {
+        let mut removed = Vec::new();
+        let mut dropped_live = 0;
+        {
+            let mut m = lock(&self.shared.manager);
+            let mut freed_bytes = 0;
+            let mut freed_buffers = 0;
+            for u in updates {
+                let Some(entry) = m.threads.get_mut(&u.index) else {
+                    continue;
+                };
+                for _ in 0..u.buffers_emptied {
+                    if let Some(b) = entry.buffers.pop_front() {
+                        freed_bytes += b.capacity();
+                        freed_buffers += 1;
+                    }
+                }
+                entry.read_pos = u.read_pos;
+            }
+            m.used -= freed_bytes;
+            m.live_buffers -= freed_buffers;
+            let gone: Vec<u64> = m
+                .threads
+                .iter()
+                .filter(|(_, e)| e.buffers.is_empty() && e.state.exited.load(Ordering::Acquire))
+                .map(|(&i, _)| i)
+                .collect();
+            for index in gone {
+                if let Some(entry) = m.threads.remove(&index) {
+                    removed.push((
+                        index,
+                        entry.state.published_seq.load(Ordering::Acquire),
+                        entry.state.dropped.load(Ordering::Relaxed),
+                    ));
+                }
+            }
+            for e in m.threads.values() {
+                dropped_live += e.state.dropped.load(Ordering::Relaxed);
+            }
+            if freed_buffers > 0 {
+                self.shared.capacity.notify_all();
+            }
+        }
+        self.dropped_by_reclaimed += removed.iter().map(|r| r.2).sum::<u64>();
+        self.progress
+            .events_dropped
+            .store(self.dropped_by_reclaimed + dropped_live, Ordering::Relaxed);
+        self.progress
+            .threads_reclaimed
+            .fetch_add(removed.len() as u64, Ordering::Relaxed);
+        if self.version == FormatVersion::V6 && !removed.is_empty() {
+            let entries: Vec<(u64, u32)> = removed.iter().map(|r| (r.0, r.1)).collect();
+            self.writer()?
+                .write_remove_thread_block(&entries)
+                .map_err(output_error)?;
+        }
+        Ok(())
+    }
+
+    /// Rundown: a ProcessInfo event naming the command line and OS, as .NET writes it.
+    fn write_rundown(&mut self) -> Result<(), Error> {
+        let metadata_id = u32::MAX >> 1;
+        let md = nettrace::EventMetadata {
+            metadata_id,
+            provider: RUNDOWN_PROVIDER.into(),
+            event_id: 1,
+            event_name: "ProcessInfo".into(),
+            version: 1,
+            fields: ["CommandLine", "OSInformation", "ArchInformation"]
+                .iter()
+                .map(|n| nettrace::FieldDesc {
+                    name: (*n).into(),
+                    ty: nettrace::FieldType::Utf16String,
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let command_line = std::env::args().collect::<Vec<_>>().join(" ");
+        let mut payload = Vec::new();
+        for s in [
+            command_line.as_str(),
+            std::env::consts::OS,
+            std::env::consts::ARCH,
+        ] {
+            payload.extend(s.encode_utf16().chain([0]).flat_map(u16::to_le_bytes));
+        }
+        let tid = crate::writer::current_os_tid();
+        let version = self.version;
+        let v6 = version == FormatVersion::V6;
+        let writer = self.writer()?;
+        writer.write_metadata_block(&[md]).map_err(output_error)?;
+        if v6 {
+            let rundown_thread = ThreadInfo {
+                index: u64::MAX >> 1,
+                name: Some("eventpipe-drain".into()),
+                process_id: Some(u64::from(std::process::id())),
+                thread_id: Some(tid),
+                key_values: Vec::new(),
+            };
+            writer
+                .write_thread_block(&[rundown_thread])
+                .map_err(output_error)?;
+        }
+        let thread = if v6 { u64::MAX >> 1 } else { tid };
+        let mut block = EventBlockBuilder::new(version);
+        let header = EventHeader {
+            metadata_id,
+            sequence_number: 1,
+            thread,
+            capture_thread: thread,
+            timestamp: clock::now(),
+            is_sorted: true,
+            ..EventHeader::default()
+        };
+        block.push(&header, &payload);
+        writer.write_event_block(&block).map_err(output_error)
+    }
+}
+
+fn output_error(e: nettrace::Error) -> Error {
+    Error::Output(e.to_string())
+}
+
+fn system_time_from_unix_nanos(nanos: i128) -> nettrace::SystemTime {
+    let text = nettrace::format_unix_nanos(nanos);
+    // "YYYY-MM-DDTHH:MM:SS.nnnnnnnnnZ"
+    let num = |a: usize, b: usize| {
+        text.get(a..b)
+            .and_then(|s| s.parse::<i16>().ok())
+            .unwrap_or(0)
+    };
+    let days = nanos.div_euclid(86_400_000_000_000) as i64;
+    nettrace::SystemTime {
+        year: num(0, 4),
+        month: num(5, 7),
+        day_of_week: ((days + 4).rem_euclid(7)) as i16,
+        day: num(8, 10),
+        hour: num(11, 13),
+        minute: num(14, 16),
+        second: num(17, 19),
+        millisecond: num(20, 23),
+    }
+}

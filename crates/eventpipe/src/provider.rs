@@ -1,0 +1,533 @@
+//! Providers and events: what instrumented code declares and writes.
+//!
+//! An event is a `static` [`EventDescriptor`] holding a cached mask with one bit per session
+//! that enables it. `is_enabled` is one relaxed load and a branch; the mask is rebuilt (cold
+//! path) when sessions start or stop and when an event registers itself on first use.
+//!
+//! The mask value `u64::MAX` doubles as "not registered yet": an unregistered event looks
+//! enabled, so its first write takes the cold path and registers it. A registered event whose
+//! 64 sessions all enable it also reads `u64::MAX`; the cold path then just finds it
+//! registered and carries on.
+
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+
+/// Verbosity of an event (the ETW/EventPipe scale).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub enum Level {
+    /// Always logged.
+    LogAlways = 0,
+    /// Critical errors.
+    Critical = 1,
+    /// Errors.
+    Error = 2,
+    /// Warnings.
+    Warning = 3,
+    /// Informational events.
+    Informational = 4,
+    /// Everything.
+    Verbose = 5,
+}
+
+impl Level {
+    /// The level for a numeric value (values above 5 mean Verbose).
+    pub fn from_u8(v: u8) -> Level {
+        match v {
+            0 => Level::LogAlways,
+            1 => Level::Critical,
+            2 => Level::Error,
+            3 => Level::Warning,
+            4 => Level::Informational,
+            _ => Level::Verbose,
+        }
+    }
+}
+
+/// What a provider's enable callback is told.
+#[derive(Debug, Clone)]
+pub struct EnableChange<'a> {
+    /// True when a session enables the provider, false when it disables it.
+    pub enabled: bool,
+    /// The session's keyword mask for this provider.
+    pub keywords: u64,
+    /// The session's level for this provider.
+    pub level: Level,
+    /// The session's filter arguments (`key=value;...`), if any.
+    pub filter_args: Option<&'a str>,
+    /// The session's slot (0..64).
+    pub session_slot: usize,
+}
+
+/// A named source of events.
+#[derive(Debug)]
+pub struct Provider {
+    name: &'static str,
+    callback: Option<fn(&EnableChange<'_>)>,
+}
+
+impl Provider {
+    /// A provider called `name`. Its GUID is derived from the name the way .NET's
+    /// EventSource derives it.
+    pub const fn new(name: &'static str) -> Self {
+        Provider {
+            name,
+            callback: None,
+        }
+    }
+
+    /// A provider whose `callback` is told whenever a session enables or disables it. The
+    /// callback runs on the thread that starts or stops the session, after the session's
+    /// drain thread is running and with no lock held, so it may write events.
+    pub const fn with_callback(name: &'static str, callback: fn(&EnableChange<'_>)) -> Self {
+        Provider {
+            name,
+            callback: Some(callback),
+        }
+    }
+
+    /// The provider's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The EventSource-style GUID of the name.
+    pub fn guid(&self) -> nettrace::Guid {
+        crate::guid::event_source_guid(self.name)
+    }
+
+    pub(crate) fn callback(&self) -> Option<fn(&EnableChange<'_>)> {
+        self.callback
+    }
+}
+
+/// The type of one payload field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldKind {
+    /// `bool`, written as a 4-byte boolean like .NET.
+    Bool,
+    /// `u8`
+    U8,
+    /// `i8`
+    I8,
+    /// `u16`
+    U16,
+    /// `i16`
+    I16,
+    /// `u32`
+    U32,
+    /// `i32`
+    I32,
+    /// `u64`
+    U64,
+    /// `i64`
+    I64,
+    /// `f32`
+    F32,
+    /// `f64`
+    F64,
+    /// A string, written as NUL-terminated UTF-16 like .NET.
+    Str,
+    /// A GUID.
+    Guid,
+    /// A byte slice, written as a u16-counted array of bytes.
+    Bytes,
+    /// A slice of `u32`.
+    U32Array,
+    /// A slice of `u64`.
+    U64Array,
+    /// A slice of `i64`.
+    I64Array,
+    /// A slice of `f64`.
+    F64Array,
+}
+
+impl FieldKind {
+    pub(crate) fn to_field_type(self) -> nettrace::FieldType {
+        use nettrace::FieldType as T;
+        let array = |t| T::Array(Box::new(t));
+        match self {
+            FieldKind::Bool => T::Boolean32,
+            FieldKind::U8 => T::Byte,
+            FieldKind::I8 => T::SByte,
+            FieldKind::U16 => T::UInt16,
+            FieldKind::I16 => T::Int16,
+            FieldKind::U32 => T::UInt32,
+            FieldKind::I32 => T::Int32,
+            FieldKind::U64 => T::UInt64,
+            FieldKind::I64 => T::Int64,
+            FieldKind::F32 => T::Single,
+            FieldKind::F64 => T::Double,
+            FieldKind::Str => T::Utf16String,
+            FieldKind::Guid => T::Guid,
+            FieldKind::Bytes => array(T::Byte),
+            FieldKind::U32Array => array(T::UInt32),
+            FieldKind::U64Array => array(T::UInt64),
+            FieldKind::I64Array => array(T::Int64),
+            FieldKind::F64Array => array(T::Double),
+        }
+    }
+}
+
+/// One declared payload field.
+#[derive(Debug, Clone, Copy)]
+pub struct FieldSpec {
+    /// Field name.
+    pub name: &'static str,
+    /// Field type.
+    pub kind: FieldKind,
+}
+
+/// Marker for "not registered yet"; see the module docs.
+const UNREGISTERED: u64 = u64::MAX;
+
+/// A declared event. Declare it as a `static` (see [`crate::define_event!`]).
+#[derive(Debug)]
+pub struct EventDescriptor {
+    /// The provider that emits it.
+    pub provider: &'static Provider,
+    /// Id within the provider.
+    pub id: u32,
+    /// Version.
+    pub version: u8,
+    /// Name.
+    pub name: &'static str,
+    /// Level.
+    pub level: Level,
+    /// Keyword mask.
+    pub keywords: u64,
+    /// Opcode (0 = informational, 1 = start, 2 = stop, ...).
+    pub opcode: u8,
+    /// Payload fields, in order.
+    pub fields: &'static [FieldSpec],
+    /// Bit `i` set: session slot `i` records this event. Written only under the registry
+    /// lock; read with Relaxed on every write, because a write that races a session
+    /// starting or stopping may go either way and the session handles both.
+    mask: AtomicU64,
+    /// Index in the registry, valid once registered (`u32::MAX` before).
+    index: AtomicU32,
+}
+
+impl EventDescriptor {
+    /// Declares an event; usable in a `static`.
+    #[allow(clippy::too_many_arguments)] // mirrors the manifest's event attributes
+    pub const fn new(
+        provider: &'static Provider,
+        id: u32,
+        version: u8,
+        name: &'static str,
+        level: Level,
+        keywords: u64,
+        opcode: u8,
+        fields: &'static [FieldSpec],
+    ) -> Self {
+        EventDescriptor {
+            provider,
+            id,
+            version,
+            name,
+            level,
+            keywords,
+            opcode,
+            fields,
+            mask: AtomicU64::new(UNREGISTERED),
+            index: AtomicU32::new(u32::MAX),
+        }
+    }
+
+    /// Whether any session records this event: one relaxed load and a branch.
+    #[inline(always)]
+    pub fn is_enabled(&self) -> bool {
+        self.mask.load(Ordering::Relaxed) != 0
+    }
+
+    /// Writes the event if enabled; `fill` encodes the payload fields in declaration order.
+    /// Does not allocate unless the payload exceeds 1 KiB.
+    #[inline]
+    pub fn write_with(&'static self, fill: impl FnOnce(&mut PayloadWriter)) {
+        let mask = self.mask.load(Ordering::Relaxed);
+        if mask != 0 {
+            self.write_enabled(mask, fill);
+        }
+    }
+
+    #[inline(never)]
+    fn write_enabled(&'static self, mut mask: u64, fill: impl FnOnce(&mut PayloadWriter)) {
+        if mask == UNREGISTERED {
+            mask = crate::registry::register_event(self);
+            if mask == 0 {
+                return;
+            }
+        }
+        let mut payload = PayloadWriter::new();
+        fill(&mut payload);
+        crate::writer::write_event(self, mask, payload.as_bytes(), None);
+    }
+
+    /// Like [`write_with`](Self::write_with), with an activity id and related activity id.
+    pub fn write_with_activity(
+        &'static self,
+        activity: nettrace::Guid,
+        related: nettrace::Guid,
+        fill: impl FnOnce(&mut PayloadWriter),
+    ) {
+        let mut mask = self.mask.load(Ordering::Relaxed);
+        if mask == 0 {
+            return;
+        }
+        if mask == UNREGISTERED {
+            mask = crate::registry::register_event(self);
+            if mask == 0 {
+                return;
+            }
+        }
+        let mut payload = PayloadWriter::new();
+        fill(&mut payload);
+        crate::writer::write_event(self, mask, payload.as_bytes(), Some((activity, related)));
+    }
+
+    pub(crate) fn mask(&self) -> u64 {
+        self.mask.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_mask(&self, mask: u64) {
+        self.mask.store(mask, Ordering::Relaxed);
+    }
+
+    pub(crate) fn index(&self) -> Option<u32> {
+        match self.index.load(Ordering::Acquire) {
+            u32::MAX => None,
+            i => Some(i),
+        }
+    }
+
+    pub(crate) fn set_index(&self, index: u32) {
+        // Release: pairs with the Acquire in `index`, so a thread that sees the index also
+        // sees the registry entry that was pushed before it.
+        self.index.store(index, Ordering::Release);
+    }
+
+    /// The nettrace metadata row for this event under `metadata_id`.
+    pub(crate) fn metadata(&self, metadata_id: u32) -> nettrace::EventMetadata {
+        nettrace::EventMetadata {
+            metadata_id,
+            provider: self.provider.name.to_string(),
+            provider_guid: Some(self.provider.guid()),
+            event_id: self.id,
+            event_name: self.name.to_string(),
+            keywords: self.keywords,
+            version: u32::from(self.version),
+            level: self.level as u32,
+            opcode: (self.opcode != 0).then_some(self.opcode),
+            fields: self
+                .fields
+                .iter()
+                .map(|f| nettrace::FieldDesc {
+                    name: f.name.to_string(),
+                    ty: f.kind.to_field_type(),
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+}
+
+/// Encodes payload fields; backed by a 1 KiB stack buffer that spills to the heap only for
+/// larger payloads.
+#[derive(Debug)]
+pub struct PayloadWriter {
+    inline: [u8; 1024],
+    len: usize,
+    spill: Vec<u8>,
+}
+
+impl PayloadWriter {
+    #[inline]
+    fn new() -> Self {
+        PayloadWriter {
+            inline: [0; 1024],
+            len: 0,
+            spill: Vec::new(),
+        }
+    }
+
+    /// Appends raw bytes.
+    #[inline]
+    pub fn bytes(&mut self, b: &[u8]) {
+        if self.spill.is_empty() && self.len + b.len() <= self.inline.len() {
+            self.inline[self.len..self.len + b.len()].copy_from_slice(b);
+            self.len += b.len();
+        } else {
+            self.spill_slow(b);
+        }
+    }
+
+    #[cold]
+    fn spill_slow(&mut self, b: &[u8]) {
+        if self.spill.is_empty() {
+            self.spill.extend_from_slice(&self.inline[..self.len]);
+        }
+        self.spill.extend_from_slice(b);
+    }
+
+    /// Appends one field value.
+    #[inline]
+    pub fn put<T: PayloadField + ?Sized>(&mut self, value: &T) {
+        value.encode(self);
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        if self.spill.is_empty() {
+            &self.inline[..self.len]
+        } else {
+            &self.spill
+        }
+    }
+}
+
+/// A value that can be a payload field.
+pub trait PayloadField {
+    /// The field type this value encodes as.
+    const KIND: FieldKind;
+    /// Appends the encoded value.
+    fn encode(&self, w: &mut PayloadWriter);
+}
+
+macro_rules! le_field {
+    ($($t:ty => $k:ident),*) => {$(
+        impl PayloadField for $t {
+            const KIND: FieldKind = FieldKind::$k;
+            #[inline]
+            fn encode(&self, w: &mut PayloadWriter) {
+                w.bytes(&self.to_le_bytes());
+            }
+        }
+    )*};
+}
+le_field!(u8 => U8, i8 => I8, u16 => U16, i16 => I16, u32 => U32, i32 => I32, u64 => U64, i64 => I64, f32 => F32, f64 => F64);
+
+impl PayloadField for bool {
+    const KIND: FieldKind = FieldKind::Bool;
+    #[inline]
+    fn encode(&self, w: &mut PayloadWriter) {
+        w.bytes(&u32::from(*self).to_le_bytes());
+    }
+}
+
+impl PayloadField for str {
+    const KIND: FieldKind = FieldKind::Str;
+    #[inline]
+    fn encode(&self, w: &mut PayloadWriter) {
+        let mut units = [0u8; 64];
+        let mut n = 0;
+        for unit in self.encode_utf16().chain(std::iter::once(0)) {
+            if n == units.len() {
+                w.bytes(&units);
+                n = 0;
+            }
+            units[n..n + 2].copy_from_slice(&unit.to_le_bytes());
+            n += 2;
+        }
+        w.bytes(&units[..n]);
+    }
+}
+
+impl PayloadField for &str {
+    const KIND: FieldKind = FieldKind::Str;
+    #[inline]
+    fn encode(&self, w: &mut PayloadWriter) {
+        (**self).encode(w);
+    }
+}
+
+impl PayloadField for String {
+    const KIND: FieldKind = FieldKind::Str;
+    #[inline]
+    fn encode(&self, w: &mut PayloadWriter) {
+        self.as_str().encode(w);
+    }
+}
+
+impl PayloadField for nettrace::Guid {
+    const KIND: FieldKind = FieldKind::Guid;
+    #[inline]
+    fn encode(&self, w: &mut PayloadWriter) {
+        w.bytes(&self.0);
+    }
+}
+
+/// Slices are written as u16-counted arrays; longer slices are truncated to 65535 elements.
+macro_rules! slice_field {
+    ($($t:ty => $k:ident),*) => {$(
+        impl PayloadField for [$t] {
+            const KIND: FieldKind = FieldKind::$k;
+            #[inline]
+            fn encode(&self, w: &mut PayloadWriter) {
+                let n = self.len().min(usize::from(u16::MAX));
+                w.bytes(&(n as u16).to_le_bytes());
+                for v in &self[..n] {
+                    w.bytes(&v.to_le_bytes());
+                }
+            }
+        }
+        impl PayloadField for &[$t] {
+            const KIND: FieldKind = FieldKind::$k;
+            #[inline]
+            fn encode(&self, w: &mut PayloadWriter) {
+                (**self).encode(w);
+            }
+        }
+    )*};
+}
+slice_field!(u8 => Bytes, u32 => U32Array, u64 => U64Array, i64 => I64Array, f64 => F64Array);
+
+/// Declares a provider's event as a `static` and a function-like way to write it.
+///
+/// ```
+/// use eventpipe::{define_event, Provider, Level};
+///
+/// static DEMO: Provider = Provider::new("Demo");
+/// define_event! {
+///     /// One tick of the demo loop.
+///     pub static TICK = DEMO { id: 1, name: "Tick", level: Level::Informational, keywords: 0x1 }
+///         (count: u64, message: &str);
+/// }
+///
+/// // Costs one relaxed load and a branch while no session listens.
+/// eventpipe::write_event!(TICK, 42u64, "hello");
+/// ```
+#[macro_export]
+macro_rules! define_event {
+    (
+        $(#[$attr:meta])*
+        $vis:vis static $name:ident = $provider:ident {
+            id: $id:expr, name: $ename:expr, level: $level:expr, keywords: $kw:expr
+            $(, version: $version:expr)? $(, opcode: $opcode:expr)? $(,)?
+        } ( $($field:ident : $fty:ty),* $(,)? );
+    ) => {
+        $(#[$attr])*
+        $vis static $name: $crate::EventDescriptor = $crate::EventDescriptor::new(
+            &$provider,
+            $id,
+            $crate::__private::or_zero(&[$($version)?]),
+            $ename,
+            $level,
+            $kw,
+            $crate::__private::or_zero(&[$($opcode)?]),
+            &[$($crate::FieldSpec {
+                name: stringify!($field),
+                kind: <$fty as $crate::PayloadField>::KIND,
+            }),*],
+        );
+    };
+}
+
+/// Writes an event if any session records it; the values must match the declared fields in
+/// order and type. Values are evaluated only when the event is enabled.
+#[macro_export]
+macro_rules! write_event {
+    ($event:expr $(, $value:expr)* $(,)?) => {
+        if $event.is_enabled() {
+            $event.write_with(|__payload| { $( __payload.put(&$value); )* });
+        }
+    };
+}

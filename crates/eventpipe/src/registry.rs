@@ -1,0 +1,163 @@
+//! The process-wide registry: declared events and the sessions in their 64 slots.
+//!
+//! One mutex guards both lists. Every change to an event's session mask happens here, under
+//! that mutex: when an event registers, when a session starts, when it stops. Writers never
+//! take it except on an event's first write.
+
+use std::sync::Mutex;
+
+use crate::provider::{EnableChange, EventDescriptor, Provider};
+use crate::session::SessionShared;
+use crate::sync::Arc;
+use crate::Error;
+
+/// A provider's enable callback and the configuration to tell it, run once no lock is held.
+pub(crate) type PendingCallback = (fn(&EnableChange<'_>), crate::ProviderConfig);
+
+/// The maximum number of concurrent sessions (one bit each in an event's mask).
+pub const MAX_SESSIONS: usize = 64;
+
+struct Registry {
+    events: Vec<&'static EventDescriptor>,
+    sessions: [Option<Arc<SessionShared>>; MAX_SESSIONS],
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    events: Vec::new(),
+    sessions: [const { None }; MAX_SESSIONS],
+});
+
+fn registry() -> std::sync::MutexGuard<'static, Registry> {
+    REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Registry {
+    fn mask_for(&self, event: &EventDescriptor) -> u64 {
+        let mut mask = 0;
+        for (slot, session) in self.sessions.iter().enumerate() {
+            if session.as_ref().is_some_and(|s| s.enables(event)) {
+                mask |= 1 << slot;
+            }
+        }
+        mask
+    }
+
+    fn knows_provider(&self, provider: &Provider) -> bool {
+        self.events
+            .iter()
+            .any(|e| std::ptr::eq(e.provider, provider))
+    }
+}
+
+/// Registers `event` on its first write; returns its session mask.
+#[cold]
+pub(crate) fn register_event(event: &'static EventDescriptor) -> u64 {
+    let mut callbacks = Vec::new();
+    let mask = {
+        let mut r = registry();
+        if event.index().is_none() {
+            if !r.knows_provider(event.provider) {
+                // A provider appearing while sessions already name it: tell it now.
+                if let Some(cb) = event.provider.callback() {
+                    for (slot, s) in r.sessions.iter().enumerate() {
+                        if let Some(pc) = s
+                            .as_ref()
+                            .and_then(|s| s.provider_config(event.provider.name()))
+                        {
+                            callbacks.push((cb, pc.clone(), slot));
+                        }
+                    }
+                }
+            }
+            let index = r.events.len() as u32;
+            r.events.push(event);
+            event.set_index(index);
+        }
+        let mask = r.mask_for(event);
+        event.set_mask(mask);
+        mask
+    };
+    for (cb, pc, slot) in callbacks {
+        cb(&EnableChange {
+            enabled: true,
+            keywords: pc.keywords,
+            level: pc.level,
+            filter_args: pc.filter_args.as_deref(),
+            session_slot: slot,
+        });
+    }
+    mask
+}
+
+/// The event registered at `index`.
+pub(crate) fn event_at(index: u32) -> Option<&'static EventDescriptor> {
+    registry().events.get(index as usize).copied()
+}
+
+/// Claims a free slot for `make(slot)` and returns the session.
+pub(crate) fn add_session(
+    make: impl FnOnce(usize) -> Arc<SessionShared>,
+) -> Result<Arc<SessionShared>, Error> {
+    let mut r = registry();
+    let slot = r
+        .sessions
+        .iter()
+        .position(Option::is_none)
+        .ok_or(Error::TooManySessions(MAX_SESSIONS))?;
+    let session = make(slot);
+    r.sessions[slot] = Some(Arc::clone(&session));
+    Ok(session)
+}
+
+/// Turns on the session's bits in every event mask; returns the enable callbacks to run.
+pub(crate) fn enable_session(session: &SessionShared) -> Vec<PendingCallback> {
+    let r = registry();
+    for event in &r.events {
+        if session.enables(event) {
+            event.set_mask(event.mask() | 1 << session.slot());
+        }
+    }
+    provider_callbacks(&r, session)
+}
+
+fn provider_callbacks(r: &Registry, session: &SessionShared) -> Vec<PendingCallback> {
+    let mut out: Vec<PendingCallback> = Vec::new();
+    let mut seen: Vec<*const Provider> = Vec::new();
+    for event in &r.events {
+        let p = event.provider as *const Provider;
+        if seen.contains(&p) {
+            continue;
+        }
+        seen.push(p);
+        if let (Some(cb), Some(pc)) = (
+            event.provider.callback(),
+            session.provider_config(event.provider.name()),
+        ) {
+            out.push((cb, pc.clone()));
+        }
+    }
+    out
+}
+
+/// Clears the session's bits and frees its slot (if it still holds it); returns the
+/// disable callbacks to run.
+pub(crate) fn remove_session(session: &SessionShared) -> Vec<PendingCallback> {
+    let mut r = registry();
+    let slot = session.slot();
+    let holds_slot = r.sessions[slot]
+        .as_ref()
+        .is_some_and(|s| s.id() == session.id());
+    if !holds_slot {
+        return Vec::new();
+    }
+    for event in &r.events {
+        event.set_mask(event.mask() & !(1 << slot));
+    }
+    r.sessions[slot] = None;
+    provider_callbacks(&r, session)
+}
+
+/// The session currently in `slot`.
+pub(crate) fn session_in(slot: usize) -> Option<Arc<SessionShared>> {
+    registry().sessions.get(slot).and_then(Clone::clone)
+}

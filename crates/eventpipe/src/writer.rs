@@ -1,0 +1,193 @@
+//! The write path: from an enabled event to a record in the calling thread's own buffer.
+//!
+//! Each thread keeps, per session slot, its [`ThreadSessionState`] and its current buffer in
+//! a thread-local. Writing takes no lock and performs no read-modify-write on memory another
+//! thread writes: it stamps the record, appends it to the buffer (SPSC, see `buffer.rs`) and
+//! publishes the sequence number. The session lock is taken only to get a new buffer.
+//!
+//! Record layout in a buffer: `len: u32, event_index: u32, seq: u32, flags: u32,
+//! timestamp: i64`, then 32 bytes of activity ids when `flags & 1`, then the payload.
+
+use std::cell::RefCell;
+
+use crate::buffer::Buffer;
+use crate::clock;
+use crate::provider::EventDescriptor;
+use crate::registry::{self, MAX_SESSIONS};
+use crate::session::{SessionShared, ThreadSessionState};
+use crate::sync::{Arc, Ordering};
+
+pub(crate) const RECORD_HEADER: usize = 24;
+pub(crate) const FLAG_ACTIVITY: u32 = 1;
+
+struct WriterSlot {
+    session: Arc<SessionShared>,
+    state: Arc<ThreadSessionState>,
+    buffer: Option<Arc<Buffer>>,
+    /// Where the next record goes in `buffer` (equals its published end).
+    end: usize,
+    /// The last sequence number assigned (committed or dropped).
+    seq: u32,
+}
+
+impl WriterSlot {
+    /// This thread is done with the session: the drain may reclaim the state once it has
+    /// read the remaining records.
+    fn release(&mut self) {
+        if let Some(buffer) = self.buffer.take() {
+            buffer.retire();
+        }
+        // Release: the retire above happens-before the drain's Acquire of `exited`.
+        self.state.exited.store(true, Ordering::Release);
+    }
+}
+
+struct WriterThread {
+    slots: RefCell<[Option<WriterSlot>; MAX_SESSIONS]>,
+    os_tid: u64,
+    name: Option<String>,
+}
+
+impl Drop for WriterThread {
+    fn drop(&mut self) {
+        for slot in self.slots.get_mut().iter_mut().flatten() {
+            slot.release();
+        }
+    }
+}
+
+thread_local! {
+    static WRITER: WriterThread = WriterThread {
+        slots: RefCell::new([const { None }; MAX_SESSIONS]),
+        os_tid: current_os_tid(),
+        name: std::thread::current().name().map(str::to_string),
+    };
+}
+
+/// The calling thread's OS thread id.
+pub(crate) fn current_os_tid() -> u64 {
+    // SAFETY: gettid has no preconditions and cannot fail.
+    (unsafe { libc::gettid() }) as u64
+}
+
+/// Writes one event to every session in `mask`.
+pub(crate) fn write_event(
+    event: &'static EventDescriptor,
+    mask: u64,
+    payload: &[u8],
+    activity: Option<(nettrace::Guid, nettrace::Guid)>,
+) {
+    let Some(index) = event.index() else { return };
+    // A write from a thread-local destructor after ours is gone, or a write from inside a
+    // write (an allocator hook, say), is dropped rather than recursing or panicking.
+    let _ = WRITER.try_with(|w| {
+        let Ok(mut slots) = w.slots.try_borrow_mut() else {
+            return;
+        };
+        let mut bits = mask;
+        while bits != 0 {
+            let slot = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            if let Some(entry) = slots.get_mut(slot) {
+                write_to_slot(entry, slot, w, index, payload, activity);
+            }
+        }
+    });
+}
+
+#[inline]
+fn write_to_slot(
+    entry: &mut Option<WriterSlot>,
+    slot: usize,
+    thread: &WriterThread,
+    index: u32,
+    payload: &[u8],
+    activity: Option<(nettrace::Guid, nettrace::Guid)>,
+) {
+    if !entry
+        .as_ref()
+        .is_some_and(|s| s.session.active.load(Ordering::Relaxed))
+    {
+        attach(entry, slot, thread);
+    }
+    let Some(s) = entry.as_mut() else { return };
+    let activity_bytes: [u8; 32];
+    let activity_part: &[u8] = match activity {
+        Some((a, r)) => {
+            let mut b = [0u8; 32];
+            b[..16].copy_from_slice(&a.0);
+            b[16..].copy_from_slice(&r.0);
+            activity_bytes = b;
+            &activity_bytes
+        }
+        None => &[],
+    };
+    let len = RECORD_HEADER + activity_part.len() + payload.len();
+    s.seq = s.seq.wrapping_add(1);
+    let seq = s.seq;
+    let fits = s
+        .buffer
+        .as_ref()
+        .is_some_and(|b| s.end + len <= b.capacity());
+    if !fits {
+        if let Some(full) = s.buffer.take() {
+            full.retire();
+        }
+        match s.session.acquire_buffer(&s.state, len) {
+            Some(fresh) => {
+                s.buffer = Some(fresh);
+                s.end = 0;
+            }
+            None => {
+                // Only this thread writes its counters; a plain load+store is enough.
+                let dropped = s.state.dropped.load(Ordering::Relaxed);
+                s.state.dropped.store(dropped + 1, Ordering::Relaxed);
+                // Release: pairs with the drain's Acquire; the gap in sequence numbers is
+                // how the trace's reader counts this loss.
+                s.state.published_seq.store(seq, Ordering::Release);
+                return;
+            }
+        }
+    }
+    let Some(buffer) = s.buffer.as_ref() else {
+        return;
+    };
+    s.state.in_flight.store(true, Ordering::Relaxed);
+    let timestamp = clock::now();
+    let mut header = [0u8; RECORD_HEADER];
+    header[0..4].copy_from_slice(&(len as u32).to_le_bytes());
+    header[4..8].copy_from_slice(&index.to_le_bytes());
+    header[8..12].copy_from_slice(&seq.to_le_bytes());
+    let flags = if activity.is_some() { FLAG_ACTIVITY } else { 0 };
+    header[12..16].copy_from_slice(&flags.to_le_bytes());
+    header[16..24].copy_from_slice(&timestamp.to_le_bytes());
+    // SAFETY: this thread is the buffer's only writer, `s.end` is its published end, and
+    // the record fits (checked above or the buffer was sized for it).
+    s.end = unsafe { buffer.append(s.end, &[&header, activity_part, payload]) };
+    // Release: pairs with the drain's Acquire before it reads; orders the commit first.
+    s.state.published_seq.store(seq, Ordering::Release);
+    s.state.in_flight.store(false, Ordering::Release);
+}
+
+/// Attaches this thread to the session now in `slot`, releasing any stale one.
+#[cold]
+#[inline(never)]
+fn attach(entry: &mut Option<WriterSlot>, slot: usize, thread: &WriterThread) {
+    if let Some(mut stale) = entry.take() {
+        stale.release();
+    }
+    let Some(session) = registry::session_in(slot) else {
+        return;
+    };
+    if !session.active.load(Ordering::Relaxed) {
+        return;
+    }
+    let state = session.add_thread(thread.os_tid, thread.name.clone());
+    *entry = Some(WriterSlot {
+        session,
+        state,
+        buffer: None,
+        end: 0,
+        seq: 0,
+    });
+}

@@ -1,0 +1,416 @@
+//! End-to-end session behaviour: what is written is read back by the nettrace reader, in
+//! every output and format; Drop mode counts its losses exactly; Block mode loses nothing;
+//! teardown releases parked writers; a failing output ends only its own session.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use eventpipe::{
+    define_event, write_event, BufferingMode, EnableChange, Level, Output, Provider,
+    ProviderConfig, Session, SessionConfig,
+};
+use nettrace::{FormatVersion, TraceReader, Value};
+
+fn temp(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("eventpipe-{}-{name}.nettrace", std::process::id()))
+}
+
+struct Summary {
+    counts: BTreeMap<String, u64>,
+    lost: u64,
+    first_payload: BTreeMap<String, Vec<(String, Value)>>,
+}
+
+fn read_trace(bytes: &[u8]) -> Summary {
+    let mut r = TraceReader::from_slice(bytes).unwrap();
+    let mut counts = BTreeMap::new();
+    let mut first_payload = BTreeMap::new();
+    while let Some(e) = r.next_event().unwrap() {
+        let name = e.qualified_name();
+        *counts.entry(name.clone()).or_default() += 1;
+        if !first_payload.contains_key(&name) {
+            first_payload.insert(name, e.decode_payload().unwrap());
+        }
+    }
+    assert!(
+        r.is_finished(),
+        "trace must end with an end-of-stream marker"
+    );
+    Summary {
+        counts,
+        lost: r.stats().lost_events,
+        first_payload,
+    }
+}
+
+static TYPED: Provider = Provider::new("Test-Typed");
+define_event! {
+    static EVERYTHING = TYPED { id: 1, name: "Everything", level: Level::Informational, keywords: 0x1 }
+        (a: u8, b: i16, c: u32, d: i64, e: f32, f: f64, g: bool, h: &str, i: nettrace::Guid, j: &[u8], k: &[u64]);
+}
+define_event! {
+    static VERBOSE_ONLY = TYPED { id: 2, name: "Chatty", level: Level::Verbose, keywords: 0x2 } (n: u32);
+}
+
+#[test]
+fn typed_payloads_round_trip_in_both_formats() {
+    for format in [FormatVersion::V5, FormatVersion::V6] {
+        let path = temp(&format!("typed-{format:?}"));
+        let config = SessionConfig::new(
+            vec![ProviderConfig {
+                level: Level::Informational,
+                ..ProviderConfig::new("Test-Typed")
+            }],
+            Output::File(path.clone()),
+        )
+        .format(format);
+        let session = Session::start(config).unwrap();
+        let guid = nettrace::Guid::parse("0e1b4a44-8a2c-4f1e-9d6a-1f2e3d4c5b6a").unwrap();
+        for n in 0..3u32 {
+            write_event!(
+                EVERYTHING,
+                7u8,
+                -2i16,
+                n,
+                -40i64,
+                1.5f32,
+                2.25f64,
+                true,
+                "héllo",
+                guid,
+                &[1u8, 2, 3][..],
+                &[9u64, 8][..]
+            );
+            write_event!(VERBOSE_ONLY, n); // filtered out by level
+        }
+        let stats = session.stop().unwrap();
+        assert_eq!(stats.events_written, 3);
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).ok();
+        let s = read_trace(&bytes);
+        assert_eq!(
+            s.counts.get("Test-Typed/Everything"),
+            Some(&3),
+            "{format:?}: {:?}",
+            s.counts
+        );
+        assert_eq!(s.counts.get("Test-Typed/Chatty"), None);
+        assert_eq!(
+            s.counts.get("Microsoft-DotNETCore-EventPipe/ProcessInfo"),
+            Some(&1),
+            "rundown"
+        );
+        let p = &s.first_payload["Test-Typed/Everything"];
+        let values: Vec<&Value> = p.iter().map(|(_, v)| v).collect();
+        assert_eq!(
+            values,
+            [
+                &Value::U8(7),
+                &Value::I16(-2),
+                &Value::U32(0),
+                &Value::I64(-40),
+                &Value::F32(1.5),
+                &Value::F64(2.25),
+                &Value::Bool(true),
+                &Value::String("héllo".into()),
+                &Value::Guid(guid),
+                &Value::Bytes(vec![1, 2, 3]),
+                &Value::Array(vec![Value::U64(9), Value::U64(8)]),
+            ]
+        );
+        assert_eq!(p[0].0, "a");
+        assert_eq!(s.lost, 0);
+    }
+}
+
+static MULTI: Provider = Provider::new("Test-Listener");
+define_event! { static PING = MULTI { id: 1, name: "Ping", level: Level::Informational, keywords: 0 } (n: u64); }
+
+#[test]
+fn listener_receives_every_event_on_its_own_thread() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&seen);
+    let caller = std::thread::current().id();
+    let callback: eventpipe::ListenerCallback = Box::new(move |e| {
+        assert_ne!(std::thread::current().id(), caller);
+        if e.metadata.provider == "Test-Listener" {
+            let n = e.decode_payload().unwrap()[0].1.as_u64().unwrap();
+            sink.lock().unwrap().push(n);
+        }
+    });
+    let session = Session::start(SessionConfig::new(
+        vec![ProviderConfig::new("Test-Listener")],
+        Output::Listener(callback),
+    ))
+    .unwrap();
+    let writers: Vec<_> = (0..4u64)
+        .map(|t| {
+            std::thread::spawn(move || (0..1000u64).for_each(|i| write_event!(PING, t * 1000 + i)))
+        })
+        .collect();
+    writers.into_iter().for_each(|w| w.join().unwrap());
+    session.stop().unwrap();
+    let mut got = seen.lock().unwrap().clone();
+    got.sort_unstable();
+    assert_eq!(got, (0..4000).collect::<Vec<_>>());
+}
+
+static LOSSY: Provider = Provider::new("Test-Drop");
+define_event! { static FILLER = LOSSY { id: 1, name: "Filler", level: Level::Informational, keywords: 0 } (n: u64, pad: &[u8]); }
+
+#[test]
+fn drop_mode_counts_every_loss_and_the_trace_agrees() {
+    let path = temp("drop");
+    let config = SessionConfig::new(
+        vec![ProviderConfig::new("Test-Drop")],
+        Output::File(path.clone()),
+    )
+    .buffer_budget(eventpipe::MIN_BUDGET)
+    .flush_interval(Duration::from_secs(3600));
+    let session = Session::start(config).unwrap();
+    let pad = [0u8; 200];
+    let written = 20_000u64;
+    let writers: Vec<_> = (0..2u64)
+        .map(|t| {
+            std::thread::spawn(move || {
+                (0..written / 2).for_each(|i| write_event!(FILLER, t * written + i, &pad[..]))
+            })
+        })
+        .collect();
+    writers.into_iter().for_each(|w| w.join().unwrap());
+    let stats = session.stop().unwrap();
+    assert!(
+        stats.events_dropped > 0,
+        "a 64 KiB budget cannot hold 4 MB without a drain pass"
+    );
+    assert_eq!(stats.events_written + stats.events_dropped, written);
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&path).ok();
+    let s = read_trace(&bytes);
+    assert_eq!(s.counts["Test-Drop/Filler"], stats.events_written);
+    assert_eq!(
+        s.lost, stats.events_dropped,
+        "the trace's reader counts exactly the dropped events"
+    );
+}
+
+static BLOCKING: Provider = Provider::new("Test-Block");
+define_event! { static ITEM = BLOCKING { id: 1, name: "Item", level: Level::Informational, keywords: 0 } (n: u64, pad: &[u8]); }
+
+#[test]
+fn block_mode_loses_nothing_under_pressure() {
+    let path = temp("block");
+    let config = SessionConfig::new(
+        vec![ProviderConfig::new("Test-Block")],
+        Output::File(path.clone()),
+    )
+    .buffer_budget(eventpipe::MIN_BUDGET)
+    .mode(BufferingMode::Block);
+    let session = Session::start(config).unwrap();
+    let pad = [7u8; 100];
+    let per_thread = 50_000u64;
+    let writers: Vec<_> = (0..4u64)
+        .map(|t| {
+            std::thread::spawn(move || {
+                (0..per_thread).for_each(|i| write_event!(ITEM, t * per_thread + i, &pad[..]))
+            })
+        })
+        .collect();
+    writers.into_iter().for_each(|w| w.join().unwrap());
+    let stats = session.stop().unwrap();
+    assert_eq!(stats.events_dropped, 0);
+    assert_eq!(stats.events_written, 4 * per_thread);
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&path).ok();
+    let s = read_trace(&bytes);
+    assert_eq!(s.counts["Test-Block/Item"], 4 * per_thread);
+    assert_eq!(s.lost, 0);
+}
+
+static BURSTY: Provider = Provider::with_callback("Test-Burst", burst_on_enable);
+define_event! { static BURST = BURSTY { id: 1, name: "Burst", level: Level::Informational, keywords: 0 } (n: u64); }
+static BURST_SIZE: AtomicU64 = AtomicU64::new(0);
+
+fn burst_on_enable(change: &EnableChange<'_>) {
+    if change.enabled {
+        for i in 0..BURST_SIZE.load(Ordering::Relaxed) {
+            write_event!(BURST, i);
+        }
+    }
+}
+
+#[test]
+fn enable_callback_bursting_far_past_a_block_budget_completes() {
+    // 1 MiB budget; the callback writes events totalling ~44 times the budget before
+    // `Session::start` returns. It can only finish if the drain already runs.
+    let n = if cfg!(debug_assertions) {
+        1_000_000
+    } else {
+        10_000_000
+    };
+    BURST_SIZE.store(n, Ordering::Relaxed);
+    BURST.is_enabled(); // declared before the session: the callback must find it
+    write_event!(BURST, u64::MAX); // registers the provider (no session yet: dropped)
+    let received = Arc::new(AtomicU64::new(0));
+    let count = Arc::clone(&received);
+    let callback: eventpipe::ListenerCallback = Box::new(move |e| {
+        if e.metadata.provider == "Test-Burst" {
+            count.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    let config = SessionConfig::new(
+        vec![ProviderConfig::new("Test-Burst")],
+        Output::Listener(callback),
+    )
+    .buffer_budget(1 << 20)
+    .mode(BufferingMode::Block);
+    let started = Instant::now();
+    let session = Session::start(config).unwrap();
+    let stats = session.stop().unwrap();
+    assert_eq!(stats.events_dropped, 0);
+    assert_eq!(stats.events_written, n);
+    assert_eq!(
+        received.load(Ordering::Relaxed),
+        n,
+        "after {:?}",
+        started.elapsed()
+    );
+}
+
+/// An output that blocks every write until released.
+struct Gate(Arc<AtomicBool>);
+impl Write for Gate {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        while !self.0.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+static STUCK: Provider = Provider::new("Test-Teardown");
+define_event! { static WORK = STUCK { id: 1, name: "Work", level: Level::Informational, keywords: 0 } (n: u64, pad: &[u8]); }
+
+#[test]
+fn stopping_releases_writers_parked_in_block_mode() {
+    let open = Arc::new(AtomicBool::new(true));
+    let config = SessionConfig::new(
+        vec![ProviderConfig::new("Test-Teardown")],
+        Output::Stream(Box::new(Gate(Arc::clone(&open)))),
+    )
+    .buffer_budget(eventpipe::MIN_BUDGET)
+    .mode(BufferingMode::Block);
+    let session = Session::start(config).unwrap();
+    open.store(false, Ordering::Release); // the output stalls: the drain stops freeing
+    let writer_done = Arc::new(AtomicBool::new(false));
+    let done = Arc::clone(&writer_done);
+    let writer = std::thread::spawn(move || {
+        let pad = [0u8; 500];
+        for i in 0..100_000u64 {
+            write_event!(WORK, i, &pad[..]);
+        }
+        done.store(true, Ordering::Release);
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !writer_done.load(Ordering::Acquire),
+        "the writer should be parked on a full budget"
+    );
+    let stopper = std::thread::spawn(move || session.stop());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !writer_done.load(Ordering::Acquire) {
+        assert!(
+            Instant::now() < deadline,
+            "teardown did not release the parked writer"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    writer.join().unwrap();
+    open.store(true, Ordering::Release);
+    let stats = stopper.join().unwrap().unwrap();
+    assert!(stats.events_dropped > 0);
+}
+
+/// An output that fails after a few writes.
+struct Failing(usize);
+impl Write for Failing {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.0 == 0 {
+            return Err(std::io::Error::other("disk full"));
+        }
+        self.0 -= 1;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+static FRAGILE: Provider = Provider::new("Test-Failing");
+define_event! { static TICKET = FRAGILE { id: 1, name: "Ticket", level: Level::Informational, keywords: 0 } (n: u64); }
+
+#[test]
+fn a_failing_output_ends_only_its_session() {
+    let failing = Session::start(
+        SessionConfig::new(
+            vec![ProviderConfig::new("Test-Failing")],
+            Output::Stream(Box::new(Failing(3))),
+        )
+        .flush_interval(Duration::from_millis(10)),
+    )
+    .unwrap();
+    let path = temp("healthy");
+    let healthy = Session::start(SessionConfig::new(
+        vec![ProviderConfig::new("Test-Failing")],
+        Output::File(path.clone()),
+    ))
+    .unwrap();
+    for i in 0..50_000u64 {
+        write_event!(TICKET, i);
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    for i in 0..10u64 {
+        write_event!(TICKET, i);
+    }
+    let err = failing.stop().unwrap_err();
+    assert!(err.to_string().contains("disk full"), "{err}");
+    let stats = healthy.stop().unwrap();
+    assert_eq!(stats.events_written, 50_010);
+    let s = read_trace(&std::fs::read(&path).unwrap());
+    std::fs::remove_file(&path).ok();
+    assert_eq!(s.counts["Test-Failing/Ticket"], 50_010);
+}
+
+#[test]
+fn invalid_configurations_are_clear_errors() {
+    let no_providers = Session::start(SessionConfig::new(
+        vec![],
+        Output::Stream(Box::new(std::io::sink())),
+    ));
+    assert!(no_providers
+        .unwrap_err()
+        .to_string()
+        .contains("at least one provider"));
+    let tiny = Session::start(
+        SessionConfig::new(
+            vec![ProviderConfig::new("X")],
+            Output::Stream(Box::new(std::io::sink())),
+        )
+        .buffer_budget(0),
+    );
+    assert!(tiny.unwrap_err().to_string().contains("budget"));
+    let bad_path = Session::start(SessionConfig::new(
+        vec![ProviderConfig::new("X")],
+        Output::File("/nonexistent-dir/x.nettrace".into()),
+    ));
+    assert!(bad_path
+        .unwrap_err()
+        .to_string()
+        .contains("/nonexistent-dir/x.nettrace"));
+}
