@@ -31,9 +31,9 @@ fn read_trace(bytes: &[u8]) -> Summary {
     while let Some(e) = r.next_event().unwrap() {
         let name = e.qualified_name();
         *counts.entry(name.clone()).or_default() += 1;
-        if !first_payload.contains_key(&name) {
-            first_payload.insert(name, e.decode_payload().unwrap());
-        }
+        first_payload
+            .entry(name)
+            .or_insert_with(|| e.decode_payload().unwrap());
     }
     assert!(
         r.is_finished(),
