@@ -252,7 +252,7 @@ struct JsonEvent<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     stack: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    payload: Option<Fields<'a>>,
+    payload: Option<Fields<'a, &'a str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     payload_error: Option<String>,
 }

@@ -29,13 +29,13 @@ pub(crate) struct Json<'a>(pub(crate) &'a Value);
 
 /// Serializes decoded fields as one JSON object, in field order.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Fields<'a>(pub(crate) &'a [(String, Value)]);
+pub(crate) struct Fields<'a, N>(pub(crate) &'a [(N, Value)]);
 
-impl Serialize for Fields<'_> {
+impl<N: AsRef<str>> Serialize for Fields<'_, N> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut map = s.serialize_map(Some(self.0.len()))?;
         for (name, value) in self.0 {
-            map.serialize_entry(name, &Json(value))?;
+            map.serialize_entry(name.as_ref(), &Json(value))?;
         }
         map.end()
     }

@@ -31,9 +31,13 @@ fn read_trace(bytes: &[u8]) -> Summary {
     while let Some(e) = r.next_event().unwrap() {
         let name = e.qualified_name();
         *counts.entry(name.clone()).or_default() += 1;
-        first_payload
-            .entry(name)
-            .or_insert_with(|| e.decode_payload().unwrap());
+        first_payload.entry(name).or_insert_with(|| {
+            let fields = e.decode_payload().unwrap();
+            fields
+                .into_iter()
+                .map(|(n, v)| (n.to_string(), v))
+                .collect()
+        });
     }
     assert!(
         r.is_finished(),

@@ -40,6 +40,7 @@ impl<'a> Cursor<'a> {
         &self.data[self.pos..]
     }
 
+    #[inline]
     pub(crate) fn bytes(&mut self, len: usize, what: &'static str) -> Result<&'a [u8]> {
         if len > self.remaining() {
             return Err(Error::eof(self.offset(), what));
@@ -49,6 +50,7 @@ impl<'a> Cursor<'a> {
         Ok(out)
     }
 
+    #[inline]
     pub(crate) fn skip(&mut self, len: usize, what: &'static str) -> Result<()> {
         self.bytes(len, what).map(|_| ())
     }
@@ -60,6 +62,7 @@ impl<'a> Cursor<'a> {
         Ok(Cursor::new(data, base))
     }
 
+    #[inline]
     fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N]> {
         let b = self.bytes(N, what)?;
         let mut out = [0u8; N];
@@ -67,27 +70,35 @@ impl<'a> Cursor<'a> {
         Ok(out)
     }
 
+    #[inline]
     pub(crate) fn u8(&mut self, what: &'static str) -> Result<u8> {
         Ok(self.array::<1>(what)?[0])
     }
+    #[inline]
     pub(crate) fn u16(&mut self, what: &'static str) -> Result<u16> {
         Ok(u16::from_le_bytes(self.array(what)?))
     }
+    #[inline]
     pub(crate) fn i16(&mut self, what: &'static str) -> Result<i16> {
         Ok(i16::from_le_bytes(self.array(what)?))
     }
+    #[inline]
     pub(crate) fn u32(&mut self, what: &'static str) -> Result<u32> {
         Ok(u32::from_le_bytes(self.array(what)?))
     }
+    #[inline]
     pub(crate) fn i32(&mut self, what: &'static str) -> Result<i32> {
         Ok(i32::from_le_bytes(self.array(what)?))
     }
+    #[inline]
     pub(crate) fn u64(&mut self, what: &'static str) -> Result<u64> {
         Ok(u64::from_le_bytes(self.array(what)?))
     }
+    #[inline]
     pub(crate) fn i64(&mut self, what: &'static str) -> Result<i64> {
         Ok(i64::from_le_bytes(self.array(what)?))
     }
+    #[inline]
     pub(crate) fn guid(&mut self, what: &'static str) -> Result<Guid> {
         Ok(Guid(self.array(what)?))
     }
@@ -111,7 +122,19 @@ impl<'a> Cursor<'a> {
     }
 
     /// LEB128 unsigned integer of at most 64 bits.
+    #[inline]
     pub(crate) fn varu64(&mut self, what: &'static str) -> Result<u64> {
+        // Most header fields are deltas below 128: one byte, no loop.
+        if let Some(&b) = self.data.get(self.pos) {
+            if b < 0x80 {
+                self.pos += 1;
+                return Ok(u64::from(b));
+            }
+        }
+        self.varu64_multi(what)
+    }
+
+    fn varu64_multi(&mut self, what: &'static str) -> Result<u64> {
         let at = self.offset();
         let mut value: u64 = 0;
         for i in 0..10 {
@@ -128,6 +151,7 @@ impl<'a> Cursor<'a> {
         Err(Error::malformed(at, what, "varint longer than 10 bytes"))
     }
 
+    #[inline]
     pub(crate) fn varu32(&mut self, what: &'static str) -> Result<u32> {
         let at = self.offset();
         let v = self.varu64(what)?;

@@ -13,9 +13,42 @@ impl fmt::Display for StreamOffset {
 }
 
 /// What went wrong while reading or writing a trace.
+///
+/// The details live behind one pointer so that every `Result` on the decode path stays two
+/// words wide and is returned in registers; see [`Error::kind`].
+#[derive(Debug)]
+pub struct Error {
+    kind: Box<ErrorKind>,
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.kind.fmt(f)
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &*self.kind {
+            ErrorKind::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl From<ErrorKind> for Error {
+    #[cold]
+    fn from(kind: ErrorKind) -> Self {
+        Error {
+            kind: Box::new(kind),
+        }
+    }
+}
+
+/// The kinds of [`Error`].
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum Error {
+pub enum ErrorKind {
     /// The input ended before a value was complete.
     #[error("unexpected end of input at byte {offset} while reading {what}")]
     UnexpectedEof {
@@ -75,28 +108,63 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    #[cold]
+    #[inline(never)]
     pub(crate) fn malformed(offset: u64, what: &'static str, detail: impl Into<String>) -> Self {
-        Error::Malformed {
+        ErrorKind::Malformed {
             offset: StreamOffset(offset),
             what,
             detail: detail.into(),
         }
+        .into()
     }
 
+    #[cold]
+    #[inline(never)]
     pub(crate) fn eof(offset: u64, what: &'static str) -> Self {
-        Error::UnexpectedEof {
+        ErrorKind::UnexpectedEof {
             offset: StreamOffset(offset),
             what,
         }
+        .into()
+    }
+
+    #[cold]
+    pub(crate) fn invalid_input(what: impl Into<String>) -> Self {
+        ErrorKind::InvalidInput(what.into()).into()
+    }
+
+    #[cold]
+    pub(crate) fn unsupported(what: impl Into<String>) -> Self {
+        ErrorKind::Unsupported(what.into()).into()
+    }
+
+    #[cold]
+    pub(crate) fn io(offset: u64, source: std::io::Error) -> Self {
+        ErrorKind::Io {
+            offset: StreamOffset(offset),
+            source,
+        }
+        .into()
+    }
+
+    #[cold]
+    pub(crate) fn undefined(offset: StreamOffset, what: &'static str, id: u64) -> Self {
+        ErrorKind::UndefinedReference { offset, what, id }.into()
+    }
+
+    /// What went wrong.
+    pub fn kind(&self) -> &ErrorKind {
+        &self.kind
     }
 
     /// The stream offset the error refers to, when it has one.
     pub fn offset(&self) -> Option<StreamOffset> {
-        match self {
-            Error::UnexpectedEof { offset, .. }
-            | Error::Malformed { offset, .. }
-            | Error::UndefinedReference { offset, .. }
-            | Error::Io { offset, .. } => Some(*offset),
+        match &*self.kind {
+            ErrorKind::UnexpectedEof { offset, .. }
+            | ErrorKind::Malformed { offset, .. }
+            | ErrorKind::UndefinedReference { offset, .. }
+            | ErrorKind::Io { offset, .. } => Some(*offset),
             _ => None,
         }
     }

@@ -40,7 +40,7 @@ pub mod source;
 mod time;
 pub mod write;
 
-pub use error::{Error, Result, StreamOffset};
+pub use error::{Error, ErrorKind, Result, StreamOffset};
 pub use model::{
     EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, Guid, Label, LabelList,
     SystemTime, ThreadInfo, TraceInfo,

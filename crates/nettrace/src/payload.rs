@@ -205,17 +205,17 @@ impl<'a> PayloadCursor<'a> {
 
 /// Decodes `payload` against `fields`. A payload that ends cleanly between two top-level
 /// fields yields the fields decoded so far: older event versions write fewer fields.
-pub(crate) fn decode(
-    fields: &[FieldDesc],
+pub(crate) fn decode<'m>(
+    fields: &'m [FieldDesc],
     payload: &[u8],
     pointer_size: u32,
-) -> std::result::Result<Vec<(String, Value)>, DecodeError> {
+) -> std::result::Result<Vec<(&'m str, Value)>, DecodeError> {
     let mut c = PayloadCursor {
         data: payload,
         pos: 0,
         pointer_size,
     };
-    let mut out: Vec<(String, Value)> = Vec::with_capacity(fields.len());
+    let mut out: Vec<(&'m str, Value)> = Vec::with_capacity(fields.len());
     for f in fields {
         if c.remaining() == 0 && !out.is_empty() {
             break;
@@ -224,17 +224,29 @@ pub(crate) fn decode(
             field: f.name.clone(),
             detail,
         })?;
-        out.push((f.name.clone(), value));
+        out.push((&f.name, value));
     }
     Ok(out)
 }
 
+/// UTF-16LE code units to a String in one pass; unpaired surrogates become U+FFFD.
+fn utf16_to_string(bytes: &[u8]) -> String {
+    let units = bytes
+        .chunks_exact(2)
+        .map(|p| u16::from_le_bytes([p[0], p[1]]));
+    let mut out = String::with_capacity(bytes.len() / 2);
+    for ch in char::decode_utf16(units) {
+        out.push(ch.unwrap_or(char::REPLACEMENT_CHARACTER));
+    }
+    out
+}
+
 const MAX_DEPTH: u32 = 32;
 
-fn decode_value(
+fn decode_value<N: AsRef<str>>(
     ty: &FieldType,
     c: &mut PayloadCursor<'_>,
-    siblings: &[(String, Value)],
+    siblings: &[(N, Value)],
     depth: u32,
 ) -> Decoded<Value> {
     if depth > MAX_DEPTH {
@@ -284,23 +296,22 @@ fn decode_value(
         FieldType::VarUInt => Value::U64(c.varu64()?),
         FieldType::Utf16String => {
             let rest = &c.data[c.pos..];
-            let mut units = Vec::new();
-            let mut i = 0;
-            loop {
-                let Some(pair) = rest.get(i..i + 2) else {
-                    // TraceEvent accepts a string cut off by the end of the payload.
-                    c.pos = c.data.len();
-                    break;
-                };
-                i += 2;
-                let u = u16::from_le_bytes([pair[0], pair[1]]);
-                if u == 0 {
-                    c.pos += i;
-                    break;
+            // The terminator is the first aligned zero unit; TraceEvent also accepts a string
+            // cut off by the end of the payload.
+            let len = rest
+                .chunks_exact(2)
+                .position(|p| p == [0, 0])
+                .map(|units| 2 * units);
+            match len {
+                Some(n) => {
+                    c.pos += n + 2;
+                    Value::String(utf16_to_string(&rest[..n]))
                 }
-                units.push(u);
+                None => {
+                    c.pos = c.data.len();
+                    Value::String(utf16_to_string(rest))
+                }
             }
-            Value::String(String::from_utf16_lossy(&units))
         }
         FieldType::AnsiString => {
             let rest = &c.data[c.pos..];
@@ -359,13 +370,13 @@ fn decode_value(
     })
 }
 
-fn sibling_count(siblings: &[(String, Value)], index: usize) -> Decoded<usize> {
+fn sibling_count<N: AsRef<str>>(siblings: &[(N, Value)], index: usize) -> Decoded<usize> {
     let (name, v) = siblings
         .get(index)
         .ok_or_else(|| format!("count field #{index} is missing"))?;
     v.as_u64()
         .and_then(|n| usize::try_from(n).ok())
-        .ok_or_else(|| format!("count field `{name}` is not a count: {v}"))
+        .ok_or_else(|| format!("count field `{}` is not a count: {v}", name.as_ref()))
 }
 
 fn decode_elements(
@@ -402,8 +413,9 @@ fn decode_elements(
         _ => {}
     }
     let mut items = Vec::with_capacity(n.min(c.remaining().max(1)));
+    let none: &[(&str, Value)] = &[];
     for _ in 0..n {
-        items.push(decode_value(elem, c, &[], depth + 1)?);
+        items.push(decode_value(elem, c, none, depth + 1)?);
     }
     Ok(Value::Array(items))
 }

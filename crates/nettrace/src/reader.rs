@@ -8,7 +8,7 @@ use std::io::Read;
 use std::sync::Arc;
 
 use crate::cursor::Cursor;
-use crate::error::{Error, Result, StreamOffset};
+use crate::error::{Error, ErrorKind, Result, StreamOffset};
 use crate::header::{HeaderDecoder, BLOCK_FLAG_COMPRESSED};
 use crate::idmap::IdMap;
 use crate::metadata;
@@ -165,13 +165,13 @@ impl<'r> Event<'r> {
     }
 
     /// Decodes the payload into named, typed values.
-    pub fn decode_payload(&self) -> Result<Vec<(String, Value)>> {
+    pub fn decode_payload(&self) -> Result<Vec<(&'r str, Value)>> {
         payload::decode(&self.metadata.fields, self.payload, self.trace.pointer_size).map_err(|e| {
-            Error::Payload {
+            Error::from(ErrorKind::Payload {
                 event: self.qualified_name(),
                 field: e.field,
                 detail: e.detail,
-            }
+            })
         })
     }
 
@@ -272,6 +272,9 @@ pub struct TraceReader<I: Input> {
     threads: IdMap<u64, ThreadInfo>,
     label_lists: IdMap<u32, LabelList>,
     last_sequence: IdMap<u64, u32>,
+    /// The capture thread of the previous event and its last sequence number, kept out of
+    /// `last_sequence` while consecutive events come from the same thread (the common case).
+    sequence_cache: Option<(u64, u32)>,
     current: Option<EventBlockState>,
     stats: ReadStats,
 }
@@ -301,6 +304,7 @@ impl<I: Input> TraceReader<I> {
             threads: IdMap::default(),
             label_lists: IdMap::default(),
             last_sequence: IdMap::default(),
+            sequence_cache: None,
             current: None,
             stats: ReadStats::default(),
         })
@@ -348,11 +352,7 @@ impl<I: Input> TraceReader<I> {
         let metadata = self
             .metadata
             .get(&h.metadata_id)
-            .ok_or(Error::UndefinedReference {
-                offset,
-                what: "metadata",
-                id: u64::from(h.metadata_id),
-            })?;
+            .ok_or_else(|| Error::undefined(offset, "metadata", u64::from(h.metadata_id)))?;
         let block = self.blocks.input().block();
         let payload = block.get(loc.payload.0..loc.payload.1).unwrap_or(&[]);
         let stack = match h.stack_id {
@@ -453,11 +453,11 @@ impl<I: Input> TraceReader<I> {
             ));
         }
         if !self.metadata.contains_key(&header.metadata_id) {
-            return Err(Error::UndefinedReference {
-                offset: StreamOffset(offset),
-                what: "metadata",
-                id: u64::from(header.metadata_id),
-            });
+            return Err(Error::undefined(
+                StreamOffset(offset),
+                "metadata",
+                u64::from(header.metadata_id),
+            ));
         }
         if header.stack_id != 0 && !self.stacks.contains_key(&header.stack_id) {
             self.stats.unresolved_stacks += 1;
@@ -483,8 +483,19 @@ impl<I: Input> TraceReader<I> {
         }
     }
 
+    #[inline]
     fn track_sequence(&mut self, capture_thread: u64, seq: u32) {
-        let lost = match self.last_sequence.insert(capture_thread, seq) {
+        if let Some((thread, prev)) = self.sequence_cache {
+            if thread == capture_thread && seq == prev.wrapping_add(1) {
+                self.sequence_cache = Some((thread, seq));
+                return;
+            }
+        }
+        self.flush_sequence_cache();
+        self.sequence_cache = Some((capture_thread, seq));
+        let previous = self.last_sequence.get(&capture_thread).copied();
+        self.last_sequence.insert(capture_thread, seq);
+        let lost = match previous {
             Some(prev) => {
                 let gap = seq.wrapping_sub(prev.wrapping_add(1));
                 // A restart at 1 is a new thread that reused the id; a backwards jump is
@@ -505,8 +516,16 @@ impl<I: Input> TraceReader<I> {
         }
     }
 
+    /// Writes the cached thread's sequence number back to `last_sequence`.
+    fn flush_sequence_cache(&mut self) {
+        if let Some((thread, seq)) = self.sequence_cache.take() {
+            self.last_sequence.insert(thread, seq);
+        }
+    }
+
     /// Applies a lower bound from a sequence point or thread removal.
     fn check_sequence_bound(&mut self, capture_thread: u64, seq: u32) {
+        self.flush_sequence_cache();
         // A thread never seen before has delivered nothing: all `seq` attempts were lost.
         // (This is how a thread that drops every event shows up at all.)
         let prev = self
@@ -623,6 +642,7 @@ impl<I: Input> TraceReader<I> {
         self.stack_arena.clear();
         self.label_lists.clear();
         if flags & 1 != 0 {
+            self.flush_sequence_cache();
             self.threads.clear();
             self.last_sequence.clear();
         }
@@ -676,6 +696,7 @@ impl<I: Input> TraceReader<I> {
         while !c.is_empty() {
             removed.push((c.varu64("thread index")?, c.varu32("sequence number")?));
         }
+        self.flush_sequence_cache();
         for (index, seq) in removed {
             self.check_sequence_bound(index, seq);
             self.threads.remove(&index);

@@ -148,10 +148,7 @@ impl<R: Read> ReadInput<R> {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
             Error::eof(self.pos, what)
         } else {
-            Error::Io {
-                offset: crate::error::StreamOffset(self.pos),
-                source: e,
-            }
+            Error::io(self.pos, e)
         }
     }
 }
@@ -205,10 +202,9 @@ impl<I: Input> BlockReader<I> {
         input.read_exact(&mut magic, "stream magic")?;
         if &magic != MAGIC {
             if magic[..4] == 20u32.to_le_bytes() && &magic[4..8] == b"!Fas" {
-                return Err(Error::Unsupported(
+                return Err(Error::unsupported(
                     "this is a NetPerf stream (format versions 1-3, written by .NET Core 2.x); \
-                     only NetTrace V4-V6 (.NET Core 3.0 and later) can be read"
-                        .into(),
+                     only NetTrace V4-V6 (.NET Core 3.0 and later) can be read",
                 ));
             }
             return Err(Error::malformed(
@@ -414,7 +410,7 @@ fn read_fast_serialization_header(input: &mut impl Input) -> Result<TraceInfo> {
         ));
     }
     if version < 4 {
-        return Err(Error::Unsupported(format!(
+        return Err(Error::unsupported(format!(
             "Trace object version {version} is a NetPerf stream (format versions 1-3); \
              only NetTrace V4-V6 can be read"
         )));
@@ -449,7 +445,7 @@ fn read_v6_header(input: &mut impl Input) -> Result<TraceInfo> {
     input.read_exact(&mut words, "format version")?;
     let major = u32::from_le_bytes([words[0], words[1], words[2], words[3]]);
     if major != 6 {
-        return Err(Error::Unsupported(format!(
+        return Err(Error::unsupported(format!(
             "NetTrace major version {major}; this reader understands versions 4 to 6"
         )));
     }

@@ -35,7 +35,7 @@
 use std::io::Write;
 
 use crate::cursor::zigzag_encode;
-use crate::error::{Error, Result, StreamOffset};
+use crate::error::{Error, Result};
 use crate::model::{
     EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, Label, SystemTime, ThreadInfo,
     TraceInfo,
@@ -263,7 +263,7 @@ impl<W: Write> TraceWriter<W> {
     /// V4 is written as V5, which every V4 reader accepts).
     pub fn new(out: W, info: &TraceInfo) -> Result<Self> {
         if info.pointer_size != 4 && info.pointer_size != 8 {
-            return Err(Error::InvalidInput(format!(
+            return Err(Error::invalid_input(format!(
                 "pointer size {} is not 4 or 8",
                 info.pointer_size
             )));
@@ -339,17 +339,16 @@ impl<W: Write> TraceWriter<W> {
     }
 
     fn emit(&mut self, bytes: &[u8]) -> Result<()> {
-        self.out.write_all(bytes).map_err(|source| Error::Io {
-            offset: StreamOffset(self.offset),
-            source,
-        })?;
+        self.out
+            .write_all(bytes)
+            .map_err(|source| Error::io(self.offset, source))?;
         self.offset += bytes.len() as u64;
         Ok(())
     }
 
     fn v6_block(&mut self, kind: u8, body: &[u8]) -> Result<()> {
         if body.len() > MAX_V6_BLOCK {
-            return Err(Error::InvalidInput(format!(
+            return Err(Error::invalid_input(format!(
                 "a V6 block holds at most {MAX_V6_BLOCK} bytes; this one has {}",
                 body.len()
             )));
@@ -361,7 +360,7 @@ impl<W: Write> TraceWriter<W> {
 
     fn fast_serialization_block(&mut self, name: &str, body: &[u8]) -> Result<()> {
         let len = i32::try_from(body.len())
-            .map_err(|_| Error::InvalidInput("block larger than 2 GiB".into()))?;
+            .map_err(|_| Error::invalid_input("block larger than 2 GiB"))?;
         let mut head = vec![5u8];
         type_object(&mut head, name, 2);
         head.extend_from_slice(&len.to_le_bytes());
@@ -411,8 +410,8 @@ impl<W: Write> TraceWriter<W> {
     /// Writes an event block.
     pub fn write_event_block(&mut self, events: &EventBlockBuilder) -> Result<()> {
         if events.v6 != (self.version == FormatVersion::V6) {
-            return Err(Error::InvalidInput(
-                "event block built for another format version".into(),
+            return Err(Error::invalid_input(
+                "event block built for another format version",
             ));
         }
         self.block(2, "EventBlock", &events.payload())
@@ -460,7 +459,7 @@ impl<W: Write> TraceWriter<W> {
         if self.version == FormatVersion::V6 {
             Ok(())
         } else {
-            Err(Error::InvalidInput(format!(
+            Err(Error::invalid_input(format!(
                 "{what} blocks exist only in NetTrace V6"
             )))
         }
@@ -491,7 +490,7 @@ impl<W: Write> TraceWriter<W> {
                 utf8_varlen(&mut row, v);
             }
             let size = u16::try_from(row.len())
-                .map_err(|_| Error::InvalidInput("thread row over 64 KiB".into()))?;
+                .map_err(|_| Error::invalid_input("thread row over 64 KiB"))?;
             body.extend_from_slice(&size.to_le_bytes());
             body.extend_from_slice(&row);
         }
@@ -513,8 +512,8 @@ impl<W: Write> TraceWriter<W> {
     pub fn write_label_list_block(&mut self, first_index: u32, lists: &[Vec<Label>]) -> Result<()> {
         self.require_v6("label list")?;
         if first_index == 0 {
-            return Err(Error::InvalidInput(
-                "label list index 0 is reserved for the empty list".into(),
+            return Err(Error::invalid_input(
+                "label list index 0 is reserved for the empty list",
             ));
         }
         let mut body = Vec::new();
@@ -522,8 +521,8 @@ impl<W: Write> TraceWriter<W> {
         body.extend_from_slice(&(lists.len() as u32).to_le_bytes());
         for list in lists {
             if list.is_empty() {
-                return Err(Error::InvalidInput(
-                    "an empty label list cannot be encoded".into(),
+                return Err(Error::invalid_input(
+                    "an empty label list cannot be encoded",
                 ));
             }
             for (i, label) in list.iter().enumerate() {
@@ -541,10 +540,9 @@ impl<W: Write> TraceWriter<W> {
         } else {
             self.emit(&[1])?;
         }
-        self.out.flush().map_err(|source| Error::Io {
-            offset: StreamOffset(self.offset),
-            source,
-        })?;
+        self.out
+            .flush()
+            .map_err(|source| Error::io(self.offset, source))?;
         Ok(self.out)
     }
 }
@@ -598,7 +596,7 @@ fn encode_label(out: &mut Vec<u8>, label: &Label, last: u8) {
 }
 
 fn unsupported(ty: &FieldType, version: &str) -> Error {
-    Error::InvalidInput(format!(
+    Error::invalid_input(format!(
         "field type {ty:?} cannot be written in NetTrace {version}"
     ))
 }
@@ -636,7 +634,7 @@ fn needs_v2(fields: &[FieldDesc]) -> bool {
 
 fn metadata_payload_v5(out: &mut Vec<u8>, md: &EventMetadata) -> Result<()> {
     let id = i32::try_from(md.metadata_id)
-        .map_err(|_| Error::InvalidInput("metadata id above 2^31".into()))?;
+        .map_err(|_| Error::invalid_input("metadata id above 2^31"))?;
     out.extend_from_slice(&id.to_le_bytes());
     utf16z(out, &md.provider);
     out.extend_from_slice(&(md.event_id as i32).to_le_bytes());
@@ -746,7 +744,7 @@ fn metadata_row_v6(out: &mut Vec<u8>, md: &EventMetadata) -> Result<()> {
     }
     let small = |v: u32, what: &str| {
         u8::try_from(v)
-            .map_err(|_| Error::InvalidInput(format!("{what} {v} does not fit the V6 byte")))
+            .map_err(|_| Error::invalid_input(format!("{what} {v} does not fit the V6 byte")))
     };
     if md.level != 0 {
         opt.extend_from_slice(&[8, small(md.level, "level")?]);
@@ -755,26 +753,26 @@ fn metadata_row_v6(out: &mut Vec<u8>, md: &EventMetadata) -> Result<()> {
         opt.extend_from_slice(&[9, small(md.version, "version")?]);
     }
     let opt_len = u16::try_from(opt.len())
-        .map_err(|_| Error::InvalidInput("optional metadata over 64 KiB".into()))?;
+        .map_err(|_| Error::invalid_input("optional metadata over 64 KiB"))?;
     row.extend_from_slice(&opt_len.to_le_bytes());
     row.extend_from_slice(&opt);
-    let size = u16::try_from(row.len())
-        .map_err(|_| Error::InvalidInput("metadata row over 64 KiB".into()))?;
+    let size =
+        u16::try_from(row.len()).map_err(|_| Error::invalid_input("metadata row over 64 KiB"))?;
     out.extend_from_slice(&size.to_le_bytes());
     out.extend_from_slice(&row);
     Ok(())
 }
 
 fn v6_fields(out: &mut Vec<u8>, fields: &[FieldDesc]) -> Result<()> {
-    let count = u16::try_from(fields.len())
-        .map_err(|_| Error::InvalidInput("more than 65535 fields".into()))?;
+    let count =
+        u16::try_from(fields.len()).map_err(|_| Error::invalid_input("more than 65535 fields"))?;
     out.extend_from_slice(&count.to_le_bytes());
     for f in fields {
         let mut body = Vec::new();
         utf8_varlen(&mut body, &f.name);
         v6_type(&mut body, &f.ty)?;
         let size = u16::try_from(body.len())
-            .map_err(|_| Error::InvalidInput("field description over 64 KiB".into()))?;
+            .map_err(|_| Error::invalid_input("field description over 64 KiB"))?;
         out.extend_from_slice(&size.to_le_bytes());
         out.extend_from_slice(&body);
     }
@@ -799,8 +797,8 @@ fn v6_type(out: &mut Vec<u8>, ty: &FieldType) -> Result<()> {
         }
         FieldType::RelLoc(elem) | FieldType::DataLoc(elem) => {
             if !elem.is_fixed_size() {
-                return Err(Error::InvalidInput(
-                    "RelLoc/DataLoc need a fixed-size element type".into(),
+                return Err(Error::invalid_input(
+                    "RelLoc/DataLoc need a fixed-size element type",
                 ));
             }
             out.push(if matches!(ty, FieldType::RelLoc(_)) {

@@ -112,7 +112,7 @@ fn first_self_describing_payloads_match_traceevent_baselines() {
                 name,
                 fields
                     .iter()
-                    .map(|(n, v)| (n.clone(), traceevent_text(v)))
+                    .map(|(n, v)| (n.to_string(), traceevent_text(v)))
                     .collect(),
             );
         }
@@ -226,7 +226,12 @@ fn first_native_event_payloads_match_traceevent_baselines() {
         while let Some(event) = reader.next_event().unwrap() {
             if event.metadata.fields_from_manifest && !firsts.contains_key(&event.qualified_name())
             {
-                firsts.insert(event.qualified_name(), event.decode_payload().unwrap());
+                let fields = event.decode_payload().unwrap();
+                let owned = fields
+                    .into_iter()
+                    .map(|(n, v)| (n.to_string(), v))
+                    .collect();
+                firsts.insert(event.qualified_name(), owned);
             }
         }
         for line in common::read_baseline(&baseline) {

@@ -29,7 +29,13 @@ fn demo_fixture_reads_back() {
     while let Some(e) = r.next_event().unwrap() {
         *names.entry(e.qualified_name()).or_default() += 1;
         if miss.is_none() && e.metadata.event_name == "Miss" {
-            miss = Some(e.decode_payload().unwrap());
+            miss = Some(
+                e.decode_payload()
+                    .unwrap()
+                    .into_iter()
+                    .map(|(n, v)| (n.to_string(), v))
+                    .collect::<Vec<_>>(),
+            );
         }
     }
     assert_eq!(

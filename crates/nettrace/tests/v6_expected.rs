@@ -87,7 +87,7 @@ fn check_event(e: &Event<'_>, want: &Json, context: &str) {
             "{ctx} field count: {decoded:?}"
         );
         for ((name, value), w) in decoded.iter().zip(fields.iter().copied()) {
-            assert_eq!(Some(name.as_str()), w["name"].as_str(), "{ctx}");
+            assert_eq!(Some(*name), w["name"].as_str(), "{ctx}");
             let expected = &w["value"];
             match value {
                 Value::String(s) => assert_eq!(Some(s.as_str()), expected.as_str(), "{ctx} {name}"),
