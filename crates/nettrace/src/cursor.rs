@@ -135,6 +135,27 @@ impl<'a> Cursor<'a> {
     }
 
     fn varu64_multi(&mut self, what: &'static str) -> Result<u64> {
+        // With 8 bytes at hand, decode without per-byte bounds checks.
+        if let Some(chunk) = self.data.get(self.pos..self.pos + 8) {
+            let word = u64::from_le_bytes([
+                chunk[0], chunk[1], chunk[2], chunk[3], chunk[4], chunk[5], chunk[6], chunk[7],
+            ]);
+            // Continuation bits are the high bit of each byte; the first clear one ends it.
+            let stops = !word & 0x8080_8080_8080_8080;
+            if stops != 0 {
+                let len = (stops.trailing_zeros() / 8 + 1) as usize;
+                let mut value = 0u64;
+                for i in 0..len {
+                    value |= ((word >> (8 * i)) & 0x7f) << (7 * i);
+                }
+                self.pos += len;
+                return Ok(value);
+            }
+        }
+        self.varu64_slow(what)
+    }
+
+    fn varu64_slow(&mut self, what: &'static str) -> Result<u64> {
         let at = self.offset();
         let mut value: u64 = 0;
         for i in 0..10 {

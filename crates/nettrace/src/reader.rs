@@ -246,7 +246,6 @@ pub(crate) enum Step {
 /// An event located in the current block.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct EventLoc {
-    header: EventHeader,
     payload: (usize, usize),
     offset: u64,
 }
@@ -277,6 +276,8 @@ pub struct TraceReader<I: Input> {
     sequence_cache: Option<(u64, u32)>,
     current: Option<EventBlockState>,
     stats: ReadStats,
+    /// Counted where stacks are resolved, which borrows the reader immutably.
+    unresolved_stacks: std::cell::Cell<u64>,
 }
 
 impl<'a> TraceReader<SliceInput<'a>> {
@@ -307,6 +308,7 @@ impl<I: Input> TraceReader<I> {
             sequence_cache: None,
             current: None,
             stats: ReadStats::default(),
+            unresolved_stacks: std::cell::Cell::new(0),
         })
     }
 
@@ -316,8 +318,11 @@ impl<I: Input> TraceReader<I> {
     }
 
     /// Counters so far, including lost events.
-    pub fn stats(&self) -> &ReadStats {
-        &self.stats
+    pub fn stats(&self) -> ReadStats {
+        ReadStats {
+            unresolved_stacks: self.unresolved_stacks.get(),
+            ..self.stats.clone()
+        }
     }
 
     /// Metadata rows currently known.
@@ -347,7 +352,16 @@ impl<I: Input> TraceReader<I> {
     }
 
     pub(crate) fn event_at(&self, loc: EventLoc) -> Result<Event<'_>> {
-        let h = loc.header;
+        let h = match &self.current {
+            Some(state) => *state.decoder.header(),
+            None => {
+                return Err(Error::malformed(
+                    loc.offset,
+                    "event",
+                    "no current event block",
+                ))
+            }
+        };
         let offset = StreamOffset(loc.offset);
         let metadata = self
             .metadata
@@ -357,11 +371,16 @@ impl<I: Input> TraceReader<I> {
         let payload = block.get(loc.payload.0..loc.payload.1).unwrap_or(&[]);
         let stack = match h.stack_id {
             0 => None,
-            id => self
-                .stacks
-                .get(&id)
-                .and_then(|&(s, e)| self.stack_arena.get(s..e))
-                .filter(|s| !s.is_empty()),
+            id => {
+                let stack = self
+                    .stacks
+                    .get(&id)
+                    .and_then(|&(s, e)| self.stack_arena.get(s..e));
+                if stack.is_none() {
+                    self.unresolved_stacks.set(self.unresolved_stacks.get() + 1);
+                }
+                stack.filter(|s| !s.is_empty())
+            }
         };
         let v6 = self.trace().version == FormatVersion::V6;
         let (thread, capture_thread, labels) = if v6 {
@@ -440,32 +459,28 @@ impl<I: Input> TraceReader<I> {
         c.skip(state.pos, "event")?;
         let offset = c.offset();
         let header = state.decoder.decode(&mut c)?;
+        let (metadata_id, capture_thread, sequence_number, payload_size) = (
+            header.metadata_id,
+            header.capture_thread,
+            header.sequence_number,
+            header.payload_size,
+        );
         let start = c.position();
-        c.skip(header.payload_size as usize, "event payload")?;
+        c.skip(payload_size as usize, "event payload")?;
         let end = c.position();
         state.decoder.finish_event(&mut c)?;
         state.pos = c.position();
-        if header.metadata_id == 0 {
+        if metadata_id == 0 {
             return Err(Error::malformed(
                 offset,
                 "event",
                 "event refers to metadata id 0",
             ));
         }
-        if !self.metadata.contains_key(&header.metadata_id) {
-            return Err(Error::undefined(
-                StreamOffset(offset),
-                "metadata",
-                u64::from(header.metadata_id),
-            ));
-        }
-        if header.stack_id != 0 && !self.stacks.contains_key(&header.stack_id) {
-            self.stats.unresolved_stacks += 1;
-        }
-        self.track_sequence(header.capture_thread, header.sequence_number);
+        // Metadata and stack ids are resolved once, in `event_at`.
+        self.track_sequence(capture_thread, sequence_number);
         self.stats.events += 1;
         Ok(Some(EventLoc {
-            header,
             payload: (start, end),
             offset,
         }))
@@ -565,8 +580,8 @@ impl<I: Input> TraceReader<I> {
             let mut c = Cursor::new(data, offset);
             c.skip(pos, "metadata block header")?;
             while !c.is_empty() {
-                let header = decoder.decode(&mut c)?;
-                let mut body = c.sub(header.payload_size as usize, "metadata payload")?;
+                let payload_size = decoder.decode(&mut c)?.payload_size;
+                let mut body = c.sub(payload_size as usize, "metadata payload")?;
                 decoder.finish_event(&mut c)?;
                 let (md, tags) = metadata::parse_v5(&mut body)?;
                 saw_tags |= tags;

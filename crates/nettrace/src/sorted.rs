@@ -40,7 +40,7 @@ impl<I: Input> SortedReader<I> {
     }
 
     /// The underlying reader's counters.
-    pub fn stats(&self) -> &ReadStats {
+    pub fn stats(&self) -> ReadStats {
         self.reader.stats()
     }
 

@@ -91,12 +91,14 @@ impl<'a> SliceInput<'a> {
     }
 
     /// The bytes of the current block, with the input's lifetime.
+    #[inline]
     pub fn block_slice(&self) -> &'a [u8] {
         &self.data[self.block.0..self.block.1]
     }
 }
 
 impl Input for SliceInput<'_> {
+    #[inline]
     fn offset(&self) -> u64 {
         self.pos as u64
     }
@@ -121,6 +123,7 @@ impl Input for SliceInput<'_> {
         self.pos = end;
         Ok(())
     }
+    #[inline]
     fn block(&self) -> &[u8] {
         self.block_slice()
     }
@@ -154,6 +157,7 @@ impl<R: Read> ReadInput<R> {
 }
 
 impl<R: Read> Input for ReadInput<R> {
+    #[inline]
     fn offset(&self) -> u64 {
         self.pos
     }
@@ -182,6 +186,7 @@ impl<R: Read> Input for ReadInput<R> {
         }
         Ok(())
     }
+    #[inline]
     fn block(&self) -> &[u8] {
         &self.buf
     }
