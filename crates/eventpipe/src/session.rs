@@ -85,6 +85,9 @@ pub(crate) struct SessionShared {
     pub(crate) stop_requested: AtomicBool,
 }
 
+/// Size of a thread's first buffer.
+const FIRST_BUFFER: usize = 4 << 10;
+
 static NEXT_SESSION_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl SessionShared {
@@ -139,13 +142,17 @@ impl SessionShared {
     }
 
     /// Gets a buffer of at least `min_len` bytes for `thread` within the budget: waits in
-    /// Block mode, gives up in Drop mode or once the session aborts.
+    /// Block mode, gives up in Drop mode or once the session aborts. A thread's buffers
+    /// start at 4 KiB and double up to the session's buffer size, so short-lived threads
+    /// that write a few events do not each pin a full-size buffer.
     pub(crate) fn acquire_buffer(
         &self,
         thread: &ThreadSessionState,
         min_len: usize,
+        acquired_before: u32,
     ) -> Option<Arc<Buffer>> {
-        let size = self.buffer_size.max(min_len.next_power_of_two());
+        let grown = (FIRST_BUFFER << acquired_before.min(16)).min(self.buffer_size);
+        let size = grown.max(min_len.next_power_of_two());
         if size > self.budget {
             return None;
         }

@@ -28,6 +28,8 @@ struct WriterSlot {
     end: usize,
     /// The last sequence number assigned (committed or dropped).
     seq: u32,
+    /// Buffers this thread has obtained, which sets the size of the next one.
+    buffers_acquired: u32,
 }
 
 impl WriterSlot {
@@ -133,10 +135,11 @@ fn write_to_slot(
         if let Some(full) = s.buffer.take() {
             full.retire();
         }
-        match s.session.acquire_buffer(&s.state, len) {
+        match s.session.acquire_buffer(&s.state, len, s.buffers_acquired) {
             Some(fresh) => {
                 s.buffer = Some(fresh);
                 s.end = 0;
+                s.buffers_acquired += 1;
             }
             None => {
                 // Only this thread writes its counters; a plain load+store is enough.
@@ -189,5 +192,6 @@ fn attach(entry: &mut Option<WriterSlot>, slot: usize, thread: &WriterThread) {
         buffer: None,
         end: 0,
         seq: 0,
+        buffers_acquired: 0,
     });
 }
