@@ -84,12 +84,12 @@ impl FormatVersion {
 
 impl fmt::Display for FormatVersion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = match self {
-            FormatVersion::V4 => 4,
-            FormatVersion::V5 => 5,
-            FormatVersion::V6 => 6,
-        };
-        write!(f, "NetTrace V{n}")
+        match self {
+            // V4 and V5 share a header; only V5 metadata tags tell them apart.
+            FormatVersion::V4 => write!(f, "NetTrace V4/V5 (no V5 metadata tags)"),
+            FormatVersion::V5 => write!(f, "NetTrace V5"),
+            FormatVersion::V6 => write!(f, "NetTrace V6"),
+        }
     }
 }
 
