@@ -133,6 +133,8 @@ pub struct SessionConfig {
     pub sequence_point_interval: Duration,
     /// Whether to write rundown events when the session ends.
     pub rundown: bool,
+    /// Whether each event carries the writing thread's stack.
+    pub stacks: bool,
 }
 
 impl SessionConfig {
@@ -148,6 +150,7 @@ impl SessionConfig {
             flush_interval: Duration::from_millis(100),
             sequence_point_interval: Duration::from_secs(1),
             rundown: true,
+            stacks: false,
         }
     }
 
@@ -172,6 +175,12 @@ impl SessionConfig {
     /// Sets the flush interval.
     pub fn flush_interval(mut self, interval: Duration) -> Self {
         self.flush_interval = interval;
+        self
+    }
+
+    /// Sets whether events carry the writing thread's stack.
+    pub fn stacks(mut self, stacks: bool) -> Self {
+        self.stacks = stacks;
         self
     }
 

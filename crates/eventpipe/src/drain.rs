@@ -20,7 +20,7 @@
 //! outright). The drain never waits on anything but writers mid-record: it never blocks on
 //! its own output of events.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -33,7 +33,7 @@ use crate::clock;
 use crate::config::{Output, SessionConfig};
 use crate::session::{SessionShared, SessionStats, ThreadSessionState};
 use crate::sync::{lock, Arc, AtomicU64, Ordering};
-use crate::writer::{FLAG_ACTIVITY, RECORD_HEADER};
+use crate::writer::{FLAG_ACTIVITY, FLAG_STACK, RECORD_HEADER};
 use crate::{registry, Error};
 
 const CUTOFF_MARGIN: i64 = 50_000; // 50 µs in clock ticks (ns)
@@ -136,6 +136,9 @@ pub(crate) fn spawn(
         last_sequence_point: Instant::now(),
         dropped_by_reclaimed: 0,
         listener,
+        region_stacks: HashMap::new(),
+        next_stack_id: 1,
+        next_label_id: 1,
     };
     std::thread::Builder::new()
         .name(format!("eventpipe-drain-{}", drain.shared.slot()))
@@ -150,6 +153,8 @@ struct Pending {
     event_index: u32,
     seq: u32,
     activity: Option<(Guid, Guid)>,
+    /// The stack's bytes in the arena, if the record has one.
+    stack: Option<(usize, usize)>,
     payload: (usize, usize),
 }
 
@@ -177,6 +182,10 @@ struct Drain {
     last_sequence_point: Instant,
     dropped_by_reclaimed: u64,
     listener: Option<JoinHandle<()>>,
+    /// Stacks written since the last sequence point, and their ids.
+    region_stacks: HashMap<Vec<u8>, u32>,
+    next_stack_id: u32,
+    next_label_id: u32,
 }
 
 impl Drain {
@@ -338,6 +347,16 @@ impl Drain {
                 } else {
                     (None, body)
                 };
+                let (stack, payload) = if word(12) & FLAG_STACK != 0 {
+                    split_stack(payload)
+                } else {
+                    (None, payload)
+                };
+                let stack = stack.map(|bytes| {
+                    let start = self.arena.len();
+                    self.arena.extend_from_slice(bytes);
+                    (start, self.arena.len())
+                });
                 let start = self.arena.len();
                 self.arena.extend_from_slice(payload);
                 self.batch.push(Pending {
@@ -347,6 +366,7 @@ impl Drain {
                     event_index: word(4),
                     seq,
                     activity,
+                    stack,
                     payload: (start, self.arena.len()),
                 });
                 last_read = seq;
@@ -390,8 +410,38 @@ impl Drain {
         }
         let batch = std::mem::take(&mut self.batch);
         let arena = std::mem::take(&mut self.arena);
+        // Stacks are interned per sequence-point region: ids stay unique until the next
+        // sequence point, after which readers forget them.
+        let first_new_stack = self.next_stack_id;
+        let mut new_stacks: Vec<&[u8]> = Vec::new();
+        let mut stack_ids = Vec::with_capacity(batch.len());
+        for p in &batch {
+            let id = match p.stack.and_then(|(s, e)| arena.get(s..e)) {
+                None => 0,
+                Some(bytes) => match self.region_stacks.get(bytes) {
+                    Some(&id) => id,
+                    None => {
+                        let id = self.next_stack_id;
+                        self.next_stack_id += 1;
+                        self.region_stacks.insert(bytes.to_vec(), id);
+                        new_stacks.push(bytes);
+                        id
+                    }
+                },
+            };
+            stack_ids.push(id);
+        }
+        let first_label = self.next_label_id;
         let version = self.version;
-        let writer = self.writer()?;
+        let writer = self
+            .writer
+            .as_mut()
+            .ok_or_else(|| Error::Output("the trace was already finished".into()))?;
+        if !new_stacks.is_empty() {
+            writer
+                .write_stack_block(first_new_stack, &new_stacks)
+                .map_err(output_error)?;
+        }
         if !new_metadata.is_empty() {
             writer
                 .write_metadata_block(&new_metadata)
@@ -409,12 +459,12 @@ impl Drain {
             }
             if !labels.is_empty() {
                 writer
-                    .write_label_list_block(1, &labels)
+                    .write_label_list_block(first_label, &labels)
                     .map_err(output_error)?;
             }
         }
         let mut block = EventBlockBuilder::new(version);
-        let mut label_id = 0;
+        let mut label_id = first_label - 1;
         for (i, p) in batch.iter().enumerate() {
             let mut header = EventHeader {
                 metadata_id: p.event_index + 1,
@@ -422,6 +472,7 @@ impl Drain {
                 thread: if v6 { p.thread_index } else { p.os_tid },
                 capture_thread: if v6 { p.thread_index } else { p.os_tid },
                 timestamp: p.timestamp,
+                stack_id: stack_ids.get(i).copied().unwrap_or(0),
                 is_sorted: i + 1 == batch.len(),
                 ..EventHeader::default()
             };
@@ -443,6 +494,7 @@ impl Drain {
         if !block.is_empty() {
             writer.write_event_block(&block).map_err(output_error)?;
         }
+        self.next_label_id = label_id + 1;
         let due = last || self.last_sequence_point.elapsed() >= self.sequence_point_interval;
         if due {
             let sp_time = if last {
@@ -458,6 +510,10 @@ impl Drain {
                 .write_sequence_point(sp_time, 0, &threads)
                 .map_err(output_error)?;
             self.last_sequence_point = Instant::now();
+            // Readers forget stacks and label lists at a sequence point; so do we.
+            self.region_stacks.clear();
+            self.next_stack_id = 1;
+            self.next_label_id = 1;
         }
         self.progress
             .events_written
@@ -583,6 +639,18 @@ impl Drain {
         };
         block.push(&header, &payload);
         writer.write_event_block(&block).map_err(output_error)
+    }
+}
+
+/// Splits `len: u32, stack bytes` off the front of a record body.
+fn split_stack(body: &[u8]) -> (Option<&[u8]>, &[u8]) {
+    let Some(len) = body.get(..4) else {
+        return (None, body);
+    };
+    let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+    match body.get(4..4 + len) {
+        Some(stack) => (Some(stack), &body[4 + len..]),
+        None => (None, body),
     }
 }
 

@@ -47,6 +47,7 @@ mod listener;
 mod provider;
 mod registry;
 mod session;
+mod stack;
 mod sync;
 mod writer;
 

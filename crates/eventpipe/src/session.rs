@@ -71,6 +71,8 @@ pub(crate) struct SessionShared {
     pub(crate) mode: BufferingMode,
     pub(crate) budget: usize,
     pub(crate) buffer_size: usize,
+    /// Whether events carry the writer's stack.
+    pub(crate) stacks: bool,
     /// False once the session starts stopping: writers stop writing to it.
     pub(crate) active: AtomicBool,
     /// Raised when the session ends: Block-mode writers stop waiting and drop instead.
@@ -219,6 +221,7 @@ impl Session {
                 mode: config.mode,
                 budget: config.buffer_budget,
                 buffer_size: config.buffer_size(),
+                stacks: config.stacks,
                 active: AtomicBool::new(true),
                 abort: AtomicBool::new(false),
                 manager: Mutex::new(Manager::default()),

@@ -6,7 +6,8 @@
 //! publishes the sequence number. The session lock is taken only to get a new buffer.
 //!
 //! Record layout in a buffer: `len: u32, event_index: u32, seq: u32, flags: u32,
-//! timestamp: i64`, then 32 bytes of activity ids when `flags & 1`, then the payload.
+//! timestamp: i64`, then 32 bytes of activity ids when `flags & 1`, then (when `flags & 2`)
+//! a u32 byte length and the stack's pointer-sized IPs, then the payload.
 
 use std::cell::RefCell;
 
@@ -15,10 +16,12 @@ use crate::clock;
 use crate::provider::EventDescriptor;
 use crate::registry::{self, MAX_SESSIONS};
 use crate::session::{SessionShared, ThreadSessionState};
+use crate::stack::CapturedStack;
 use crate::sync::{Arc, Ordering};
 
 pub(crate) const RECORD_HEADER: usize = 24;
 pub(crate) const FLAG_ACTIVITY: u32 = 1;
+pub(crate) const FLAG_STACK: u32 = 2;
 
 struct WriterSlot {
     session: Arc<SessionShared>,
@@ -86,12 +89,25 @@ pub(crate) fn write_event(
         let Ok(mut slots) = w.slots.try_borrow_mut() else {
             return;
         };
+        // Captured at most once per event, the first time a session wants it.
+        let mut stack: Option<CapturedStack> = None;
         let mut bits = mask;
         while bits != 0 {
             let slot = bits.trailing_zeros() as usize;
             bits &= bits - 1;
             if let Some(entry) = slots.get_mut(slot) {
-                write_to_slot(entry, slot, w, index, payload, activity);
+                let wants_stack = match entry {
+                    Some(s) => s.session.stacks,
+                    None => registry::session_in(slot).is_some_and(|s| s.stacks),
+                };
+                if wants_stack && stack.is_none() {
+                    stack = Some(CapturedStack::capture());
+                }
+                let stack_bytes = match (&stack, wants_stack) {
+                    (Some(captured), true) => Some(captured.as_bytes()),
+                    _ => None,
+                };
+                write_to_slot(entry, slot, w, index, payload, activity, stack_bytes);
             }
         }
     });
@@ -105,6 +121,7 @@ fn write_to_slot(
     index: u32,
     payload: &[u8],
     activity: Option<(nettrace::Guid, nettrace::Guid)>,
+    stack: Option<&[u8]>,
 ) {
     if !entry
         .as_ref()
@@ -124,7 +141,14 @@ fn write_to_slot(
         }
         None => &[],
     };
-    let len = RECORD_HEADER + activity_part.len() + payload.len();
+    let stack_part = stack.unwrap_or(&[]);
+    let stack_len = (stack_part.len() as u32).to_le_bytes();
+    let stack_len_part: &[u8] = if stack.is_some() { &stack_len } else { &[] };
+    let len = RECORD_HEADER
+        + activity_part.len()
+        + stack_len_part.len()
+        + stack_part.len()
+        + payload.len();
     s.seq = s.seq.wrapping_add(1);
     let seq = s.seq;
     let fits = s
@@ -161,12 +185,20 @@ fn write_to_slot(
     header[0..4].copy_from_slice(&(len as u32).to_le_bytes());
     header[4..8].copy_from_slice(&index.to_le_bytes());
     header[8..12].copy_from_slice(&seq.to_le_bytes());
-    let flags = if activity.is_some() { FLAG_ACTIVITY } else { 0 };
+    let mut flags = if activity.is_some() { FLAG_ACTIVITY } else { 0 };
+    if stack.is_some() {
+        flags |= FLAG_STACK;
+    }
     header[12..16].copy_from_slice(&flags.to_le_bytes());
     header[16..24].copy_from_slice(&timestamp.to_le_bytes());
     // SAFETY: this thread is the buffer's only writer, `s.end` is its published end, and
     // the record fits (checked above or the buffer was sized for it).
-    s.end = unsafe { buffer.append(s.end, &[&header, activity_part, payload]) };
+    s.end = unsafe {
+        buffer.append(
+            s.end,
+            &[&header, activity_part, stack_len_part, stack_part, payload],
+        )
+    };
     // Release: pairs with the drain's Acquire before it reads; orders the commit first.
     s.state.published_seq.store(seq, Ordering::Release);
     s.state.in_flight.store(false, Ordering::Release);
