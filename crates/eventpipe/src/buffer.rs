@@ -8,7 +8,9 @@
 //! sets `retired` (Release); a retired buffer whose every committed byte was read is freed by
 //! the drain. This is the rtrb/Lamport SPSC queue without wrap-around: buffers are used once.
 
+#[cfg(not(eventpipe_loom))]
 use std::alloc::{alloc, dealloc, Layout};
+#[cfg(not(eventpipe_loom))]
 use std::ptr::NonNull;
 
 use crate::sync::{AtomicBool, AtomicUsize, Ordering};
@@ -16,7 +18,12 @@ use crate::sync::{AtomicBool, AtomicUsize, Ordering};
 /// One append-only buffer.
 #[derive(Debug)]
 pub(crate) struct Buffer {
+    #[cfg(not(eventpipe_loom))]
     ptr: NonNull<u8>,
+    /// Under loom every byte is a tracked cell, so the model checker sees each data access
+    /// and reports any that is not ordered by the `committed` hand-off.
+    #[cfg(eventpipe_loom)]
+    cells: Box<[loom::cell::UnsafeCell<u8>]>,
     capacity: usize,
     /// End of the published records. Written only by the owning writer (Release), read by
     /// the drain (Acquire).
@@ -34,7 +41,21 @@ unsafe impl Send for Buffer {}
 unsafe impl Sync for Buffer {}
 
 impl Buffer {
+    /// A buffer of `capacity` bytes.
+    #[cfg(eventpipe_loom)]
+    pub(crate) fn new(capacity: usize) -> Option<Buffer> {
+        Some(Buffer {
+            cells: (0..capacity)
+                .map(|_| loom::cell::UnsafeCell::new(0))
+                .collect(),
+            capacity,
+            committed: AtomicUsize::new(0),
+            retired: AtomicBool::new(false),
+        })
+    }
+
     /// A buffer of `capacity` bytes, or `None` if the allocation fails.
+    #[cfg(not(eventpipe_loom))]
     pub(crate) fn new(capacity: usize) -> Option<Buffer> {
         let layout = Layout::from_size_align(capacity.max(1), 8).ok()?;
         // SAFETY: the layout has a non-zero size.
@@ -61,14 +82,9 @@ impl Buffer {
         let mut end = at;
         for part in parts {
             debug_assert!(end + part.len() <= self.capacity);
-            // SAFETY: `[end, end + len)` lies within the allocation (caller's contract) and
-            // at or beyond `committed`, so the drain does not read it until we publish.
-            unsafe {
-                self.ptr
-                    .as_ptr()
-                    .add(end)
-                    .copy_from_nonoverlapping(part.as_ptr(), part.len())
-            };
+            // SAFETY: `[end, end + len)` lies within the buffer (caller's contract) and at or
+            // beyond `committed`, so the drain does not read it until we publish.
+            unsafe { self.write_bytes(end, part) };
             end += part.len();
         }
         // Release: publishes the bytes written above; pairs with the Acquire in `readable`.
@@ -87,7 +103,44 @@ impl Buffer {
         self.retired.load(Ordering::Acquire)
     }
 
+    /// # Safety
+    /// `[at, at + bytes.len())` must lie within the buffer, at or beyond `committed`, and
+    /// only the single writer may call this.
+    #[cfg(not(eventpipe_loom))]
+    unsafe fn write_bytes(&self, at: usize, bytes: &[u8]) {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            self.ptr
+                .as_ptr()
+                .add(at)
+                .copy_from_nonoverlapping(bytes.as_ptr(), bytes.len())
+        };
+    }
+
+    /// # Safety
+    /// As the std version.
+    #[cfg(eventpipe_loom)]
+    unsafe fn write_bytes(&self, at: usize, bytes: &[u8]) {
+        for (cell, b) in self.cells[at..at + bytes.len()].iter().zip(bytes) {
+            // SAFETY: forwarded from the caller; loom checks the exclusivity claim.
+            cell.with_mut(|p| unsafe { *p = *b });
+        }
+    }
+
+    /// Drain side (model checking): a copy of the published bytes from `from` on.
+    #[cfg(eventpipe_loom)]
+    pub(crate) fn read_copy(&self, from: usize) -> Vec<u8> {
+        // Acquire: pairs with the Release in `append`.
+        let end = self.committed.load(Ordering::Acquire);
+        self.cells[from.min(end)..end]
+            .iter()
+            // SAFETY: published bytes are never written again.
+            .map(|c| c.with(|p| unsafe { *p }))
+            .collect()
+    }
+
     /// Drain side: the published bytes from `from` on.
+    #[cfg(not(eventpipe_loom))]
     pub(crate) fn readable(&self, from: usize) -> &[u8] {
         // Acquire: pairs with the Release in `append`, so every byte below `end` is visible.
         let end = self.committed.load(Ordering::Acquire);
@@ -98,6 +151,7 @@ impl Buffer {
     }
 }
 
+#[cfg(not(eventpipe_loom))]
 impl Drop for Buffer {
     fn drop(&mut self) {
         // SAFETY: allocated in `new` with this size and alignment; `&mut self` means no

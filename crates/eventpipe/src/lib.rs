@@ -39,27 +39,77 @@
 //! ```
 
 mod buffer;
+#[cfg(not(eventpipe_loom))]
 pub mod clock;
+#[cfg(not(eventpipe_loom))]
 mod config;
+#[cfg(not(eventpipe_loom))]
 mod drain;
+#[cfg(not(eventpipe_loom))]
 mod guid;
+#[cfg(not(eventpipe_loom))]
 mod listener;
+#[cfg(not(eventpipe_loom))]
 mod provider;
+#[cfg(not(eventpipe_loom))]
 mod registry;
+#[cfg(not(eventpipe_loom))]
 mod session;
+#[cfg(not(eventpipe_loom))]
 mod stack;
 mod sync;
+#[cfg(not(eventpipe_loom))]
 mod writer;
 
+#[cfg(not(eventpipe_loom))]
 pub use config::{
     BufferingMode, ListenerCallback, Output, ProviderConfig, SessionConfig, MIN_BUDGET,
 };
+#[cfg(not(eventpipe_loom))]
 pub use provider::{
     EnableChange, EventDescriptor, FieldKind, FieldSpec, Level, PayloadField, PayloadWriter,
     Provider,
 };
+#[cfg(not(eventpipe_loom))]
 pub use registry::MAX_SESSIONS;
+#[cfg(not(eventpipe_loom))]
 pub use session::{Session, SessionStats};
+
+/// The buffer hand-off, exposed only to the loom models in `tests/loom.rs`.
+#[cfg(eventpipe_loom)]
+#[doc(hidden)]
+pub mod loom_model {
+    /// The real [`Buffer`](crate::buffer::Buffer) under loom's tracked primitives.
+    #[derive(Debug)]
+    pub struct Buffer(crate::buffer::Buffer);
+
+    impl Buffer {
+        /// A buffer of `capacity` bytes.
+        pub fn new(capacity: usize) -> Self {
+            Buffer(crate::buffer::Buffer::new(capacity).expect("buffer"))
+        }
+        /// Writer: appends and publishes one record at `at`.
+        ///
+        /// # Safety
+        /// Single writer; `at` is the last published end; the parts fit.
+        pub unsafe fn append(&self, at: usize, parts: &[&[u8]]) -> usize {
+            // SAFETY: forwarded from the caller.
+            unsafe { self.0.append(at, parts) }
+        }
+        /// Writer: no more records.
+        pub fn retire(&self) {
+            self.0.retire()
+        }
+        /// Drain: whether the writer retired the buffer.
+        pub fn is_retired(&self) -> bool {
+            self.0.is_retired()
+        }
+        /// Drain: the published bytes from `from` on.
+        pub fn read(&self, from: usize) -> Vec<u8> {
+            self.0.read_copy(from)
+        }
+    }
+}
 
 /// What can go wrong starting, running or stopping a session.
 #[derive(Debug, thiserror::Error)]

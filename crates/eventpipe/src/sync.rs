@@ -2,8 +2,10 @@
 //! `cfg(eventpipe_loom)` for model checking (crossbeam's `primitive` module pattern).
 
 #[cfg(eventpipe_loom)]
+#[allow(unused_imports)] // the loom build compiles only the modules under model
 pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 #[cfg(eventpipe_loom)]
+#[allow(unused_imports)] // as above
 pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 #[cfg(not(eventpipe_loom))]
@@ -11,6 +13,7 @@ pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize
 #[cfg(not(eventpipe_loom))]
 pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+#[cfg_attr(eventpipe_loom, allow(dead_code))]
 /// Locks `m`, recovering the data if a panicking thread poisoned it: every critical section
 /// in this crate leaves its data consistent before anything that can panic.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
