@@ -2,7 +2,8 @@
 //!
 //! These types mirror the flags and nothing else. [`Cli::into_action`] validates them and
 //! turns them into the plain config structs each subcommand takes ([`report::Config`],
-//! [`dump::Config`]), so no clap type reaches the code that does the work.
+//! [`dump::Config`], [`stress::Config`]), so no clap type reaches the code that does the
+//! work.
 
 use std::path::PathBuf;
 
@@ -10,7 +11,7 @@ use clap::error::ErrorKind;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use crate::input::InputSpec;
-use crate::{dump, report};
+use crate::{dump, report, stress};
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -18,10 +19,12 @@ Examples:
   eptrace report --json app.nettrace | jq .event_counts
   eptrace dump --event GC/Start --json app.nettrace
   cat app.nettrace | eptrace dump --sorted --from 100 --to 200 -
+  eptrace stress --threads 1,8 --events 1000 --output file --mode block
 
 Exit status:
   0  success (also when stdout is closed early, as by `| head`)
-  1  the trace could not be read or the output could not be written
+  1  the trace could not be read or the output could not be written;
+     for `stress`, a cell lost or miscounted events
   2  the command line is wrong";
 
 /// Inspect NetTrace (EventPipe) trace files.
@@ -38,6 +41,8 @@ enum Command {
     Report(ReportArgs),
     /// Print events, one per line, as text or JSON lines.
     Dump(DumpArgs),
+    /// Run EventPipe's stress matrix in-process and check that no event goes missing.
+    Stress(StressArgs),
 }
 
 /// The trace to read; shared by every subcommand.
@@ -99,6 +104,57 @@ struct DumpArgs {
     no_payload: bool,
 }
 
+#[derive(Debug, Args)]
+struct StressArgs {
+    /// Writer thread counts (comma list) [default: 1,8,16,50,100,1000].
+    #[arg(long, value_name = "N,..", value_delimiter = ',',
+          value_parser = clap::value_parser!(u32).range(1..))]
+    threads: Vec<u32>,
+    /// Events per thread (comma list) [default: 1,2,100,1000,100000].
+    #[arg(long, value_name = "N,..", value_delimiter = ',')]
+    events: Vec<u64>,
+    /// Outputs: file, listener (comma list) [default: both].
+    #[arg(long = "output", value_name = "OUT,..", value_delimiter = ',')]
+    outputs: Vec<stress::OutputKind>,
+    /// Buffering modes: drop, block (comma list) [default: both].
+    #[arg(long = "mode", value_name = "MODE,..", value_delimiter = ',')]
+    modes: Vec<stress::Mode>,
+    /// Each session's buffer budget, in MiB.
+    #[arg(long, value_name = "N", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..=65536))]
+    budget_mb: u32,
+    /// Bytes in each event's byte-slice field (after its u64 counter).
+    #[arg(long, value_name = "N", default_value_t = 16,
+          value_parser = clap::value_parser!(u16))]
+    payload_bytes: u16,
+    /// Trace format: v5 or v6.
+    #[arg(long, value_name = "V", default_value = "v5", value_parser = stress::parse_format)]
+    format: nettrace::FormatVersion,
+    #[command(flatten)]
+    print: FormatArgs,
+    /// Directory for trace files [default: a temporary directory].
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Keep the trace files instead of deleting each after its cell.
+    #[arg(long)]
+    keep: bool,
+}
+
+/// `list` without repeats, in order; `default` when empty.
+fn or_default<T: PartialEq + Copy>(list: Vec<T>, default: &[T]) -> Vec<T> {
+    let mut out: Vec<T> = Vec::new();
+    for v in if list.is_empty() {
+        default.to_vec()
+    } else {
+        list
+    } {
+        if !out.contains(&v) {
+            out.push(v);
+        }
+    }
+    out
+}
+
 fn finite_ms(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() => Ok(v),
@@ -113,6 +169,8 @@ pub(crate) enum Action {
     Report(report::Config),
     /// `eptrace dump`.
     Dump(dump::Config),
+    /// `eptrace stress`.
+    Stress(stress::Config),
 }
 
 impl Cli {
@@ -147,6 +205,21 @@ impl Cli {
                     payload: !a.no_payload,
                 })
             }
+            Command::Stress(a) => Action::Stress(stress::Config {
+                threads: or_default(a.threads, stress::MATRIX_THREADS),
+                events: or_default(a.events, stress::MATRIX_EVENTS),
+                outputs: or_default(
+                    a.outputs,
+                    &[stress::OutputKind::File, stress::OutputKind::Listener],
+                ),
+                modes: or_default(a.modes, &[stress::Mode::Drop, stress::Mode::Block]),
+                budget_bytes: (a.budget_mb as usize) << 20,
+                payload_bytes: usize::from(a.payload_bytes),
+                format: a.format,
+                json: a.print.json,
+                dir: a.dir,
+                keep: a.keep,
+            }),
         })
     }
 }
@@ -175,7 +248,7 @@ mod tests {
         let cli = Cli::try_parse_from(["eptrace", "report", "-"]).unwrap();
         match cli.into_action().unwrap() {
             Action::Report(c) => assert_eq!(c.input, InputSpec::Stdin),
-            Action::Dump(_) => panic!("parsed as dump"),
+            other => panic!("parsed as {other:?}"),
         }
     }
 

@@ -1,12 +1,14 @@
 //! `eptrace`: inspect NetTrace (EventPipe) traces from the command line.
 //!
 //! This crate is glue, like ripgrep's `core`: [`cli`] defines the flags and converts them
-//! into plain config structs, one module per subcommand ([`report`], [`dump`]) does the
-//! work through the `nettrace` library, and [`run`] maps the outcome to an exit status:
+//! into plain config structs, one module per subcommand ([`report`], [`dump`], [`stress`])
+//! does the work through the `nettrace` and `eventpipe` libraries, and [`run`] maps the
+//! outcome to an exit status:
 //!
 //! * 0: success, including a closed stdout (`eptrace dump … | head`);
-//! * 1: the trace could not be read or the output could not be written; the message is
-//!   printed as `eptrace: {error:#}`, naming the file and, for bad bytes, the offset;
+//! * 1: the trace could not be read or the output could not be written, or a `stress` cell
+//!   lost or miscounted events; the message is printed as `eptrace: {error:#}`, naming the
+//!   file and, for bad bytes, the offset;
 //! * 2: a usage error (clap's own exit status).
 
 mod cli;
@@ -14,6 +16,7 @@ mod dump;
 mod input;
 mod progress;
 mod report;
+mod stress;
 mod value_json;
 
 use std::io::{self, Write};
@@ -34,6 +37,7 @@ fn run() -> ExitCode {
     let result = match action {
         cli::Action::Report(config) => report::do_report(&config),
         cli::Action::Dump(config) => dump::do_dump(&config),
+        cli::Action::Stress(config) => stress::do_stress(&config),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

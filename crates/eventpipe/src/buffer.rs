@@ -68,6 +68,7 @@ impl Buffer {
         })
     }
 
+    #[cfg_attr(eventpipe_loom, allow(dead_code))] // the drain is not built under loom
     pub(crate) fn capacity(&self) -> usize {
         self.capacity
     }
