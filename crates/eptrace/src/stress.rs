@@ -22,7 +22,7 @@
 
 use std::fmt::Write as _;
 use std::fs::File;
-use std::io::{self, IsTerminal, Write};
+use std::io::{self, BufReader, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,7 +35,6 @@ use eventpipe::{
     SessionConfig, SessionStats,
 };
 use indicatif::{ProgressBar, ProgressStyle};
-use memmap2::Mmap;
 use nettrace::{EventMetadata, FormatVersion, TraceReader};
 use serde::Serialize;
 
@@ -549,14 +548,14 @@ fn counter_of(payload: &[u8]) -> u64 {
 }
 
 /// Counts [`PROVIDER`]'s events in a trace file and sums their counters.
+///
+/// The file is streamed a block at a time rather than mapped: a mapped multi-gigabyte trace
+/// would count in this process's resident set and swamp the peak RSS the cells report.
 fn count_file(path: &Path) -> Result<(u64, u64)> {
     let name = path.display();
     let file = File::open(path).with_context(|| format!("cannot open {name}"))?;
-    // SAFETY: read-only private map of a file this process just wrote and nothing else
-    // touches; the parser treats every byte as untrusted.
-    let map = unsafe { Mmap::map(&file) }.with_context(|| format!("cannot map {name}"))?;
-    let mut reader =
-        TraceReader::from_slice(&map).with_context(|| format!("cannot read {name}"))?;
+    let mut reader = TraceReader::from_read(BufReader::with_capacity(1 << 20, file))
+        .with_context(|| format!("cannot read {name}"))?;
     let mut ours = OursCache::default();
     let (mut events, mut sum) = (0u64, 0u64);
     while let Some(event) = reader
