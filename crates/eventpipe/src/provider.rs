@@ -9,6 +9,8 @@
 //! 64 sessions all enable it also reads `u64::MAX`; the cold path then just finds it
 //! registered and carries on.
 
+use std::mem::MaybeUninit;
+
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// Verbosity of an event (the ETW/EventPipe scale).
@@ -332,19 +334,30 @@ impl EventDescriptor {
 }
 
 /// Encodes payload fields; backed by a 1 KiB stack buffer that spills to the heap only for
-/// larger payloads.
-#[derive(Debug)]
+/// larger payloads. The inline buffer is left uninitialised: zeroing 1 KiB per write cost a
+/// fifth of an enabled write.
 pub struct PayloadWriter {
-    inline: [u8; 1024],
+    inline: [MaybeUninit<u8>; INLINE],
+    /// Bytes of `inline` written so far; `inline[..len]` is initialised.
     len: usize,
     spill: Vec<u8>,
+}
+
+const INLINE: usize = 1024;
+
+impl std::fmt::Debug for PayloadWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PayloadWriter")
+            .field("bytes", &self.as_bytes())
+            .finish()
+    }
 }
 
 impl PayloadWriter {
     #[inline]
     fn new() -> Self {
         PayloadWriter {
-            inline: [0; 1024],
+            inline: [MaybeUninit::uninit(); INLINE],
             len: 0,
             spill: Vec::new(),
         }
@@ -353,8 +366,16 @@ impl PayloadWriter {
     /// Appends raw bytes.
     #[inline]
     pub fn bytes(&mut self, b: &[u8]) {
-        if self.spill.is_empty() && self.len + b.len() <= self.inline.len() {
-            self.inline[self.len..self.len + b.len()].copy_from_slice(b);
+        if self.spill.is_empty() && self.len + b.len() <= INLINE {
+            // SAFETY: `len + b.len() <= INLINE`, so the destination is inside `inline`; the
+            // source is a distinct borrowed slice, so they do not overlap.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    b.as_ptr(),
+                    self.inline.as_mut_ptr().add(self.len).cast::<u8>(),
+                    b.len(),
+                );
+            }
             self.len += b.len();
         } else {
             self.spill_slow(b);
@@ -364,7 +385,8 @@ impl PayloadWriter {
     #[cold]
     fn spill_slow(&mut self, b: &[u8]) {
         if self.spill.is_empty() {
-            self.spill.extend_from_slice(&self.inline[..self.len]);
+            let written = self.inline_bytes().to_vec();
+            self.spill = written;
         }
         self.spill.extend_from_slice(b);
     }
@@ -375,9 +397,16 @@ impl PayloadWriter {
         value.encode(self);
     }
 
+    #[inline]
+    fn inline_bytes(&self) -> &[u8] {
+        // SAFETY: `inline[..len]` was initialised by `bytes`, and `MaybeUninit<u8>` has the
+        // layout of `u8`.
+        unsafe { std::slice::from_raw_parts(self.inline.as_ptr().cast::<u8>(), self.len) }
+    }
+
     fn as_bytes(&self) -> &[u8] {
         if self.spill.is_empty() {
-            &self.inline[..self.len]
+            self.inline_bytes()
         } else {
             &self.spill
         }
@@ -530,4 +559,23 @@ macro_rules! write_event {
             $event.write_with(|__payload| { $( __payload.put(&$value); )* });
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_past_the_inline_buffer_spill_intact() {
+        let mut w = PayloadWriter::new();
+        let a: Vec<u8> = (0..700u32).map(|i| i as u8).collect();
+        let b: Vec<u8> = (0..700u32).map(|i| (i * 7) as u8).collect();
+        w.bytes(&a);
+        assert_eq!(w.as_bytes(), &a[..]);
+        w.bytes(&b);
+        assert_eq!(w.as_bytes(), [a, b].concat());
+        let mut s = PayloadWriter::new();
+        s.put("x".repeat(2000).as_str());
+        assert_eq!(s.as_bytes().len(), 2 * 2001);
+    }
 }
