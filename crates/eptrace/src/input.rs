@@ -91,7 +91,7 @@ pub(crate) fn open(spec: &InputSpec) -> Result<Opened> {
     // truncates or rewrites the file while it is mapped could change the bytes under the
     // reader (or fault on truncation); like ripgrep, eptrace accepts that for files it is
     // asked to read. The parser itself treats every byte as untrusted.
-    let map =
-        unsafe { Mmap::map(&file) }.with_context(|| format!("cannot map {}", path.display()))?;
+    let map = unsafe { Mmap::map(&file) };
+    let map = map.with_context(|| format!("cannot map {}", path.display()))?;
     Ok(Opened::Mapped(Some(map)))
 }
