@@ -248,12 +248,17 @@ impl EventDescriptor {
     pub fn write_with(&'static self, fill: impl FnOnce(&mut PayloadWriter)) {
         let mask = self.mask.load(Ordering::Relaxed);
         if mask != 0 {
-            self.write_enabled(mask, fill);
+            self.write_enabled(mask, None, fill);
         }
     }
 
     #[inline(never)]
-    fn write_enabled(&'static self, mut mask: u64, fill: impl FnOnce(&mut PayloadWriter)) {
+    fn write_enabled(
+        &'static self,
+        mut mask: u64,
+        activity: Option<(nettrace::Guid, nettrace::Guid)>,
+        fill: impl FnOnce(&mut PayloadWriter),
+    ) {
         if mask == UNREGISTERED {
             mask = crate::registry::register_event(self);
             if mask == 0 {
@@ -262,29 +267,21 @@ impl EventDescriptor {
         }
         let mut payload = PayloadWriter::new();
         fill(&mut payload);
-        crate::writer::write_event(self, mask, payload.as_bytes(), None);
+        crate::writer::write_event(self, mask, payload.as_bytes(), activity);
     }
 
     /// Like [`write_with`](Self::write_with), with an activity id and related activity id.
+    #[inline]
     pub fn write_with_activity(
         &'static self,
         activity: nettrace::Guid,
         related: nettrace::Guid,
         fill: impl FnOnce(&mut PayloadWriter),
     ) {
-        let mut mask = self.mask.load(Ordering::Relaxed);
-        if mask == 0 {
-            return;
+        let mask = self.mask.load(Ordering::Relaxed);
+        if mask != 0 {
+            self.write_enabled(mask, Some((activity, related)), fill);
         }
-        if mask == UNREGISTERED {
-            mask = crate::registry::register_event(self);
-            if mask == 0 {
-                return;
-            }
-        }
-        let mut payload = PayloadWriter::new();
-        fill(&mut payload);
-        crate::writer::write_event(self, mask, payload.as_bytes(), Some((activity, related)));
     }
 
     pub(crate) fn mask(&self) -> u64 {
