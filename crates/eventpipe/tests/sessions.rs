@@ -418,3 +418,40 @@ fn invalid_configurations_are_clear_errors() {
         .to_string()
         .contains("/nonexistent-dir/x.nettrace"));
 }
+
+static ACTIVE: Provider = Provider::new("Test-Activity");
+define_event! { static STEP = ACTIVE { id: 1, name: "Step", level: Level::Informational, keywords: 0 } (n: u32); }
+
+#[test]
+fn activity_ids_reach_the_trace_in_both_formats() {
+    let activity = nettrace::Guid::parse("11111111-2222-3333-4444-555555555555").unwrap();
+    let related = nettrace::Guid::parse("66666666-7777-8888-9999-aaaaaaaaaaaa").unwrap();
+    for format in [FormatVersion::V5, FormatVersion::V6] {
+        let path = temp(&format!("activity-{format:?}"));
+        let session = Session::start(
+            SessionConfig::new(
+                vec![ProviderConfig::new("Test-Activity")],
+                Output::File(path.clone()),
+            )
+            .format(format),
+        )
+        .unwrap();
+        for n in 0..3u32 {
+            STEP.write_with_activity(activity, related, |p| p.put(&n));
+        }
+        write_event!(STEP, 9u32);
+        session.stop().unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).ok();
+        let mut r = TraceReader::from_slice(&bytes).unwrap();
+        let mut seen = Vec::new();
+        while let Some(e) = r.next_event().unwrap() {
+            if e.metadata.provider == "Test-Activity" {
+                seen.push((e.activity_id(), e.related_activity_id()));
+            }
+        }
+        let with = (activity, related);
+        let without = (nettrace::Guid::ZERO, nettrace::Guid::ZERO);
+        assert_eq!(seen, vec![with, with, with, without], "{format:?}");
+    }
+}
