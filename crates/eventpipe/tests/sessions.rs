@@ -451,3 +451,61 @@ fn activity_ids_reach_the_trace_in_both_formats() {
         assert_eq!(seen, vec![with, with, with, without], "{format:?}");
     }
 }
+
+static BUSY: Provider = Provider::new("Test-Churning-Sessions");
+define_event! { static SPIN = BUSY { id: 1, name: "Spin", level: Level::Informational, keywords: 0 } (n: u64); }
+
+#[test]
+fn sessions_start_stop_and_drop_while_writers_run_flat_out() {
+    let running = Arc::new(AtomicBool::new(true));
+    let writers: Vec<_> = (0..3)
+        .map(|_| {
+            let running = Arc::clone(&running);
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while running.load(Ordering::Relaxed) {
+                    write_event!(SPIN, n);
+                    n += 1;
+                }
+            })
+        })
+        .collect();
+    for round in 0..40 {
+        let path = temp(&format!("churning-{round}"));
+        let config = SessionConfig::new(
+            vec![ProviderConfig::new("Test-Churning-Sessions")],
+            Output::File(path.clone()),
+        )
+        .flush_interval(Duration::from_millis(5))
+        .mode(if round % 2 == 0 {
+            BufferingMode::Drop
+        } else {
+            BufferingMode::Block
+        });
+        let session = Session::start(config).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        let written = if round % 3 == 0 {
+            drop(session); // dropping ends the trace as stop() does
+            None
+        } else {
+            Some(session.stop().unwrap())
+        };
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).ok();
+        let s = read_trace(&bytes);
+        let got = s
+            .counts
+            .get("Test-Churning-Sessions/Spin")
+            .copied()
+            .unwrap_or(0);
+        if let Some(stats) = written {
+            assert_eq!(got, stats.events_written, "round {round}");
+            assert_eq!(s.lost, stats.events_dropped, "round {round}");
+        }
+    }
+    running.store(false, Ordering::Relaxed);
+    for w in writers {
+        w.join().unwrap();
+    }
+    assert!(!SPIN.is_enabled());
+}
