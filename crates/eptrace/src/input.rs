@@ -87,10 +87,10 @@ pub(crate) fn open(spec: &InputSpec) -> Result<Opened> {
     if meta.len() == 0 {
         return Ok(Opened::Mapped(None));
     }
-    // SAFETY: the map is read-only and private to this process. Another process that
-    // truncates or rewrites the file while it is mapped could change the bytes under the
-    // reader (or fault on truncation); like ripgrep, eptrace accepts that for files it is
-    // asked to read. The parser itself treats every byte as untrusted.
+    // Another process that truncates or rewrites the file while it is mapped could change
+    // the bytes under the reader (or fault on truncation); like ripgrep, eptrace accepts
+    // that for files it is asked to read. The parser treats every byte as untrusted.
+    // SAFETY: the map is read-only and private to this process (see above).
     let map = unsafe { Mmap::map(&file) };
     let map = map.with_context(|| format!("cannot map {}", path.display()))?;
     Ok(Opened::Mapped(Some(map)))
