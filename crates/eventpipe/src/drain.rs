@@ -87,24 +87,19 @@ pub(crate) fn spawn(
     progress: Arc<Progress>,
 ) -> Result<JoinHandle<Result<SessionStats, Error>>, Error> {
     let (sink, listener): (Box<dyn Write + Send>, Option<JoinHandle<()>>) = match config.output {
-        Output::File(ref path) => {
-            let file = std::fs::File::create(path)
+        Output::File(path) => {
+            let file = std::fs::File::create(&path)
                 .map_err(|e| Error::Output(format!("cannot create {}: {e}", path.display())))?;
             (
                 Box::new(std::io::BufWriter::with_capacity(256 << 10, file)),
                 None,
             )
         }
-        Output::Stream(_) => (Box::new(std::io::sink()), None),
-        Output::Listener(_) => (Box::new(std::io::sink()), None),
-    };
-    let (sink, listener) = match config.output {
-        Output::Stream(stream) => (stream, listener),
+        Output::Stream(stream) => (stream, None),
         Output::Listener(callback) => {
             let (writer, handle) = crate::listener::spawn(callback)?;
-            (Box::new(writer) as Box<dyn Write + Send>, Some(handle))
+            (Box::new(writer), Some(handle))
         }
-        Output::File(_) => (sink, listener),
     };
     let version = config.format;
     let (utc_nanos, ticks) = clock::sync_point();
