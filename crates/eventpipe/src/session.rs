@@ -34,7 +34,7 @@ pub(crate) struct ThreadSessionState {
     pub(crate) in_flight: AtomicBool,
     /// Set (Release) by the thread-exit destructor after retiring the current buffer.
     pub(crate) exited: AtomicBool,
-    /// Events this thread dropped (written only by the owner).
+    /// Events this thread dropped (written by the owner, under the manager lock).
     pub(crate) dropped: AtomicU64,
 }
 
@@ -147,38 +147,66 @@ impl SessionShared {
     /// Block mode, gives up in Drop mode or once the session aborts. A thread's buffers
     /// start at 4 KiB and double up to the session's buffer size, so short-lived threads
     /// that write a few events do not each pin a full-size buffer.
+    ///
+    /// A loss (`NoBuffer::Dropped`) is recorded here, under the lock, with `seq` as the
+    /// thread's published sequence number: the drain's last pass snapshots the manager
+    /// under the same lock after raising `abort`, so every loss it can count is visible to
+    /// it and every later attempt sees `abort` and is refused as outside the session.
     pub(crate) fn acquire_buffer(
         &self,
         thread: &ThreadSessionState,
         min_len: usize,
         acquired_before: u32,
-    ) -> Option<Arc<Buffer>> {
+        seq: u32,
+    ) -> Result<Arc<Buffer>, NoBuffer> {
         let grown = (FIRST_BUFFER << acquired_before.min(16)).min(self.buffer_size);
         let size = grown.max(min_len.next_power_of_two());
-        if size > self.budget {
-            return None;
-        }
         let mut m = lock(&self.manager);
         loop {
             if self.abort.load(Ordering::Relaxed) || !m.threads.contains_key(&thread.index) {
-                return None;
+                return Err(NoBuffer::SessionEnded);
             }
-            if m.used + size <= self.budget {
-                let buffer = Arc::new(Buffer::new(size)?);
+            let fits_budget = size <= self.budget;
+            if fits_budget && m.used + size <= self.budget {
+                let Some(buffer) = Buffer::new(size).map(Arc::new) else {
+                    return Err(Self::record_loss(thread, seq));
+                };
                 m.used += size;
                 m.live_buffers += 1;
-                let entry = m.threads.get_mut(&thread.index)?;
-                entry.buffers.push_back(Arc::clone(&buffer));
-                return Some(buffer);
+                if let Some(entry) = m.threads.get_mut(&thread.index) {
+                    entry.buffers.push_back(Arc::clone(&buffer));
+                }
+                return Ok(buffer);
             }
-            if self.mode == BufferingMode::Drop {
-                return None;
+            if self.mode == BufferingMode::Drop || !fits_budget {
+                return Err(Self::record_loss(thread, seq));
             }
             // Block: ask the drain to free something, then park until it does (or abort).
             self.wake_drain();
             m = self.capacity.wait(m).unwrap_or_else(|p| p.into_inner());
         }
     }
+
+    /// Counts one lost event of `thread`. Called with the manager lock held.
+    fn record_loss(thread: &ThreadSessionState, seq: u32) -> NoBuffer {
+        // Only the owning thread changes its counter; a plain load+store is enough.
+        let dropped = thread.dropped.load(Ordering::Relaxed);
+        thread.dropped.store(dropped + 1, Ordering::Relaxed);
+        // Release: pairs with the drain's Acquire; the gap in sequence numbers is how
+        // the trace's reader counts this loss.
+        thread.published_seq.store(seq, Ordering::Release);
+        NoBuffer::Dropped
+    }
+}
+
+/// Why a writer got no buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NoBuffer {
+    /// The budget is exhausted (Drop mode, or a record larger than the budget): the event
+    /// is lost, counted, and leaves a gap in the thread's sequence numbers.
+    Dropped,
+    /// The session is ending (or has let this thread go): the event is not part of it.
+    SessionEnded,
 }
 
 /// Counters a running or finished session reports.
@@ -186,8 +214,10 @@ impl SessionShared {
 pub struct SessionStats {
     /// Events moved to the output.
     pub events_written: u64,
-    /// Events dropped because the budget was exhausted (Drop mode, or Block mode at
-    /// teardown).
+    /// Events dropped because the budget was exhausted (Drop mode, or a record larger than
+    /// the whole budget). Equals the losses a reader counts in the trace. Block mode never
+    /// drops: a writer still parked when the session stops is released and its event is
+    /// treated like one written after the stop.
     pub events_dropped: u64,
     /// Bytes of trace written.
     pub bytes_written: u64,

@@ -15,7 +15,7 @@ use crate::buffer::Buffer;
 use crate::clock;
 use crate::provider::EventDescriptor;
 use crate::registry::{self, MAX_SESSIONS};
-use crate::session::{SessionShared, ThreadSessionState};
+use crate::session::{NoBuffer, SessionShared, ThreadSessionState};
 use crate::stack::CapturedStack;
 use crate::sync::{Arc, Ordering};
 
@@ -159,19 +159,20 @@ fn write_to_slot(
         if let Some(full) = s.buffer.take() {
             full.retire();
         }
-        match s.session.acquire_buffer(&s.state, len, s.buffers_acquired) {
-            Some(fresh) => {
+        match s
+            .session
+            .acquire_buffer(&s.state, len, s.buffers_acquired, seq)
+        {
+            Ok(fresh) => {
                 s.buffer = Some(fresh);
                 s.end = 0;
                 s.buffers_acquired += 1;
             }
-            None => {
-                // Only this thread writes its counters; a plain load+store is enough.
-                let dropped = s.state.dropped.load(Ordering::Relaxed);
-                s.state.dropped.store(dropped + 1, Ordering::Relaxed);
-                // Release: pairs with the drain's Acquire; the gap in sequence numbers is
-                // how the trace's reader counts this loss.
-                s.state.published_seq.store(seq, Ordering::Release);
+            // Counted and published by `acquire_buffer`.
+            Err(NoBuffer::Dropped) => return,
+            Err(NoBuffer::SessionEnded) => {
+                // Not part of the session: leave no gap in the sequence numbers.
+                s.seq = seq.wrapping_sub(1);
                 return;
             }
         }
