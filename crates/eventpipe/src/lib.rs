@@ -44,6 +44,8 @@ pub mod clock;
 #[cfg(not(eventpipe_loom))]
 mod config;
 #[cfg(not(eventpipe_loom))]
+pub mod diagnostics;
+#[cfg(not(eventpipe_loom))]
 mod drain;
 #[cfg(not(eventpipe_loom))]
 mod guid;
@@ -135,6 +137,9 @@ pub enum Error {
     /// The drain thread panicked.
     #[error("the session's drain thread panicked")]
     DrainPanicked,
+    /// The diagnostics server could not start.
+    #[error("diagnostics server: {0}")]
+    Diagnostics(String),
 }
 
 #[doc(hidden)]

@@ -52,6 +52,7 @@ impl Registry {
 /// Registers `event` on its first write; returns its session mask.
 #[cold]
 pub(crate) fn register_event(event: &'static EventDescriptor) -> u64 {
+    crate::diagnostics::autostart();
     let mut callbacks = Vec::new();
     let mask = {
         let mut r = registry();

@@ -322,7 +322,7 @@ impl Session {
         self.shared.active.store(false, Ordering::Relaxed);
         {
             // Release parked Block-mode writers now, even if the drain is stuck on a slow
-            // output: they drop (and count) instead of waiting for a reader that is leaving.
+            // output: their events count as written after the stop, not as losses.
             let _m = lock(&self.shared.manager);
             self.shared.abort.store(true, Ordering::Relaxed);
             self.shared.capacity.notify_all();

@@ -1,0 +1,133 @@
+//! The diagnostics server: makes this process attachable by `eptrace` and `dotnet-trace`.
+//!
+//! [`start_server`] listens on `$TMPDIR/dotnet-diagnostic-{pid}-{key}-socket`, as a .NET
+//! runtime does, and serves one command per connection on a thread of its own:
+//! `CollectTracing` (1–6) starts a session whose trace streams back on that connection
+//! until `StopTracing` or the client hanging up; `ProcessInfo` (1–3) describes the
+//! process; `ResumeRuntime` releases a startup suspended on a reverse port.
+//!
+//! Programs that do not call [`start_server`] are served anyway when the environment asks:
+//! `EVENTPIPE_ENABLE_DIAGNOSTICS=1`, or reverse ports in `DOTNET_DiagnosticPorts`, start
+//! the server when the first event is declared, before that event can be written.
+
+mod process;
+mod reverse;
+mod server;
+mod streaming;
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::sync::{Once, OnceLock};
+
+use eventpipe_ipc::transport;
+
+pub use process::RUNTIME_NAME;
+pub use reverse::{PORTS_VAR, SUSPEND_TIMEOUT_VAR};
+
+/// The environment variable that starts the server in programs that do not call
+/// [`start_server`].
+pub const ENABLE_VAR: &str = "EVENTPIPE_ENABLE_DIAGNOSTICS";
+
+/// The running diagnostics server of this process.
+#[derive(Debug)]
+pub struct DiagnosticServer {
+    socket: PathBuf,
+}
+
+impl DiagnosticServer {
+    /// The socket clients connect to.
+    pub fn socket_path(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Sessions started over IPC that are still running.
+    pub fn running_sessions(&self) -> usize {
+        streaming::running()
+    }
+}
+
+/// Starts the process's diagnostics server (once; later calls return the same server).
+/// If `DOTNET_DiagnosticPorts` names suspend ports, this waits until a tool resumes the
+/// process on each of them (at most `EVENTPIPE_SUSPEND_TIMEOUT_MS`, default 30 s).
+pub fn start_server() -> Result<&'static DiagnosticServer, crate::Error> {
+    static SERVER: OnceLock<Result<DiagnosticServer, String>> = OnceLock::new();
+    let server = SERVER.get_or_init(|| {
+        let started = listen().map_err(|e| e.to_string());
+        if started.is_ok() {
+            if let Some(ports) = std::env::var(PORTS_VAR).ok().filter(|v| !v.is_empty()) {
+                reverse::start(reverse::parse_ports(&ports));
+            }
+        }
+        started
+    });
+    server
+        .as_ref()
+        .map_err(|e| crate::Error::Diagnostics(e.clone()))
+}
+
+fn listen() -> Result<DiagnosticServer, eventpipe_ipc::Error> {
+    let pid = std::process::id();
+    let key = transport::start_time(pid).unwrap_or(0);
+    let socket = transport::socket_path(&transport::socket_dir(), pid, key);
+    let listener = transport::listen_private(&socket)?;
+    remove_at_exit(&socket);
+    std::thread::Builder::new()
+        .name("eventpipe-diagnostics".into())
+        .spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                // Over the limit the connection is simply closed.
+                let Some(slot) = server::PendingSlot::take() else {
+                    continue;
+                };
+                let _ = std::thread::Builder::new()
+                    .name("eventpipe-ipc-conn".into())
+                    .spawn(move || {
+                        let _slot = slot;
+                        server::serve(stream, false);
+                    });
+            }
+        })
+        .map_err(|source| eventpipe_ipc::Error::Io {
+            what: "starting the diagnostics thread".into(),
+            source,
+        })?;
+    Ok(DiagnosticServer { socket })
+}
+
+static SOCKET_TO_REMOVE: OnceLock<CString> = OnceLock::new();
+
+extern "C" fn remove_socket() {
+    if let Some(path) = SOCKET_TO_REMOVE.get() {
+        // SAFETY: `path` is a valid NUL-terminated string that lives for the program.
+        unsafe { libc::unlink(path.as_ptr()) };
+    }
+}
+
+/// A normal exit removes the socket, as .NET does; a killed process leaves it behind, and
+/// discovery recognises it as stale.
+fn remove_at_exit(socket: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    if let Ok(path) = CString::new(socket.as_os_str().as_bytes()) {
+        if SOCKET_TO_REMOVE.set(path).is_ok() {
+            // SAFETY: `remove_socket` is a plain extern "C" fn that touches only a static.
+            unsafe { libc::atexit(remove_socket) };
+        }
+    }
+}
+
+/// Starts the server if the environment asks for it; called before the first event is
+/// registered (never with the registry lock held: a suspended startup waits here while a
+/// tool starts sessions).
+pub(crate) fn autostart() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let enabled = std::env::var(ENABLE_VAR).is_ok_and(|v| v == "1");
+        let ports = std::env::var(PORTS_VAR).is_ok_and(|v| !v.is_empty());
+        if enabled || ports {
+            if let Err(e) = start_server() {
+                eprintln!("eventpipe: diagnostics server not started: {e}");
+            }
+        }
+    });
+}

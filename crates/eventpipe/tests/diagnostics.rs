@@ -1,0 +1,355 @@
+//! The diagnostics server, driven over its real socket by the protocol crate's client.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use eventpipe::{define_event, write_event, Level, Provider};
+use eventpipe_ipc::command::{CollectTracing, FORMAT_NETTRACE, FORMAT_NETTRACE_V6};
+use eventpipe_ipc::header::{eventpipe as ep, set, HEADER_LEN};
+use eventpipe_ipc::{Client, Header, ProviderRequest, ServerError};
+use nettrace::{TraceReader, Value};
+
+fn client() -> Client {
+    let server = eventpipe::diagnostics::start_server().expect("server starts");
+    Client::at(server.socket_path())
+}
+
+fn request(providers: &[&str], format: u32, block: bool) -> CollectTracing {
+    let providers = providers
+        .iter()
+        .map(|name| ProviderRequest {
+            keywords: u64::MAX,
+            level: 5,
+            name: (*name).into(),
+            arguments: String::new(),
+            filter: None,
+        })
+        .collect();
+    CollectTracing {
+        circular_buffer_mb: 16,
+        format,
+        buffering_mode: u32::from(block),
+        rundown_keyword: 0,
+        ..CollectTracing::new(6, providers)
+    }
+}
+
+/// What a trace held: per provider, per OS thread, the counters seen in order.
+#[derive(Debug, Default)]
+struct Seen {
+    counters: BTreeMap<String, BTreeMap<u64, Vec<u64>>>,
+    lost: u64,
+}
+
+fn read_all(stream: impl Read) -> Seen {
+    let mut reader = TraceReader::from_read(std::io::BufReader::new(stream)).expect("header");
+    let mut seen = Seen::default();
+    while let Some(e) = reader.next_event().expect("a valid trace") {
+        let provider = e.metadata.provider.to_string();
+        if !provider.starts_with("Test-Ipc") {
+            continue;
+        }
+        let tid = e.thread_id();
+        let payload = e.decode_payload().expect("payload");
+        let counter = payload
+            .iter()
+            .find(|(name, _)| *name == "counter")
+            .map(|(_, v)| match v {
+                Value::U64(n) => *n,
+                other => panic!("counter is {other:?}"),
+            })
+            .expect("a counter field");
+        seen.counters
+            .entry(provider)
+            .or_default()
+            .entry(tid)
+            .or_default()
+            .push(counter);
+    }
+    seen.lost = reader.stats().lost_events;
+    seen
+}
+
+/// Counters a thread writes are consecutive; a session sees a consecutive run of them.
+fn assert_consecutive(runs: &BTreeMap<u64, Vec<u64>>, what: &str) {
+    assert!(!runs.is_empty(), "{what}: no events");
+    for (tid, run) in runs {
+        for pair in run.windows(2) {
+            assert_eq!(
+                pair[1],
+                pair[0] + 1,
+                "{what}: thread {tid} skipped an event"
+            );
+        }
+    }
+}
+
+static IPC_A: Provider = Provider::new("Test-Ipc-A");
+static IPC_B: Provider = Provider::new("Test-Ipc-B");
+define_event! { static TICK_A = IPC_A { id: 1, name: "Tick", level: Level::Informational, keywords: 1 } (counter: u64, label: &str); }
+define_event! { static TICK_B = IPC_B { id: 1, name: "Tock", level: Level::Informational, keywords: 1 } (counter: u64); }
+
+/// Writers of both providers running flat out until dropped.
+struct Writers {
+    running: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Writers {
+    fn start(n: usize) -> Writers {
+        let running = Arc::new(AtomicBool::new(true));
+        let threads = (0..n)
+            .map(|_| {
+                let running = Arc::clone(&running);
+                std::thread::spawn(move || {
+                    let (mut a, mut b) = (0u64, 0u64);
+                    while running.load(Ordering::Relaxed) {
+                        if TICK_A.is_enabled() {
+                            write_event!(TICK_A, a, "label");
+                            a += 1;
+                        }
+                        if TICK_B.is_enabled() {
+                            write_event!(TICK_B, b);
+                            b += 1;
+                        }
+                        if !TICK_A.is_enabled() && !TICK_B.is_enabled() {
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                    }
+                })
+            })
+            .collect();
+        Writers { running, threads }
+    }
+}
+
+impl Drop for Writers {
+    fn drop(&mut self) {
+        self.running.store(false, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts a session, lets it run for `run`, stops it over a second connection while the
+/// first is read to its end.
+fn collect(client: &Client, req: &CollectTracing, run: Duration) -> Seen {
+    let stream = client.collect_tracing(req).expect("session starts");
+    let id = stream.session_id();
+    let reader = std::thread::spawn(move || read_all(stream));
+    std::thread::sleep(run);
+    client.stop_tracing(id).expect("session stops");
+    reader.join().expect("reader")
+}
+
+#[test]
+fn sessions_stream_over_the_socket_in_both_modes_and_formats() {
+    let _lock = serial();
+    let client = client();
+    let _writers = Writers::start(2);
+    for format in [FORMAT_NETTRACE, FORMAT_NETTRACE_V6] {
+        for block in [false, true] {
+            let what = format!("format {format}, block {block}");
+            let seen = collect(
+                &client,
+                &request(&["Test-Ipc-A"], format, block),
+                Duration::from_millis(300),
+            );
+            let a = &seen.counters["Test-Ipc-A"];
+            assert_consecutive(a, &what);
+            assert!(!seen.counters.contains_key("Test-Ipc-B"), "{what}");
+            if block {
+                assert_eq!(seen.lost, 0, "{what}");
+            }
+        }
+    }
+}
+
+#[test]
+fn two_concurrent_sessions_each_get_exactly_their_events() {
+    let _lock = serial();
+    let client = client();
+    let _writers = Writers::start(2);
+    let first = client
+        .collect_tracing(&request(&["Test-Ipc-A"], FORMAT_NETTRACE, true))
+        .unwrap();
+    let second = client
+        .collect_tracing(&request(&["Test-Ipc-B"], FORMAT_NETTRACE_V6, true))
+        .unwrap();
+    let (id1, id2) = (first.session_id(), second.session_id());
+    assert_ne!(id1, id2);
+    let r1 = std::thread::spawn(move || read_all(first));
+    let r2 = std::thread::spawn(move || read_all(second));
+    std::thread::sleep(Duration::from_millis(300));
+    client.stop_tracing(id1).unwrap();
+    client.stop_tracing(id2).unwrap();
+    let (s1, s2) = (r1.join().unwrap(), r2.join().unwrap());
+    assert_eq!(s1.counters.keys().collect::<Vec<_>>(), ["Test-Ipc-A"]);
+    assert_eq!(s2.counters.keys().collect::<Vec<_>>(), ["Test-Ipc-B"]);
+    assert_consecutive(&s1.counters["Test-Ipc-A"], "session A");
+    assert_consecutive(&s2.counters["Test-Ipc-B"], "session B");
+    assert_eq!((s1.lost, s2.lost), (0, 0));
+    // A stopped session is gone: stopping it again is refused.
+    match client.stop_tracing(id1) {
+        Err(eventpipe_ipc::Error::Refused(code)) => assert_eq!(code, ServerError::INVALID_ARG),
+        other => panic!("stopping twice: {other:?}"),
+    }
+}
+
+#[test]
+fn a_client_that_hangs_up_ends_its_session_while_the_program_runs_on() {
+    let _lock = serial();
+    let client = client();
+    let _writers = Writers::start(1);
+    let mut stream = client
+        .collect_tracing(&request(&["Test-Ipc-A"], FORMAT_NETTRACE, true))
+        .unwrap();
+    let mut some = [0u8; 4096];
+    stream.read_exact(&mut some).unwrap();
+    assert!(TICK_A.is_enabled());
+    stream.abandon();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TICK_A.is_enabled() {
+        assert!(Instant::now() < deadline, "the session outlived its client");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let server = eventpipe::diagnostics::start_server().unwrap();
+    assert_eq!(server.running_sessions(), 0, "the session was not released");
+    // And the server still serves.
+    assert_eq!(
+        client.process_info().unwrap().process_id,
+        u64::from(std::process::id())
+    );
+}
+
+#[test]
+fn process_info_describes_this_process_in_every_version() {
+    let client = client();
+    for version in 1..=3 {
+        let info = client.connect().unwrap().process_info(version).unwrap();
+        assert_eq!(info.process_id, u64::from(std::process::id()));
+        assert_eq!(info.os, "Linux");
+        assert!(info.command_line.starts_with('/'), "{}", info.command_line);
+        assert_ne!(info.runtime_cookie, [0; 16]);
+        if version >= 2 {
+            let v = info.runtime_version.unwrap();
+            assert!(v.starts_with(eventpipe::diagnostics::RUNTIME_NAME), "{v}");
+        }
+    }
+    assert!(
+        client.resume_runtime().is_ok(),
+        "ResumeRuntime is a no-op here"
+    );
+}
+
+fn raw(client: &Client, bytes: &[u8]) -> Vec<u8> {
+    let mut s = UnixStream::connect(client.path()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = s.write_all(bytes);
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer);
+    answer
+}
+
+fn error_code(answer: &[u8]) -> ServerError {
+    assert_eq!(
+        answer.len(),
+        HEADER_LEN + 4,
+        "an error response: {answer:?}"
+    );
+    assert_eq!(&answer[16..18], &[0xFF, 0xFF]);
+    ServerError(u32::from_le_bytes(answer[20..24].try_into().unwrap()))
+}
+
+#[test]
+fn hostile_clients_get_errors_or_closed_connections_and_others_are_served() {
+    let client = client();
+    // Wrong magic.
+    let mut bad = Header::new(set::PROCESS, 0, 0).unwrap().encode();
+    bad[..5].copy_from_slice(b"HELLO");
+    assert_eq!(error_code(&raw(&client, &bad)), ServerError::UNKNOWN_MAGIC);
+    // A size below the header's own.
+    let mut small = Header::new(set::PROCESS, 0, 0).unwrap().encode();
+    small[14..16].copy_from_slice(&3u16.to_le_bytes());
+    assert_eq!(error_code(&raw(&client, &small)), ServerError::BAD_ENCODING);
+    // Unknown command.
+    let unknown = Header::message(0x42, 0x42, &[]).unwrap();
+    assert_eq!(
+        error_code(&raw(&client, &unknown)),
+        ServerError::UNKNOWN_COMMAND
+    );
+    // Truncated payload inside a consistent message.
+    let short = Header::message(set::EVENTPIPE, ep::COLLECT_TRACING_2, &[1, 0, 0, 0, 1]).unwrap();
+    assert_eq!(error_code(&raw(&client, &short)), ServerError::BAD_ENCODING);
+    // A provider name without its terminator, and one with an absurd length.
+    let mut payload = vec![64, 0, 0, 0, 1, 0, 0, 0, 1, 1, 0, 0, 0];
+    payload.extend_from_slice(&u64::MAX.to_le_bytes());
+    payload.extend_from_slice(&5u32.to_le_bytes());
+    let mut unterminated = payload.clone();
+    unterminated.extend_from_slice(&[2, 0, 0, 0, b'A', 0, b'B', 0, 0, 0, 0, 0]);
+    let m = Header::message(set::EVENTPIPE, ep::COLLECT_TRACING_2, &unterminated).unwrap();
+    assert_eq!(error_code(&raw(&client, &m)), ServerError::BAD_ENCODING);
+    let mut absurd = payload;
+    absurd.extend_from_slice(&[0xFF, 0xFF, 0xFF, 0x7F, b'A', 0, 0, 0]);
+    let m = Header::message(set::EVENTPIPE, ep::COLLECT_TRACING_2, &absurd).unwrap();
+    assert_eq!(error_code(&raw(&client, &m)), ServerError::BAD_ENCODING);
+    // A size larger than what is sent, then a stall; and half a header, then a stall.
+    let mut overlong = Header::new(set::PROCESS, 0, 1000)
+        .unwrap()
+        .encode()
+        .to_vec();
+    overlong.extend_from_slice(&[0; 10]);
+    let stallers: Vec<_> = [overlong, bad[..7].to_vec()]
+        .into_iter()
+        .map(|bytes| {
+            let mut s = UnixStream::connect(client.path()).unwrap();
+            s.write_all(&bytes).unwrap();
+            s
+        })
+        .collect();
+    // Meanwhile others are served.
+    let started = Instant::now();
+    assert!(client.process_info().is_ok());
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // The stallers are cut off within the command timeout.
+    for mut s in stallers {
+        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        let mut rest = Vec::new();
+        let began = Instant::now();
+        let _ = s.read_to_end(&mut rest);
+        assert!(rest.is_empty(), "a stalled client got {rest:?}");
+        assert!(began.elapsed() < Duration::from_secs(10));
+    }
+    // A thousand connections opened and dropped, some with a byte or two.
+    for i in 0..1000u32 {
+        let mut s = UnixStream::connect(client.path()).unwrap();
+        if i % 3 == 0 {
+            let _ = s.write_all(&b"DOTNET"[..(i % 6) as usize]);
+        }
+    }
+    let started = Instant::now();
+    loop {
+        match client.process_info() {
+            Ok(info) => {
+                assert_eq!(info.process_id, u64::from(std::process::id()));
+                break;
+            }
+            // Connections still being wound down may briefly fill the pending limit.
+            Err(_) if started.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(e) => panic!("the server stopped serving after a connection flood: {e}"),
+        }
+    }
+}
+
+/// The session tests share the providers' enabled state; run them one at a time.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
