@@ -10,11 +10,16 @@ use std::path::PathBuf;
 use clap::error::ErrorKind;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 
+use crate::collect::{Profile, TargetSpec};
 use crate::input::InputSpec;
-use crate::{dump, report, stress};
+use crate::{collect, dump, ps, report, stress};
 
 const AFTER_HELP: &str = "\
 Examples:
+  eptrace ps
+  eptrace collect -p 1234 --providers Demo --duration 5s
+  eptrace collect -n traced-app --buffering block -o demo.nettrace
+  eptrace collect --profile gc -- dotnet App.dll
   eptrace report app.nettrace
   eptrace report --json app.nettrace | jq .event_counts
   eptrace dump --event GC/Start --json app.nettrace
@@ -27,7 +32,7 @@ Exit status:
      for `stress`, a cell lost or miscounted events
   2  the command line is wrong";
 
-/// Inspect NetTrace (EventPipe) trace files.
+/// Collect and inspect NetTrace (EventPipe) traces of Rust and .NET processes.
 #[derive(Debug, Parser)]
 #[command(name = "eptrace", version, about, after_help = AFTER_HELP)]
 pub(crate) struct Cli {
@@ -37,6 +42,10 @@ pub(crate) struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// List the processes that can be traced (.NET, or Rust using eventpipe).
+    Ps(PsArgs),
+    /// Trace a running process, or start one and trace it from its first event.
+    Collect(CollectArgs),
     /// Summarize a trace: facts, event counts, threads, lost events, stacks, time order.
     Report(ReportArgs),
     /// Print events, one per line, as text or JSON lines.
@@ -59,6 +68,92 @@ struct FormatArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Debug, Args)]
+struct PsArgs {
+    #[command(flatten)]
+    format: FormatArgs,
+}
+
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("target").required(true).args(["pid", "name", "command"]))]
+struct CollectArgs {
+    /// The process id to attach to.
+    #[arg(short = 'p', long = "process-id", value_name = "PID")]
+    pid: Option<u32>,
+    /// The name of the process to attach to (as `eptrace ps` shows it).
+    #[arg(short = 'n', long, value_name = "NAME")]
+    name: Option<String>,
+    /// Providers: Name[:Keywords[:Level[:FilterArgs]]],... (keywords hex or `*`, level
+    /// 0-5 or a name). `*` as a Rust provider name stands for every provider.
+    #[arg(long, value_name = "SPEC,..", value_delimiter = ',')]
+    providers: Vec<String>,
+    /// A preset of providers, merged before --providers [default: default, when no
+    /// --providers are given].
+    #[arg(long, value_enum)]
+    profile: Option<Profile>,
+    /// Drop (bounded memory, losses counted) or block (lossless; needs an eventpipe-rs
+    /// process or .NET 11+).
+    #[arg(long, value_name = "MODE", default_value = "drop", value_parser = ["drop", "block"])]
+    buffering: String,
+    /// The session's buffer budget in MB.
+    #[arg(long = "buffersize", value_name = "MB", default_value_t = 256,
+          value_parser = clap::value_parser!(u32).range(1..=65536))]
+    buffer_mb: u32,
+    /// Stop after this long (5s, 500ms, 2m, 1.5 or hh:mm:ss); otherwise on Enter, Ctrl-C
+    /// or when the process ends.
+    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
+    duration: Option<std::time::Duration>,
+    /// Ask for rundown (module and method lists) at the end [default].
+    #[arg(long, overrides_with = "no_rundown")]
+    rundown: bool,
+    /// Do not ask for rundown.
+    #[arg(long)]
+    no_rundown: bool,
+    /// The trace file [default: NAME_PID.nettrace].
+    #[arg(short = 'o', long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Trace format: v5 (readable by every NetTrace reader) or v6 (eventpipe-rs only).
+    #[arg(long = "format", value_name = "V", default_value = "v5", value_parser = ["v5", "v6"])]
+    trace_format: String,
+    /// The program to start and trace, after `--`.
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<std::ffi::OsString>,
+}
+
+/// A duration: `5s`, `250ms`, `2m`, `1h`, bare seconds (`1.5`) or `hh:mm:ss`.
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let bad = || format!("`{s}` is not a duration (try 5s, 250ms, 2m or 00:00:05)");
+    let t = s.trim();
+    let secs = if t.contains(':') {
+        let parts: Vec<f64> = t
+            .split(':')
+            .map(|p| p.parse::<f64>().map_err(|_| bad()))
+            .collect::<Result<_, _>>()?;
+        match parts.as_slice() {
+            [h, m, sec] => h * 3600.0 + m * 60.0 + sec,
+            [m, sec] => m * 60.0 + sec,
+            _ => return Err(bad()),
+        }
+    } else {
+        let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+            (n, 0.001)
+        } else if let Some(n) = t.strip_suffix('s') {
+            (n, 1.0)
+        } else if let Some(n) = t.strip_suffix('m') {
+            (n, 60.0)
+        } else if let Some(n) = t.strip_suffix('h') {
+            (n, 3600.0)
+        } else {
+            (t, 1.0)
+        };
+        num.trim().parse::<f64>().map_err(|_| bad())? * scale
+    };
+    if !secs.is_finite() || secs <= 0.0 {
+        return Err(bad());
+    }
+    std::time::Duration::try_from_secs_f64(secs).map_err(|_| bad())
 }
 
 #[derive(Debug, Args)]
@@ -165,6 +260,10 @@ fn finite_ms(s: &str) -> Result<f64, String> {
 /// A validated command, ready to run.
 #[derive(Debug)]
 pub(crate) enum Action {
+    /// `eptrace ps`.
+    Ps(ps::Config),
+    /// `eptrace collect`.
+    Collect(collect::Config),
     /// `eptrace report`.
     Report(report::Config),
     /// `eptrace dump`.
@@ -178,6 +277,24 @@ impl Cli {
     /// usage error (exit status 2).
     pub(crate) fn into_action(self) -> Result<Action, clap::Error> {
         Ok(match self.command {
+            Command::Ps(a) => Action::Ps(ps::Config {
+                json: a.format.json,
+            }),
+            Command::Collect(a) => Action::Collect(collect::Config {
+                target: match (a.pid, a.name) {
+                    (Some(pid), _) => TargetSpec::Pid(pid),
+                    (None, Some(name)) => TargetSpec::Name(name),
+                    (None, None) => TargetSpec::Launch(a.command),
+                },
+                providers: a.providers,
+                profile: a.profile,
+                block: a.buffering == "block",
+                buffer_mb: a.buffer_mb,
+                duration: a.duration,
+                rundown: !a.no_rundown || a.rundown,
+                output: a.output,
+                v6: a.trace_format == "v6",
+            }),
             Command::Report(a) => Action::Report(report::Config {
                 input: InputSpec::from_arg(a.input.file),
                 json: a.format.json,
@@ -248,6 +365,46 @@ mod tests {
         let cli = Cli::try_parse_from(["eptrace", "report", "-"]).unwrap();
         match cli.into_action().unwrap() {
             Action::Report(c) => assert_eq!(c.input, InputSpec::Stdin),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn durations_parse_in_every_form() {
+        let secs = |s: &str| parse_duration(s).map(|d| d.as_secs_f64());
+        assert_eq!(secs("5s"), Ok(5.0));
+        assert_eq!(secs("250ms"), Ok(0.25));
+        assert_eq!(secs("2m"), Ok(120.0));
+        assert_eq!(secs("1.5"), Ok(1.5));
+        assert_eq!(secs("00:01:05"), Ok(65.0));
+        assert!(secs("0").is_err());
+        assert!(secs("soon").is_err());
+        assert!(secs("-3s").is_err());
+    }
+
+    #[test]
+    fn collect_needs_exactly_one_target() {
+        assert!(Cli::try_parse_from(["eptrace", "collect"]).is_err());
+        assert!(Cli::try_parse_from(["eptrace", "collect", "-p", "1", "-n", "x"]).is_err());
+        let cli = Cli::try_parse_from([
+            "eptrace",
+            "collect",
+            "--providers",
+            "A,B:0x2:4",
+            "--",
+            "app",
+            "-v",
+        ])
+        .unwrap();
+        match cli.into_action().unwrap() {
+            Action::Collect(c) => {
+                assert_eq!(
+                    c.target,
+                    TargetSpec::Launch(vec!["app".into(), "-v".into()])
+                );
+                assert_eq!(c.providers, ["A", "B:0x2:4"]);
+                assert!(c.rundown && !c.block);
+            }
             other => panic!("parsed as {other:?}"),
         }
     }

@@ -12,9 +12,11 @@
 //! * 2: a usage error (clap's own exit status).
 
 mod cli;
+mod collect;
 mod dump;
 mod input;
 mod progress;
+mod ps;
 mod report;
 mod stress;
 mod value_json;
@@ -35,6 +37,8 @@ fn run() -> ExitCode {
         Err(usage) => usage.exit(),
     };
     let result = match action {
+        cli::Action::Ps(config) => ps::do_ps(&config),
+        cli::Action::Collect(config) => collect::do_collect(&config),
         cli::Action::Report(config) => report::do_report(&config),
         cli::Action::Dump(config) => dump::do_dump(&config),
         cli::Action::Stress(config) => stress::do_stress(&config),

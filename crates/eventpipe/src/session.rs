@@ -101,10 +101,13 @@ impl SessionShared {
         self.slot
     }
 
+    /// The configuration naming `name`, or else the session's `*` entry, which stands for
+    /// every provider not named.
     pub(crate) fn provider_config(&self, name: &str) -> Option<&ProviderConfig> {
         self.providers
             .iter()
             .find(|p| p.name.eq_ignore_ascii_case(name))
+            .or_else(|| self.providers.iter().find(|p| p.name == "*"))
     }
 
     pub(crate) fn enables(&self, event: &EventDescriptor) -> bool {

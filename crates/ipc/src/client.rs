@@ -187,11 +187,34 @@ impl TraceStream {
     pub fn abandon(self) {
         let _ = self.stream.shutdown(std::net::Shutdown::Both);
     }
+
+    /// A handle that can cut the stream from another thread (a reader blocked in `read`
+    /// then sees its end).
+    pub fn closer(&self) -> Result<StreamCloser, Error> {
+        let stream = self
+            .stream
+            .try_clone()
+            .map_err(Error::io("cloning the trace stream"))?;
+        Ok(StreamCloser { stream })
+    }
 }
 
 impl Read for TraceStream {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         self.stream.read(buf)
+    }
+}
+
+/// Cuts a [`TraceStream`] from another thread.
+#[derive(Debug)]
+pub struct StreamCloser {
+    stream: UnixStream,
+}
+
+impl StreamCloser {
+    /// Shuts the connection down in both directions.
+    pub fn close(&self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
     }
 }
 

@@ -1,0 +1,405 @@
+//! `eptrace collect`: attach to (or start) a process, record a session, stop cleanly.
+//!
+//! The trace flows from the process's socket through a tee: every byte goes to the file
+//! as it arrives, and the same bytes feed a streaming reader that counts events and
+//! losses for the status line and the summary. Stopping (duration, Enter, Ctrl-C, or the
+//! process ending) sends `StopTracing` and reads on until the process ends the stream, so
+//! the file ends the way the format requires.
+
+mod profile;
+mod target;
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal, Read, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use eventpipe_ipc::command::{CollectTracing, FORMAT_NETTRACE, FORMAT_NETTRACE_V6};
+
+pub(crate) use profile::Profile;
+use target::Target;
+pub(crate) use target::TargetSpec;
+
+/// Everything `collect` was asked to do.
+#[derive(Debug)]
+pub(crate) struct Config {
+    pub(crate) target: TargetSpec,
+    /// Provider specs (`Name[:Keywords[:Level[:FilterArgs]]]`).
+    pub(crate) providers: Vec<String>,
+    pub(crate) profile: Option<Profile>,
+    pub(crate) block: bool,
+    pub(crate) buffer_mb: u32,
+    pub(crate) duration: Option<Duration>,
+    pub(crate) rundown: bool,
+    pub(crate) output: Option<PathBuf>,
+    pub(crate) v6: bool,
+}
+
+/// What the stream held, counted as it arrived.
+#[derive(Debug, Default)]
+struct Counters {
+    bytes: AtomicU64,
+    events: AtomicU64,
+    lost: AtomicU64,
+}
+
+/// The reader thread's verdict.
+#[derive(Debug, Default)]
+struct StreamSummary {
+    by_provider: BTreeMap<String, u64>,
+    /// The reader's complaint, if the bytes stopped making a valid trace.
+    problem: Option<String>,
+    /// The stream ended with the format's end marker.
+    complete: bool,
+}
+
+/// Copies what it reads into the trace file, counting bytes.
+struct Tee<R> {
+    inner: R,
+    file: BufWriter<File>,
+    counters: Arc<Counters>,
+    write_error: Option<std::io::Error>,
+}
+
+impl<R: Read> Read for Tee<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if self.write_error.is_none() {
+            if let Err(e) = self.file.write_all(&buf[..n]) {
+                self.write_error = Some(e);
+            }
+        }
+        self.counters.bytes.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+fn read_stream<R: Read>(mut tee: Tee<R>) -> (StreamSummary, Result<()>) {
+    let mut summary = StreamSummary::default();
+    let counters = Arc::clone(&tee.counters);
+    match nettrace::TraceReader::from_read(&mut tee) {
+        Ok(mut reader) => loop {
+            match reader.next_event() {
+                Ok(Some(e)) => {
+                    *summary
+                        .by_provider
+                        .entry(e.metadata.provider.to_string())
+                        .or_default() += 1;
+                    let n = counters.events.fetch_add(1, Ordering::Relaxed) + 1;
+                    if n % 4096 == 0 {
+                        counters
+                            .lost
+                            .store(reader.stats().lost_events, Ordering::Relaxed);
+                    }
+                }
+                Ok(None) => {
+                    summary.complete = true;
+                    counters
+                        .lost
+                        .store(reader.stats().lost_events, Ordering::Relaxed);
+                    break;
+                }
+                Err(e) => {
+                    summary.problem = Some(e.to_string());
+                    break;
+                }
+            }
+        },
+        Err(e) => summary.problem = Some(e.to_string()),
+    }
+    // Whatever follows (after a parse problem) still goes to the file.
+    let _ = std::io::copy(&mut tee, &mut std::io::sink());
+    let flushed = match tee.write_error.take() {
+        Some(e) => Err(e),
+        None => tee.file.flush(),
+    };
+    (summary, flushed.context("writing the trace file"))
+}
+
+/// Why collection stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopReason {
+    Duration,
+    User,
+    StreamEnded,
+    ProcessExited,
+}
+
+pub(crate) fn do_collect(config: &Config) -> Result<()> {
+    let mut target = Target::open(&config.target)?;
+    let info = target.process_info();
+    let runtime = crate::ps::runtime_of(&info);
+    let is_rust = runtime.starts_with("Rust");
+    let providers = profile::providers(config, is_rust)?;
+    let request = build_request(config, is_rust, providers)?;
+    let path = config
+        .output
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("{}_{}.nettrace", target.name(), target.pid())));
+    let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+
+    let stream = target
+        .collect(&request)
+        .map_err(|e| explain_refusal(e, &request))?;
+    let session_id = stream.session_id();
+    let closer = stream.closer()?;
+    let counters = Arc::new(Counters::default());
+    let tee = Tee {
+        inner: stream,
+        file: BufWriter::with_capacity(1 << 20, file),
+        counters: Arc::clone(&counters),
+        write_error: None,
+    };
+    let reader = std::thread::Builder::new()
+        .name("eptrace-stream".into())
+        .spawn(move || read_stream(tee))?;
+    target.resume()?;
+    let started = Instant::now();
+    let interactive = std::io::stderr().is_terminal();
+    let stop_requested = watch_for_stop(interactive)?;
+    let status = Status::new(interactive, &target, &runtime, &path);
+
+    let reason = loop {
+        if reader.is_finished() {
+            break StopReason::StreamEnded;
+        }
+        if stop_requested.load(Ordering::Relaxed) {
+            break StopReason::User;
+        }
+        if config.duration.is_some_and(|d| started.elapsed() >= d) {
+            break StopReason::Duration;
+        }
+        if target.exited() {
+            break StopReason::ProcessExited;
+        }
+        status.update(started.elapsed(), &counters);
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut notes = Vec::new();
+    if matches!(reason, StopReason::Duration | StopReason::User) {
+        status.say("stopping: the process is flushing the session...");
+        if let Err(e) = target.stop(session_id) {
+            notes.push(format!("StopTracing failed ({e:#}); the stream was cut"));
+            closer.close();
+        }
+    }
+    // The process ends the stream after flushing; give it a bounded time.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !reader.is_finished() {
+        if Instant::now() >= deadline {
+            notes.push("the process did not end the stream within 30 s; it was cut".into());
+            closer.close();
+            break;
+        }
+        status.update(started.elapsed(), &counters);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (summary, written) = reader
+        .join()
+        .map_err(|_| anyhow::anyhow!("the stream reader panicked"))?;
+    status.clear();
+    written?;
+    if let Some(exit) = target.finish() {
+        notes.push(format!("the program exited ({exit})"));
+    }
+    print_summary(
+        &path,
+        started.elapsed(),
+        &counters,
+        &summary,
+        reason,
+        &notes,
+    );
+    if !summary.complete {
+        bail!(
+            "the trace in {} is incomplete: {}",
+            path.display(),
+            summary
+                .problem
+                .as_deref()
+                .unwrap_or("the stream ended early")
+        );
+    }
+    Ok(())
+}
+
+fn build_request(
+    config: &Config,
+    is_rust: bool,
+    providers: Vec<eventpipe_ipc::ProviderRequest>,
+) -> Result<CollectTracing> {
+    if config.v6 && !is_rust {
+        bail!("--format v6 needs an eventpipe-rs process; .NET runtimes stream NetTrace V4/V5");
+    }
+    // .NET Core 3.1 and .NET 8 know CollectTracing2; the buffering mode needs version 6.
+    let version = if is_rust || config.block { 6 } else { 2 };
+    Ok(CollectTracing {
+        circular_buffer_mb: config.buffer_mb,
+        format: if config.v6 {
+            FORMAT_NETTRACE_V6
+        } else {
+            FORMAT_NETTRACE
+        },
+        rundown_keyword: if config.rundown {
+            eventpipe_ipc::command::DEFAULT_RUNDOWN_KEYWORD
+        } else {
+            0
+        },
+        buffering_mode: u32::from(config.block),
+        ..CollectTracing::new(version, providers)
+    })
+}
+
+fn explain_refusal(e: anyhow::Error, request: &CollectTracing) -> anyhow::Error {
+    let refused_unknown = e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<eventpipe_ipc::Error>(),
+            Some(eventpipe_ipc::Error::Refused(
+                eventpipe_ipc::ServerError::UNKNOWN_COMMAND
+            ))
+        )
+    });
+    if refused_unknown && request.version == 6 {
+        e.context("--buffering block needs CollectTracing6 (.NET 11+ or an eventpipe-rs process)")
+    } else {
+        e.context("starting the session")
+    }
+}
+
+/// A flag raised by Ctrl-C, or by Enter when stdin is a terminal.
+fn watch_for_stop(interactive: bool) -> Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let on_signal = Arc::clone(&flag);
+    ctrlc::set_handler(move || on_signal.store(true, Ordering::Relaxed))
+        .context("installing the Ctrl-C handler")?;
+    if interactive && std::io::stdin().is_terminal() {
+        let on_enter = Arc::clone(&flag);
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            if std::io::stdin().read_line(&mut line).is_ok() {
+                on_enter.store(true, Ordering::Relaxed);
+            }
+        });
+    }
+    Ok(flag)
+}
+
+/// The live status line (only on a terminal).
+struct Status {
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl Status {
+    fn new(interactive: bool, target: &Target, runtime: &str, path: &std::path::Path) -> Status {
+        let header = format!(
+            "Tracing {} (pid {}, {runtime}) into {}",
+            target.name(),
+            target.pid(),
+            path.display()
+        );
+        if !interactive {
+            let _ = writeln!(std::io::stderr(), "{header}");
+            return Status { bar: None };
+        }
+        let bar = indicatif::ProgressBar::new_spinner();
+        if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {msg}") {
+            bar.set_style(style);
+        }
+        bar.println(header);
+        Status { bar: Some(bar) }
+    }
+
+    fn update(&self, elapsed: Duration, c: &Counters) {
+        if let Some(bar) = &self.bar {
+            bar.set_message(format!(
+                "{:>6.1}s  {:>10}  {:>10} events  {} lost   (Enter or Ctrl-C to stop)",
+                elapsed.as_secs_f64(),
+                human_bytes(c.bytes.load(Ordering::Relaxed)),
+                c.events.load(Ordering::Relaxed),
+                c.lost.load(Ordering::Relaxed),
+            ));
+            bar.tick();
+        }
+    }
+
+    fn say(&self, line: &str) {
+        match &self.bar {
+            Some(bar) => bar.set_message(line.to_string()),
+            None => {
+                let _ = writeln!(std::io::stderr(), "{line}");
+            }
+        }
+    }
+
+    fn clear(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit < UNITS.len() - 1 {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+fn print_summary(
+    path: &std::path::Path,
+    elapsed: Duration,
+    c: &Counters,
+    s: &StreamSummary,
+    reason: StopReason,
+    notes: &[String],
+) {
+    let why = match reason {
+        StopReason::Duration => "the duration elapsed",
+        StopReason::User => "you asked",
+        StopReason::StreamEnded => "the process ended the stream",
+        StopReason::ProcessExited => "the process exited",
+    };
+    let events = c.events.load(Ordering::Relaxed);
+    let top: Vec<String> = {
+        let mut by: Vec<_> = s.by_provider.iter().collect();
+        by.sort_by(|a, b| b.1.cmp(a.1));
+        by.iter()
+            .take(5)
+            .map(|(p, n)| format!("{p} ({n})"))
+            .collect()
+    };
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "Trace written to {}", path.display());
+    let _ = writeln!(
+        out,
+        "Collected {events} events ({}) over {:.1} s from {} provider(s){}; {} events lost. \
+         Stopped because {why}.{} Inspect it with `eptrace report {}`.",
+        human_bytes(c.bytes.load(Ordering::Relaxed)),
+        elapsed.as_secs_f64(),
+        s.by_provider.len(),
+        if top.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", top.join(", "))
+        },
+        c.lost.load(Ordering::Relaxed),
+        if notes.is_empty() {
+            String::new()
+        } else {
+            format!(" Note: {}.", notes.join("; "))
+        },
+        path.display()
+    );
+}

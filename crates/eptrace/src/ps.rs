@@ -1,0 +1,111 @@
+//! `eptrace ps`: every process with a live diagnostics socket, .NET or Rust.
+
+use std::io::Write;
+
+use anyhow::{Context, Result};
+use eventpipe_ipc::{transport, Client, ProcessInfo, ServerError};
+use serde::Serialize;
+
+/// What `ps` prints.
+#[derive(Debug)]
+pub(crate) struct Config {
+    /// JSON instead of a table.
+    pub(crate) json: bool,
+}
+
+/// One attachable process.
+#[derive(Debug, Serialize)]
+pub(crate) struct Row {
+    pub(crate) pid: u32,
+    pub(crate) name: String,
+    pub(crate) runtime: String,
+    pub(crate) command_line: String,
+}
+
+/// Which runtime answered, from what it said about itself.
+pub(crate) fn runtime_of(info: &Result<ProcessInfo, eventpipe_ipc::Error>) -> String {
+    match info {
+        Ok(info) => match info.runtime_version.as_deref() {
+            Some(v) if v.starts_with(eventpipe::diagnostics::RUNTIME_NAME) => format!("Rust ({v})"),
+            Some(v) if !v.is_empty() => format!(".NET {v}"),
+            _ => ".NET".into(),
+        },
+        // Only .NET Core 3.1 and older lack ProcessInfo.
+        Err(eventpipe_ipc::Error::Refused(ServerError::UNKNOWN_COMMAND)) => {
+            ".NET (3.1 or older)".into()
+        }
+        Err(_) => "unknown (did not answer)".into(),
+    }
+}
+
+fn proc_text(pid: u32, file: &str) -> Option<String> {
+    let raw = std::fs::read(format!("/proc/{pid}/{file}")).ok()?;
+    let text = String::from_utf8_lossy(&raw);
+    Some(
+        text.trim_end_matches(['\0', '\n'])
+            .replace('\0', " ")
+            .to_string(),
+    )
+}
+
+/// The attachable processes, by pid.
+pub(crate) fn list() -> Result<Vec<Row>> {
+    let dir = transport::socket_dir();
+    let endpoints = transport::discover(&dir)
+        .with_context(|| format!("looking for diagnostics sockets in {}", dir.display()))?;
+    Ok(endpoints
+        .into_iter()
+        .map(|e| {
+            let info = Client::at(&e.path).process_info();
+            let command_line = match &info {
+                Ok(i) if !i.command_line.is_empty() => i.command_line.clone(),
+                _ => proc_text(e.pid, "cmdline").unwrap_or_default(),
+            };
+            Row {
+                pid: e.pid,
+                name: proc_text(e.pid, "comm").unwrap_or_else(|| "?".into()),
+                runtime: runtime_of(&info),
+                command_line,
+            }
+        })
+        .collect())
+}
+
+/// Prints the table (or JSON).
+pub(crate) fn do_ps(config: &Config) -> Result<()> {
+    let rows = list()?;
+    let mut out = std::io::stdout().lock();
+    if config.json {
+        serde_json::to_writer_pretty(&mut out, &rows)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    if rows.is_empty() {
+        writeln!(
+            out,
+            "No attachable processes (no live dotnet-diagnostic-*-socket in {}).",
+            transport::socket_dir().display()
+        )?;
+        return Ok(());
+    }
+    let name_w = rows.iter().map(|r| r.name.len()).max().unwrap_or(4).max(4);
+    let rt_w = rows
+        .iter()
+        .map(|r| r.runtime.len())
+        .max()
+        .unwrap_or(7)
+        .max(7);
+    writeln!(
+        out,
+        "{:>7}  {:name_w$}  {:rt_w$}  COMMAND",
+        "PID", "NAME", "RUNTIME"
+    )?;
+    for r in rows {
+        writeln!(
+            out,
+            "{:>7}  {:name_w$}  {:rt_w$}  {}",
+            r.pid, r.name, r.runtime, r.command_line
+        )?;
+    }
+    Ok(())
+}
