@@ -111,6 +111,10 @@ struct CollectArgs {
     /// Do not ask for rundown.
     #[arg(long)]
     no_rundown: bool,
+    /// Capture a stack with every event (always on for .NET, whose CollectTracing2 has no
+    /// choice; off by default for Rust, where each capture costs microseconds).
+    #[arg(long)]
+    stacks: bool,
     /// The trace file [default: NAME_PID.nettrace].
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<PathBuf>,
@@ -294,6 +298,7 @@ impl Cli {
                 rundown: !a.no_rundown || a.rundown,
                 output: a.output,
                 v6: a.trace_format == "v6",
+                stacks: a.stacks,
             }),
             Command::Report(a) => Action::Report(report::Config {
                 input: InputSpec::from_arg(a.input.file),

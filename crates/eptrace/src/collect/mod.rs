@@ -37,6 +37,7 @@ pub(crate) struct Config {
     pub(crate) rundown: bool,
     pub(crate) output: Option<PathBuf>,
     pub(crate) v6: bool,
+    pub(crate) stacks: bool,
 }
 
 /// What the stream held, counted as it arrived.
@@ -250,6 +251,7 @@ fn build_request(
             0
         },
         buffering_mode: u32::from(config.block),
+        stackwalk: config.stacks || !is_rust,
         ..CollectTracing::new(version, providers)
     })
 }

@@ -97,21 +97,25 @@ fn listen() -> Result<DiagnosticServer, eventpipe_ipc::Error> {
 
 static SOCKET_TO_REMOVE: OnceLock<CString> = OnceLock::new();
 
-extern "C" fn remove_socket() {
+extern "C" fn at_exit() {
+    // A program returning from `main` ends its IPC sessions properly, so the tools
+    // reading them get complete traces.
+    streaming::stop_all();
     if let Some(path) = SOCKET_TO_REMOVE.get() {
         // SAFETY: `path` is a valid NUL-terminated string that lives for the program.
         unsafe { libc::unlink(path.as_ptr()) };
     }
 }
 
-/// A normal exit removes the socket, as .NET does; a killed process leaves it behind, and
-/// discovery recognises it as stale.
+/// A normal exit ends the IPC sessions and removes the socket, as .NET does; a killed
+/// process leaves the socket behind, and discovery recognises it as stale.
 fn remove_at_exit(socket: &Path) {
     use std::os::unix::ffi::OsStrExt;
     if let Ok(path) = CString::new(socket.as_os_str().as_bytes()) {
         if SOCKET_TO_REMOVE.set(path).is_ok() {
-            // SAFETY: `remove_socket` is a plain extern "C" fn that touches only a static.
-            unsafe { libc::atexit(remove_socket) };
+            // SAFETY: `at_exit` is an extern "C" fn that cannot unwind (it only calls code
+            // that reports failures as values) and uses only statics.
+            unsafe { libc::atexit(at_exit) };
         }
     }
 }

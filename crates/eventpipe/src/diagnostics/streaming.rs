@@ -155,6 +155,19 @@ pub(crate) fn stop(id: u64) -> Option<Result<SessionStats, crate::Error>> {
     Some(result)
 }
 
+/// Stops every IPC session (at process exit).
+pub(crate) fn stop_all() {
+    let ids: Vec<u64> = sessions()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .keys()
+        .copied()
+        .collect();
+    for id in ids {
+        let _ = stop(id);
+    }
+}
+
 /// How many IPC sessions are running (for tests and diagnostics).
 pub(crate) fn running() -> usize {
     sessions().lock().unwrap_or_else(|p| p.into_inner()).len()
