@@ -46,6 +46,8 @@ struct Counters {
     bytes: AtomicU64,
     events: AtomicU64,
     lost: AtomicU64,
+    /// Microseconds from `collect` starting to the first event read (0: none yet).
+    first_event_us: AtomicU64,
 }
 
 /// The reader thread's verdict.
@@ -70,7 +72,16 @@ impl<R: Read> Read for Tee<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
         if self.write_error.is_none() {
-            if let Err(e) = self.file.write_all(&buf[..n]) {
+            // A short read means the stream has caught up: put what we have on disk, so a
+            // quiet trace is never held back in the buffer.
+            let written = self.file.write_all(&buf[..n]).and_then(|()| {
+                if n < buf.len() {
+                    self.file.flush()
+                } else {
+                    Ok(())
+                }
+            });
+            if let Err(e) = written {
                 self.write_error = Some(e);
             }
         }
@@ -79,7 +90,7 @@ impl<R: Read> Read for Tee<R> {
     }
 }
 
-fn read_stream<R: Read>(mut tee: Tee<R>) -> (StreamSummary, Result<()>) {
+fn read_stream<R: Read>(mut tee: Tee<R>, began: Instant) -> (StreamSummary, Result<()>) {
     let mut summary = StreamSummary::default();
     let counters = Arc::clone(&tee.counters);
     match nettrace::TraceReader::from_read(&mut tee) {
@@ -91,6 +102,12 @@ fn read_stream<R: Read>(mut tee: Tee<R>) -> (StreamSummary, Result<()>) {
                         .entry(e.metadata.provider.to_string())
                         .or_default() += 1;
                     let n = counters.events.fetch_add(1, Ordering::Relaxed) + 1;
+                    if n == 1 {
+                        let us = began.elapsed().as_micros().max(1);
+                        counters
+                            .first_event_us
+                            .store(u64::try_from(us).unwrap_or(u64::MAX), Ordering::Relaxed);
+                    }
                     if n % 4096 == 0 {
                         counters
                             .lost
@@ -131,6 +148,7 @@ enum StopReason {
 }
 
 pub(crate) fn do_collect(config: &Config) -> Result<()> {
+    let began = Instant::now();
     let mut target = Target::open(&config.target)?;
     let info = target.process_info();
     let runtime = crate::ps::runtime_of(&info);
@@ -157,7 +175,7 @@ pub(crate) fn do_collect(config: &Config) -> Result<()> {
     };
     let reader = std::thread::Builder::new()
         .name("eptrace-stream".into())
-        .spawn(move || read_stream(tee))?;
+        .spawn(move || read_stream(tee, began))?;
     target.resume()?;
     let started = Instant::now();
     let interactive = std::io::stderr().is_terminal();
@@ -387,7 +405,7 @@ fn print_summary(
     let _ = writeln!(
         out,
         "Collected {events} events ({}) over {:.1} s from {} provider(s){}; {} events lost. \
-         Stopped because {why}.{} Inspect it with `eptrace report {}`.",
+         Stopped because {why}.{}{} Inspect it with `eptrace report {}`.",
         human_bytes(c.bytes.load(Ordering::Relaxed)),
         elapsed.as_secs_f64(),
         s.by_provider.len(),
@@ -397,6 +415,13 @@ fn print_summary(
             format!(": {}", top.join(", "))
         },
         c.lost.load(Ordering::Relaxed),
+        match c.first_event_us.load(Ordering::Relaxed) {
+            0 => String::new(),
+            us => format!(
+                " The first event arrived {:.0} ms after collect started.",
+                us as f64 / 1000.0
+            ),
+        },
         if notes.is_empty() {
             String::new()
         } else {
