@@ -96,14 +96,35 @@ for host in "$DOTNET31" "$DOTNET8"; do
   fi
 done
 
-# 3. The test app.
+write_if_changed() { # file, content
+  if [ ! -f "$1" ] || [ "$(cat "$1")" != "$2" ]; then
+    printf '%s\n' "$2" >"$1.tmp" && mv -f "$1.tmp" "$1" || die "cannot write $1"
+    return 0
+  fi
+  return 1
+}
+
+# 3. The test app. mcs names the assembly after its output file, so it compiles to
+# TestApp.exe in a private directory next to the app (same file system), which is then
+# renamed into place: a reader never sees a half-written TestApp.exe, and the assembly is
+# "TestApp". The recipe file records how TestApp.exe was built; a different recipe (as with
+# an app built by an older version of this script) rebuilds it.
 APP=$ROOT/app
 TESTAPP=$APP/TestApp.exe
+MCS_FLAGS=(-unsafe -nologo)
+RECIPE="mcs ${MCS_FLAGS[*]} -out:TestApp.exe (assembly TestApp)"
 mkdir -p "$APP" || die "cannot create $APP"
-if [ ! -f "$TESTAPP" ] || [ "$SRC" -nt "$TESTAPP" ]; then
-  rm -f "$APP/TestApp.tmp.exe"
-  run_logged "mcs (compiling $SRC)" mcs -unsafe -nologo -out:"$APP/TestApp.tmp.exe" "$SRC"
-  mv -f "$APP/TestApp.tmp.exe" "$TESTAPP" || die "cannot move the compiled app to $TESTAPP"
+# Leftovers of interrupted runs (we hold the lock, so nobody is using them).
+rm -rf "$APP"/.build.* "$APP/TestApp.tmp.exe"
+if [ ! -f "$TESTAPP" ] || [ "$SRC" -nt "$TESTAPP" ] ||
+  [ "$(cat "$APP/TestApp.recipe" 2>/dev/null)" != "$RECIPE" ]; then
+  BUILD=$(mktemp -d "$APP/.build.XXXXXX") || die "cannot create a build directory in $APP"
+  trap 'rm -rf "$BUILD"' EXIT
+  run_logged "mcs (compiling $SRC)" mcs "${MCS_FLAGS[@]}" -out:"$BUILD/TestApp.exe" "$SRC"
+  mv -f "$BUILD/TestApp.exe" "$TESTAPP" || die "cannot move the compiled app to $TESTAPP"
+  rm -rf "$BUILD"
+  trap - EXIT
+  write_if_changed "$APP/TestApp.recipe" "$RECIPE" || true
   did+=(TestApp.exe)
 fi
 # rollForward LatestMajor lets the 8.0 host run this 3.1 app; invariant globalization is
@@ -116,13 +137,6 @@ CONFIG='{
     "configProperties": { "System.Globalization.Invariant": true }
   }
 }'
-write_if_changed() { # file, content
-  if [ ! -f "$1" ] || [ "$(cat "$1")" != "$2" ]; then
-    printf '%s\n' "$2" >"$1.tmp" && mv -f "$1.tmp" "$1" || die "cannot write $1"
-    return 0
-  fi
-  return 1
-}
 if write_if_changed "$APP/TestApp.runtimeconfig.json" "$CONFIG"; then
   did+=(TestApp.runtimeconfig.json)
 fi

@@ -1,0 +1,367 @@
+//! The `eptrace` binary against real .NET runtimes (.NET Core 3.1 and .NET 8): `ps` finds
+//! the running TestApp and names its runtime, `collect -p` records a session from it, and
+//! (.NET 8) `collect -- CMD` starts it suspended and traces it from its first event. Every
+//! trace file is checked as exhaustively as the library's own tests check a live stream
+//! (`crates/ipc/tests/support/dotnet_app.rs`): exact payloads of every TestApp event, GC and
+//! exception events named and decoded, no loss, a clean end.
+//!
+//! The runtimes and the app come from `bash ci/dotnet.sh`; without them (or with
+//! `EVENTPIPE_SKIP_DOTNET=1`) each test prints one line and passes.
+
+#[path = "../../ipc/tests/support/dotnet_app.rs"]
+mod dotnet_app;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use dotnet_app::{
+    verify_file, Analysis, App, Dotnet, RUNTIME_KEYWORDS, RUNTIME_PROVIDER, TEST_PROVIDER,
+};
+
+/// `--providers`: the app's provider, every keyword; the runtime's GC and Exception
+/// keywords (`EventPipeRs-Test:0xFFFFFFFFFFFFFFFF:5,Microsoft-Windows-DotNETRuntime:0x8001:5`);
+/// both verbose.
+fn providers() -> String {
+    format!(
+        "{TEST_PROVIDER}:{:#X}:5,{RUNTIME_PROVIDER}:{RUNTIME_KEYWORDS:#x}:5",
+        u64::MAX
+    )
+}
+
+/// How long any one `eptrace` run may take before the test gives up on it.
+const EPTRACE_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Runtime {
+    Core31,
+    Net8,
+}
+
+#[test]
+fn ps_and_collect_on_dotnet_core_3_1() {
+    let Some(dotnet) = Dotnet::locate() else {
+        return;
+    };
+    ps_and_collect(&dotnet.dotnet31, &dotnet.testapp, Runtime::Core31);
+}
+
+#[test]
+fn ps_and_collect_on_dotnet_8() {
+    let Some(dotnet) = Dotnet::locate() else {
+        return;
+    };
+    ps_and_collect(&dotnet.dotnet8, &dotnet.testapp, Runtime::Net8);
+}
+
+/// `eptrace ps --json` lists the app; `eptrace collect -p` traces it for 2.5 s.
+fn ps_and_collect(dotnet: &Path, testapp: &Path, runtime: Runtime) {
+    let label = match runtime {
+        Runtime::Core31 => "eptrace ps/collect -p, .NET Core 3.1",
+        Runtime::Net8 => "eptrace ps/collect -p, .NET 8",
+    };
+    let t0 = Instant::now();
+    let mut app = App::spawn(dotnet, testapp, &[]);
+    drop(app.wait_for_socket(label));
+    // Main prints its pid after the runtime's diagnostics server listens.
+    let pid = app.line("pid ", Duration::from_secs(10));
+    assert_eq!(
+        pid,
+        app.pid.to_string(),
+        "{label}: the app reports another pid"
+    );
+    let version = app.line("runtime ", Duration::from_secs(10));
+    let prefix = match runtime {
+        Runtime::Core31 => "3.1.",
+        Runtime::Net8 => "8.0.",
+    };
+    assert!(
+        version.starts_with(prefix),
+        "{label}: the app runs on runtime {version}"
+    );
+
+    // ps
+    let ps = Eptrace::run(&["ps", "--json"], label);
+    ps.assert_success(label);
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&ps.stdout).unwrap_or_else(|e| {
+        panic!("{label}: `eptrace ps --json` printed no JSON list ({e}): {ps}")
+    });
+    let row = rows
+        .iter()
+        .find(|r| r["pid"].as_u64() == Some(u64::from(app.pid)))
+        .unwrap_or_else(|| {
+            panic!(
+                "{label}: `eptrace ps --json` does not list pid {}: {ps}",
+                app.pid
+            )
+        });
+    let ps_runtime = row["runtime"].as_str().unwrap_or_default();
+    match runtime {
+        Runtime::Core31 => assert_eq!(
+            ps_runtime, ".NET (3.1 or older)",
+            "{label}: ps's runtime for the app: {row}"
+        ),
+        Runtime::Net8 => assert!(
+            ps_runtime.starts_with(&format!(".NET {version}")),
+            "{label}: ps's runtime for the app (on {version}): {row}"
+        ),
+    }
+    assert_eq!(
+        row["name"], "dotnet",
+        "{label}: ps's name for the app: {row}"
+    );
+    assert!(
+        row["command_line"]
+            .as_str()
+            .is_some_and(|c| c.contains("TestApp")),
+        "{label}: ps's command line for the app does not mention TestApp: {row}"
+    );
+    let ps_took = t0.elapsed();
+
+    // collect -p
+    let trace = TraceFile::new(match runtime {
+        Runtime::Core31 => "attach-3.1",
+        Runtime::Net8 => "attach-8",
+    });
+    let pid = app.pid.to_string();
+    let providers = providers();
+    let t1 = Instant::now();
+    let collect = Eptrace::run(
+        &[
+            "collect",
+            "-p",
+            &pid,
+            "--providers",
+            &providers,
+            "--duration",
+            "2500ms",
+            "-o",
+            trace.arg(),
+        ],
+        label,
+    );
+    let collect_took = t1.elapsed();
+    app.check_running(label, "while eptrace collect traced it");
+    collect.assert_success(label);
+    assert!(
+        collect.stderr.contains(&format!(
+            "Tracing dotnet (pid {pid}, {ps_runtime}) into {}",
+            trace.arg()
+        )),
+        "{label}: collect's header line: {collect}"
+    );
+    let analysis = verify_file(&trace.path, label, false);
+    collect.assert_summary(label, &trace, &analysis, "the duration elapsed");
+    analysis.print_summary(label);
+    eprintln!(
+        "{label}: ps after {ps_took:?}, collect took {collect_took:?} (2.5 s session); test \
+         took {:?}",
+        t0.elapsed()
+    );
+}
+
+/// `eptrace collect -- dotnet TestApp.exe 5` starts the app with the runtime suspended on
+/// eptrace's reverse port: the trace holds every event from iteration 0.
+#[test]
+fn collect_launches_dotnet_8_suspended() {
+    let Some(dotnet) = Dotnet::locate() else {
+        return;
+    };
+    let label = "eptrace collect -- CMD, .NET 8";
+    let t0 = Instant::now();
+    let trace = TraceFile::new("launch-8");
+    let providers = providers();
+    let collect = Eptrace::run_os(
+        &[
+            "collect".as_ref(),
+            "--providers".as_ref(),
+            providers.as_ref(),
+            "--duration".as_ref(),
+            "2s".as_ref(),
+            "-o".as_ref(),
+            trace.path.as_os_str(),
+            "--".as_ref(),
+            dotnet.dotnet8.as_os_str(),
+            dotnet.testapp.as_os_str(),
+            "5".as_ref(),
+        ],
+        label,
+    );
+    let took = t0.elapsed();
+    collect.assert_success(label);
+    // The app shares eptrace's stdout.
+    let app_pid = collect
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("pid "))
+        .unwrap_or_else(|| panic!("{label}: the app printed no pid: {collect}"))
+        .trim()
+        .to_string();
+    assert!(
+        collect
+            .stdout
+            .lines()
+            .any(|l| l.starts_with("runtime 8.0.")),
+        "{label}: the app did not run on .NET 8: {collect}"
+    );
+    assert!(
+        collect
+            .stderr
+            .contains(&format!("Tracing dotnet (pid {app_pid}, .NET 8.0.")),
+        "{label}: collect's header line does not name the app's pid {app_pid} and .NET 8: \
+         {collect}"
+    );
+    assert!(
+        !Path::new(&format!("/proc/{app_pid}")).exists(),
+        "{label}: the launched app (pid {app_pid}) outlived eptrace"
+    );
+    let analysis = verify_file(&trace.path, label, true);
+    collect.assert_summary(label, &trace, &analysis, "the duration elapsed");
+    analysis.print_summary(label);
+    eprintln!(
+        "{label}: collect took {took:?} (2 s session); test took {:?}",
+        t0.elapsed()
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Running eptrace
+
+/// A finished `eptrace` run.
+struct Eptrace {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+/// An `eptrace` process, killed if the test gives up on it.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+impl Eptrace {
+    fn run(args: &[&str], label: &str) -> Eptrace {
+        let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+        Eptrace::run_os(&args, label)
+    }
+
+    /// Runs eptrace with no stdin, within [`EPTRACE_TIMEOUT`].
+    fn run_os(args: &[&std::ffi::OsStr], label: &str) -> Eptrace {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_eptrace"))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{label}: starting eptrace: {e}"));
+        let collect = |mut out: Box<dyn Read + Send>| -> JoinHandle<String> {
+            std::thread::spawn(move || {
+                let mut bytes = Vec::new();
+                let _ = out.read_to_end(&mut bytes);
+                String::from_utf8_lossy(&bytes).into_owned()
+            })
+        };
+        let stdout = collect(Box::new(child.stdout.take().expect("piped")));
+        let stderr = collect(Box::new(child.stderr.take().expect("piped")));
+        let mut running = Running(child);
+        let deadline = Instant::now() + EPTRACE_TIMEOUT;
+        let status = loop {
+            match running.0.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Ok(None) => {
+                    drop(running);
+                    panic!("{label}: eptrace {args:?} did not finish within {EPTRACE_TIMEOUT:?}");
+                }
+                Err(e) => panic!("{label}: waiting for eptrace: {e}"),
+            }
+        };
+        Eptrace {
+            status,
+            stdout: stdout.join().unwrap_or_default(),
+            stderr: stderr.join().unwrap_or_default(),
+        }
+    }
+
+    fn assert_success(&self, label: &str) {
+        assert!(self.status.success(), "{label}: eptrace failed: {self}");
+    }
+
+    /// `collect`'s summary: the file, the event count the file holds, no loss, the reason.
+    fn assert_summary(&self, label: &str, trace: &TraceFile, analysis: &Analysis, why: &str) {
+        let mut lines = self.stdout.lines();
+        assert!(
+            lines.any(|l| l == format!("Trace written to {}", trace.arg())),
+            "{label}: no `Trace written to {}` line: {self}",
+            trace.arg()
+        );
+        let summary = lines.next().unwrap_or_default();
+        let want = format!("Collected {} events (", analysis.events);
+        assert!(
+            summary.starts_with(&want),
+            "{label}: the summary does not count the file's {} events: {self}",
+            analysis.events
+        );
+        assert!(
+            summary.contains("; 0 events lost.") && analysis.lost_events == 0,
+            "{label}: events were lost: {self}"
+        );
+        assert!(
+            summary.contains(&format!("Stopped because {why}.")),
+            "{label}: the summary does not say `Stopped because {why}.`: {self}"
+        );
+    }
+}
+
+impl std::fmt::Display for Eptrace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}\n--- stdout\n{}--- stderr\n{}---",
+            self.status, self.stdout, self.stderr
+        )
+    }
+}
+
+/// A trace file in the temporary directory, removed unless the test fails.
+struct TraceFile {
+    path: PathBuf,
+}
+
+impl TraceFile {
+    fn new(what: &str) -> TraceFile {
+        let path = std::env::temp_dir().join(format!(
+            "eptrace-dotnet-{}-{what}.nettrace",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&path);
+        TraceFile { path }
+    }
+
+    fn arg(&self) -> &str {
+        self.path
+            .to_str()
+            .expect("the temporary directory's path is UTF-8")
+    }
+}
+
+impl Drop for TraceFile {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("the trace is kept in {}", self.path.display());
+        } else {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
