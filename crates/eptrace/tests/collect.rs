@@ -285,3 +285,37 @@ fn collect_errors_name_what_is_wrong() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_process_killed_mid_trace_still_leaves_a_valid_file() {
+    let mut app = App::start(&["--rate", "5000"]);
+    let path = temp("killed.nettrace");
+    let pid = app.pid.to_string();
+    let collect = Command::new(env!("CARGO_BIN_EXE_eptrace"))
+        .args([
+            "collect",
+            "-p",
+            &pid,
+            "--providers",
+            "Demo",
+            "-o",
+            path.to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    app.child.kill().unwrap(); // SIGKILL: no chance to end the stream
+    let out = collect.wait_with_output().unwrap();
+    assert_ok(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("the process"), "{stdout}");
+    assert!(
+        stdout.contains("cut off") || stdout.contains("ended the stream"),
+        "{stdout}"
+    );
+    let (by_worker, _) = ticks(&path);
+    assert_consecutive(&by_worker);
+    std::fs::remove_file(&path).ok();
+}

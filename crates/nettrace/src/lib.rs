@@ -35,6 +35,7 @@ mod metadata;
 mod model;
 mod payload;
 mod reader;
+pub mod salvage;
 mod sorted;
 pub mod source;
 mod time;

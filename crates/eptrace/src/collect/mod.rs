@@ -225,6 +225,16 @@ pub(crate) fn do_collect(config: &Config) -> Result<()> {
     if let Some(exit) = target.finish() {
         notes.push(format!("the program exited ({exit})"));
     }
+    if !summary.complete {
+        let why = summary
+            .problem
+            .as_deref()
+            .unwrap_or("the stream ended early");
+        notes.push(
+            end_cut_trace(&path)
+                .with_context(|| format!("the trace in {} is unusable ({why})", path.display()))?,
+        );
+    }
     print_summary(
         &path,
         started.elapsed(),
@@ -233,17 +243,28 @@ pub(crate) fn do_collect(config: &Config) -> Result<()> {
         reason,
         &notes,
     );
-    if !summary.complete {
-        bail!(
-            "the trace in {} is incomplete: {}",
-            path.display(),
-            summary
-                .problem
-                .as_deref()
-                .unwrap_or("the stream ended early")
-        );
-    }
     Ok(())
+}
+
+/// Makes a cut-off trace file valid: keeps its whole blocks and ends the stream after them.
+fn end_cut_trace(path: &std::path::Path) -> Result<String> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let s = nettrace::salvage::salvage(&bytes)?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    file.set_len(s.valid_len as u64)?;
+    std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0))?;
+    file.write_all(s.end_marker)?;
+    file.sync_data()?;
+    Ok(format!(
+        "the stream was cut off, so the file ends after its last whole block ({} of {} bytes \
+         kept, {} blocks)",
+        s.valid_len,
+        bytes.len(),
+        s.blocks
+    ))
 }
 
 fn build_request(
