@@ -265,9 +265,12 @@ impl EventDescriptor {
                 return;
             }
         }
-        let mut payload = PayloadWriter::new();
-        fill(&mut payload);
+        let mut slot = MaybeUninit::<PayloadWriter>::uninit();
+        let payload = PayloadWriter::init_in(&mut slot);
+        fill(payload);
         crate::writer::write_event(self, mask, payload.as_bytes(), activity);
+        // SAFETY: `init_in` initialised the writer; it is dropped exactly once, here.
+        unsafe { slot.assume_init_drop() };
     }
 
     /// Like [`write_with`](Self::write_with), with an activity id and related activity id.
@@ -351,12 +354,19 @@ impl std::fmt::Debug for PayloadWriter {
 }
 
 impl PayloadWriter {
+    /// Initialises a writer in place. Building one by value and moving it made the
+    /// compiler zero the whole 1 KiB inline buffer on every write; in place, only `len` and
+    /// `spill` are written and the buffer stays uninitialised.
     #[inline]
-    fn new() -> Self {
-        PayloadWriter {
-            inline: [MaybeUninit::uninit(); INLINE],
-            len: 0,
-            spill: Vec::new(),
+    fn init_in(slot: &mut MaybeUninit<PayloadWriter>) -> &mut PayloadWriter {
+        let p = slot.as_mut_ptr();
+        // SAFETY: `p` points to writable memory for a `PayloadWriter`; both fields written
+        // are initialised here, and `inline` holds `MaybeUninit<u8>`, for which any
+        // contents (including none) are valid, so the whole value is initialised after.
+        unsafe {
+            std::ptr::addr_of_mut!((*p).len).write(0);
+            std::ptr::addr_of_mut!((*p).spill).write(Vec::new());
+            slot.assume_init_mut()
         }
     }
 
@@ -564,15 +574,21 @@ mod tests {
 
     #[test]
     fn payloads_past_the_inline_buffer_spill_intact() {
-        let mut w = PayloadWriter::new();
+        let mut slot = MaybeUninit::uninit();
+        let w = PayloadWriter::init_in(&mut slot);
         let a: Vec<u8> = (0..700u32).map(|i| i as u8).collect();
         let b: Vec<u8> = (0..700u32).map(|i| (i * 7) as u8).collect();
         w.bytes(&a);
         assert_eq!(w.as_bytes(), &a[..]);
         w.bytes(&b);
         assert_eq!(w.as_bytes(), [a, b].concat());
-        let mut s = PayloadWriter::new();
+        // SAFETY: initialised by `init_in`, dropped once.
+        unsafe { slot.assume_init_drop() };
+        let mut slot = MaybeUninit::uninit();
+        let s = PayloadWriter::init_in(&mut slot);
         s.put("x".repeat(2000).as_str());
         assert_eq!(s.as_bytes().len(), 2 * 2001);
+        // SAFETY: as above.
+        unsafe { slot.assume_init_drop() };
     }
 }
