@@ -315,7 +315,8 @@ fn hostile_clients_get_errors_or_closed_connections_and_others_are_served() {
     // Meanwhile others are served.
     let started = Instant::now();
     assert!(client.process_info().is_ok());
-    assert!(started.elapsed() < Duration::from_secs(2));
+    // A server blocked by the stallers would answer only after their 5 s timeout.
+    assert!(started.elapsed() < Duration::from_secs(4));
     // The stallers are cut off within the command timeout.
     for mut s in stallers {
         s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
