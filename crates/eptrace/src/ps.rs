@@ -22,19 +22,49 @@ pub(crate) struct Row {
     pub(crate) command_line: String,
 }
 
-/// Which runtime answered, from what it said about itself.
-pub(crate) fn runtime_of(info: &Result<ProcessInfo, eventpipe_ipc::Error>) -> String {
-    match info {
-        Ok(info) => match info.runtime_version.as_deref() {
-            Some(v) if v.starts_with(eventpipe::diagnostics::RUNTIME_NAME) => format!("Rust ({v})"),
-            Some(v) if !v.is_empty() => format!(".NET {v}"),
-            _ => ".NET".into(),
-        },
-        // Only .NET Core 3.1 and older lack ProcessInfo.
-        Err(eventpipe_ipc::Error::Refused(ServerError::UNKNOWN_COMMAND)) => {
-            ".NET (3.1 or older)".into()
+/// The runtime behind a diagnostics socket, from what it said about itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Runtime {
+    /// A Rust program using eventpipe; its product string.
+    Rust(String),
+    /// A .NET runtime; its version when it told us.
+    DotNet(Option<String>),
+    /// A .NET runtime too old for `ProcessInfo` (.NET Core 3.1 and earlier).
+    OldDotNet,
+    /// No usable answer.
+    Unknown,
+}
+
+impl Runtime {
+    pub(crate) fn of(info: &Result<ProcessInfo, eventpipe_ipc::Error>) -> Runtime {
+        match info {
+            Ok(info) => match info.runtime_version.as_deref() {
+                Some(v) if v.starts_with(eventpipe::diagnostics::RUNTIME_NAME) => {
+                    Runtime::Rust(v.to_string())
+                }
+                Some(v) if !v.is_empty() => Runtime::DotNet(Some(v.to_string())),
+                _ => Runtime::DotNet(None),
+            },
+            // Only .NET Core 3.1 and older lack ProcessInfo.
+            Err(eventpipe_ipc::Error::Refused(ServerError::UNKNOWN_COMMAND)) => Runtime::OldDotNet,
+            Err(_) => Runtime::Unknown,
         }
-        Err(_) => "unknown (did not answer)".into(),
+    }
+
+    pub(crate) fn is_rust(&self) -> bool {
+        matches!(self, Runtime::Rust(_))
+    }
+}
+
+impl std::fmt::Display for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Runtime::Rust(v) => write!(f, "Rust ({v})"),
+            Runtime::DotNet(Some(v)) => write!(f, ".NET {v}"),
+            Runtime::DotNet(None) => f.write_str(".NET"),
+            Runtime::OldDotNet => f.write_str(".NET (3.1 or older)"),
+            Runtime::Unknown => f.write_str("unknown (did not answer)"),
+        }
     }
 }
 
@@ -64,7 +94,7 @@ pub(crate) fn list() -> Result<Vec<Row>> {
             Row {
                 pid: e.pid,
                 name: proc_text(e.pid, "comm").unwrap_or_else(|| "?".into()),
-                runtime: runtime_of(&info),
+                runtime: Runtime::of(&info).to_string(),
                 command_line,
             }
         })

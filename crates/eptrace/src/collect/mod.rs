@@ -151,8 +151,8 @@ pub(crate) fn do_collect(config: &Config) -> Result<()> {
     let began = Instant::now();
     let mut target = Target::open(&config.target)?;
     let info = target.process_info();
-    let runtime = crate::ps::runtime_of(&info);
-    let is_rust = runtime.starts_with("Rust");
+    let runtime = crate::ps::Runtime::of(&info);
+    let is_rust = runtime.is_rust();
     let providers = profile::providers(config, is_rust)?;
     let request = build_request(config, is_rust, providers)?;
     let path = config
@@ -335,7 +335,12 @@ struct Status {
 }
 
 impl Status {
-    fn new(interactive: bool, target: &Target, runtime: &str, path: &std::path::Path) -> Status {
+    fn new(
+        interactive: bool,
+        target: &Target,
+        runtime: &crate::ps::Runtime,
+        path: &std::path::Path,
+    ) -> Status {
         let header = format!(
             "Tracing {} (pid {}, {runtime}) into {}",
             target.name(),
