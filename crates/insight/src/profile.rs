@@ -1,0 +1,332 @@
+//! The profile model every converter reads: symbolized frames, interned root-first stacks,
+//! threads and weighted, timestamped samples.
+//!
+//! It is deliberately independent of nettrace: building it (symbolization, choosing which
+//! events are samples) is one job, rendering it (speedscope, pprof, flame graphs) another.
+
+use std::collections::HashMap;
+
+/// Index into [`Profile::frames`].
+pub type FrameId = usize;
+/// Index into [`Profile::stacks`].
+pub type StackId = usize;
+
+/// What a sample's weight counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SampleUnit {
+    /// CPU samples: each weighs one sampling interval of `interval_ns` nanoseconds.
+    CpuSamples {
+        /// Nanoseconds between two samples of one thread (1 ms at 1 kHz).
+        interval_ns: u64,
+    },
+    /// Allocation samples whose weight is an estimate of bytes allocated.
+    Bytes,
+    /// Events that carried a stack; each weighs one.
+    Events,
+}
+
+/// Where a frame's code comes from, and how well it was resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FrameKind {
+    /// Native (Rust, C) code resolved through a module's symbols.
+    Native,
+    /// .NET JIT'd or ReadyToRun code resolved through method load/rundown events.
+    Managed,
+    /// An address in a known module that has no symbol for it (stripped or missing
+    /// binary); `function` reads `module+0xOFFSET`.
+    ModuleOffset,
+    /// An address in no known module; `function` reads `0xADDRESS`.
+    Unknown,
+}
+
+/// One symbolized code location.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Frame {
+    /// The function, demangled (`alloc::vec::Vec<T>::push`, `System.String.Concat(...)`),
+    /// or a fallback naming the module and offset or the bare address.
+    pub function: String,
+    /// The module's file name (no directory), when known.
+    pub module: Option<String>,
+    /// The source file, when debug info has it.
+    pub file: Option<String>,
+    /// The source line, when debug info has it.
+    pub line: Option<u32>,
+    /// How the frame was resolved.
+    pub kind: FrameKind,
+}
+
+impl Frame {
+    /// A frame known only by its function name.
+    pub fn named(function: impl Into<String>, kind: FrameKind) -> Frame {
+        Frame {
+            function: function.into(),
+            module: None,
+            file: None,
+            line: None,
+            kind,
+        }
+    }
+}
+
+/// One thread that has samples.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Thread {
+    /// The OS thread id.
+    pub id: u64,
+    /// The thread's name, when the trace names it.
+    pub name: Option<String>,
+    /// The process id, when the trace says it (V6 threads, process info).
+    pub process_id: Option<u64>,
+}
+
+impl Thread {
+    /// `name (tid)` or `Thread tid`.
+    pub fn label(&self) -> String {
+        match &self.name {
+            Some(name) => format!("{name} ({})", self.id),
+            None => format!("Thread {}", self.id),
+        }
+    }
+}
+
+/// One weighted observation of a stack on a thread.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    /// Index into [`Profile::threads`].
+    pub thread: usize,
+    /// Milliseconds since the trace's start.
+    pub time_ms: f64,
+    /// How much the sample counts, in the profile's [`SampleUnit`].
+    pub weight: u64,
+    /// Index into [`Profile::stacks`].
+    pub stack: StackId,
+}
+
+/// A symbolized profile: frames, stacks, threads, samples.
+///
+/// Invariants (kept by the `intern_*` methods and [`Profile::push_sample`]): every
+/// `FrameId` in `stacks` indexes `frames`; every sample's `stack` indexes `stacks` and its
+/// `thread` indexes `threads`; stacks are root first; equal frames and equal stacks are
+/// stored once.
+#[derive(Debug, Clone)]
+pub struct Profile {
+    /// What the profile shows: `CPU samples`, `Allocations`, `GC/Start stacks`.
+    pub name: String,
+    /// What a sample's weight counts.
+    pub unit: SampleUnit,
+    /// Distinct frames.
+    pub frames: Vec<Frame>,
+    /// Distinct stacks, each root (outermost caller) first.
+    pub stacks: Vec<Vec<FrameId>>,
+    /// Threads that have samples.
+    pub threads: Vec<Thread>,
+    /// Samples in time order.
+    pub samples: Vec<Sample>,
+    /// Milliseconds since the trace's start of its first event.
+    pub start_ms: f64,
+    /// Milliseconds since the trace's start of its last event.
+    pub end_ms: f64,
+    frame_index: HashMap<Frame, FrameId>,
+    stack_index: HashMap<Vec<FrameId>, StackId>,
+    thread_index: HashMap<u64, usize>,
+}
+
+impl Profile {
+    /// An empty profile.
+    pub fn new(name: impl Into<String>, unit: SampleUnit) -> Profile {
+        Profile {
+            name: name.into(),
+            unit,
+            frames: Vec::new(),
+            stacks: Vec::new(),
+            threads: Vec::new(),
+            samples: Vec::new(),
+            start_ms: 0.0,
+            end_ms: 0.0,
+            frame_index: HashMap::new(),
+            stack_index: HashMap::new(),
+            thread_index: HashMap::new(),
+        }
+    }
+
+    /// The id of `frame`, adding it if new.
+    pub fn intern_frame(&mut self, frame: Frame) -> FrameId {
+        if let Some(&id) = self.frame_index.get(&frame) {
+            return id;
+        }
+        let id = self.frames.len();
+        self.frames.push(frame.clone());
+        self.frame_index.insert(frame, id);
+        id
+    }
+
+    /// The id of the root-first stack `frames`, adding it if new.
+    ///
+    /// # Panics
+    /// If a frame id is out of range (a bug in the caller, not bad input).
+    pub fn intern_stack(&mut self, frames: Vec<FrameId>) -> StackId {
+        assert!(frames.iter().all(|&f| f < self.frames.len()));
+        if let Some(&id) = self.stack_index.get(&frames) {
+            return id;
+        }
+        let id = self.stacks.len();
+        self.stacks.push(frames.clone());
+        self.stack_index.insert(frames, id);
+        id
+    }
+
+    /// The index of thread `id`, adding it if new; a later name fills in a missing one.
+    pub fn intern_thread(&mut self, id: u64, name: Option<&str>, process_id: Option<u64>) -> usize {
+        if let Some(&index) = self.thread_index.get(&id) {
+            let thread = &mut self.threads[index];
+            if thread.name.is_none() {
+                thread.name = name.map(str::to_owned);
+            }
+            if thread.process_id.is_none() {
+                thread.process_id = process_id;
+            }
+            return index;
+        }
+        let index = self.threads.len();
+        self.threads.push(Thread {
+            id,
+            name: name.map(str::to_owned),
+            process_id,
+        });
+        self.thread_index.insert(id, index);
+        index
+    }
+
+    /// Names thread `id` if it is in the profile and still unnamed (names often arrive in
+    /// rundown, after the samples).
+    pub fn name_thread(&mut self, id: u64, name: &str) {
+        if let Some(&index) = self.thread_index.get(&id) {
+            let thread = &mut self.threads[index];
+            if thread.name.is_none() {
+                thread.name = Some(name.to_owned());
+            }
+        }
+    }
+
+    /// Appends a sample.
+    ///
+    /// # Panics
+    /// If `thread` or `stack` is out of range (a bug in the caller, not bad input).
+    pub fn push_sample(&mut self, sample: Sample) {
+        assert!(sample.thread < self.threads.len() && sample.stack < self.stacks.len());
+        self.samples.push(sample);
+    }
+
+    /// The total weight of all samples.
+    pub fn total_weight(&self) -> u64 {
+        self.samples.iter().map(|s| s.weight).sum()
+    }
+
+    /// Total weight per distinct root-first stack, heaviest first: the collapsed-stack view
+    /// flame graphs and `report` use.
+    pub fn weight_by_stack(&self) -> Vec<(StackId, u64)> {
+        let mut totals = vec![0u64; self.stacks.len()];
+        for s in &self.samples {
+            totals[s.stack] += s.weight;
+        }
+        let mut rows: Vec<(StackId, u64)> = totals
+            .into_iter()
+            .enumerate()
+            .filter(|&(_, w)| w > 0)
+            .collect();
+        rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        rows
+    }
+
+    /// Per frame: (self weight: the frame is the leaf, total weight: the frame is anywhere
+    /// in the stack, counted once per sample even under recursion), heaviest self first.
+    pub fn weight_by_function(&self) -> Vec<(FrameId, u64, u64)> {
+        let mut self_w = vec![0u64; self.frames.len()];
+        let mut total_w = vec![0u64; self.frames.len()];
+        let mut seen = vec![usize::MAX; self.frames.len()];
+        for (stack_id, weight) in self.weight_by_stack() {
+            let stack = &self.stacks[stack_id];
+            if let Some(&leaf) = stack.last() {
+                self_w[leaf] += weight;
+            }
+            for &f in stack {
+                if seen[f] != stack_id {
+                    seen[f] = stack_id;
+                    total_w[f] += weight;
+                }
+            }
+        }
+        let mut rows: Vec<(FrameId, u64, u64)> = (0..self.frames.len())
+            .map(|f| (f, self_w[f], total_w[f]))
+            .filter(|&(_, _, t)| t > 0)
+            .collect();
+        rows.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.cmp(&a.2)).then(a.0.cmp(&b.0)));
+        rows
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn two_stack_profile() -> Profile {
+        let mut p = Profile::new("test", SampleUnit::Events);
+        let main = p.intern_frame(Frame::named("main", FrameKind::Native));
+        let a = p.intern_frame(Frame::named("a", FrameKind::Native));
+        let b = p.intern_frame(Frame::named("b", FrameKind::Native));
+        let t = p.intern_thread(7, None, None);
+        let sa = p.intern_stack(vec![main, a]);
+        let sb = p.intern_stack(vec![main, a, b]);
+        for (i, stack) in [sa, sb, sb, sb].into_iter().enumerate() {
+            p.push_sample(Sample {
+                thread: t,
+                time_ms: i as f64,
+                weight: 1,
+                stack,
+            });
+        }
+        p
+    }
+
+    #[test]
+    fn interning_stores_each_frame_and_stack_once() {
+        let mut p = two_stack_profile();
+        assert_eq!(p.intern_frame(Frame::named("a", FrameKind::Native)), 1);
+        assert_eq!(p.intern_stack(vec![0, 1]), 0);
+        assert_eq!((p.frames.len(), p.stacks.len()), (3, 2));
+    }
+
+    #[test]
+    fn function_weights_split_self_from_total() {
+        let p = two_stack_profile();
+        let rows = p.weight_by_function();
+        assert_eq!(rows[0], (2, 3, 3)); // b: leaf of 3 samples
+        assert_eq!(rows[1], (1, 1, 4)); // a: leaf once, on every stack
+        assert_eq!(rows[2], (0, 0, 4)); // main
+        assert_eq!(p.weight_by_stack(), vec![(1, 3), (0, 1)]);
+    }
+
+    #[test]
+    fn recursion_counts_a_frame_once_per_sample() {
+        let mut p = Profile::new("rec", SampleUnit::Events);
+        let f = p.intern_frame(Frame::named("f", FrameKind::Native));
+        let t = p.intern_thread(1, None, None);
+        let s = p.intern_stack(vec![f, f, f]);
+        p.push_sample(Sample {
+            thread: t,
+            time_ms: 0.0,
+            weight: 5,
+            stack: s,
+        });
+        assert_eq!(p.weight_by_function(), vec![(f, 5, 5)]);
+    }
+
+    #[test]
+    fn late_thread_names_fill_in() {
+        let mut p = two_stack_profile();
+        p.name_thread(7, "worker");
+        p.name_thread(8, "absent");
+        assert_eq!(p.threads[0].label(), "worker (7)");
+        assert_eq!(p.threads.len(), 1);
+    }
+}
