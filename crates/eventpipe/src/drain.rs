@@ -34,11 +34,13 @@ use crate::config::{Output, SessionConfig};
 use crate::session::{SessionShared, SessionStats, ThreadSessionState};
 use crate::sync::{lock, Arc, AtomicU64, Ordering};
 use crate::writer::{FLAG_ACTIVITY, FLAG_STACK, RECORD_HEADER};
-use crate::{registry, Error};
+use crate::{registry, rundown, Error};
 
 const CUTOFF_MARGIN: i64 = 50_000; // 50 µs in clock ticks (ns)
 const EVENT_BLOCK_TARGET: usize = 60 << 10;
-const RUNDOWN_PROVIDER: &str = "Microsoft-DotNETCore-EventPipe";
+/// Thread names kept for rundown; beyond this many, later threads go unnamed in V5 (V6
+/// thread blocks still name them), so thread churn cannot grow the drain without bound.
+const MAX_RUNDOWN_THREAD_NAMES: usize = 4096;
 
 /// Counters the drain publishes for `Session::stats`.
 #[derive(Debug, Default)]
@@ -134,6 +136,7 @@ pub(crate) fn spawn(
         region_stacks: HashMap::new(),
         next_stack_id: 1,
         next_label_id: 1,
+        thread_names: HashMap::new(),
     };
     std::thread::Builder::new()
         .name(format!("eventpipe-drain-{}", drain.shared.slot()))
@@ -181,6 +184,8 @@ struct Drain {
     region_stacks: HashMap<Vec<u8>, u32>,
     next_stack_id: u32,
     next_label_id: u32,
+    /// Names of the threads seen, by OS thread id, for the Thread rundown events.
+    thread_names: HashMap<u64, String>,
 }
 
 impl Drain {
@@ -273,6 +278,7 @@ impl Drain {
         let mut announce = Vec::new();
         for (state, buffers, read_pos, is_new) in &snapshot {
             if *is_new {
+                self.remember_thread_name(state);
                 announce.push(ThreadInfo {
                     index: state.index,
                     name: state.name.clone(),
@@ -296,6 +302,21 @@ impl Drain {
         }
         self.emit(&announce, cutoff, last, &bounds)?;
         self.apply(&updates)
+    }
+
+    /// Records the name of a newly seen thread for rundown: its Rust name, else the
+    /// kernel's (which unnamed threads inherit from their creator).
+    fn remember_thread_name(&mut self, state: &ThreadSessionState) {
+        if !self.rundown || self.thread_names.len() >= MAX_RUNDOWN_THREAD_NAMES {
+            return;
+        }
+        let name = state
+            .name
+            .clone()
+            .or_else(|| rundown::kernel_thread_name(state.os_tid));
+        if let Some(name) = name {
+            self.thread_names.insert(state.os_tid, name);
+        }
     }
 
     /// Reads one thread's records below `cutoff`. Returns how far it got, the sequence
@@ -577,38 +598,16 @@ impl Drain {
         Ok(())
     }
 
-    /// Rundown: a ProcessInfo event naming the command line and OS, as .NET writes it.
+    /// Rundown (see [`crate::rundown`]): process info, loaded modules, thread names.
     fn write_rundown(&mut self) -> Result<(), Error> {
-        let metadata_id = u32::MAX >> 1;
-        let md = nettrace::EventMetadata {
-            metadata_id,
-            provider: RUNDOWN_PROVIDER.into(),
-            event_id: 1,
-            event_name: "ProcessInfo".into(),
-            version: 1,
-            fields: ["CommandLine", "OSInformation", "ArchInformation"]
-                .iter()
-                .map(|n| nettrace::FieldDesc {
-                    name: (*n).into(),
-                    ty: nettrace::FieldType::Utf16String,
-                })
-                .collect(),
-            ..Default::default()
-        };
-        let command_line = std::env::args().collect::<Vec<_>>().join(" ");
-        let mut payload = Vec::new();
-        for s in [
-            command_line.as_str(),
-            std::env::consts::OS,
-            std::env::consts::ARCH,
-        ] {
-            payload.extend(s.encode_utf16().chain([0]).flat_map(u16::to_le_bytes));
-        }
         let tid = crate::writer::current_os_tid();
         let version = self.version;
         let v6 = version == FormatVersion::V6;
+        let thread_names = std::mem::take(&mut self.thread_names);
         let writer = self.writer()?;
-        writer.write_metadata_block(&[md]).map_err(output_error)?;
+        writer
+            .write_metadata_block(&rundown::all_metadata())
+            .map_err(output_error)?;
         if v6 {
             let rundown_thread = ThreadInfo {
                 index: u64::MAX >> 1,
@@ -622,17 +621,41 @@ impl Drain {
                 .map_err(output_error)?;
         }
         let thread = if v6 { u64::MAX >> 1 } else { tid };
+        let mut events: Vec<(u32, Vec<u8>)> = vec![(
+            rundown::PROCESS_INFO_METADATA_ID,
+            rundown::process_info_payload(),
+        )];
+        events.extend(
+            rundown::loaded_modules()
+                .iter()
+                .map(|m| (rundown::MODULE_METADATA_ID, m.payload())),
+        );
+        let mut names: Vec<_> = thread_names.into_iter().collect();
+        names.sort();
+        events.extend(names.iter().map(|(tid, name)| {
+            (
+                rundown::THREAD_METADATA_ID,
+                rundown::thread_payload(*tid, name),
+            )
+        }));
+        let timestamp = clock::now();
         let mut block = EventBlockBuilder::new(version);
-        let header = EventHeader {
-            metadata_id,
-            sequence_number: 1,
-            thread,
-            capture_thread: thread,
-            timestamp: clock::now(),
-            is_sorted: true,
-            ..EventHeader::default()
-        };
-        block.push(&header, &payload);
+        for (i, (metadata_id, payload)) in events.iter().enumerate() {
+            if block.encoded_len() >= EVENT_BLOCK_TARGET {
+                writer.write_event_block(&block).map_err(output_error)?;
+                block = EventBlockBuilder::new(version);
+            }
+            let header = EventHeader {
+                metadata_id: *metadata_id,
+                sequence_number: i as u32 + 1,
+                thread,
+                capture_thread: thread,
+                timestamp,
+                is_sorted: true,
+                ..EventHeader::default()
+            };
+            block.push(&header, payload);
+        }
         writer.write_event_block(&block).map_err(output_error)
     }
 }

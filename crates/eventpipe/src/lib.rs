@@ -56,6 +56,8 @@ mod provider;
 #[cfg(not(eventpipe_loom))]
 mod registry;
 #[cfg(not(eventpipe_loom))]
+pub mod rundown;
+#[cfg(not(eventpipe_loom))]
 mod session;
 #[cfg(not(eventpipe_loom))]
 mod stack;

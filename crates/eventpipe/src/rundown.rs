@@ -1,0 +1,317 @@
+//! What a trace needs to be understood after the process is gone, written once at the end
+//! of a session that asked for rundown:
+//!
+//! * `Microsoft-DotNETCore-EventPipe/ProcessInfo`: command line, OS and architecture, as
+//!   .NET writes it;
+//! * `EventPipeRs-Rundown/Module`: every loaded ELF object (path, base address, size, load
+//!   bias, GNU build id), so a symbolizer can map instruction pointers back to files on disk;
+//! * `EventPipeRs-Rundown/Thread`: the names of the threads that wrote to the session, so
+//!   V5 traces (whose events carry only a thread id) can show them.
+//!
+//! The events are written by the drain thread directly into the trace, not through the
+//! per-thread buffers: they describe the session rather than happen in it, and the drain
+//! never waits on itself (Block mode's rule).
+
+use std::ffi::CStr;
+
+use nettrace::{EventMetadata, FieldDesc, FieldType};
+
+/// The provider of the Module and Thread rundown events.
+pub const RUNDOWN_PROVIDER: &str = "EventPipeRs-Rundown";
+/// The provider .NET writes its ProcessInfo event under.
+pub(crate) const PROCESS_INFO_PROVIDER: &str = "Microsoft-DotNETCore-EventPipe";
+
+/// Metadata ids for the rundown events, far above the ids the drain gives registered
+/// events (registry index + 1).
+pub(crate) const PROCESS_INFO_METADATA_ID: u32 = u32::MAX >> 1;
+pub(crate) const MODULE_METADATA_ID: u32 = PROCESS_INFO_METADATA_ID - 1;
+pub(crate) const THREAD_METADATA_ID: u32 = PROCESS_INFO_METADATA_ID - 2;
+
+/// Event id of `EventPipeRs-Rundown/Module`.
+pub const MODULE_EVENT_ID: u32 = 1;
+/// Event id of `EventPipeRs-Rundown/Thread`.
+pub const THREAD_EVENT_ID: u32 = 2;
+
+fn metadata(
+    metadata_id: u32,
+    provider: &str,
+    event_id: u32,
+    name: &str,
+    fields: &[(&str, FieldType)],
+) -> EventMetadata {
+    EventMetadata {
+        metadata_id,
+        provider: provider.into(),
+        event_id,
+        event_name: name.into(),
+        version: 1,
+        fields: fields
+            .iter()
+            .map(|(n, ty)| FieldDesc {
+                name: (*n).into(),
+                ty: ty.clone(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// The metadata of the three rundown events.
+pub(crate) fn all_metadata() -> Vec<EventMetadata> {
+    use FieldType::{UInt64, Utf16String};
+    vec![
+        metadata(
+            PROCESS_INFO_METADATA_ID,
+            PROCESS_INFO_PROVIDER,
+            1,
+            "ProcessInfo",
+            &[
+                ("CommandLine", Utf16String),
+                ("OSInformation", Utf16String),
+                ("ArchInformation", Utf16String),
+            ],
+        ),
+        metadata(
+            MODULE_METADATA_ID,
+            RUNDOWN_PROVIDER,
+            MODULE_EVENT_ID,
+            "Module",
+            &[
+                ("Path", Utf16String),
+                ("BaseAddress", UInt64),
+                ("Size", UInt64),
+                ("LoadBias", UInt64),
+                ("BuildId", Utf16String),
+            ],
+        ),
+        metadata(
+            THREAD_METADATA_ID,
+            RUNDOWN_PROVIDER,
+            THREAD_EVENT_ID,
+            "Thread",
+            &[("ThreadId", UInt64), ("Name", Utf16String)],
+        ),
+    ]
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    out.extend(s.encode_utf16().chain([0]).flat_map(u16::to_le_bytes));
+}
+
+/// The ProcessInfo payload.
+pub(crate) fn process_info_payload() -> Vec<u8> {
+    let command_line = std::env::args().collect::<Vec<_>>().join(" ");
+    let mut payload = Vec::new();
+    for s in [
+        command_line.as_str(),
+        std::env::consts::OS,
+        std::env::consts::ARCH,
+    ] {
+        put_str(&mut payload, s);
+    }
+    payload
+}
+
+/// The Thread payload.
+pub(crate) fn thread_payload(os_tid: u64, name: &str) -> Vec<u8> {
+    let mut payload = os_tid.to_le_bytes().to_vec();
+    put_str(&mut payload, name);
+    payload
+}
+
+/// One loaded ELF object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadedModule {
+    /// Absolute path of the file it was loaded from (the main program's through
+    /// `/proc/self/exe`); the kernel's vDSO has a name but no file.
+    pub path: String,
+    /// Lowest mapped address: load bias + the lowest `PT_LOAD` virtual address.
+    pub base_address: u64,
+    /// Bytes from `base_address` to the end of the highest `PT_LOAD` segment.
+    pub size: u64,
+    /// What was added to the file's virtual addresses when it was loaded: an instruction
+    /// pointer `ip` is at file virtual address `ip - load_bias`.
+    pub load_bias: u64,
+    /// The GNU build id in lowercase hex, empty when the object has none.
+    pub build_id: String,
+}
+
+impl LoadedModule {
+    /// The Module payload.
+    pub(crate) fn payload(&self) -> Vec<u8> {
+        let mut payload = Vec::new();
+        put_str(&mut payload, &self.path);
+        payload.extend_from_slice(&self.base_address.to_le_bytes());
+        payload.extend_from_slice(&self.size.to_le_bytes());
+        payload.extend_from_slice(&self.load_bias.to_le_bytes());
+        put_str(&mut payload, &self.build_id);
+        payload
+    }
+}
+
+/// Every ELF object loaded in this process, in the dynamic linker's order (main program
+/// first).
+pub fn loaded_modules() -> Vec<LoadedModule> {
+    let mut modules: Vec<LoadedModule> = Vec::new();
+    // SAFETY: `collect_module` matches the callback signature dl_iterate_phdr expects, and
+    // the data pointer is a live `&mut Vec` for the duration of the call, which is
+    // synchronous.
+    unsafe {
+        libc::dl_iterate_phdr(
+            Some(collect_module),
+            (&mut modules as *mut Vec<LoadedModule>).cast(),
+        );
+    }
+    let exe = std::fs::read_link("/proc/self/exe")
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    for (i, m) in modules.iter_mut().enumerate() {
+        // The dynamic linker names the main program "" (it is always reported first).
+        if m.path.is_empty() && i == 0 {
+            m.path = exe.clone();
+        }
+    }
+    modules.retain(|m| !m.path.is_empty() && m.size > 0);
+    modules
+}
+
+/// `dl_iterate_phdr` callback: appends one module to the `Vec` behind `data`.
+unsafe extern "C" fn collect_module(
+    info: *mut libc::dl_phdr_info,
+    _size: libc::size_t,
+    data: *mut libc::c_void,
+) -> libc::c_int {
+    // SAFETY: dl_iterate_phdr passes a valid `info` for the duration of the callback, and
+    // `data` is the `&mut Vec<LoadedModule>` given by `loaded_modules`, not aliased.
+    let (info, modules) = unsafe { (&*info, &mut *data.cast::<Vec<LoadedModule>>()) };
+    let path = if info.dlpi_name.is_null() {
+        String::new()
+    } else {
+        // SAFETY: a non-null dlpi_name is a NUL-terminated string owned by the linker,
+        // valid during the callback.
+        unsafe { CStr::from_ptr(info.dlpi_name) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    let headers: &[libc::Elf64_Phdr] = if info.dlpi_phdr.is_null() {
+        &[]
+    } else {
+        // SAFETY: dlpi_phdr points at dlpi_phnum program headers of the loaded object,
+        // which stay mapped while the callback runs (the linker holds its lock).
+        unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) }
+    };
+    let bias = info.dlpi_addr;
+    let loads = headers.iter().filter(|h| h.p_type == libc::PT_LOAD);
+    let low = loads.clone().map(|h| h.p_vaddr).min().unwrap_or(0);
+    let high = loads.map(|h| h.p_vaddr + h.p_memsz).max().unwrap_or(0);
+    let mut build_id = String::new();
+    for h in headers.iter().filter(|h| h.p_type == libc::PT_NOTE) {
+        // SAFETY: PT_NOTE segments of a loaded object lie inside its PT_LOAD segments
+        // (the linker maps allocated notes), so these `p_memsz` bytes are mapped and
+        // immutable while the object stays loaded.
+        let notes = unsafe {
+            std::slice::from_raw_parts(
+                (bias.wrapping_add(h.p_vaddr)) as *const u8,
+                h.p_memsz as usize,
+            )
+        };
+        if let Some(id) = gnu_build_id(notes) {
+            build_id = id.iter().map(|b| format!("{b:02x}")).collect();
+            break;
+        }
+    }
+    modules.push(LoadedModule {
+        path,
+        base_address: bias.wrapping_add(low),
+        size: high.saturating_sub(low),
+        load_bias: bias,
+        build_id,
+    });
+    0
+}
+
+/// The descriptor of the `NT_GNU_BUILD_ID` note in a note segment, if there is one.
+fn gnu_build_id(mut notes: &[u8]) -> Option<&[u8]> {
+    const NT_GNU_BUILD_ID: u32 = 3;
+    let align4 = |n: usize| n.checked_add(3).map(|n| n & !3);
+    while notes.len() >= 12 {
+        let word =
+            |i: usize| u32::from_ne_bytes([notes[i], notes[i + 1], notes[i + 2], notes[i + 3]]);
+        let (namesz, descsz, kind) = (word(0) as usize, word(4) as usize, word(8));
+        let name_end = 12usize.checked_add(align4(namesz)?)?;
+        let desc_end = name_end.checked_add(align4(descsz)?)?;
+        let name = notes.get(12..12 + namesz)?;
+        let desc = notes.get(name_end..name_end.checked_add(descsz)?)?;
+        if kind == NT_GNU_BUILD_ID && name == b"GNU\0" {
+            return Some(desc);
+        }
+        notes = notes.get(desc_end..)?;
+    }
+    None
+}
+
+/// The name the kernel gives thread `os_tid` of this process, if it is still alive.
+pub(crate) fn kernel_thread_name(os_tid: u64) -> Option<String> {
+    let comm = std::fs::read_to_string(format!("/proc/self/task/{os_tid}/comm")).ok()?;
+    let name = comm.trim_end_matches('\n');
+    (!name.is_empty()).then(|| name.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_main_program_is_listed_first_with_its_build_id() {
+        let modules = loaded_modules();
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        assert_eq!(modules[0].path, exe.to_string_lossy());
+        // Our own code lies inside the main program's range.
+        let here = the_main_program_is_listed_first_with_its_build_id as usize as u64;
+        let m = &modules[0];
+        assert!(
+            here >= m.base_address && here < m.base_address + m.size,
+            "{m:?}"
+        );
+        // rustc links with --build-id on Linux by default.
+        assert_eq!(m.build_id.len(), 40, "{m:?}");
+        // libc is loaded and has a path on disk.
+        assert!(
+            modules.iter().any(|m| m.path.contains("libc.so")),
+            "{modules:?}"
+        );
+    }
+
+    #[test]
+    fn build_id_notes_are_found_and_malformed_notes_rejected() {
+        let mut note = Vec::new();
+        // An unrelated note first, then the build id.
+        for (name, kind, desc) in [
+            (&b"XYZ\0"[..], 1u32, &[9u8, 9][..]),
+            (b"GNU\0", 3, &[1, 2, 3, 4, 5]),
+        ] {
+            note.extend_from_slice(&(name.len() as u32).to_ne_bytes());
+            note.extend_from_slice(&(desc.len() as u32).to_ne_bytes());
+            note.extend_from_slice(&kind.to_ne_bytes());
+            note.extend_from_slice(name);
+            note.extend_from_slice(desc);
+            while note.len() % 4 != 0 {
+                note.push(0);
+            }
+        }
+        assert_eq!(gnu_build_id(&note), Some(&[1u8, 2, 3, 4, 5][..]));
+        for cut in 0..note.len() - 3 {
+            assert!(gnu_build_id(&note[..cut]).is_none_or(|id| id == [1, 2, 3, 4, 5]));
+        }
+        let mut huge = note.clone();
+        huge[0..4].copy_from_slice(&u32::MAX.to_ne_bytes());
+        assert_eq!(gnu_build_id(&huge), None);
+    }
+
+    #[test]
+    fn the_current_thread_has_a_kernel_name() {
+        let tid = crate::writer::current_os_tid();
+        assert!(kernel_thread_name(tid).is_some());
+        assert_eq!(kernel_thread_name(u64::MAX), None);
+    }
+}

@@ -1,0 +1,114 @@
+//! Rundown at session end names the process, every loaded module and the threads that
+//! wrote, in both formats, so a trace can be symbolized after its process is gone.
+
+use eventpipe::rundown::{loaded_modules, RUNDOWN_PROVIDER};
+use eventpipe::{
+    define_event, write_event, Level, Output, Provider, ProviderConfig, Session, SessionConfig,
+};
+use nettrace::{FormatVersion, TraceReader, Value};
+
+static APP: Provider = Provider::new("Test-Rundown");
+define_event! {
+    static TICK = APP { id: 1, name: "Tick", level: Level::Informational, keywords: 0 } (n: u32);
+}
+
+fn field<'a>(fields: &'a [(&str, Value)], name: &str) -> &'a Value {
+    &fields
+        .iter()
+        .find(|(n, _)| *n == name)
+        .unwrap_or_else(|| panic!("no field {name}"))
+        .1
+}
+
+/// Both tests enable the same provider; one session at a time keeps their events apart.
+static ONE_SESSION: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn record(format: FormatVersion, rundown: bool) -> Vec<u8> {
+    let _one = ONE_SESSION.lock().unwrap_or_else(|p| p.into_inner());
+    let path = std::env::temp_dir().join(format!(
+        "eventpipe-rundown-{}-{format:?}-{rundown}.nettrace",
+        std::process::id()
+    ));
+    let session = Session::start(
+        SessionConfig::new(
+            vec![ProviderConfig::new("Test-Rundown")],
+            Output::File(path.clone()),
+        )
+        .format(format)
+        .rundown(rundown),
+    )
+    .unwrap();
+    std::thread::Builder::new()
+        .name("rundown-worker".into())
+        .spawn(|| write_event!(TICK, 1u32))
+        .unwrap()
+        .join()
+        .unwrap();
+    write_event!(TICK, 2u32);
+    session.stop().unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&path).ok();
+    bytes
+}
+
+#[test]
+fn modules_and_thread_names_are_rundown_in_both_formats() {
+    let exe = std::fs::read_link("/proc/self/exe").unwrap();
+    let expected = loaded_modules();
+    for format in [FormatVersion::V5, FormatVersion::V6] {
+        let bytes = record(format, true);
+        let mut reader = TraceReader::from_slice(&bytes).unwrap();
+        let mut modules = Vec::new();
+        let mut threads = Vec::new();
+        let mut tick_threads = Vec::new();
+        while let Some(e) = reader.next_event().unwrap() {
+            let fields = e.decode_payload().unwrap();
+            match (e.metadata.provider.as_str(), e.metadata.event_name.as_str()) {
+                (RUNDOWN_PROVIDER, "Module") => modules.push((
+                    field(&fields, "Path").as_str().unwrap().to_owned(),
+                    field(&fields, "BaseAddress").as_u64().unwrap(),
+                    field(&fields, "Size").as_u64().unwrap(),
+                    field(&fields, "BuildId").as_str().unwrap().to_owned(),
+                )),
+                (RUNDOWN_PROVIDER, "Thread") => threads.push((
+                    field(&fields, "ThreadId").as_u64().unwrap(),
+                    field(&fields, "Name").as_str().unwrap().to_owned(),
+                )),
+                ("Test-Rundown", "Tick") => tick_threads.push(e.thread_id()),
+                _ => {}
+            }
+        }
+        assert_eq!(modules.len(), expected.len(), "{format:?}: {modules:?}");
+        let main = &modules[0];
+        assert_eq!(main.0, exe.to_string_lossy(), "{format:?}");
+        assert_eq!(main.3, expected[0].build_id);
+        let code = modules_and_thread_names_are_rundown_in_both_formats as usize as u64;
+        assert!(
+            code >= main.1 && code < main.1 + main.2,
+            "{format:?}: {main:?}"
+        );
+        // Both writing threads are named, under the ids their events carry.
+        assert_eq!(tick_threads.len(), 2);
+        for tid in &tick_threads {
+            assert!(
+                threads.iter().any(|(t, _)| t == tid),
+                "{format:?}: {threads:?}"
+            );
+        }
+        assert!(
+            threads
+                .iter()
+                .any(|(t, n)| *t == tick_threads[0] && n == "rundown-worker"),
+            "{format:?}: {threads:?}"
+        );
+    }
+}
+
+#[test]
+fn no_rundown_means_no_module_events() {
+    let bytes = record(FormatVersion::V5, false);
+    let mut reader = TraceReader::from_slice(&bytes).unwrap();
+    while let Some(e) = reader.next_event().unwrap() {
+        assert_ne!(e.metadata.provider, RUNDOWN_PROVIDER);
+    }
+}
