@@ -8,10 +8,33 @@
 //!                       ─▶ Symbolizer (module rundown + ELF/DWARF for native code, method
 //!                          load/rundown events for .NET JIT'd and ReadyToRun code)
 //!                       ─▶ Profile (frames, root-first stacks, threads, weighted samples)
-//!                       ─▶ speedscope │ pprof │ flame graph SVG
-//! nettrace::TraceReader ─▶ Chrome Trace Event JSON (instants, start/stop durations, threads)
+//!                       ─▶ speedscope::write_speedscope   speedscope JSON, one profile per thread
+//!                        │ pprof::write_pprof             gzipped profile.proto (go tool pprof)
+//!                        │ flamegraph::write_collapsed    folded stacks (`a;b;c 42`)
+//!                        │ flamegraph::write_flamegraph   SVG, drawn by inferno
+//! nettrace::TraceReader ─▶ chrome::write_chrome_trace     Chrome Trace Event JSON, streamed:
+//!                          every event an instant, Start/Stop pairs durations, thread and
+//!                          process names as metadata (Perfetto UI, chrome://tracing)
 //! ```
+//!
+//! The profile converters read only [`Profile`]; the Chrome converter reads the trace itself,
+//! holding nothing but the intervals still open. Every converter writes to any
+//! `io::Write` and reports failures as [`Error`].
 
+pub mod builder;
+pub mod chrome;
+mod error;
+pub mod flamegraph;
+pub mod pprof;
 pub mod profile;
+pub mod speedscope;
+pub mod symbolize;
 
+pub use builder::{build_profile, BuiltProfile, ProfileBuilder, SampleSelection};
+pub use chrome::{write_chrome_trace, ChromeSummary};
+pub use error::{Error, Result};
+pub use flamegraph::{collapsed_stacks, write_collapsed, write_flamegraph, Grouping};
+pub use pprof::{build_pprof, write_pprof, write_pprof_with, PprofOptions};
 pub use profile::{Frame, FrameId, FrameKind, Profile, Sample, SampleUnit, StackId, Thread};
+pub use speedscope::write_speedscope;
+pub use symbolize::{Module, Symbolizer};

@@ -265,6 +265,40 @@ impl Profile {
     }
 }
 
+/// Checks the converters run before they index anything.
+impl Profile {
+    /// The first broken invariant, if any: a stack naming a frame that does not exist, or a
+    /// sample naming a thread or stack that does not exist. The fields are public, so a
+    /// profile built by hand can break what the `intern_*` methods keep.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        for (id, stack) in self.stacks.iter().enumerate() {
+            if let Some(&f) = stack.iter().find(|&&f| f >= self.frames.len()) {
+                return Err(format!(
+                    "stack {id} names frame {f}, but there are {} frames",
+                    self.frames.len()
+                ));
+            }
+        }
+        for (i, s) in self.samples.iter().enumerate() {
+            if s.thread >= self.threads.len() {
+                return Err(format!(
+                    "sample {i} names thread {}, but there are {} threads",
+                    s.thread,
+                    self.threads.len()
+                ));
+            }
+            if s.stack >= self.stacks.len() {
+                return Err(format!(
+                    "sample {i} names stack {}, but there are {} stacks",
+                    s.stack,
+                    self.stacks.len()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

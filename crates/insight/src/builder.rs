@@ -1,0 +1,337 @@
+//! Turning a trace into a [`Profile`]: which events are samples, on which thread, with what
+//! weight, and their stacks symbolized.
+//!
+//! One pass over the trace: events that describe code feed the [`Symbolizer`]; events with
+//! a stack are kept as samples of raw addresses (distinct stacks interned, so memory grows
+//! with distinct stacks, not samples). Rundown arrives at the end of a trace, so addresses
+//! are resolved only in [`ProfileBuilder::finish`], once per distinct address.
+
+use std::collections::HashMap;
+
+use nettrace::source::Input;
+use nettrace::{Event, TraceReader, Value};
+
+use crate::profile::{Frame, FrameKind, Profile, Sample, SampleUnit};
+use crate::symbolize::{Symbolizer, RUNDOWN_PROVIDER};
+
+/// .NET's sample profiler: one stack per managed thread per millisecond.
+pub const DOTNET_SAMPLE_PROFILER: &str = "Microsoft-DotNETCore-SampleProfiler";
+/// This project's CPU sampler provider.
+pub const CPU_SAMPLER_PROVIDER: &str = "EventPipeRs-CpuSampler";
+/// This project's allocation sampler provider; its samples carry a `Weight` field (bytes).
+pub const ALLOCATION_PROVIDER: &str = "EventPipeRs-Allocations";
+
+/// Which events a profile is made of.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum SampleSelection {
+    /// CPU samples if the trace has any, else allocation samples, else every event with a
+    /// stack.
+    #[default]
+    Auto,
+    /// CPU samples only (.NET sample profiler, this project's sampler, `Universal.Events/cpu`).
+    Cpu,
+    /// Allocation samples only, weighted by the bytes each stands for.
+    Allocations,
+    /// Every event that carries a stack, one each.
+    EventsWithStacks,
+    /// Events with a stack named `Provider/Event` or `Event` (case-insensitive).
+    Event(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Kind {
+    Cpu,
+    Allocations,
+    Events,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct RawSample {
+    thread: u64,
+    time_ms: f64,
+    weight: u64,
+    stack: usize,
+}
+
+/// Builds a [`Profile`] from events fed one at a time.
+#[derive(Debug)]
+pub struct ProfileBuilder {
+    selection: SampleSelection,
+    symbolizer: Symbolizer,
+    raw_stacks: HashMap<Vec<u64>, usize>,
+    raw_stack_list: Vec<Vec<u64>>,
+    samples: HashMap<Kind, Vec<RawSample>>,
+    thread_names: HashMap<u64, String>,
+    thread_pids: HashMap<u64, u64>,
+    cpu_interval_ns: u64,
+    first_ms: Option<f64>,
+    last_ms: f64,
+}
+
+/// A profile and what could not be symbolized.
+#[derive(Debug)]
+pub struct BuiltProfile {
+    /// The profile.
+    pub profile: Profile,
+    /// One line per module that could not be symbolized, and why.
+    pub notes: Vec<String>,
+    /// The number of native modules and .NET methods the trace described.
+    pub modules: usize,
+    /// The number of .NET methods the trace described.
+    pub methods: usize,
+}
+
+impl ProfileBuilder {
+    /// A builder selecting samples by `selection`.
+    pub fn new(selection: SampleSelection) -> ProfileBuilder {
+        ProfileBuilder {
+            selection,
+            symbolizer: Symbolizer::new(),
+            raw_stacks: HashMap::new(),
+            raw_stack_list: Vec::new(),
+            samples: HashMap::new(),
+            thread_names: HashMap::new(),
+            thread_pids: HashMap::new(),
+            cpu_interval_ns: 1_000_000,
+            first_ms: None,
+            last_ms: 0.0,
+        }
+    }
+
+    /// Feeds one event.
+    pub fn observe(&mut self, event: &Event<'_>) {
+        let time_ms = event.timestamp_msec();
+        self.first_ms.get_or_insert(time_ms);
+        self.last_ms = self.last_ms.max(time_ms);
+        let tid = event.thread_id();
+        if let Some(name) = event.thread_name() {
+            self.thread_names
+                .entry(tid)
+                .or_insert_with(|| name.to_owned());
+        }
+        if let Some(pid) = event.process_id() {
+            self.thread_pids.entry(tid).or_insert(pid);
+        }
+        let md = event.metadata;
+        if md.provider == RUNDOWN_PROVIDER && md.event_name == "Thread" {
+            if let Ok(fields) = event.decode_payload() {
+                let get = |n: &str| fields.iter().find(|(f, _)| *f == n).map(|(_, v)| v);
+                if let (Some(id), Some(name)) = (
+                    get("ThreadId").and_then(Value::as_u64),
+                    get("Name").and_then(Value::as_str),
+                ) {
+                    self.thread_names.insert(id, name.to_owned());
+                }
+            }
+            return;
+        }
+        if self.symbolizer.observe(event) {
+            return;
+        }
+        let ips: Vec<u64> = event.stack_ips().collect();
+        if ips.is_empty() {
+            return;
+        }
+        let (kind, weight) = self.classify(event);
+        if !self.wanted(kind, event) {
+            return;
+        }
+        let stack = match self.raw_stacks.get(&ips) {
+            Some(&id) => id,
+            None => {
+                let id = self.raw_stack_list.len();
+                self.raw_stack_list.push(ips.clone());
+                self.raw_stacks.insert(ips, id);
+                id
+            }
+        };
+        self.samples.entry(kind).or_default().push(RawSample {
+            thread: tid,
+            time_ms,
+            weight,
+            stack,
+        });
+    }
+
+    fn classify(&self, event: &Event<'_>) -> (Kind, u64) {
+        let md = event.metadata;
+        let provider = md.provider.as_str();
+        if provider == DOTNET_SAMPLE_PROFILER
+            || provider == CPU_SAMPLER_PROVIDER
+            || (provider == "Universal.Events" && md.event_name == "cpu")
+        {
+            return (Kind::Cpu, 1);
+        }
+        if provider == ALLOCATION_PROVIDER && md.fields.iter().any(|f| f.name == "Weight") {
+            let weight = event
+                .decode_payload()
+                .ok()
+                .and_then(|fields| {
+                    fields
+                        .iter()
+                        .find(|(n, _)| *n == "Weight")
+                        .and_then(|(_, v)| v.as_u64())
+                })
+                .unwrap_or(0);
+            return (Kind::Allocations, weight);
+        }
+        (Kind::Events, 1)
+    }
+
+    fn wanted(&self, kind: Kind, event: &Event<'_>) -> bool {
+        match &self.selection {
+            SampleSelection::Auto => true,
+            SampleSelection::Cpu => kind == Kind::Cpu,
+            SampleSelection::Allocations => kind == Kind::Allocations,
+            SampleSelection::EventsWithStacks => true,
+            SampleSelection::Event(name) => {
+                let md = event.metadata;
+                name.eq_ignore_ascii_case(&md.qualified_name())
+                    || name.eq_ignore_ascii_case(&md.event_name)
+                    || name.eq_ignore_ascii_case(&md.display_name)
+            }
+        }
+    }
+
+    /// Symbolizes and assembles the profile.
+    pub fn finish(mut self) -> BuiltProfile {
+        let (kind, unit, name) = match &self.selection {
+            SampleSelection::Auto => {
+                if self.samples.contains_key(&Kind::Cpu) {
+                    (
+                        Some(Kind::Cpu),
+                        SampleUnit::CpuSamples {
+                            interval_ns: self.cpu_interval_ns,
+                        },
+                        "CPU samples".to_owned(),
+                    )
+                } else if self.samples.contains_key(&Kind::Allocations) {
+                    (
+                        Some(Kind::Allocations),
+                        SampleUnit::Bytes,
+                        "Allocations".to_owned(),
+                    )
+                } else {
+                    (
+                        Some(Kind::Events),
+                        SampleUnit::Events,
+                        "Events with stacks".to_owned(),
+                    )
+                }
+            }
+            SampleSelection::Cpu => (
+                Some(Kind::Cpu),
+                SampleUnit::CpuSamples {
+                    interval_ns: self.cpu_interval_ns,
+                },
+                "CPU samples".to_owned(),
+            ),
+            SampleSelection::Allocations => (
+                Some(Kind::Allocations),
+                SampleUnit::Bytes,
+                "Allocations".to_owned(),
+            ),
+            SampleSelection::EventsWithStacks => {
+                (None, SampleUnit::Events, "Events with stacks".to_owned())
+            }
+            SampleSelection::Event(name) => (None, SampleUnit::Events, format!("{name} stacks")),
+        };
+        let mut raw: Vec<RawSample> = match kind {
+            Some(kind) => self.samples.remove(&kind).unwrap_or_default(),
+            None => self.samples.drain().flat_map(|(_, v)| v).collect(),
+        };
+        raw.sort_by(|a, b| a.time_ms.total_cmp(&b.time_ms));
+        let trim = unit == SampleUnit::Events;
+        let mut profile = Profile::new(name, unit);
+        profile.start_ms = self.first_ms.unwrap_or(0.0);
+        profile.end_ms = self.last_ms;
+        let mut stack_ids: HashMap<usize, usize> = HashMap::new();
+        for sample in raw {
+            let stack = match stack_ids.get(&sample.stack) {
+                Some(&id) => id,
+                None => {
+                    let frames = self.symbolize_stack(sample.stack, trim);
+                    let frame_ids: Vec<usize> = frames
+                        .into_iter()
+                        .map(|f| profile.intern_frame(f))
+                        .collect();
+                    let id = profile.intern_stack(frame_ids);
+                    stack_ids.insert(sample.stack, id);
+                    id
+                }
+            };
+            let thread = profile.intern_thread(
+                sample.thread,
+                self.thread_names.get(&sample.thread).map(String::as_str),
+                self.thread_pids.get(&sample.thread).copied(),
+            );
+            profile.push_sample(Sample {
+                thread,
+                time_ms: sample.time_ms - profile.start_ms,
+                weight: sample.weight,
+                stack,
+            });
+        }
+        profile.end_ms -= profile.start_ms;
+        profile.start_ms = 0.0;
+        BuiltProfile {
+            notes: self.symbolizer.notes().to_vec(),
+            modules: self.symbolizer.modules().len(),
+            methods: self.symbolizer.method_count(),
+            profile,
+        }
+    }
+
+    /// The root-first frames of raw stack `id`.
+    fn symbolize_stack(&mut self, id: usize, trim_runtime: bool) -> Vec<Frame> {
+        let ips = std::mem::take(&mut self.raw_stack_list[id]);
+        let mut leaf_first: Vec<Frame> = Vec::with_capacity(ips.len());
+        for (i, &ip) in ips.iter().enumerate() {
+            leaf_first.extend(self.symbolizer.resolve(ip, i > 0).iter().cloned());
+        }
+        self.raw_stack_list[id] = ips;
+        if trim_runtime {
+            // The stack of an ordinary event starts inside the tracing runtime that
+            // captured it; those frames say nothing about the program.
+            if let Some(last_runtime) = leaf_first.iter().rposition(is_runtime_frame) {
+                if last_runtime + 1 < leaf_first.len() {
+                    leaf_first.drain(..=last_runtime);
+                }
+            }
+        }
+        // Runs of unresolvable addresses say one thing: "code we cannot name".
+        leaf_first.dedup_by(|a, b| a.kind == FrameKind::Unknown && b.kind == FrameKind::Unknown);
+        leaf_first.reverse();
+        if leaf_first.is_empty() {
+            leaf_first.push(Frame::named("[unknown]", FrameKind::Unknown));
+        }
+        leaf_first
+    }
+}
+
+/// Frames of the machinery that captures an event's stack: the unwinder, this project's
+/// runtime and its `tracing` layer, and `tracing`'s dispatch.
+fn is_runtime_frame(frame: &Frame) -> bool {
+    const PREFIXES: &[&str] = &[
+        "backtrace::",
+        "eventpipe::",
+        "eventpipe_tracing::",
+        "tracing::",
+        "tracing_core::",
+        "tracing_subscriber::",
+    ];
+    let name = frame.function.trim_start_matches('<');
+    frame.kind == FrameKind::Native && PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// Reads a whole trace into a profile.
+pub fn build_profile<I: Input>(
+    reader: &mut TraceReader<I>,
+    selection: SampleSelection,
+) -> nettrace::Result<BuiltProfile> {
+    let mut builder = ProfileBuilder::new(selection);
+    while let Some(event) = reader.next_event()? {
+        builder.observe(&event);
+    }
+    Ok(builder.finish())
+}

@@ -1,0 +1,37 @@
+//! The one error type of the converters.
+
+use std::io;
+
+/// Why a conversion failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Writing the output failed.
+    #[error("writing the output: {0}")]
+    Io(#[from] io::Error),
+    /// Serializing JSON failed (in practice: the writer under it failed).
+    #[error("writing JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The trace could not be read. Converters that stream close their output first, so
+    /// what was written is a valid document ending where the trace became unreadable.
+    #[error("reading the trace: {0}")]
+    Trace(#[from] nettrace::Error),
+    /// The profile breaks one of [`crate::Profile`]'s invariants (its fields are public, so
+    /// a caller can build one that does).
+    #[error("inconsistent profile: {0}")]
+    InvalidProfile(String),
+    /// The profile has no sample with a weight, and the output format cannot be empty.
+    #[error("profile {0:?} has no samples to draw")]
+    EmptyProfile(String),
+    /// A value does not fit the output format's integer type.
+    #[error("{what} = {value} does not fit the output format's 64-bit signed integer")]
+    Overflow {
+        /// Which value.
+        what: &'static str,
+        /// Its exact value.
+        value: u128,
+    },
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;

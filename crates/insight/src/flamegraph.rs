@@ -1,0 +1,168 @@
+//! Collapsed ("folded") stacks and SVG flame graphs.
+//!
+//! A collapsed line is one stack, root first, its frames' function names joined by `;`,
+//! then a space and the summed weight of its samples: `main;run;parse 42`. Lines are sorted
+//! and each stack appears once (stacks whose frames differ only in module, file or line
+//! print alike and are merged). Names are made safe for the format: `;` becomes `,`, line
+//! breaks and other control characters become spaces, and an empty name reads `[unknown]`;
+//! a sample without frames is drawn as the single frame `[no frames]`.
+//!
+//! The SVG is drawn by the `inferno` crate from those lines; weights are sample counts for
+//! CPU profiles (the title says the interval), bytes for allocation profiles and events
+//! otherwise.
+
+use std::collections::BTreeMap;
+use std::io::{BufWriter, Write};
+
+use crate::error::{Error, Result};
+use crate::profile::{Profile, SampleUnit};
+
+/// How samples of different threads are combined.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Grouping {
+    /// One tree for all threads.
+    #[default]
+    Merged,
+    /// One tree per thread: each stack starts with a frame naming the thread
+    /// ([`crate::Thread::label`]).
+    ByThread,
+}
+
+/// `name` as a collapsed-stack frame: no `;`, no line breaks or other control characters,
+/// not empty, no surrounding whitespace.
+pub fn sanitize_frame_name(name: &str) -> String {
+    let cleaned: String = name
+        .chars()
+        .map(|c| match c {
+            ';' => ',',
+            c if c.is_control() => ' ',
+            c => c,
+        })
+        .collect();
+    let trimmed = cleaned.trim();
+    if trimmed.is_empty() {
+        "[unknown]".to_owned()
+    } else {
+        trimmed.to_owned()
+    }
+}
+
+/// The collapsed stacks of `profile`: `(frames joined by ';', summed weight)`, sorted by
+/// the stack text, samples of weight 0 left out.
+///
+/// # Errors
+/// [`Error::InvalidProfile`] for inconsistent indices.
+pub fn collapsed_stacks(profile: &Profile, grouping: Grouping) -> Result<Vec<(String, u64)>> {
+    profile.check().map_err(Error::InvalidProfile)?;
+    let names: Vec<String> = profile
+        .frames
+        .iter()
+        .map(|f| sanitize_frame_name(&f.function))
+        .collect();
+    let threads: Vec<String> = profile
+        .threads
+        .iter()
+        .map(|t| sanitize_frame_name(&t.label()))
+        .collect();
+    // Sum per (thread, stack) first so each distinct line is formatted once.
+    let mut per_stack: BTreeMap<(usize, usize), u64> = BTreeMap::new();
+    for s in profile.samples.iter().filter(|s| s.weight > 0) {
+        let thread = match grouping {
+            Grouping::Merged => 0,
+            Grouping::ByThread => s.thread,
+        };
+        let total = per_stack.entry((thread, s.stack)).or_insert(0);
+        *total = total.saturating_add(s.weight);
+    }
+    let mut lines: BTreeMap<String, u64> = BTreeMap::new();
+    for ((thread, stack), weight) in per_stack {
+        let mut line = String::new();
+        if grouping == Grouping::ByThread {
+            line.push_str(&threads[thread]);
+        }
+        let frames = &profile.stacks[stack];
+        if frames.is_empty() {
+            if !line.is_empty() {
+                line.push(';');
+            }
+            line.push_str("[no frames]");
+        }
+        for &f in frames {
+            if !line.is_empty() {
+                line.push(';');
+            }
+            line.push_str(&names[f]);
+        }
+        let total = lines.entry(line).or_insert(0);
+        *total = total.saturating_add(weight);
+    }
+    Ok(lines.into_iter().collect())
+}
+
+/// Writes the collapsed stacks of `profile`, one `frames weight` line each.
+///
+/// # Errors
+/// [`Error::InvalidProfile`] for inconsistent indices, [`Error::Io`] when writing fails.
+pub fn write_collapsed(profile: &Profile, grouping: Grouping, w: impl Write) -> Result<()> {
+    let mut out = BufWriter::new(w);
+    for (stack, weight) in collapsed_stacks(profile, grouping)? {
+        writeln!(out, "{stack} {weight}")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// The flame graph's title: the profile's name and what the widths count.
+pub fn flamegraph_title(profile: &Profile) -> String {
+    let unit = match profile.unit {
+        SampleUnit::CpuSamples { interval_ns } => {
+            format!("CPU samples, {} each", format_interval(interval_ns))
+        }
+        SampleUnit::Bytes => "bytes allocated".to_owned(),
+        SampleUnit::Events => "events".to_owned(),
+    };
+    format!("{} ({unit})", profile.name)
+}
+
+fn format_interval(ns: u64) -> String {
+    if ns % 1_000_000 == 0 {
+        format!("{} ms", ns / 1_000_000)
+    } else if ns % 1_000 == 0 {
+        format!("{} µs", ns / 1_000)
+    } else {
+        format!("{ns} ns")
+    }
+}
+
+/// Writes an SVG flame graph of `profile` (interactive: click to zoom, search).
+///
+/// # Errors
+/// [`Error::EmptyProfile`] when no sample has a weight (nothing is written then),
+/// [`Error::InvalidProfile`] for inconsistent indices, [`Error::Io`] when drawing or
+/// writing fails.
+pub fn write_flamegraph(profile: &Profile, grouping: Grouping, w: impl Write) -> Result<()> {
+    let stacks = collapsed_stacks(profile, grouping)?;
+    if stacks.is_empty() {
+        return Err(Error::EmptyProfile(profile.name.clone()));
+    }
+    let lines: Vec<String> = stacks
+        .iter()
+        .map(|(stack, weight)| format!("{stack} {weight}"))
+        .collect();
+    let mut options = inferno::flamegraph::Options::default();
+    options.title = flamegraph_title(profile);
+    options.count_name = match profile.unit {
+        SampleUnit::CpuSamples { .. } => "samples",
+        SampleUnit::Bytes => "bytes",
+        SampleUnit::Events => "events",
+    }
+    .to_owned();
+    // Colours from the function names, so the same input draws the same picture.
+    options.deterministic = true;
+    // Already sorted by collapsed_stacks.
+    options.no_sort = true;
+    let mut out = BufWriter::new(w);
+    inferno::flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), &mut out)?;
+    out.flush()?;
+    Ok(())
+}

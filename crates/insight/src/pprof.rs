@@ -1,0 +1,438 @@
+//! pprof's `profile.proto`, gzip-compressed: what `go tool pprof` and most profile viewers
+//! read.
+//!
+//! The messages in [`proto`] mirror `profile.proto` (package `perftools.profiles`) field by
+//! field, with the same numbers, so no code generator is needed. The mapping from a
+//! [`Profile`]:
+//!
+//! * one `Location` per frame (id = frame id + 1, address 0: the profile is already
+//!   symbolized), each with one `Line`; one `Function` per distinct (function, source file);
+//!   one `Mapping` per distinct module, marked as having functions so pprof does not try to
+//!   symbolize it again;
+//! * one `Sample` per distinct (thread, stack), its values summed over the profile's
+//!   samples, its location ids leaf first (pprof's order, the reverse of [`Profile::stacks`]),
+//!   labelled `thread` (the thread's label) and `thread_id` (numeric);
+//! * sample types by [`SampleUnit`]: CPU `samples/count` and `cpu/nanoseconds` (weight ×
+//!   interval, with `period_type` cpu/nanoseconds and `period` the interval), bytes
+//!   `samples/count` (one per sample) and `alloc_space/bytes` (the weights), events
+//!   `events/count`. The profile has no object counts, so no `alloc_objects` is claimed.
+
+use std::collections::HashMap;
+use std::io::Write;
+
+use flate2::write::GzEncoder;
+use flate2::Compression;
+use prost::Message;
+
+use crate::error::{Error, Result};
+use crate::profile::{Profile, SampleUnit};
+
+/// The messages of pprof's `profile.proto`, with its field numbers.
+///
+/// Every `i64` that names a string is an index into [`proto::Profile::string_table`], whose
+/// entry 0 is `""`.
+pub mod proto {
+    /// A profile: samples, their locations, functions and mappings, and the string table.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Profile {
+        /// What each of a sample's values measures (type and unit).
+        #[prost(message, repeated, tag = "1")]
+        pub sample_type: Vec<ValueType>,
+        /// The samples.
+        #[prost(message, repeated, tag = "2")]
+        pub sample: Vec<Sample>,
+        /// Binaries the locations belong to.
+        #[prost(message, repeated, tag = "3")]
+        pub mapping: Vec<Mapping>,
+        /// Code locations.
+        #[prost(message, repeated, tag = "4")]
+        pub location: Vec<Location>,
+        /// Functions the locations' lines name.
+        #[prost(message, repeated, tag = "5")]
+        pub function: Vec<Function>,
+        /// Every string, `""` first.
+        #[prost(string, repeated, tag = "6")]
+        pub string_table: Vec<String>,
+        /// Regexp (string index) of frames to drop.
+        #[prost(int64, tag = "7")]
+        pub drop_frames: i64,
+        /// Regexp (string index) of frames to keep.
+        #[prost(int64, tag = "8")]
+        pub keep_frames: i64,
+        /// When collection started, nanoseconds since the Unix epoch (0: unknown).
+        #[prost(int64, tag = "9")]
+        pub time_nanos: i64,
+        /// How long the profile covers, in nanoseconds.
+        #[prost(int64, tag = "10")]
+        pub duration_nanos: i64,
+        /// What `period` counts.
+        #[prost(message, optional, tag = "11")]
+        pub period_type: Option<ValueType>,
+        /// Events between two samples.
+        #[prost(int64, tag = "12")]
+        pub period: i64,
+        /// Free-form comments (string indices).
+        #[prost(int64, repeated, tag = "13")]
+        pub comment: Vec<i64>,
+        /// The type (string index) of the value viewers show first.
+        #[prost(int64, tag = "14")]
+        pub default_sample_type: i64,
+    }
+
+    /// A type and a unit, both string indices.
+    #[derive(Clone, Copy, PartialEq, Eq, prost::Message)]
+    pub struct ValueType {
+        /// `cpu`, `samples`, `alloc_space`, ...
+        #[prost(int64, tag = "1")]
+        pub r#type: i64,
+        /// `nanoseconds`, `count`, `bytes`, ...
+        #[prost(int64, tag = "2")]
+        pub unit: i64,
+    }
+
+    /// Values observed at one stack.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Sample {
+        /// Location ids, leaf first.
+        #[prost(uint64, repeated, tag = "1")]
+        pub location_id: Vec<u64>,
+        /// One value per `Profile::sample_type`.
+        #[prost(int64, repeated, tag = "2")]
+        pub value: Vec<i64>,
+        /// Context such as the thread.
+        #[prost(message, repeated, tag = "3")]
+        pub label: Vec<Label>,
+    }
+
+    /// A key with a string or a numeric value.
+    #[derive(Clone, Copy, PartialEq, Eq, prost::Message)]
+    pub struct Label {
+        /// String index of the key.
+        #[prost(int64, tag = "1")]
+        pub key: i64,
+        /// String index of the value (string labels).
+        #[prost(int64, tag = "2")]
+        pub str: i64,
+        /// The value (numeric labels).
+        #[prost(int64, tag = "3")]
+        pub num: i64,
+        /// String index of `num`'s unit.
+        #[prost(int64, tag = "4")]
+        pub num_unit: i64,
+    }
+
+    /// A binary mapped into the process.
+    #[derive(Clone, PartialEq, Eq, prost::Message)]
+    pub struct Mapping {
+        /// Nonzero id.
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        /// Load address.
+        #[prost(uint64, tag = "2")]
+        pub memory_start: u64,
+        /// End of the mapped range.
+        #[prost(uint64, tag = "3")]
+        pub memory_limit: u64,
+        /// File offset of `memory_start`.
+        #[prost(uint64, tag = "4")]
+        pub file_offset: u64,
+        /// String index of the file name.
+        #[prost(int64, tag = "5")]
+        pub filename: i64,
+        /// String index of the build id.
+        #[prost(int64, tag = "6")]
+        pub build_id: i64,
+        /// Locations in it have function names.
+        #[prost(bool, tag = "7")]
+        pub has_functions: bool,
+        /// Locations in it have source file names.
+        #[prost(bool, tag = "8")]
+        pub has_filenames: bool,
+        /// Locations in it have line numbers.
+        #[prost(bool, tag = "9")]
+        pub has_line_numbers: bool,
+        /// Locations in it list inlined frames.
+        #[prost(bool, tag = "10")]
+        pub has_inline_frames: bool,
+    }
+
+    /// A code location.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Location {
+        /// Nonzero id.
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        /// Its mapping's id, 0 for none.
+        #[prost(uint64, tag = "2")]
+        pub mapping_id: u64,
+        /// Instruction address, 0 when not known.
+        #[prost(uint64, tag = "3")]
+        pub address: u64,
+        /// Innermost inlined function first, the caller they were inlined into last.
+        #[prost(message, repeated, tag = "4")]
+        pub line: Vec<Line>,
+        /// Several symbols share the address.
+        #[prost(bool, tag = "5")]
+        pub is_folded: bool,
+    }
+
+    /// A function and a line in it.
+    #[derive(Clone, Copy, PartialEq, Eq, prost::Message)]
+    pub struct Line {
+        /// The function's id.
+        #[prost(uint64, tag = "1")]
+        pub function_id: u64,
+        /// Source line, 0 when not known.
+        #[prost(int64, tag = "2")]
+        pub line: i64,
+    }
+
+    /// A function.
+    #[derive(Clone, Copy, PartialEq, Eq, prost::Message)]
+    pub struct Function {
+        /// Nonzero id.
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        /// String index of the readable name.
+        #[prost(int64, tag = "2")]
+        pub name: i64,
+        /// String index of the system's (for example mangled) name.
+        #[prost(int64, tag = "3")]
+        pub system_name: i64,
+        /// String index of the source file.
+        #[prost(int64, tag = "4")]
+        pub filename: i64,
+        /// First line of the function, 0 when not known.
+        #[prost(int64, tag = "5")]
+        pub start_line: i64,
+    }
+}
+
+/// What a [`Profile`] does not say but a pprof file can.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PprofOptions {
+    /// The wall-clock time of the trace's start (time 0 of [`crate::Sample::time_ms`]) as
+    /// nanoseconds since the Unix epoch, e.g. from
+    /// `TraceInfo::ticks_to_unix_nanos(trace.sync_time_ticks)`. `time_nanos` is 0
+    /// (unknown) without it.
+    pub trace_start_unix_nanos: Option<i128>,
+}
+
+/// The string table: `""` at 0, each string once.
+#[derive(Default)]
+struct Strings {
+    table: Vec<String>,
+    index: HashMap<String, i64>,
+}
+
+impl Strings {
+    fn new() -> Strings {
+        let mut s = Strings::default();
+        s.intern("");
+        s
+    }
+
+    fn intern(&mut self, s: &str) -> i64 {
+        if let Some(&i) = self.index.get(s) {
+            return i;
+        }
+        let i = self.table.len() as i64;
+        self.table.push(s.to_owned());
+        self.index.insert(s.to_owned(), i);
+        i
+    }
+
+    fn value_type(&mut self, ty: &str, unit: &str) -> proto::ValueType {
+        proto::ValueType {
+            r#type: self.intern(ty),
+            unit: self.intern(unit),
+        }
+    }
+}
+
+fn to_i64(what: &'static str, value: u128) -> Result<i64> {
+    i64::try_from(value).map_err(|_| Error::Overflow { what, value })
+}
+
+/// The (type, unit) of each sample value, and the default type, for `unit`.
+fn sample_types(unit: SampleUnit) -> (&'static [(&'static str, &'static str)], &'static str) {
+    match unit {
+        SampleUnit::CpuSamples { .. } => (&[("samples", "count"), ("cpu", "nanoseconds")], "cpu"),
+        SampleUnit::Bytes => (
+            &[("samples", "count"), ("alloc_space", "bytes")],
+            "alloc_space",
+        ),
+        SampleUnit::Events => (&[("events", "count")], "events"),
+    }
+}
+
+/// Builds the pprof message for `profile` (what [`write_pprof_with`] encodes).
+///
+/// # Errors
+/// [`Error::InvalidProfile`] for inconsistent indices, [`Error::Overflow`] when a summed
+/// value does not fit an `i64`.
+pub fn build_pprof(profile: &Profile, options: &PprofOptions) -> Result<proto::Profile> {
+    profile.check().map_err(Error::InvalidProfile)?;
+    let mut strings = Strings::new();
+    let mut out = proto::Profile::default();
+
+    let (types, default_type) = sample_types(profile.unit);
+    out.sample_type = types
+        .iter()
+        .map(|(ty, unit)| strings.value_type(ty, unit))
+        .collect();
+    out.default_sample_type = strings.intern(default_type);
+    if let SampleUnit::CpuSamples { interval_ns } = profile.unit {
+        out.period_type = Some(strings.value_type("cpu", "nanoseconds"));
+        out.period = to_i64("sampling interval (ns)", u128::from(interval_ns))?;
+    }
+
+    // Mappings (per module), functions (per name and file), locations (per frame).
+    let mut mapping_ids: HashMap<&str, u64> = HashMap::new();
+    let mut function_ids: HashMap<(&str, Option<&str>), u64> = HashMap::new();
+    for (frame_id, frame) in profile.frames.iter().enumerate() {
+        let mapping_id = match frame.module.as_deref() {
+            None => 0,
+            Some(module) => match mapping_ids.get(module) {
+                Some(&id) => id,
+                None => {
+                    let id = out.mapping.len() as u64 + 1;
+                    out.mapping.push(proto::Mapping {
+                        id,
+                        filename: strings.intern(module),
+                        has_functions: true,
+                        ..Default::default()
+                    });
+                    mapping_ids.insert(module, id);
+                    id
+                }
+            },
+        };
+        if mapping_id != 0 {
+            let m = &mut out.mapping[mapping_id as usize - 1];
+            m.has_filenames |= frame.file.is_some();
+            m.has_line_numbers |= frame.line.is_some();
+        }
+        let key = (frame.function.as_str(), frame.file.as_deref());
+        let function_id = match function_ids.get(&key) {
+            Some(&id) => id,
+            None => {
+                let id = out.function.len() as u64 + 1;
+                let name = strings.intern(&frame.function);
+                out.function.push(proto::Function {
+                    id,
+                    name,
+                    system_name: name,
+                    filename: frame.file.as_deref().map_or(0, |f| strings.intern(f)),
+                    start_line: 0,
+                });
+                function_ids.insert(key, id);
+                id
+            }
+        };
+        out.location.push(proto::Location {
+            id: frame_id as u64 + 1,
+            mapping_id,
+            address: 0,
+            line: vec![proto::Line {
+                function_id,
+                line: frame.line.map_or(0, i64::from),
+            }],
+            is_folded: false,
+        });
+    }
+
+    // Samples: summed per (thread, stack), in order of first appearance.
+    let mut totals: Vec<((usize, usize), u128, u128)> = Vec::new();
+    let mut slot: HashMap<(usize, usize), usize> = HashMap::new();
+    for s in &profile.samples {
+        let key = (s.thread, s.stack);
+        let i = *slot.entry(key).or_insert_with(|| {
+            totals.push((key, 0, 0));
+            totals.len() - 1
+        });
+        totals[i].1 += 1;
+        totals[i].2 += u128::from(s.weight);
+    }
+    let thread_key = strings.intern("thread");
+    let thread_id_key = strings.intern("thread_id");
+    let thread_labels: Vec<i64> = profile
+        .threads
+        .iter()
+        .map(|t| strings.intern(&t.label()))
+        .collect();
+    for ((thread, stack), count, weight) in totals {
+        let value = match profile.unit {
+            SampleUnit::CpuSamples { interval_ns } => vec![
+                to_i64("sample weight", weight)?,
+                to_i64(
+                    "CPU time (ns)",
+                    weight.saturating_mul(u128::from(interval_ns)),
+                )?,
+            ],
+            SampleUnit::Bytes => vec![to_i64("sample count", count)?, to_i64("bytes", weight)?],
+            SampleUnit::Events => vec![to_i64("event weight", weight)?],
+        };
+        let mut label = vec![proto::Label {
+            key: thread_key,
+            str: thread_labels[thread],
+            ..Default::default()
+        }];
+        if let Ok(tid) = i64::try_from(profile.threads[thread].id) {
+            label.push(proto::Label {
+                key: thread_id_key,
+                num: tid,
+                ..Default::default()
+            });
+        }
+        out.sample.push(proto::Sample {
+            location_id: profile.stacks[stack]
+                .iter()
+                .rev()
+                .map(|&f| f as u64 + 1)
+                .collect(),
+            value,
+            label,
+        });
+    }
+
+    let span_ms = profile.end_ms - profile.start_ms;
+    if span_ms.is_finite() && span_ms > 0.0 {
+        out.duration_nanos = (span_ms * 1e6) as i64;
+    }
+    if let Some(start) = options.trace_start_unix_nanos {
+        if profile.start_ms.is_finite() {
+            let at = start.saturating_add((profile.start_ms * 1e6) as i128);
+            out.time_nanos = i64::try_from(at).unwrap_or(0);
+        }
+    }
+    out.comment = vec![
+        strings.intern(&profile.name),
+        strings.intern(concat!(
+            "exported by eventpipe-rs ",
+            env!("CARGO_PKG_VERSION")
+        )),
+    ];
+    out.string_table = strings.table;
+    Ok(out)
+}
+
+/// Writes `profile` as a gzip-compressed pprof profile to `w`.
+///
+/// # Errors
+/// As [`build_pprof`], and [`Error::Io`] when writing fails.
+pub fn write_pprof(profile: &Profile, w: impl Write) -> Result<()> {
+    write_pprof_with(profile, &PprofOptions::default(), w)
+}
+
+/// [`write_pprof`] with what the profile itself does not know.
+///
+/// # Errors
+/// As [`write_pprof`].
+pub fn write_pprof_with(profile: &Profile, options: &PprofOptions, w: impl Write) -> Result<()> {
+    let message = build_pprof(profile, options)?;
+    let mut gz = GzEncoder::new(w, Compression::default());
+    gz.write_all(&message.encode_to_vec())?;
+    gz.finish()?.flush()?;
+    Ok(())
+}
