@@ -242,6 +242,25 @@ impl EventDescriptor {
         self.mask.load(Ordering::Relaxed) != 0
     }
 
+    /// Registers the event now rather than on its first write, and returns whether a
+    /// session records it.
+    ///
+    /// An event registers itself lazily: until then [`is_enabled`](Self::is_enabled) reads
+    /// true (so the first write takes the cold path) and its provider is unknown to the
+    /// registry, so the provider's enable callback hears of no session. Registering makes
+    /// both exact from now on: `is_enabled` follows the sessions, and the provider's callback
+    /// is told of every session that names it, running ones included (before this returns,
+    /// on this thread, with no lock held). Code that declares events at run time and relies
+    /// on the callback or on `is_enabled` before writing (a bridge from another tracing
+    /// API, say) calls this once per event. Idempotent; the cold path (the registry lock)
+    /// is taken only until the event is registered.
+    pub fn register(&'static self) -> bool {
+        if self.index().is_some() {
+            return self.is_enabled();
+        }
+        crate::registry::register_event(self) != 0
+    }
+
     /// Writes the event if enabled; `fill` encodes the payload fields in declaration order.
     /// Does not allocate unless the payload exceeds 1 KiB.
     #[inline]
@@ -590,5 +609,59 @@ mod tests {
         assert_eq!(s.as_bytes().len(), 2 * 2001);
         // SAFETY: as above.
         unsafe { slot.assume_init_drop() };
+    }
+
+    static REGISTER_CALLS: AtomicU32 = AtomicU32::new(0);
+    static REGISTER_ENABLED: AtomicU32 = AtomicU32::new(0);
+    fn count_register_callback(change: &EnableChange<'_>) {
+        REGISTER_CALLS.fetch_add(1, Ordering::SeqCst);
+        REGISTER_ENABLED.store(u32::from(change.enabled), Ordering::SeqCst);
+    }
+    static REGISTER_PROVIDER: Provider =
+        Provider::with_callback("Test-Unit-Register", count_register_callback);
+    static REGISTER_A: EventDescriptor =
+        EventDescriptor::new(&REGISTER_PROVIDER, 1, 0, "A", Level::Verbose, 0, 0, &[]);
+    static REGISTER_B: EventDescriptor =
+        EventDescriptor::new(&REGISTER_PROVIDER, 2, 0, "B", Level::Verbose, 0, 0, &[]);
+    static UNNAMED_PROVIDER: Provider = Provider::new("Test-Unit-Register-Unnamed");
+    static UNNAMED: EventDescriptor =
+        EventDescriptor::new(&UNNAMED_PROVIDER, 1, 0, "C", Level::Verbose, 0, 0, &[]);
+
+    #[test]
+    fn register_makes_the_mask_and_the_enable_callback_exact_before_any_write() {
+        // Unregistered: reads enabled (the sentinel) though no session names it.
+        assert!(UNNAMED.is_enabled());
+        assert!(!UNNAMED.register());
+        assert!(!UNNAMED.is_enabled());
+        assert!(!UNNAMED.register(), "idempotent");
+
+        let path = std::env::temp_dir().join(format!(
+            "eventpipe-unit-register-{}.nettrace",
+            std::process::id()
+        ));
+        let session = crate::Session::start(crate::SessionConfig::new(
+            vec![crate::ProviderConfig::new("Test-Unit-Register")],
+            crate::Output::File(path.clone()),
+        ))
+        .unwrap();
+        // The provider had no registered event when the session started: not told yet.
+        assert_eq!(REGISTER_CALLS.load(Ordering::SeqCst), 0);
+        assert!(REGISTER_A.register());
+        assert_eq!(REGISTER_CALLS.load(Ordering::SeqCst), 1, "told on register");
+        assert_eq!(REGISTER_ENABLED.load(Ordering::SeqCst), 1);
+        assert!(REGISTER_B.register());
+        assert_eq!(
+            REGISTER_CALLS.load(Ordering::SeqCst),
+            1,
+            "once per provider"
+        );
+        assert!(!UNNAMED.is_enabled());
+        let stats = session.stop().unwrap();
+        std::fs::remove_file(&path).ok();
+        assert_eq!(stats.events_written, 0, "registering writes nothing");
+        assert_eq!(REGISTER_CALLS.load(Ordering::SeqCst), 2, "told on stop");
+        assert_eq!(REGISTER_ENABLED.load(Ordering::SeqCst), 0);
+        assert!(!REGISTER_A.is_enabled() && !REGISTER_B.is_enabled());
+        assert!(!REGISTER_A.register());
     }
 }
