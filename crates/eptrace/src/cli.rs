@@ -10,9 +10,12 @@ use std::path::PathBuf;
 use clap::error::ErrorKind;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 
+use eventpipe_insight::SampleSelection;
+
 use crate::collect::{Profile, TargetSpec};
+use crate::convert::ConvertFormat;
 use crate::input::InputSpec;
-use crate::{collect, dump, ps, report, stress};
+use crate::{collect, convert, dump, ps, report, stress};
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -23,6 +26,7 @@ Examples:
   eptrace report app.nettrace
   eptrace report --json app.nettrace | jq .event_counts
   eptrace dump --event GC/Start --json app.nettrace
+  eptrace convert --format speedscope,flamegraph app.nettrace
   cat app.nettrace | eptrace dump --sorted --from 100 --to 200 -
   eptrace stress --threads 1,8 --events 1000 --output file --mode block
 
@@ -50,6 +54,9 @@ enum Command {
     Report(ReportArgs),
     /// Print events, one per line, as text or JSON lines.
     Dump(DumpArgs),
+    /// Convert a trace to speedscope, Chrome/Perfetto JSON, pprof, a flame graph SVG or
+    /// collapsed stacks.
+    Convert(ConvertArgs),
     /// Run EventPipe's stress matrix in-process and check that no event goes missing.
     Stress(StressArgs),
 }
@@ -118,9 +125,19 @@ struct CollectArgs {
     /// The trace file [default: NAME_PID.nettrace].
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<PathBuf>,
-    /// Trace format: v5 (readable by every NetTrace reader) or v6 (eventpipe-rs only).
-    #[arg(long = "format", value_name = "V", default_value = "v5", value_parser = ["v5", "v6"])]
+    /// NetTrace version: v5 (readable by every NetTrace reader) or v6 (eventpipe-rs only).
+    #[arg(long = "nettrace-version", value_name = "V", default_value = "v5",
+          value_parser = ["v5", "v6"])]
     trace_format: String,
+    /// Also convert the trace, once collected (comma list; see `eptrace convert`).
+    #[arg(
+        short = 'f',
+        long = "format",
+        value_name = "FORMAT,..",
+        value_delimiter = ',',
+        value_enum
+    )]
+    formats: Vec<ConvertFormat>,
     /// The program to start and trace, after `--`.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<std::ffi::OsString>,
@@ -204,6 +221,33 @@ struct DumpArgs {
 }
 
 #[derive(Debug, Args)]
+struct ConvertArgs {
+    #[command(flatten)]
+    input: InputArgs,
+    /// Output formats (comma list).
+    #[arg(
+        short = 'f',
+        long = "format",
+        value_name = "FORMAT,..",
+        value_delimiter = ',',
+        required = true,
+        value_enum
+    )]
+    formats: Vec<ConvertFormat>,
+    /// Output file, for a single format [default: the trace's name with the format's
+    /// suffix: .speedscope.json, .chrome.json, .pb.gz, .svg, .folded].
+    #[arg(short = 'o', long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Which events are the samples: auto (CPU samples, else allocation samples, else
+    /// every event with a stack), cpu, alloc, events, or an event name (Provider/Event).
+    #[arg(long, value_name = "WHAT", default_value = "auto")]
+    samples: String,
+    /// One flame graph per thread, side by side, instead of all threads merged.
+    #[arg(long)]
+    by_thread: bool,
+}
+
+#[derive(Debug, Args)]
 struct StressArgs {
     /// Writer thread counts (comma list) [default: 1,8,16,50,100,1000].
     #[arg(long, value_name = "N,..", value_delimiter = ',',
@@ -274,6 +318,8 @@ pub(crate) enum Action {
     Dump(dump::Config),
     /// `eptrace stress`.
     Stress(stress::Config),
+    /// `eptrace convert`.
+    Convert(convert::Config),
 }
 
 impl Cli {
@@ -299,6 +345,7 @@ impl Cli {
                 output: a.output,
                 v6: a.trace_format == "v6",
                 stacks: a.stacks,
+                convert: a.formats,
             }),
             Command::Report(a) => Action::Report(report::Config {
                 input: InputSpec::from_arg(a.input.file),
@@ -327,6 +374,21 @@ impl Cli {
                     payload: !a.no_payload,
                 })
             }
+            Command::Convert(a) => {
+                if a.output.is_some() && a.formats.len() > 1 {
+                    return Err(usage_error(
+                        "convert",
+                        "-o names one file; give one --format with it".into(),
+                    ));
+                }
+                Action::Convert(convert::Config {
+                    input: InputSpec::from_arg(a.input.file),
+                    formats: a.formats,
+                    output: a.output,
+                    samples: parse_samples(&a.samples),
+                    by_thread: a.by_thread,
+                })
+            }
             Command::Stress(a) => Action::Stress(stress::Config {
                 threads: or_default(a.threads, stress::MATRIX_THREADS),
                 events: or_default(a.events, stress::MATRIX_EVENTS),
@@ -343,6 +405,17 @@ impl Cli {
                 keep: a.keep,
             }),
         })
+    }
+}
+
+/// `--samples`: a kind, or an event name.
+fn parse_samples(s: &str) -> SampleSelection {
+    match s.to_ascii_lowercase().as_str() {
+        "auto" => SampleSelection::Auto,
+        "cpu" => SampleSelection::Cpu,
+        "alloc" | "allocations" => SampleSelection::Allocations,
+        "events" => SampleSelection::EventsWithStacks,
+        _ => SampleSelection::Event(s.to_owned()),
     }
 }
 

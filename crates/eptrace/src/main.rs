@@ -13,6 +13,7 @@
 
 mod cli;
 mod collect;
+mod convert;
 mod dump;
 mod input;
 mod progress;
@@ -42,6 +43,7 @@ fn run() -> ExitCode {
         cli::Action::Report(config) => report::do_report(&config),
         cli::Action::Dump(config) => dump::do_dump(&config),
         cli::Action::Stress(config) => stress::do_stress(&config),
+        cli::Action::Convert(config) => convert::do_convert(&config),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

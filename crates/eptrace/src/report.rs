@@ -16,6 +16,7 @@ use std::thread;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use eventpipe_insight::{BuiltProfile, ProfileBuilder, SampleSelection};
 use nettrace::source::Input;
 use nettrace::{EventMetadata, ReadStats, SortedReader, TraceInfo, TraceReader};
 use serde::Serialize;
@@ -78,6 +79,38 @@ struct Report {
     lost_events: Lost,
     stacks: Stacks,
     time_order: TimeOrder,
+    /// Where the samples (CPU, allocation, or stack-carrying events) fall.
+    profile: HotSpots,
+}
+
+#[derive(Debug, Serialize)]
+struct HotSpots {
+    /// What a sample is: `CPU samples`, `Allocations`, `Events with stacks`.
+    kind: String,
+    samples: u64,
+    total_weight: u64,
+    /// Heaviest self weight first.
+    functions: Vec<HotFunction>,
+    /// Heaviest first; frames root first, joined by `;`.
+    stacks: Vec<HotStack>,
+    /// Modules that could not be symbolized, and why.
+    notes: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct HotFunction {
+    function: String,
+    module: Option<String>,
+    /// Weight of samples whose leaf is this function.
+    self_weight: u64,
+    /// Weight of samples with this function anywhere on the stack.
+    total_weight: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct HotStack {
+    stack: String,
+    weight: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -85,7 +118,12 @@ struct ThreadRow {
     /// OS process id; in a multi-process (V6) trace thread ids repeat across processes.
     process_id: Option<u64>,
     thread_id: u64,
+    /// The thread's name, from V6 thread blocks or this project's rundown.
+    name: Option<String>,
     events: u64,
+    /// Milliseconds since the trace's start of the thread's first and last events.
+    first_ms: f64,
+    last_ms: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -201,12 +239,62 @@ fn finish(
     Ok(build(main, sorted, file_bytes, name))
 }
 
+/// Names a thread from an `EventPipeRs-Rundown/Thread` event.
+fn remember_rundown_thread(event: &nettrace::Event<'_>, names: &mut HashMap<u64, String>) {
+    let Ok(fields) = event.decode_payload() else {
+        return;
+    };
+    let get = |n: &str| fields.iter().find(|(f, _)| *f == n).map(|(_, v)| v);
+    if let (Some(tid), Some(name)) = (
+        get("ThreadId").and_then(nettrace::Value::as_u64),
+        get("Name").and_then(nettrace::Value::as_str),
+    ) {
+        names.insert(tid, name.to_owned());
+    }
+}
+
+/// The top of a symbolized profile of the trace.
+fn hot_spots(built: BuiltProfile) -> HotSpots {
+    let p = &built.profile;
+    let functions = p
+        .weight_by_function()
+        .into_iter()
+        .map(|(f, self_weight, total_weight)| HotFunction {
+            function: p.frames[f].function.clone(),
+            module: p.frames[f].module.clone(),
+            self_weight,
+            total_weight,
+        })
+        .collect();
+    let stacks = p
+        .weight_by_stack()
+        .into_iter()
+        .map(|(id, weight)| HotStack {
+            stack: p.stacks[id]
+                .iter()
+                .map(|&f| p.frames[f].function.as_str())
+                .collect::<Vec<_>>()
+                .join(";"),
+            weight,
+        })
+        .collect();
+    HotSpots {
+        kind: p.name.clone(),
+        samples: p.samples.len() as u64,
+        total_weight: p.total_weight(),
+        functions,
+        stacks,
+        notes: built.notes.clone(),
+    }
+}
+
 /// The file-order pass's results.
 #[derive(Debug)]
 struct FilePass {
     tally: Tally,
     trace: TraceInfo,
     stats: ReadStats,
+    profile: BuiltProfile,
 }
 
 fn file_pass<I: Input>(
@@ -215,14 +303,34 @@ fn file_pass<I: Input>(
     sorted_pos: &AtomicU64,
 ) -> nettrace::Result<FilePass> {
     let mut tally = Tally::default();
+    let mut profile = ProfileBuilder::new(SampleSelection::Auto);
     while let Some(event) = reader.next_event()? {
+        profile.observe(&event);
         tally.events += 1;
         tally.names.add(event.metadata);
-        *tally
+        let ts = event.header.timestamp;
+        let thread = tally
             .threads
             .entry((event.process_id(), event.thread_id()))
-            .or_default() += 1;
-        let ts = event.header.timestamp;
+            .or_insert(ThreadTally {
+                events: 0,
+                first_ts: ts,
+                last_ts: ts,
+            });
+        thread.events += 1;
+        thread.first_ts = thread.first_ts.min(ts);
+        thread.last_ts = thread.last_ts.max(ts);
+        if let Some(name) = event.thread_name() {
+            if !tally.thread_names.contains_key(&event.thread_id()) {
+                tally
+                    .thread_names
+                    .insert(event.thread_id(), name.to_owned());
+            }
+        } else if event.metadata.provider == "EventPipeRs-Rundown"
+            && event.metadata.event_name == "Thread"
+        {
+            remember_rundown_thread(&event, &mut tally.thread_names);
+        }
         tally.min_ts = Some(tally.min_ts.map_or(ts, |m| m.min(ts)));
         tally.max_ts = Some(tally.max_ts.map_or(ts, |m| m.max(ts)));
         // The raw capture thread (V6: its thread-table index), not the OS id: in a V6
@@ -248,6 +356,7 @@ fn file_pass<I: Input>(
         tally,
         trace: reader.trace().clone(),
         stats: reader.stats().clone(),
+        profile: profile.finish(),
     })
 }
 
@@ -286,10 +395,18 @@ fn sorted_pass<I: Input>(
 
 /// Counters of the file-order pass.
 #[derive(Debug, Default)]
+struct ThreadTally {
+    events: u64,
+    first_ts: i64,
+    last_ts: i64,
+}
+
+#[derive(Debug, Default)]
 struct Tally {
     events: u64,
     names: NameCounter,
-    threads: HashMap<(Option<u64>, u64), u64>,
+    threads: HashMap<(Option<u64>, u64), ThreadTally>,
+    thread_names: HashMap<u64, String>,
     last_ts_by_capture: HashMap<u64, i64>,
     violations_by_capture: HashMap<u64, u64>,
     min_ts: Option<i64>,
@@ -355,6 +472,7 @@ fn build(main: FilePass, sorted: SortedCheck, file_bytes: u64, name: &str) -> Re
         tally,
         trace,
         stats,
+        profile,
     } = main;
     let mut events_by_provider = BTreeMap::new();
     let mut event_counts = BTreeMap::new();
@@ -365,10 +483,17 @@ fn build(main: FilePass, sorted: SortedCheck, file_bytes: u64, name: &str) -> Re
     let mut threads: Vec<ThreadRow> = tally
         .threads
         .iter()
-        .map(|(&(process_id, thread_id), &events)| ThreadRow {
+        .map(|(&(process_id, thread_id), t)| ThreadRow {
             process_id,
             thread_id,
-            events,
+            name: tally.thread_names.get(&thread_id).cloned(),
+            events: t.events,
+            first_ms: tally.min_ts.map_or(0.0, |lo| {
+                trace.ticks_to_msec(t.first_ts) - trace.ticks_to_msec(lo)
+            }),
+            last_ms: tally.min_ts.map_or(0.0, |lo| {
+                trace.ticks_to_msec(t.last_ts) - trace.ticks_to_msec(lo)
+            }),
         })
         .collect();
     threads.sort_by(|a, b| {
@@ -418,6 +543,7 @@ fn build(main: FilePass, sorted: SortedCheck, file_bytes: u64, name: &str) -> Re
             unresolved: stats.unresolved_stacks,
         },
         time_order,
+        profile: hot_spots(profile),
     }
 }
 
@@ -546,11 +672,20 @@ fn render_text(r: &Report, top: usize) -> String {
     let threads: Vec<(String, u64)> = r
         .threads
         .iter()
-        .map(|t| match t.process_id {
-            Some(pid) if processes.len() > 1 => {
-                (format!("pid {pid} tid {}", t.thread_id), t.events)
-            }
-            _ => (format!("tid {}", t.thread_id), t.events),
+        .map(|t| {
+            let id = match t.process_id {
+                Some(pid) if processes.len() > 1 => format!("pid {pid} tid {}", t.thread_id),
+                _ => format!("tid {}", t.thread_id),
+            };
+            let name = t
+                .name
+                .as_deref()
+                .map(|n| format!(" {n}"))
+                .unwrap_or_default();
+            (
+                format!("{id}{name}  ({:.1}-{:.1} ms)", t.first_ms, t.last_ms),
+                t.events,
+            )
         })
         .collect();
     let threads: Vec<(&str, u64)> = threads.iter().map(|(k, n)| (k.as_str(), *n)).collect();
@@ -566,7 +701,52 @@ fn render_text(r: &Report, top: usize) -> String {
         lost.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
         table(&mut s, "events lost by thread", &lost, top);
     }
+    render_hot_spots(&mut s, &r.profile, top);
     s
+}
+
+fn render_hot_spots(s: &mut String, hot: &HotSpots, top: usize) {
+    use std::fmt::Write as _;
+    if hot.samples == 0 {
+        let _ = writeln!(
+            s,
+            "\nhot spots: none (no event carries a stack; collect with --stacks or a sampling profile)"
+        );
+        return;
+    }
+    let pct = |w: u64| 100.0 * w as f64 / hot.total_weight.max(1) as f64;
+    let _ = writeln!(
+        s,
+        "\nhottest functions ({}: {} samples; self% = as the leaf, total% = anywhere on the stack):",
+        hot.kind, hot.samples
+    );
+    for f in hot.functions.iter().take(top) {
+        let module = f
+            .module
+            .as_deref()
+            .map(|m| format!("  [{m}]"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "  {:>6.2}% {:>6.2}%  {}{module}",
+            pct(f.self_weight),
+            pct(f.total_weight),
+            f.function
+        );
+    }
+    let _ = writeln!(s, "\nhottest stacks (leaf last):");
+    for st in hot.stacks.iter().take(top.min(10)) {
+        let frames: Vec<&str> = st.stack.split(';').collect();
+        let shown = if frames.len() > 6 {
+            format!("... {}", frames[frames.len() - 6..].join(" > "))
+        } else {
+            frames.join(" > ")
+        };
+        let _ = writeln!(s, "  {:>6.2}%  {shown}", pct(st.weight));
+    }
+    for note in &hot.notes {
+        let _ = writeln!(s, "  note: {note}");
+    }
 }
 
 /// `n thing` or `n things`.

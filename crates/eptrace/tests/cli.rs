@@ -317,3 +317,121 @@ fn usage_errors_exit_two() {
     assert_eq!(run(&["frobnicate"]).status.code(), Some(2));
     assert_eq!(run(&["--help"]).status.code(), Some(0));
 }
+
+const MANAGED_SAMPLES: &str = "only_managed_samples.nettrace";
+
+#[test]
+fn report_shows_the_hottest_functions_of_a_cpu_trace() {
+    let Some(path) = trace(
+        "report_shows_the_hottest_functions_of_a_cpu_trace",
+        MANAGED_SAMPLES,
+    ) else {
+        return;
+    };
+    let json = report_json(path.to_str().unwrap());
+    let hot = &json["profile"];
+    assert_eq!(hot["kind"], "CPU samples");
+    let samples = hot["samples"].as_u64().unwrap();
+    assert_eq!(
+        Some(samples),
+        json["event_counts"]["Microsoft-DotNETCore-SampleProfiler/Thread/Sample"].as_u64()
+    );
+    let top = &hot["functions"][0];
+    assert_eq!(top["function"], "NoNativeStacks.Program.FindByte");
+    let self_sum: u64 = hot["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["self_weight"].as_u64().unwrap())
+        .sum();
+    assert_eq!(self_sum, samples);
+    let text = stdout(&run(&["report", path.to_str().unwrap()]));
+    assert!(text.contains("hottest functions (CPU samples"), "{text}");
+    assert!(
+        text.contains("NoNativeStacks.Program.Main > NoNativeStacks.Program.Test"),
+        "{text}"
+    );
+}
+
+#[test]
+fn convert_writes_every_format_next_to_the_trace() {
+    let Some(src) = trace(
+        "convert_writes_every_format_next_to_the_trace",
+        MANAGED_SAMPLES,
+    ) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("eptrace-convert-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("managed.nettrace");
+    std::fs::copy(&src, &path).unwrap();
+    let out = run(&[
+        "convert",
+        "--format",
+        "speedscope,chrome,pprof,flamegraph,collapsed",
+        path.to_str().unwrap(),
+    ]);
+    assert_ok(&out);
+    let err = stderr(&out);
+    for suffix in [
+        ".speedscope.json",
+        ".chrome.json",
+        ".pb.gz",
+        ".svg",
+        ".folded",
+    ] {
+        let file = dir.join(format!("managed{suffix}"));
+        assert!(file.is_file(), "{suffix} missing; stderr: {err}");
+        assert!(err.contains(&file.display().to_string()), "{err}");
+    }
+    // The folded stacks are exactly the trace's two distinct stacks and their counts.
+    let folded = std::fs::read_to_string(dir.join("managed.folded")).unwrap();
+    let mut lines: Vec<&str> = folded.lines().collect();
+    lines.sort();
+    let main =
+        "NoNativeStacks.Program.Main;NoNativeStacks.Program.Test;NoNativeStacks.Program.InnerLoop";
+    assert_eq!(
+        lines,
+        [
+            format!("{main} 2419"),
+            format!("{main};NoNativeStacks.Program.FindByte 5004")
+        ]
+    );
+    let speedscope: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("managed.speedscope.json")).unwrap())
+            .unwrap();
+    let samples: usize = speedscope["profiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["samples"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(samples, 7423);
+    let chrome: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("managed.chrome.json")).unwrap()).unwrap();
+    assert!(chrome["traceEvents"].as_array().unwrap().len() > 37_000);
+    let svg = std::fs::read_to_string(dir.join("managed.svg")).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("FindByte"));
+
+    // -o with one format; -o with two is a usage error.
+    let one = dir.join("one.folded");
+    assert_ok(&run(&[
+        "convert",
+        "-f",
+        "collapsed",
+        "-o",
+        one.to_str().unwrap(),
+        path.to_str().unwrap(),
+    ]));
+    assert_eq!(std::fs::read_to_string(&one).unwrap(), folded);
+    let two = run(&[
+        "convert",
+        "-f",
+        "collapsed,flamegraph",
+        "-o",
+        "x",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(two.status.code(), Some(2));
+    std::fs::remove_dir_all(&dir).ok();
+}

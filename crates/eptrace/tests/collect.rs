@@ -160,7 +160,7 @@ fn collect_by_pid_in_both_modes_and_formats_loses_nothing() {
             "700ms",
             "--buffering",
             mode,
-            "--format",
+            "--nettrace-version",
             format,
             "-o",
             path.to_str().unwrap(),

@@ -38,6 +38,8 @@ pub(crate) struct Config {
     pub(crate) output: Option<PathBuf>,
     pub(crate) v6: bool,
     pub(crate) stacks: bool,
+    /// Formats to convert the trace to once it is complete.
+    pub(crate) convert: Vec<crate::convert::ConvertFormat>,
 }
 
 /// What the stream held, counted as it arrived.
@@ -243,6 +245,17 @@ pub(crate) fn do_collect(config: &Config) -> Result<()> {
         reason,
         &notes,
     );
+    if !config.convert.is_empty() {
+        let written = crate::convert::convert_file(
+            &path,
+            &config.convert,
+            eventpipe_insight::SampleSelection::Auto,
+        )?;
+        let mut out = std::io::stdout().lock();
+        for w in written {
+            let _ = writeln!(out, "Wrote {} ({})", w.path.display(), w.summary);
+        }
+    }
     Ok(())
 }
 
@@ -273,7 +286,7 @@ fn build_request(
     providers: Vec<eventpipe_ipc::ProviderRequest>,
 ) -> Result<CollectTracing> {
     if config.v6 && !is_rust {
-        bail!("--format v6 needs an eventpipe-rs process; .NET runtimes stream NetTrace V4/V5");
+        bail!("--nettrace-version v6 needs an eventpipe-rs process; .NET runtimes stream NetTrace V4/V5");
     }
     // .NET Core 3.1 and .NET 8 know CollectTracing2; the buffering mode needs version 6.
     let version = if is_rust || config.block { 6 } else { 2 };

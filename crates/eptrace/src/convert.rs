@@ -1,0 +1,263 @@
+//! `eptrace convert`: a trace as the files profilers open — speedscope, Chrome/Perfetto
+//! JSON, pprof, a flame graph SVG or collapsed stacks.
+//!
+//! The profile formats are built from one [`eventpipe_insight::Profile`] (one read of the
+//! trace, symbolized once); the Chrome format reads the trace again, streaming. `collect
+//! --format` and the demo call [`convert_file`] on the trace they just wrote.
+
+use std::fs::File;
+use std::io::{BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use eventpipe_insight::flamegraph::Grouping;
+use eventpipe_insight::{BuiltProfile, ProfileBuilder, SampleSelection};
+use nettrace::TraceReader;
+
+use crate::input::{self, InputSpec, Opened};
+use crate::progress::Progress;
+
+/// An output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ConvertFormat {
+    /// speedscope JSON (https://www.speedscope.app): sampled profiles per thread.
+    Speedscope,
+    /// Chrome Trace Event JSON (Perfetto UI, chrome://tracing): events, start/stop spans.
+    Chrome,
+    /// pprof (gzipped protobuf): `go tool pprof`, Pyroscope.
+    Pprof,
+    /// A flame graph SVG.
+    Flamegraph,
+    /// Collapsed stacks (`root;caller;leaf weight`), the input of most flame graph tools.
+    Collapsed,
+}
+
+impl ConvertFormat {
+    /// The file name suffix that replaces `.nettrace`.
+    fn suffix(self) -> &'static str {
+        match self {
+            ConvertFormat::Speedscope => ".speedscope.json",
+            ConvertFormat::Chrome => ".chrome.json",
+            ConvertFormat::Pprof => ".pb.gz",
+            ConvertFormat::Flamegraph => ".svg",
+            ConvertFormat::Collapsed => ".folded",
+        }
+    }
+
+    fn needs_profile(self) -> bool {
+        self != ConvertFormat::Chrome
+    }
+}
+
+/// What `convert` was asked to do.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    /// The trace to read.
+    pub(crate) input: InputSpec,
+    /// Formats to write, at least one.
+    pub(crate) formats: Vec<ConvertFormat>,
+    /// The output file (one format) or `None` for names derived from the input.
+    pub(crate) output: Option<PathBuf>,
+    /// Which events become samples.
+    pub(crate) samples: SampleSelection,
+    /// One flame graph tree per thread instead of one for all.
+    pub(crate) by_thread: bool,
+}
+
+/// One file written.
+#[derive(Debug)]
+pub(crate) struct Written {
+    pub(crate) path: PathBuf,
+    pub(crate) summary: String,
+}
+
+/// Runs `eptrace convert`.
+pub(crate) fn do_convert(config: &Config) -> Result<()> {
+    let name = config.input.display_name();
+    let opened = input::open(&config.input)?;
+    let bytes: Vec<u8>;
+    let data: &[u8] = match &opened {
+        Opened::Mapped(_) => opened.bytes().unwrap_or(&[]),
+        Opened::Stream(_) => {
+            // Two formats may need two reads; a stream is read once into memory.
+            let Opened::Stream(mut stream) = opened else {
+                unreachable!()
+            };
+            let mut all = Vec::new();
+            stream
+                .read_to_end(&mut all)
+                .with_context(|| format!("cannot read {name}"))?;
+            bytes = all;
+            &bytes
+        }
+    };
+    let base = match &config.input {
+        InputSpec::Path(p) => p.clone(),
+        InputSpec::Stdin => PathBuf::from("stdin.nettrace"),
+    };
+    let targets: Vec<(ConvertFormat, PathBuf)> = match (&config.output, config.formats.as_slice()) {
+        (Some(out), [format]) => vec![(*format, out.clone())],
+        (Some(_), _) => bail!(
+            "-o names one file; it cannot take {} formats",
+            config.formats.len()
+        ),
+        (None, formats) => formats
+            .iter()
+            .map(|&f| (f, output_path(&base, f)))
+            .collect(),
+    };
+    let written = convert_bytes(data, &name, &targets, config)?;
+    let mut err = std::io::stderr().lock();
+    for w in &written {
+        let _ = writeln!(err, "wrote {} ({})", w.path.display(), w.summary);
+    }
+    Ok(())
+}
+
+/// `trace.nettrace` → `trace.speedscope.json` (and so on).
+pub(crate) fn output_path(trace: &Path, format: ConvertFormat) -> PathBuf {
+    let file = trace
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "trace.nettrace".into());
+    let stem = file.strip_suffix(".nettrace").unwrap_or(&file);
+    trace.with_file_name(format!("{stem}{}", format.suffix()))
+}
+
+/// Converts the trace file at `path` into each format, next to it.
+pub(crate) fn convert_file(
+    path: &Path,
+    formats: &[ConvertFormat],
+    samples: SampleSelection,
+) -> Result<Vec<Written>> {
+    let name = path.display().to_string();
+    let opened = input::open(&InputSpec::Path(path.to_path_buf()))?;
+    let data = opened.bytes().unwrap_or(&[]);
+    let targets: Vec<_> = formats.iter().map(|&f| (f, output_path(path, f))).collect();
+    let config = Config {
+        input: InputSpec::Path(path.to_path_buf()),
+        formats: formats.to_vec(),
+        output: None,
+        samples,
+        by_thread: false,
+    };
+    convert_bytes(data, &name, &targets, &config)
+}
+
+fn convert_bytes(
+    data: &[u8],
+    name: &str,
+    targets: &[(ConvertFormat, PathBuf)],
+    config: &Config,
+) -> Result<Vec<Written>> {
+    let mut written = Vec::new();
+    let profile = if targets.iter().any(|(f, _)| f.needs_profile()) {
+        let built = read_profile(data, name, config.samples.clone())?;
+        report_notes(&built);
+        Some(built)
+    } else {
+        None
+    };
+    for (format, path) in targets {
+        let file =
+            File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+        let mut out = BufWriter::new(file);
+        let summary = match (format, &profile) {
+            (ConvertFormat::Chrome, _) => {
+                let mut reader =
+                    TraceReader::from_slice(data).with_context(|| format!("cannot read {name}"))?;
+                let s = eventpipe_insight::write_chrome_trace(&mut reader, &mut out)
+                    .with_context(|| format!("cannot convert {name} to Chrome JSON"))?;
+                format!(
+                    "{} events: {} instants, {} spans",
+                    s.events, s.instants, s.complete
+                )
+            }
+            (format, Some(built)) => {
+                write_profile(*format, built, config.by_thread, &mut out)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+                profile_summary(built)
+            }
+            (_, None) => unreachable!("profile formats build the profile first"),
+        };
+        out.flush()
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        written.push(Written {
+            path: path.clone(),
+            summary,
+        });
+    }
+    Ok(written)
+}
+
+/// Reads the trace into a symbolized profile, with a progress bar on long reads.
+pub(crate) fn read_profile(
+    data: &[u8],
+    name: &str,
+    samples: SampleSelection,
+) -> Result<BuiltProfile> {
+    let mut progress = Progress::new(Some(data.len() as u64));
+    let mut reader =
+        TraceReader::from_slice(data).with_context(|| format!("cannot read {name}"))?;
+    let mut builder = ProfileBuilder::new(samples);
+    let mut seen = 0u64;
+    while let Some(event) = reader
+        .next_event()
+        .with_context(|| format!("cannot read {name}"))?
+    {
+        builder.observe(&event);
+        seen += 1;
+        if seen % 4096 == 0 {
+            progress.set(event.offset.0);
+        }
+    }
+    progress.finish();
+    Ok(builder.finish())
+}
+
+fn write_profile(
+    format: ConvertFormat,
+    built: &BuiltProfile,
+    by_thread: bool,
+    out: &mut impl Write,
+) -> eventpipe_insight::Result<()> {
+    let grouping = if by_thread {
+        Grouping::ByThread
+    } else {
+        Grouping::Merged
+    };
+    let p = &built.profile;
+    match format {
+        ConvertFormat::Speedscope => eventpipe_insight::write_speedscope(p, out),
+        ConvertFormat::Pprof => eventpipe_insight::write_pprof(p, out),
+        ConvertFormat::Flamegraph => eventpipe_insight::write_flamegraph(p, grouping, out),
+        ConvertFormat::Collapsed => eventpipe_insight::write_collapsed(p, grouping, out),
+        ConvertFormat::Chrome => unreachable!("Chrome JSON is not a profile format"),
+    }
+}
+
+fn profile_summary(built: &BuiltProfile) -> String {
+    let p = &built.profile;
+    format!(
+        "{}: {} samples, {} distinct stacks, {} threads",
+        p.name,
+        p.samples.len(),
+        p.stacks.len(),
+        p.threads.len()
+    )
+}
+
+/// Prints why some frames could not be named, once per module.
+fn report_notes(built: &BuiltProfile) {
+    let mut err = std::io::stderr().lock();
+    if built.profile.samples.is_empty() {
+        let _ = writeln!(
+            err,
+            "note: the trace has no {} (collect with --stacks, or a sampling profile)",
+            built.profile.name.to_lowercase()
+        );
+    }
+    for note in &built.notes {
+        let _ = writeln!(err, "note: {note}");
+    }
+}
