@@ -15,10 +15,11 @@ use eventpipe_insight::SampleSelection;
 use crate::collect::{Profile, TargetSpec};
 use crate::convert::ConvertFormat;
 use crate::input::InputSpec;
-use crate::{collect, convert, dump, ps, report, stress};
+use crate::{collect, convert, demo, dump, ps, report, stress};
 
 const AFTER_HELP: &str = "\
 Examples:
+  eptrace demo
   eptrace ps
   eptrace collect -p 1234 --providers Demo --duration 5s
   eptrace collect -n traced-app --buffering block -o demo.nettrace
@@ -59,6 +60,12 @@ enum Command {
     Convert(ConvertArgs),
     /// Run EventPipe's stress matrix in-process and check that no event goes missing.
     Stress(StressArgs),
+    /// Start a demo workload, trace it for a few seconds, and show what the trace holds:
+    /// trace.nettrace, a flame graph, a speedscope profile, a Chrome timeline, the report.
+    Demo(DemoArgs),
+    /// The demo's traced program (started by `eptrace demo`).
+    #[command(hide = true)]
+    DemoWorkload(DemoWorkloadArgs),
 }
 
 /// The trace to read; shared by every subcommand.
@@ -234,8 +241,8 @@ struct ConvertArgs {
         value_enum
     )]
     formats: Vec<ConvertFormat>,
-    /// Output file, for a single format [default: the trace's name with the format's
-    /// suffix: .speedscope.json, .chrome.json, .pb.gz, .svg, .folded].
+    /// Output file (`-`: standard output), for a single format [default: the trace's name
+    /// with the format's suffix: .speedscope.json, .chrome.json, .pb.gz, .svg, .folded].
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<PathBuf>,
     /// Which events are the samples: auto (CPU samples, else allocation samples, else
@@ -245,6 +252,23 @@ struct ConvertArgs {
     /// One flame graph per thread, side by side, instead of all threads merged.
     #[arg(long)]
     by_thread: bool,
+}
+
+#[derive(Debug, Args)]
+struct DemoArgs {
+    /// How long to trace.
+    #[arg(long, value_name = "TIME", default_value = "3s", value_parser = parse_duration)]
+    duration: std::time::Duration,
+    /// Directory for the files [default: eptrace-demo].
+    #[arg(short = 'o', long, value_name = "DIR", default_value = "eptrace-demo")]
+    out_dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+struct DemoWorkloadArgs {
+    /// Exit after this many seconds (0: run until killed).
+    #[arg(long, default_value_t = 0.0)]
+    seconds: f64,
 }
 
 #[derive(Debug, Args)]
@@ -320,6 +344,10 @@ pub(crate) enum Action {
     Stress(stress::Config),
     /// `eptrace convert`.
     Convert(convert::Config),
+    /// `eptrace demo`.
+    Demo(demo::Config),
+    /// The demo's workload, for this many seconds.
+    DemoWorkload(f64),
 }
 
 impl Cli {
@@ -389,6 +417,11 @@ impl Cli {
                     by_thread: a.by_thread,
                 })
             }
+            Command::Demo(a) => Action::Demo(demo::Config {
+                seconds: a.duration.as_secs_f64(),
+                out_dir: a.out_dir,
+            }),
+            Command::DemoWorkload(a) => Action::DemoWorkload(a.seconds),
             Command::Stress(a) => Action::Stress(stress::Config {
                 threads: or_default(a.threads, stress::MATRIX_THREADS),
                 events: or_default(a.events, stress::MATRIX_EVENTS),

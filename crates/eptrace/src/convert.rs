@@ -56,7 +56,8 @@ pub(crate) struct Config {
     pub(crate) input: InputSpec,
     /// Formats to write, at least one.
     pub(crate) formats: Vec<ConvertFormat>,
-    /// The output file (one format) or `None` for names derived from the input.
+    /// The output file (one format; `-` is standard output) or `None` for names derived
+    /// from the input.
     pub(crate) output: Option<PathBuf>,
     /// Which events become samples.
     pub(crate) samples: SampleSelection,
@@ -109,7 +110,12 @@ pub(crate) fn do_convert(config: &Config) -> Result<()> {
     let written = convert_bytes(data, &name, &targets, config)?;
     let mut err = std::io::stderr().lock();
     for w in &written {
-        let _ = writeln!(err, "wrote {} ({})", w.path.display(), w.summary);
+        let name = if w.path.as_os_str() == "-" {
+            "standard output".to_owned()
+        } else {
+            w.path.display().to_string()
+        };
+        let _ = writeln!(err, "wrote {name} ({})", w.summary);
     }
     Ok(())
 }
@@ -159,9 +165,14 @@ fn convert_bytes(
         None
     };
     for (format, path) in targets {
-        let file =
-            File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-        let mut out = BufWriter::new(file);
+        let sink: Box<dyn Write> = if path.as_os_str() == "-" {
+            Box::new(std::io::stdout().lock())
+        } else {
+            Box::new(
+                File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
+            )
+        };
+        let mut out = BufWriter::new(sink);
         let summary = match (format, &profile) {
             (ConvertFormat::Chrome, _) => {
                 let mut reader =

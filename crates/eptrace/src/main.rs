@@ -14,6 +14,7 @@
 mod cli;
 mod collect;
 mod convert;
+mod demo;
 mod dump;
 mod input;
 mod progress;
@@ -44,6 +45,8 @@ fn run() -> ExitCode {
         cli::Action::Dump(config) => dump::do_dump(&config),
         cli::Action::Stress(config) => stress::do_stress(&config),
         cli::Action::Convert(config) => convert::do_convert(&config),
+        cli::Action::Demo(config) => demo::do_demo(&config),
+        cli::Action::DemoWorkload(seconds) => demo::workload::run(seconds),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

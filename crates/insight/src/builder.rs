@@ -320,7 +320,11 @@ fn is_runtime_frame(frame: &Frame) -> bool {
         "tracing_core::",
         "tracing_subscriber::",
     ];
-    let name = frame.function.trim_start_matches('<');
+    // A span guard's drop glue runs the layer too: `core::ptr::drop_in_place<tracing::..>`.
+    let name = frame
+        .function
+        .trim_start_matches("core::ptr::drop_in_place");
+    let name = name.trim_start_matches('<');
     frame.kind == FrameKind::Native && PREFIXES.iter().any(|p| name.starts_with(p))
 }
 

@@ -1,0 +1,75 @@
+//! `eptrace demo`: the whole job in one command. It starts the bundled workload
+//! ([`workload`]) as a child process, attaches to it over the diagnostics IPC from its
+//! first event, collects a few seconds with stacks, writes the trace, a flame graph, a
+//! speedscope profile and a Chrome/Perfetto timeline, and prints the report.
+
+pub(crate) mod workload;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use crate::collect;
+use crate::convert::ConvertFormat;
+use crate::input::InputSpec;
+use crate::report;
+
+/// What `demo` was asked to do.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    /// How long to trace.
+    pub(crate) seconds: f64,
+    /// Where the files go.
+    pub(crate) out_dir: PathBuf,
+}
+
+/// Runs `eptrace demo`.
+pub(crate) fn do_demo(config: &Config) -> Result<()> {
+    let exe = std::env::current_exe().context("finding eptrace's own executable")?;
+    std::fs::create_dir_all(&config.out_dir)
+        .with_context(|| format!("creating {}", config.out_dir.display()))?;
+    let trace = config.out_dir.join("trace.nettrace");
+    println!(
+        "Starting the demo workload (`{} demo-workload`) and tracing it for {} s...",
+        exe.display(),
+        config.seconds
+    );
+    collect::do_collect(&collect::Config {
+        target: collect::TargetSpec::Launch(vec![
+            exe.into_os_string(),
+            "demo-workload".into(),
+            // The workload outlives the session; collect ends it afterwards.
+            "--seconds".into(),
+            format!("{}", config.seconds + 30.0).into(),
+        ]),
+        providers: Vec::new(),
+        profile: None,
+        block: false,
+        buffer_mb: 64,
+        duration: Some(Duration::from_secs_f64(config.seconds)),
+        rundown: true,
+        output: Some(trace.clone()),
+        v6: false,
+        stacks: true,
+        convert: vec![
+            ConvertFormat::Flamegraph,
+            ConvertFormat::Speedscope,
+            ConvertFormat::Chrome,
+        ],
+    })?;
+    println!();
+    report::do_report(&report::Config {
+        input: InputSpec::Path(trace.clone()),
+        json: false,
+        top: 10,
+    })?;
+    println!(
+        "\nOpen {} in a browser, {} at https://www.speedscope.app and {} at \
+         https://ui.perfetto.dev.",
+        crate::convert::output_path(&trace, ConvertFormat::Flamegraph).display(),
+        crate::convert::output_path(&trace, ConvertFormat::Speedscope).display(),
+        crate::convert::output_path(&trace, ConvertFormat::Chrome).display(),
+    );
+    Ok(())
+}

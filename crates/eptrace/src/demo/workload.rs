@@ -1,0 +1,145 @@
+//! The demo's traced program: a small multi-threaded service that uses `tracing` the way
+//! real programs do, made attachable by one line (the eventpipe layer).
+//!
+//! What it does, so the trace has something to show:
+//! * two `cruncher` threads burn CPU in two hot paths with a known 3:1 split of work
+//!   (`checksum_block`, three times as much as `sort_block`), each inside spans;
+//! * an `allocator` thread allocates in bursts and frees them;
+//! * a `spawner` thread starts a short-lived thread every 20 ms that does a little work and
+//!   exits (thread churn, for the runtime's per-thread state reclamation).
+//!
+//! Hot loops write a TRACE event per fixed amount of work, so in a trace of events with
+//! stacks the hot paths carry weight in proportion to the work they do.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use tracing::{info, info_span, trace};
+use tracing_subscriber::prelude::*;
+
+/// Runs the workload for `seconds` (forever when 0).
+pub(crate) fn run(seconds: f64) -> Result<()> {
+    tracing_subscriber::registry()
+        .with(eventpipe_tracing::EventPipeLayer::new())
+        .try_init()
+        .context("installing the tracing subscriber")?;
+    // Waits here for `eptrace collect -- ...` to resume us, so no early event is lost.
+    eventpipe::diagnostics::start_server().context("starting the diagnostics server")?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    for id in 0..2u32 {
+        let stop = Arc::clone(&stop);
+        threads.push(spawn(format!("cruncher-{id}"), move || {
+            cruncher(id, &stop)
+        })?);
+    }
+    {
+        let stop = Arc::clone(&stop);
+        threads.push(spawn("allocator".into(), move || allocator(&stop))?);
+    }
+    {
+        let stop = Arc::clone(&stop);
+        threads.push(spawn("spawner".into(), move || spawner(&stop))?);
+    }
+    info!(threads = threads.len() as u64, "demo workload started");
+    let deadline = (seconds > 0.0).then(|| Instant::now() + Duration::from_secs_f64(seconds));
+    while deadline.is_none_or(|d| Instant::now() < d) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        let _ = t.join();
+    }
+    info!("demo workload finished");
+    Ok(())
+}
+
+fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name.clone())
+        .spawn(f)
+        .with_context(|| format!("spawning {name}"))
+}
+
+fn cruncher(id: u32, stop: &AtomicBool) {
+    let mut data: Vec<u64> = (0..4096u64)
+        .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        .collect();
+    let mut round = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let _request = info_span!("request", worker = id, round).entered();
+        let sum = checksum_block(&data, 3);
+        sort_block(&mut data, 1);
+        info!(sum, round, "request done");
+        round += 1;
+    }
+}
+
+/// The hotter path: `units` units of hashing work.
+#[inline(never)]
+fn checksum_block(data: &[u64], units: u32) -> u64 {
+    let _span = info_span!("checksum", units).entered();
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for unit in 0..units {
+        for _ in 0..8 {
+            for &v in data {
+                h = (h ^ v).wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+        trace!(unit, "checksum unit");
+    }
+    std::hint::black_box(h)
+}
+
+/// The cooler path: `units` units of shuffling and sorting, each costing about one
+/// checksum unit.
+#[inline(never)]
+fn sort_block(data: &mut [u64], units: u32) {
+    let _span = info_span!("sort", units).entered();
+    for unit in 0..units {
+        for _ in 0..3 {
+            for (i, v) in data.iter_mut().enumerate() {
+                *v = v.rotate_left(7) ^ i as u64;
+            }
+            data.sort_unstable();
+        }
+        trace!(unit, "sort unit");
+    }
+}
+
+fn allocator(stop: &AtomicBool) {
+    let mut burst = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let _span = info_span!("allocation_burst", burst).entered();
+        let strings: Vec<String> = (0..20_000).map(|i| format!("item-{burst}-{i}")).collect();
+        let bytes: usize = strings.iter().map(String::capacity).sum();
+        info!(
+            count = strings.len() as u64,
+            bytes = bytes as u64,
+            "burst allocated"
+        );
+        drop(strings);
+        burst += 1;
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+fn spawner(stop: &AtomicBool) {
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let child = std::thread::Builder::new()
+            .name(format!("short-lived-{n}"))
+            .spawn(move || {
+                let _span = info_span!("short_task", n).entered();
+                let v: Vec<u64> = (0..50_000).map(|i| i * n).collect();
+                info!(sum = v.iter().sum::<u64>(), "short task done");
+            });
+        if let Ok(child) = child {
+            let _ = child.join();
+        }
+        n += 1;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -1,0 +1,58 @@
+//! `eptrace demo`, the README's first command, end to end: a real workload process, attached
+//! over IPC from its first event, traced with stacks, converted and reported.
+
+use std::process::Command;
+
+#[test]
+fn the_demo_traces_its_workload_and_writes_every_view() {
+    let dir = std::env::temp_dir().join(format!("eptrace-demo-test-{}", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_eptrace"))
+        .args(["demo", "--duration", "2s", "-o"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for file in [
+        "trace.nettrace",
+        "trace.svg",
+        "trace.speedscope.json",
+        "trace.chrome.json",
+    ] {
+        assert!(dir.join(file).is_file(), "{file} missing\n{stdout}");
+    }
+    assert!(stdout.contains("0 events lost"), "{stdout}");
+    assert!(
+        stdout.contains("hottest functions (Events with stacks"),
+        "{stdout}"
+    );
+
+    // The flame graph's data: the hot paths, under the workload's own frames (the tracing
+    // machinery trimmed), with the 3:1 split of work the workload is built with.
+    let folded = Command::new(env!("CARGO_BIN_EXE_eptrace"))
+        .args(["convert", "-f", "collapsed", "-o", "-"])
+        .arg(dir.join("trace.nettrace"))
+        .output()
+        .unwrap();
+    assert!(folded.status.success());
+    let folded = String::from_utf8_lossy(&folded.stdout);
+    let weight_of = |needle: &str| -> u64 {
+        folded
+            .lines()
+            .filter(|l| l.contains(needle))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    let checksum = weight_of("workload::checksum_block;");
+    let sort = weight_of("workload::sort_block;");
+    assert!(checksum > 0 && sort > 0, "{folded}");
+    let ratio = checksum as f64 / sort as f64;
+    assert!(
+        (2.4..=3.6).contains(&ratio),
+        "checksum:sort = {ratio}\n{folded}"
+    );
+    assert!(!folded.contains("eventpipe::"), "{folded}");
+    assert!(!folded.contains("tracing_subscriber::"), "{folded}");
+    std::fs::remove_dir_all(&dir).ok();
+}
