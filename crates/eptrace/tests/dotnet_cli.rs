@@ -226,6 +226,55 @@ fn collect_launches_dotnet_8_suspended() {
     );
 }
 
+/// `eptrace collect --profile cpu-sampling -- dotnet TestApp.exe` on .NET 8: the sample
+/// profiler's stacks are named from the runtime's method load and rundown events, so the
+/// report's hottest functions include the app's own managed code.
+#[test]
+fn cpu_samples_of_dotnet_8_name_managed_methods() {
+    let Some(dotnet) = Dotnet::locate() else {
+        return;
+    };
+    let label = "eptrace collect --profile cpu-sampling, .NET 8";
+    let trace = TraceFile::new("cpu-8");
+    let collect = Eptrace::run_os(
+        &[
+            "collect".as_ref(),
+            "--profile".as_ref(),
+            "cpu-sampling".as_ref(),
+            "--duration".as_ref(),
+            "2s".as_ref(),
+            "-o".as_ref(),
+            trace.path.as_os_str(),
+            "--".as_ref(),
+            dotnet.dotnet8.as_os_str(),
+            dotnet.testapp.as_os_str(),
+            "5".as_ref(),
+        ],
+        label,
+    );
+    collect.assert_success(label);
+    let report = Eptrace::run(&["report", "--json", trace.path.to_str().unwrap()], label);
+    report.assert_success(label);
+    let json: serde_json::Value = serde_json::from_str(&report.stdout).unwrap();
+    let hot = &json["profile"];
+    assert_eq!(hot["kind"], "CPU samples", "{label}: {}", report.stdout);
+    assert!(hot["samples"].as_u64().unwrap() > 100, "{label}: {hot}");
+    let functions = hot["functions"].as_array().unwrap();
+    let main = functions
+        .iter()
+        .find(|f| f["function"] == "Program.Main")
+        .unwrap_or_else(|| panic!("{label}: Program.Main not among {functions:#?}"));
+    assert_eq!(main["module"], "TestApp.exe", "{label}: {main}");
+    assert!(main["total_weight"].as_u64().unwrap() > 0);
+    // Runtime methods (JIT'd or ReadyToRun) are named too, by namespace and type.
+    assert!(
+        functions
+            .iter()
+            .any(|f| f["function"].as_str().unwrap().starts_with("System.")),
+        "{label}: no System.* method among {functions:#?}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // Running eptrace
 
