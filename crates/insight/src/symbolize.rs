@@ -277,7 +277,12 @@ impl Symbolizer {
         if !self.loaders.contains_key(&index) {
             let module = &self.modules[index];
             let loaded = match open_module(module) {
-                Ok(loader) => Some(loader),
+                Ok((loader, note)) => {
+                    if let Some(note) = note {
+                        self.notes.push(format!("{}: {note}", module.path));
+                    }
+                    Some(loader)
+                }
                 Err(why) => {
                     self.notes.push(format!("{}: {why}", module.path));
                     None
@@ -289,8 +294,9 @@ impl Symbolizer {
     }
 }
 
-/// Opens a module's file for symbolization, checking that it is the traced one.
-fn open_module(module: &Module) -> Result<addr2line::Loader, String> {
+/// Opens a module's file for symbolization, checking that it is the traced one; with a note
+/// when it can name only some of its code.
+fn open_module(module: &Module) -> Result<(addr2line::Loader, Option<&'static str>), String> {
     if module.path.starts_with('[') || module.path.starts_with("linux-vdso") {
         return Err("no file on disk (kernel-provided code); shown as module+offset".into());
     }
@@ -298,8 +304,9 @@ fn open_module(module: &Module) -> Result<addr2line::Loader, String> {
     let data = std::fs::read(path).map_err(|e| {
         format!("cannot read the binary ({e}); its frames are shown as module+offset")
     })?;
+    let contents = contents_of(&data);
     if !module.build_id.is_empty() {
-        let on_disk = build_id_of(&data);
+        let on_disk = contents.build_id.clone();
         if on_disk.as_deref() != Some(module.build_id.as_str()) {
             return Err(format!(
                 "the file on disk is not the traced binary (build id {} , traced {}); its frames are shown as module+offset",
@@ -311,13 +318,45 @@ fn open_module(module: &Module) -> Result<addr2line::Loader, String> {
     drop(data);
     let loader = addr2line::Loader::new(path)
         .map_err(|e| format!("cannot load its symbols ({e}); shown as module+offset"))?;
-    Ok(loader)
+    let note = match (contents.symbols, contents.debug_info) {
+        (_, true) => None,
+        (true, false) => Some("no debug info: functions are named, without file and line"),
+        (false, false) => Some(
+            "stripped (no symbol table, no debug info): only exported functions are named, \
+             other frames are shown as module+offset",
+        ),
+    };
+    Ok((loader, note))
 }
 
-/// The GNU build id of an ELF file, in lowercase hex.
-fn build_id_of(data: &[u8]) -> Option<String> {
-    use object::Object;
-    let file = object::File::parse(data).ok()?;
-    let id = file.build_id().ok()??;
-    Some(id.iter().map(|b| format!("{b:02x}")).collect())
+/// What an ELF file has to offer a symbolizer.
+struct Contents {
+    build_id: Option<String>,
+    /// A full symbol table (`.symtab`), not only the dynamic one.
+    symbols: bool,
+    /// DWARF (`.debug_info`).
+    debug_info: bool,
+}
+
+fn contents_of(data: &[u8]) -> Contents {
+    use object::{Object, ObjectSection};
+    let Ok(file) = object::File::parse(data) else {
+        return Contents {
+            build_id: None,
+            symbols: false,
+            debug_info: false,
+        };
+    };
+    let build_id = file
+        .build_id()
+        .ok()
+        .flatten()
+        .map(|id| id.iter().map(|b| format!("{b:02x}")).collect());
+    Contents {
+        build_id,
+        symbols: file.symbol_table().is_some(),
+        debug_info: file
+            .section_by_name(".debug_info")
+            .is_some_and(|s| s.size() > 0),
+    }
 }

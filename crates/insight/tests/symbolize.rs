@@ -121,3 +121,51 @@ fn a_missing_binary_or_a_different_build_gets_a_note_and_offsets() {
     s.resolve(0x1300, false);
     assert_eq!(s.notes().len(), 2);
 }
+
+#[test]
+fn a_stripped_binary_is_named_as_such() {
+    let exe = std::fs::read_link("/proc/self/exe").unwrap();
+    let dir = std::env::temp_dir().join(format!("insight-strip-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let stripped = dir.join("stripped");
+    match std::process::Command::new("strip")
+        .arg("-s")
+        .arg(&exe)
+        .arg("-o")
+        .arg(&stripped)
+        .status()
+    {
+        Ok(status) if status.success() => {}
+        _ => {
+            eprintln!("skipping: `strip` (binutils) is not available");
+            return;
+        }
+    }
+    let m = eventpipe::rundown::loaded_modules().remove(0);
+    let traced = Module {
+        path: m.path,
+        base_address: m.base_address,
+        size: m.size,
+        load_bias: m.load_bias,
+        build_id: m.build_id,
+    };
+    let mut s = Symbolizer::new();
+    s.add_module(Module {
+        path: stripped.to_string_lossy().into_owned(),
+        ..traced.clone()
+    });
+    // A private function of this test: not exported, so the stripped file cannot name it.
+    let here = distinctive_leaf_function as usize as u64;
+    let frames = s.resolve(here, false).to_vec();
+    assert_eq!(frames[0].kind, FrameKind::ModuleOffset, "{frames:?}");
+    let notes = s.notes().join("\n");
+    assert!(notes.contains("stripped"), "{notes}");
+    // The unstripped original names it, with no note.
+    let mut full = Symbolizer::new();
+    full.add_module(traced);
+    assert!(full.resolve(here, false)[0]
+        .function
+        .ends_with("distinctive_leaf_function"));
+    assert!(full.notes().is_empty(), "{:?}", full.notes());
+    std::fs::remove_dir_all(&dir).ok();
+}
