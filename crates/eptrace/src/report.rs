@@ -321,11 +321,10 @@ fn file_pass<I: Input>(
         thread.first_ts = thread.first_ts.min(ts);
         thread.last_ts = thread.last_ts.max(ts);
         if let Some(name) = event.thread_name() {
-            if !tally.thread_names.contains_key(&event.thread_id()) {
-                tally
-                    .thread_names
-                    .insert(event.thread_id(), name.to_owned());
-            }
+            tally
+                .thread_names
+                .entry(event.thread_id())
+                .or_insert_with(|| name.to_owned());
         } else if event.metadata.provider == "EventPipeRs-Rundown"
             && event.metadata.event_name == "Thread"
         {

@@ -267,7 +267,7 @@ mod tests {
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
         assert_eq!(modules[0].path, exe.to_string_lossy());
         // Our own code lies inside the main program's range.
-        let here = the_main_program_is_listed_first_with_its_build_id as usize as u64;
+        let here = the_main_program_is_listed_first_with_its_build_id as fn() as usize as u64;
         let m = &modules[0];
         assert!(
             here >= m.base_address && here < m.base_address + m.size,

@@ -82,7 +82,7 @@ fn modules_and_thread_names_are_rundown_in_both_formats() {
         let main = &modules[0];
         assert_eq!(main.0, exe.to_string_lossy(), "{format:?}");
         assert_eq!(main.3, expected[0].build_id);
-        let code = modules_and_thread_names_are_rundown_in_both_formats as usize as u64;
+        let code = modules_and_thread_names_are_rundown_in_both_formats as fn() as usize as u64;
         assert!(
             code >= main.1 && code < main.1 + main.2,
             "{format:?}: {main:?}"

@@ -155,7 +155,7 @@ fn a_stripped_binary_is_named_as_such() {
         ..traced.clone()
     });
     // A private function of this test: not exported, so the stripped file cannot name it.
-    let here = distinctive_leaf_function as usize as u64;
+    let here = distinctive_leaf_function as fn(u32) as usize as u64;
     let frames = s.resolve(here, false).to_vec();
     assert_eq!(frames[0].kind, FrameKind::ModuleOffset, "{frames:?}");
     let notes = s.notes().join("\n");

@@ -185,13 +185,25 @@ impl<'a> Encode<'a> {
 
 impl Visit for Encode<'_> {
     fn record_f64(&mut self, _: &Field, v: f64) {
-        self.value(Kind::F64, |w| w.put(&v), |w| put_text(w, format_args!("{v}")));
+        self.value(
+            Kind::F64,
+            |w| w.put(&v),
+            |w| put_text(w, format_args!("{v}")),
+        );
     }
     fn record_i64(&mut self, _: &Field, v: i64) {
-        self.value(Kind::I64, |w| w.put(&v), |w| put_text(w, format_args!("{v}")));
+        self.value(
+            Kind::I64,
+            |w| w.put(&v),
+            |w| put_text(w, format_args!("{v}")),
+        );
     }
     fn record_u64(&mut self, _: &Field, v: u64) {
-        self.value(Kind::U64, |w| w.put(&v), |w| put_text(w, format_args!("{v}")));
+        self.value(
+            Kind::U64,
+            |w| w.put(&v),
+            |w| put_text(w, format_args!("{v}")),
+        );
     }
     fn record_i128(&mut self, _: &Field, v: i128) {
         let text = |w: &mut PayloadWriter| put_text(w, format_args!("{v}"));
@@ -202,14 +214,22 @@ impl Visit for Encode<'_> {
         self.value(Kind::Str, text, text);
     }
     fn record_bool(&mut self, _: &Field, v: bool) {
-        self.value(Kind::Bool, |w| w.put(&v), |w| put_text(w, format_args!("{v}")));
+        self.value(
+            Kind::Bool,
+            |w| w.put(&v),
+            |w| put_text(w, format_args!("{v}")),
+        );
     }
     fn record_str(&mut self, _: &Field, v: &str) {
-        let text = |w: &mut PayloadWriter| put_text(w, format_args!("{v}"));
+        let text = |w: &mut PayloadWriter| put_str(w, v);
         self.value(Kind::Str, text, text);
     }
     fn record_bytes(&mut self, _: &Field, v: &[u8]) {
-        self.value(Kind::Bytes, |w| w.put(v), |w| put_text(w, format_args!("{v:?}")));
+        self.value(
+            Kind::Bytes,
+            |w| w.put(v),
+            |w| put_text(w, format_args!("{v:?}")),
+        );
     }
     fn record_error(&mut self, _: &Field, v: &(dyn std::error::Error + 'static)) {
         let text = |w: &mut PayloadWriter| put_text(w, format_args!("{v}"));
@@ -231,6 +251,12 @@ fn put_zero(w: &mut PayloadWriter, kind: Kind) {
         Kind::Str => w.bytes(&[0, 0]),
         Kind::Bytes => w.bytes(&[0, 0]),
     }
+}
+
+/// Writes `s` as a NUL-terminated UTF-16 string (see [`put_text`]).
+pub(crate) fn put_str(w: &mut PayloadWriter, s: &str) {
+    write_utf16(w, s);
+    w.bytes(&[0, 0]);
 }
 
 /// Writes formatted text as a NUL-terminated UTF-16 string without building a `String`.
@@ -259,6 +285,16 @@ impl fmt::Write for Utf16<'_> {
 
 fn write_utf16(w: &mut PayloadWriter, s: &str) {
     let mut units = [0u8; 128];
+    if s.is_ascii() {
+        // The common case, without decoding UTF-8: each byte is one code unit.
+        for chunk in s.as_bytes().chunks(units.len() / 2) {
+            for (pair, &b) in units.chunks_exact_mut(2).zip(chunk) {
+                pair.copy_from_slice(&if b == 0 { [0xFD, 0xFF] } else { [b, 0] });
+            }
+            w.bytes(&units[..2 * chunk.len()]);
+        }
+        return;
+    }
     let mut n = 0;
     for unit in s.encode_utf16() {
         if n == units.len() {
