@@ -25,6 +25,10 @@
 //!   `Microsoft-DotNETCore-EventPipe/ProcessInfo` (the command line's program) and
 //!   `Universal.System` `ExistingProcess`/`ProcessCreate` events (their `Name`).
 //!
+//! Intervals of different providers or base names on one thread are not required to nest;
+//! the format draws a thread's complete events as one stack, so a viewer may flag two that
+//! overlap without nesting.
+//!
 //! # Memory
 //!
 //! Output is streamed: each event is written as it is read, and only open intervals are
@@ -37,8 +41,8 @@ use std::io::{BufWriter, Write};
 
 use nettrace::source::Input;
 use nettrace::{Event, TraceInfo, TraceReader, Value};
-use serde::Serialize;
-use serde_json::{Map, Value as Json};
+use serde::ser::{SerializeMap, SerializeSeq};
+use serde::{Serialize, Serializer};
 
 use crate::error::Result;
 
@@ -69,7 +73,7 @@ pub struct ChromeSummary {
 }
 
 #[derive(Serialize)]
-struct JsonEvent<'a> {
+struct JsonEvent<'a, A> {
     name: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     cat: Option<&'a str>,
@@ -82,7 +86,105 @@ struct JsonEvent<'a> {
     s: Option<&'static str>,
     pid: u64,
     tid: u64,
-    args: &'a Json,
+    args: A,
+}
+
+/// A payload value as JSON: numbers, strings, arrays and objects as such; GUIDs, times,
+/// pointers (`0x…`), decimals and bytes (hex) as their text. Object fields keep their
+/// order.
+#[derive(Debug, Clone, Copy)]
+pub struct JsonValue<'a>(pub &'a Value);
+
+impl Serialize for JsonValue<'_> {
+    fn serialize<S: Serializer>(&self, ser: S) -> std::result::Result<S::Ok, S::Error> {
+        match self.0 {
+            Value::Bool(v) => ser.serialize_bool(*v),
+            Value::I8(v) => ser.serialize_i8(*v),
+            Value::U8(v) => ser.serialize_u8(*v),
+            Value::I16(v) => ser.serialize_i16(*v),
+            Value::U16(v) => ser.serialize_u16(*v),
+            Value::I32(v) => ser.serialize_i32(*v),
+            Value::U32(v) => ser.serialize_u32(*v),
+            Value::I64(v) => ser.serialize_i64(*v),
+            Value::U64(v) => ser.serialize_u64(*v),
+            // Through the shortest text of the f32, so 0.1f32 reads 0.1, not 0.10000000149.
+            Value::F32(v) => float(ser, v.to_string().parse().unwrap_or(f64::from(*v))),
+            Value::F64(v) => float(ser, *v),
+            Value::String(v) => ser.serialize_str(v),
+            Value::Array(items) => {
+                let mut seq = ser.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    seq.serialize_element(&JsonValue(item))?;
+                }
+                seq.end()
+            }
+            Value::Object(fields) => Fields(fields).serialize(ser),
+            other => ser.collect_str(other),
+        }
+    }
+}
+
+/// JSON has no NaN or infinity: those are written as text.
+fn float<S: Serializer>(ser: S, v: f64) -> std::result::Result<S::Ok, S::Error> {
+    if v.is_finite() {
+        ser.serialize_f64(v)
+    } else {
+        ser.collect_str(&v)
+    }
+}
+
+/// Named values as a JSON object, in their order.
+struct Fields<'a, N>(&'a [(N, Value)]);
+
+impl<N: AsRef<str>> Serialize for Fields<'_, N> {
+    fn serialize<S: Serializer>(&self, ser: S) -> std::result::Result<S::Ok, S::Error> {
+        let mut map = ser.serialize_map(Some(self.0.len()))?;
+        for (name, value) in self.0 {
+            map.serialize_entry(name.as_ref(), &JsonValue(value))?;
+        }
+        map.end()
+    }
+}
+
+/// An event's `args`: its decoded payload, or why it did not decode.
+enum Payload<N> {
+    Fields(Vec<(N, Value)>),
+    Error(String),
+}
+
+impl<N: AsRef<str>> Serialize for Payload<N> {
+    fn serialize<S: Serializer>(&self, ser: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            Payload::Fields(fields) => Fields(fields).serialize(ser),
+            Payload::Error(e) => {
+                let mut map = ser.serialize_map(Some(1))?;
+                map.serialize_entry("decode_error", e)?;
+                map.end()
+            }
+        }
+    }
+}
+
+impl<N: AsRef<str>> Payload<N> {
+    fn field(&self, name: &str) -> Option<&Value> {
+        match self {
+            Payload::Fields(fields) => fields
+                .iter()
+                .find_map(|(n, v)| (n.as_ref() == name).then_some(v)),
+            Payload::Error(_) => None,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct StartStop<'a> {
+    start: &'a Payload<String>,
+    stop: &'a Payload<&'a str>,
+}
+
+#[derive(Serialize)]
+struct NameArg<'a> {
+    name: &'a str,
 }
 
 /// A Start waiting for its Stop.
@@ -94,7 +196,7 @@ struct Open {
     qualified: String,
     /// The interval's name.
     label: String,
-    args: Json,
+    args: Payload<String>,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -129,48 +231,6 @@ fn base_name(name: &str, opcode: u8) -> &str {
     }
 }
 
-/// A payload value as JSON: numbers, strings, arrays and objects as such; GUIDs, times,
-/// pointers (`0x…`), decimals and bytes (hex) as their text.
-pub fn value_to_json(value: &Value) -> Json {
-    match value {
-        Value::Bool(v) => Json::Bool(*v),
-        Value::I8(v) => Json::from(*v),
-        Value::U8(v) => Json::from(*v),
-        Value::I16(v) => Json::from(*v),
-        Value::U16(v) => Json::from(*v),
-        Value::I32(v) => Json::from(*v),
-        Value::U32(v) => Json::from(*v),
-        Value::I64(v) => Json::from(*v),
-        Value::U64(v) => Json::from(*v),
-        // Through the shortest text of the f32, so 0.1f32 reads 0.1, not 0.10000000149.
-        Value::F32(v) => float_json(v.to_string().parse().unwrap_or(f64::from(*v))),
-        Value::F64(v) => float_json(*v),
-        Value::String(s) => Json::String(s.clone()),
-        Value::Array(items) => Json::Array(items.iter().map(value_to_json).collect()),
-        Value::Object(fields) => Json::Object(
-            fields
-                .iter()
-                .map(|(name, v)| (name.clone(), value_to_json(v)))
-                .collect(),
-        ),
-        other => Json::String(other.to_string()),
-    }
-}
-
-/// JSON has no NaN or infinity: those are written as text.
-fn float_json(v: f64) -> Json {
-    serde_json::Number::from_f64(v).map_or_else(|| Json::String(v.to_string()), Json::Number)
-}
-
-fn fields_json(fields: &[(&str, Value)]) -> Json {
-    Json::Object(
-        fields
-            .iter()
-            .map(|(name, v)| ((*name).to_owned(), value_to_json(v)))
-            .collect(),
-    )
-}
-
 /// The program of a command line: its first word (quotes respected), without directory.
 fn program_name(command_line: &str) -> Option<&str> {
     let line = command_line.trim_start();
@@ -188,7 +248,7 @@ struct Writer<W: Write> {
 }
 
 impl<W: Write> Writer<W> {
-    fn event(&mut self, e: &JsonEvent<'_>) -> Result<()> {
+    fn event<A: Serialize>(&mut self, e: &JsonEvent<'_, A>) -> Result<()> {
         if self.first {
             self.first = false;
         } else {
@@ -222,19 +282,33 @@ impl<W: Write> Converter<W> {
         })
     }
 
-    fn instant(&mut self, o: &Open, cat: &str) -> Result<()> {
+    fn instant<N: AsRef<str>>(
+        &mut self,
+        name: &str,
+        cat: &str,
+        ts: f64,
+        pid: u64,
+        tid: u64,
+        args: &Payload<N>,
+    ) -> Result<()> {
         self.summary.instants += 1;
         self.w.event(&JsonEvent {
-            name: &o.qualified,
+            name,
             cat: Some(cat),
             ph: "i",
-            ts: Some(o.ts),
+            ts: Some(ts),
             dur: None,
             s: Some("t"),
-            pid: o.pid,
-            tid: o.tid,
-            args: &o.args,
+            pid,
+            tid,
+            args,
         })
+    }
+
+    /// A Start that will never be closed.
+    fn give_up(&mut self, o: &Open, cat: &str) -> Result<()> {
+        self.summary.unmatched_starts += 1;
+        self.instant(&o.qualified, cat, o.ts, o.pid, o.tid, &o.args)
     }
 
     fn thread_name(&mut self, pid: u64, tid: u64, name: &str) -> Result<()> {
@@ -260,8 +334,6 @@ impl<W: Write> Converter<W> {
     }
 
     fn metadata(&mut self, kind: &str, pid: u64, tid: u64, name: &str) -> Result<()> {
-        let mut args = Map::new();
-        args.insert("name".into(), Json::String(name.to_owned()));
         self.w.event(&JsonEvent {
             name: kind,
             cat: None,
@@ -271,7 +343,7 @@ impl<W: Write> Converter<W> {
             s: None,
             pid,
             tid,
-            args: &Json::Object(args),
+            args: NameArg { name },
         })
     }
 
@@ -280,29 +352,28 @@ impl<W: Write> Converter<W> {
         let md = event.metadata;
         let pid = event.process_id().unwrap_or(self.default_pid);
         let tid = event.thread_id();
+        let ts = event.timestamp_msec() * 1000.0;
         if let Some(name) = event.thread_name() {
             self.thread_name(pid, tid, name)?;
         }
-        let decoded = event.decode_payload();
-        let field = |name: &str| -> Option<&Value> {
-            decoded
-                .as_ref()
-                .ok()?
-                .iter()
-                .find_map(|(n, v)| (*n == name).then_some(v))
+        let payload = match event.decode_payload() {
+            Ok(fields) => Payload::Fields(fields),
+            Err(e) => Payload::Error(e.to_string()),
         };
+
         // Names the trace states in events.
         match md.provider.as_str() {
             RUNDOWN_PROVIDER if md.display_name == "Thread" || md.event_name == "Thread" => {
                 if let (Some(thread), Some(name)) = (
-                    field("ThreadId").and_then(Value::as_u64),
-                    field("Name").and_then(Value::as_str),
+                    payload.field("ThreadId").and_then(Value::as_u64),
+                    payload.field("Name").and_then(Value::as_str),
                 ) {
                     self.thread_name(pid, thread, name)?;
                 }
             }
             "Microsoft-DotNETCore-EventPipe" if md.display_name == "ProcessInfo" => {
-                if let Some(name) = field("CommandLine")
+                if let Some(name) = payload
+                    .field("CommandLine")
                     .and_then(Value::as_str)
                     .and_then(program_name)
                 {
@@ -312,7 +383,7 @@ impl<W: Write> Converter<W> {
             "Universal.System"
                 if md.display_name == "ExistingProcess" || md.display_name == "ProcessCreate" =>
             {
-                if let Some(name) = field("Name").and_then(Value::as_str) {
+                if let Some(name) = payload.field("Name").and_then(Value::as_str) {
                     self.process_name(pid, name)?;
                 }
             }
@@ -320,88 +391,91 @@ impl<W: Write> Converter<W> {
         }
 
         let op = opcode(event);
-        let label = (op == 1)
-            .then(|| field("Name").and_then(Value::as_str).map(str::to_owned))
-            .flatten();
-        let args = match &decoded {
-            Ok(fields) => fields_json(fields),
-            Err(e) => {
-                let mut m = Map::new();
-                m.insert("decode_error".into(), Json::String(e.to_string()));
-                Json::Object(m)
-            }
-        };
-        let this = Open {
-            ts: event.timestamp_msec() * 1000.0,
+        if op != 1 && op != 2 {
+            return self.instant(
+                &event.qualified_name(),
+                &md.provider,
+                ts,
+                pid,
+                tid,
+                &payload,
+            );
+        }
+        let base = base_name(&md.display_name, op);
+        let key = Key {
             pid,
             tid,
-            qualified: event.qualified_name(),
-            label: String::new(),
-            args,
+            provider: md.provider.clone(),
+            base: base.to_owned(),
         };
-        match op {
-            1 | 2 => {
-                let base = base_name(&md.display_name, op);
-                let key = Key {
-                    pid,
-                    tid,
-                    provider: md.provider.clone(),
-                    base: base.to_owned(),
-                };
-                if op == 1 {
-                    let open = Open {
-                        label: label.unwrap_or_else(|| base.to_owned()),
-                        ..this
-                    };
-                    let stack = self.open.entry(key).or_default();
-                    stack.push_back(open);
-                    if stack.len() > MAX_OPEN_PER_KEY {
-                        if let Some(oldest) = stack.pop_front() {
-                            self.summary.unmatched_starts += 1;
-                            self.instant(&oldest, &md.provider)?;
-                        }
-                    }
-                } else {
-                    let start = match self.open.get_mut(&key) {
-                        Some(stack) => {
-                            let start = stack.pop_back();
-                            if stack.is_empty() {
-                                self.open.remove(&key);
-                            }
-                            start
-                        }
-                        None => None,
-                    };
-                    match start {
-                        Some(start) => self.complete(start, this, &md.provider)?,
-                        None => {
-                            self.summary.unmatched_stops += 1;
-                            self.instant(&this, &md.provider)?;
-                        }
-                    }
+        if op == 1 {
+            let label = payload
+                .field("Name")
+                .and_then(Value::as_str)
+                .unwrap_or(base)
+                .to_owned();
+            let args = match payload {
+                Payload::Fields(fields) => {
+                    Payload::Fields(fields.into_iter().map(|(n, v)| (n.to_owned(), v)).collect())
+                }
+                Payload::Error(e) => Payload::Error(e),
+            };
+            let stack = self.open.entry(key).or_default();
+            stack.push_back(Open {
+                ts,
+                pid,
+                tid,
+                qualified: event.qualified_name(),
+                label,
+                args,
+            });
+            if stack.len() > MAX_OPEN_PER_KEY {
+                if let Some(oldest) = stack.pop_front() {
+                    self.give_up(&oldest, &md.provider)?;
                 }
             }
-            _ => self.instant(&this, &md.provider)?,
+            return Ok(());
         }
-        Ok(())
-    }
-
-    fn complete(&mut self, start: Open, stop: Open, cat: &str) -> Result<()> {
-        self.summary.complete += 1;
-        let mut args = Map::new();
-        args.insert("start".into(), start.args);
-        args.insert("stop".into(), stop.args);
-        self.w.event(&JsonEvent {
-            name: &start.label,
-            cat: Some(cat),
-            ph: "X",
-            ts: Some(start.ts),
-            dur: Some((stop.ts - start.ts).max(0.0)),
-            s: None,
-            pid: start.pid,
-            tid: start.tid,
-            args: &Json::Object(args),
-        })
+        let start = match self.open.get_mut(&key) {
+            Some(stack) => {
+                let start = stack.pop_back();
+                if stack.is_empty() {
+                    self.open.remove(&key);
+                }
+                start
+            }
+            None => None,
+        };
+        match start {
+            Some(start) => {
+                self.summary.complete += 1;
+                self.w.event(&JsonEvent {
+                    name: &start.label,
+                    cat: Some(&md.provider),
+                    ph: "X",
+                    ts: Some(start.ts),
+                    dur: Some((ts - start.ts).max(0.0)),
+                    s: None,
+                    pid: start.pid,
+                    tid: start.tid,
+                    args: StartStop {
+                        start: &start.args,
+                        stop: &payload,
+                    },
+                })
+            }
+            None => {
+                self.summary.unmatched_stops += 1;
+                self.instant(
+                    &event.qualified_name(),
+                    &md.provider,
+                    ts,
+                    pid,
+                    tid,
+                    &payload,
+                )
+            }
+        }
     }
 
     /// Writes the starts never closed (in time order) and the end of the document.
@@ -411,32 +485,37 @@ impl<W: Write> Converter<W> {
         lost_events: u64,
         error: Option<&nettrace::Error>,
     ) -> Result<ChromeSummary> {
-        let mut left: Vec<(Key, Open)> = self
+        let mut left: Vec<(String, Open)> = self
             .open
             .drain()
-            .flat_map(|(key, stack)| stack.into_iter().map(move |o| (key.clone(), o)))
+            .flat_map(|(key, stack)| stack.into_iter().map(move |o| (key.provider.clone(), o)))
             .collect();
         left.sort_by(|a, b| a.1.ts.total_cmp(&b.1.ts));
-        for (key, open) in left {
-            self.summary.unmatched_starts += 1;
-            self.instant(&open, &key.provider)?;
+        for (provider, open) in left {
+            self.give_up(&open, &provider)?;
         }
-        let mut other = Map::new();
-        other.insert("exporter".into(), Json::from("eventpipe-rs"));
-        other.insert("format".into(), Json::from(trace.version.to_string()));
-        if let Some(start) = trace.ticks_to_unix_nanos(trace.sync_time_ticks) {
-            other.insert(
-                "trace_start".into(),
-                Json::from(nettrace::format_unix_nanos(start)),
-            );
+        #[derive(Serialize)]
+        struct OtherData {
+            exporter: &'static str,
+            format: String,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            trace_start: Option<String>,
+            lost_events: u64,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            error: Option<String>,
         }
-        other.insert("lost_events".into(), Json::from(lost_events));
-        if let Some(e) = error {
-            other.insert("error".into(), Json::from(e.to_string()));
-        }
+        let other = OtherData {
+            exporter: "eventpipe-rs",
+            format: trace.version.to_string(),
+            trace_start: trace
+                .ticks_to_unix_nanos(trace.sync_time_ticks)
+                .map(nettrace::format_unix_nanos),
+            lost_events,
+            error: error.map(ToString::to_string),
+        };
         let mut out = self.w.out;
         out.write_all(b"\n],\"displayTimeUnit\":\"ms\",\"otherData\":")?;
-        serde_json::to_writer(&mut out, &Json::Object(other))?;
+        serde_json::to_writer(&mut out, &other)?;
         out.write_all(b"}\n")?;
         out.flush()?;
         Ok(self.summary)
@@ -494,31 +573,30 @@ mod tests {
         assert_eq!(program_name("dir/"), None);
     }
 
+    fn json(v: Value) -> String {
+        serde_json::to_string(&JsonValue(&v)).unwrap()
+    }
+
     #[test]
     fn values_map_to_json_types() {
-        assert_eq!(value_to_json(&Value::F32(0.1)), serde_json::json!(0.1));
+        assert_eq!(json(Value::F32(0.1)), "0.1");
+        assert_eq!(json(Value::F64(f64::NAN)), r#""NaN""#);
+        assert_eq!(json(Value::F64(f64::NEG_INFINITY)), r#""-inf""#);
+        assert_eq!(json(Value::U64(u64::MAX)), "18446744073709551615");
+        assert_eq!(json(Value::Pointer(255)), r#""0xff""#);
+        assert_eq!(json(Value::Bytes(vec![1, 0xab])), r#""01ab""#);
+        assert_eq!(json(Value::Char('"')), r#""\"""#);
         assert_eq!(
-            value_to_json(&Value::F64(f64::NAN)),
-            serde_json::json!("NaN")
+            json(Value::Array(vec![Value::I8(-1), Value::Bool(true)])),
+            "[-1,true]"
         );
+        // Fields keep their order.
         assert_eq!(
-            value_to_json(&Value::U64(u64::MAX)),
-            serde_json::json!(u64::MAX)
-        );
-        assert_eq!(
-            value_to_json(&Value::Pointer(255)),
-            serde_json::json!("0xff")
-        );
-        assert_eq!(
-            value_to_json(&Value::Array(vec![Value::I8(-1), Value::Bool(true)])),
-            serde_json::json!([-1, true])
-        );
-        assert_eq!(
-            value_to_json(&Value::Object(vec![(
-                "a".into(),
-                Value::String("x".into())
-            )])),
-            serde_json::json!({"a": "x"})
+            json(Value::Object(vec![
+                ("z".into(), Value::String("x".into())),
+                ("a".into(), Value::U16(2)),
+            ])),
+            r#"{"z":"x","a":2}"#
         );
     }
 }

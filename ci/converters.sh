@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Installs the independent readers the converter tests (crates/insight/tests) check their
+# output with. Idempotent: when everything is in place it only checks and rewrites nothing.
+#
+#   bash ci/converters.sh        # root: $EVENTPIPE_CONVERTERS_ROOT, default <repo>/target/converters
+#   . "$ROOT/env"                # GO=... SPEEDSCOPE_SCHEMA=... (absolute paths)
+#
+# What and from where:
+#   - Go's pprof (`go tool pprof`), reads the pprof converter's .pb.gz: Debian's `golang-go`.
+#   - speedscope's JSON schema for its file format (dist/release/file-format-schema.json):
+#     the npm package `speedscope`, installed into $ROOT/node_modules (never committed:
+#     target/ is ignored).
+# The tests read $ROOT/env (without it: `go` on PATH, the schema at its default path here);
+# a test whose reader is missing skips with a one-line notice, unless
+# EVENTPIPE_REQUIRE_CONVERTER_TOOLS=1 (set by .ci/run) makes that a failure.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=${EVENTPIPE_CONVERTERS_ROOT:-$REPO/target/converters}
+SPEEDSCOPE_VERSION=1.25.0
+LOG=""
+
+die() {
+  echo "ci/converters.sh: $*" >&2
+  if [ -n "$LOG" ] && [ -s "$LOG" ]; then
+    tail -n 15 "$LOG" | sed 's/^/    | /' >&2
+  fi
+  exit 1
+}
+
+# Runs "$@" with its output in a log that is shown only if it fails.
+run_logged() {
+  local what=$1
+  shift
+  local status=0
+  LOG=$ROOT/last-step.log
+  "$@" >"$LOG" 2>&1 || status=$?
+  [ "$status" -eq 0 ] || die "$what failed (exit $status; full output in $LOG)"
+  LOG=""
+}
+
+mkdir -p "$ROOT" || die "cannot create $ROOT"
+ROOT=$(cd "$ROOT" && pwd)
+
+# One installer at a time (tests or other scripts may call this concurrently).
+if command -v flock >/dev/null 2>&1; then
+  exec 9>"$ROOT/.lock"
+  flock -w 600 9 || die "timed out waiting for another ci/converters.sh on $ROOT/.lock"
+fi
+
+did=()
+
+# 1. Go, for `go tool pprof`.
+if ! command -v go >/dev/null 2>&1; then
+  SUDO=()
+  if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null 2>&1 || die "go is missing and installing golang-go needs root (no sudo)"
+    SUDO=(sudo -n)
+  fi
+  run_logged "apt-get update" ${SUDO[@]+"${SUDO[@]}"} env DEBIAN_FRONTEND=noninteractive \
+    apt-get update -o DPkg::Lock::Timeout=300
+  run_logged "apt-get install golang-go" ${SUDO[@]+"${SUDO[@]}"} env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y --no-install-recommends -o DPkg::Lock::Timeout=300 golang-go
+  command -v go >/dev/null 2>&1 || die "golang-go installed but go is still not on PATH"
+  did+=(golang-go)
+fi
+GO=$(command -v go)
+# `go tool pprof` runs a prebuilt tool; check it is really there (not just the go command).
+PPROF=$("$GO" tool -n pprof 2>/dev/null) || die "$GO tool -n pprof failed"
+[ -x "$PPROF" ] || die "go tool pprof is not installed next to $GO ($PPROF)"
+
+# 2. speedscope's file-format schema, from its npm package.
+SPEEDSCOPE_DIR=$ROOT/node_modules/speedscope
+SPEEDSCOPE_SCHEMA=$SPEEDSCOPE_DIR/dist/release/file-format-schema.json
+installed_version() {
+  node -e 'process.stdout.write(require(process.argv[1]).version)' "$SPEEDSCOPE_DIR/package.json" 2>/dev/null
+}
+if [ ! -f "$SPEEDSCOPE_SCHEMA" ] || [ "$(installed_version)" != "$SPEEDSCOPE_VERSION" ]; then
+  command -v npm >/dev/null 2>&1 || die "npm is not installed (Debian: apt-get install npm)"
+  # --prefix: node_modules under $ROOT only; no package.json or lock file anywhere else.
+  run_logged "npm install speedscope@$SPEEDSCOPE_VERSION" npm install --prefix "$ROOT" \
+    --no-save --no-audit --no-fund --no-package-lock "speedscope@$SPEEDSCOPE_VERSION"
+  [ -f "$SPEEDSCOPE_SCHEMA" ] || die "speedscope@$SPEEDSCOPE_VERSION installed but $SPEEDSCOPE_SCHEMA is missing"
+  did+=("speedscope@$SPEEDSCOPE_VERSION")
+fi
+
+write_if_changed() { # file, content
+  if [ ! -f "$1" ] || [ "$(cat "$1")" != "$2" ]; then
+    printf '%s\n' "$2" >"$1.tmp" && mv -f "$1.tmp" "$1" || die "cannot write $1"
+    return 0
+  fi
+  return 1
+}
+
+# 3. The env file (values %q-quoted: plain for ordinary paths).
+ENV_TEXT=$(printf 'GO=%q\nSPEEDSCOPE_SCHEMA=%q' "$GO" "$SPEEDSCOPE_SCHEMA")
+if write_if_changed "$ROOT/env" "$ENV_TEXT"; then
+  did+=(env)
+fi
+
+if [ ${#did[@]} -eq 0 ]; then
+  changes="nothing to do"
+else
+  changes="set up: ${did[*]}"
+fi
+echo "ci/converters.sh: $("$GO" version | cut -d' ' -f3) (go tool pprof), speedscope $SPEEDSCOPE_VERSION schema; env in $ROOT/env ($changes)"

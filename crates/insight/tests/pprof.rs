@@ -1,0 +1,415 @@
+//! The pprof converter, read back two ways: by Go's own pprof (`go tool pprof -raw`, the
+//! reference reader of the format, from `ci/converters.sh`), and by this crate's prost
+//! messages after gunzip. Both must see the hand-built profile's exact values per thread
+//! and stack.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+use std::path::Path;
+use std::process::Command;
+
+use eventpipe_insight::pprof::proto;
+use eventpipe_insight::{
+    build_pprof, write_pprof, write_pprof_with, Error, FrameKind, PprofOptions, Profile, Sample,
+    SampleUnit,
+};
+use prost::Message;
+
+const TRACE_START: i128 = 1_700_000_000_000_000_000;
+
+fn pprof_bytes(profile: &Profile) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_pprof_with(
+        profile,
+        &PprofOptions {
+            trace_start_unix_nanos: Some(TRACE_START),
+        },
+        &mut out,
+    )
+    .unwrap();
+    out
+}
+
+fn gunzip_decode(bytes: &[u8]) -> proto::Profile {
+    assert_eq!(&bytes[..2], &[0x1f, 0x8b], "gzip magic");
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(bytes)
+        .read_to_end(&mut raw)
+        .unwrap();
+    proto::Profile::decode(raw.as_slice()).unwrap()
+}
+
+/// The values each unit should give a (thread, stack): from the table's weights and
+/// sample counts.
+fn expected_values(unit: SampleUnit) -> BTreeMap<(u64, Vec<String>), Vec<i64>> {
+    let weights = common::expected_by_thread_and_stack();
+    let counts = common::expected_counts_by_thread_and_stack();
+    weights
+        .into_iter()
+        .map(|(key, w)| {
+            let w = w as i64;
+            let values = match unit {
+                SampleUnit::CpuSamples { interval_ns } => vec![w, w * interval_ns as i64],
+                SampleUnit::Bytes => vec![counts[&key] as i64, w],
+                SampleUnit::Events => vec![w],
+            };
+            (key, values)
+        })
+        .collect()
+}
+
+fn expected_types(unit: SampleUnit) -> Vec<(&'static str, &'static str)> {
+    match unit {
+        SampleUnit::CpuSamples { .. } => vec![("samples", "count"), ("cpu", "nanoseconds")],
+        SampleUnit::Bytes => vec![("samples", "count"), ("alloc_space", "bytes")],
+        SampleUnit::Events => vec![("events", "count")],
+    }
+}
+
+fn units() -> [SampleUnit; 3] {
+    [
+        SampleUnit::CpuSamples {
+            interval_ns: 1_000_000,
+        },
+        SampleUnit::Bytes,
+        SampleUnit::Events,
+    ]
+}
+
+fn thread_label(tid: u64) -> String {
+    match common::WORKLOAD_THREADS.iter().find(|t| t.0 == tid) {
+        Some((_, Some(name))) => format!("{name} ({tid})"),
+        _ => format!("Thread {tid}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Read back with prost
+
+#[test]
+fn decoded_profile_has_the_table_values_leaf_last_reversed() {
+    for unit in units() {
+        let profile = common::workload(unit);
+        let bytes = pprof_bytes(&profile);
+        let p = gunzip_decode(&bytes);
+        let s = |i: i64| p.string_table[usize::try_from(i).unwrap()].as_str();
+
+        assert_eq!(p.string_table[0], "");
+        let types: Vec<(&str, &str)> = p
+            .sample_type
+            .iter()
+            .map(|t| (s(t.r#type), s(t.unit)))
+            .collect();
+        assert_eq!(types, expected_types(unit), "{unit:?}");
+        assert_eq!(s(p.default_sample_type), types.last().unwrap().0);
+
+        // Every location: unique nonzero id, one line, an existing function.
+        let functions: BTreeMap<u64, &proto::Function> =
+            p.function.iter().map(|f| (f.id, f)).collect();
+        assert_eq!(functions.len(), p.function.len());
+        let mut locations = BTreeMap::new();
+        for loc in &p.location {
+            assert_ne!(loc.id, 0);
+            assert_eq!(loc.line.len(), 1, "one line per location");
+            let f = functions[&loc.line[0].function_id];
+            assert_eq!(f.system_name, f.name);
+            assert!(locations
+                .insert(loc.id, (s(f.name).to_owned(), loc))
+                .is_none());
+        }
+        assert_eq!(p.location.len(), profile.frames.len());
+
+        let mut got: BTreeMap<(u64, Vec<String>), Vec<i64>> = BTreeMap::new();
+        for sample in &p.sample {
+            let label = |key: &str| sample.label.iter().find(|l| s(l.key) == key).copied();
+            let tid = label("thread_id").unwrap().num as u64;
+            assert_eq!(s(label("thread").unwrap().str), thread_label(tid));
+            // Leaf first in the file: reversed, it must be the table's root-first stack.
+            let names: Vec<String> = sample
+                .location_id
+                .iter()
+                .rev()
+                .map(|id| locations[id].0.clone())
+                .collect();
+            let entry = got
+                .entry((tid, names))
+                .or_insert_with(|| vec![0; sample.value.len()]);
+            for (sum, v) in entry.iter_mut().zip(&sample.value) {
+                *sum += v;
+            }
+        }
+        assert_eq!(got, expected_values(unit), "{unit:?}");
+
+        // Frames keep their source files and lines; modules are mappings.
+        let (_, lex) = locations.values().find(|(n, _)| n == "lex").unwrap();
+        assert_eq!(lex.line[0].line, 13);
+        assert_eq!(
+            s(functions[&lex.line[0].function_id].filename),
+            "src/lex.rs"
+        );
+        let mappings: BTreeSet<&str> = p.mapping.iter().map(|m| s(m.filename)).collect();
+        assert_eq!(mappings, BTreeSet::from(["app", "libc.so.6"]));
+        assert!(p.mapping.iter().all(|m| m.has_functions && m.id != 0));
+        let parses = p.function.iter().filter(|f| s(f.name) == "parse").count();
+        assert_eq!(parses, 2, "two parse functions: two source files");
+
+        // Times: 10 ms into the trace, for 10 ms.
+        assert_eq!(i128::from(p.time_nanos), TRACE_START + 10_000_000);
+        assert_eq!(p.duration_nanos, 10_000_000);
+        match unit {
+            SampleUnit::CpuSamples { interval_ns } => {
+                let pt = p.period_type.unwrap();
+                assert_eq!((s(pt.r#type), s(pt.unit)), ("cpu", "nanoseconds"));
+                assert_eq!(p.period, interval_ns as i64);
+            }
+            _ => assert_eq!((p.period_type, p.period), (None, 0)),
+        }
+        assert!(p.comment.iter().any(|&c| s(c) == "Workload"));
+
+        // What was encoded is exactly what build_pprof made.
+        let built = build_pprof(
+            &profile,
+            &PprofOptions {
+                trace_start_unix_nanos: Some(TRACE_START),
+            },
+        )
+        .unwrap();
+        assert_eq!(p, built);
+    }
+}
+
+#[test]
+fn inconsistent_or_overflowing_profiles_are_errors() {
+    let mut p = common::cpu_workload();
+    p.samples[0].stack = 99;
+    let mut out = Vec::new();
+    assert!(matches!(
+        write_pprof(&p, &mut out),
+        Err(Error::InvalidProfile(_))
+    ));
+    assert!(out.is_empty(), "nothing written for a bad profile");
+
+    let mut p = Profile::new(
+        "huge",
+        SampleUnit::CpuSamples {
+            interval_ns: 1_000_000,
+        },
+    );
+    let f = p.intern_frame(eventpipe_insight::Frame::named("f", FrameKind::Native));
+    let t = p.intern_thread(1, None, None);
+    let s = p.intern_stack(vec![f]);
+    p.push_sample(Sample {
+        thread: t,
+        time_ms: 0.0,
+        weight: u64::MAX / 2,
+        stack: s,
+    });
+    assert!(matches!(
+        write_pprof(&p, &mut out),
+        Err(Error::Overflow { .. })
+    ));
+}
+
+#[test]
+fn empty_profile_is_a_valid_file() {
+    let p = Profile::new("nothing", SampleUnit::Events);
+    let decoded = gunzip_decode(&pprof_bytes(&p));
+    assert!(decoded.sample.is_empty());
+    assert_eq!(decoded.string_table[0], "");
+}
+
+// ---------------------------------------------------------------------------------------
+// Read back with Go's pprof
+
+/// One sample as `go tool pprof -raw` prints it.
+#[derive(Debug)]
+struct RawSample {
+    values: Vec<i64>,
+    /// Location ids, leaf first.
+    ids: Vec<u64>,
+    labels: BTreeMap<String, String>,
+}
+
+/// What `go tool pprof -raw` prints, parsed.
+#[derive(Debug, Default)]
+struct Raw {
+    header: Vec<String>,
+    sample_types: Vec<String>,
+    samples: Vec<RawSample>,
+    /// location id → function name
+    locations: BTreeMap<u64, String>,
+}
+
+fn go_raw(go: &Path, file: &Path) -> Raw {
+    let out = Command::new(go)
+        .args(["tool", "pprof", "-raw", "-symbolize=none"])
+        .arg(file)
+        .env("PPROF_TMPDIR", file.parent().unwrap())
+        .output()
+        .expect("run go tool pprof");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "go tool pprof failed: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    parse_raw(&text)
+}
+
+fn parse_raw(text: &str) -> Raw {
+    let mut raw = Raw::default();
+    let mut section = "header";
+    for line in text.lines() {
+        match line.trim_end() {
+            "Samples:" => {
+                section = "types";
+                continue;
+            }
+            "Locations" => {
+                section = "locations";
+                continue;
+            }
+            "Mappings" => {
+                section = "mappings";
+                continue;
+            }
+            _ => {}
+        }
+        match section {
+            "header" => raw.header.push(line.to_owned()),
+            "types" => {
+                raw.sample_types = line.split_whitespace().map(str::to_owned).collect();
+                section = "samples";
+            }
+            "samples" => {
+                let trimmed = line.trim();
+                if let Some((key, value)) = trimmed.split_once(":[") {
+                    // A label of the sample above: `key:[value]`.
+                    let sample = raw.samples.last_mut().expect("label after a sample");
+                    sample
+                        .labels
+                        .insert(key.to_owned(), value.trim_end_matches(']').to_owned());
+                } else {
+                    let (values, ids) = trimmed.split_once(':').expect("values: ids");
+                    raw.samples.push(RawSample {
+                        values: values
+                            .split_whitespace()
+                            .map(|v| v.parse().unwrap())
+                            .collect(),
+                        ids: ids.split_whitespace().map(|v| v.parse().unwrap()).collect(),
+                        labels: BTreeMap::new(),
+                    });
+                }
+            }
+            "locations" => {
+                // `id: 0xADDR [M=mapping] name file:line s=start`
+                let (id, rest) = line.trim().split_once(':').unwrap();
+                let mut words: Vec<&str> = rest.split_whitespace().collect();
+                assert!(words[0].starts_with("0x"), "{line}");
+                words.remove(0);
+                if words.first().is_some_and(|w| w.starts_with("M=")) {
+                    words.remove(0);
+                }
+                assert!(words.pop().unwrap().starts_with("s="), "{line}");
+                words.pop(); // file:line
+                raw.locations
+                    .insert(id.trim().parse().unwrap(), words.join(" "));
+            }
+            _ => {}
+        }
+    }
+    raw
+}
+
+#[test]
+fn go_pprof_reads_the_same_values_per_thread_and_stack() {
+    let Some(go) = common::go("pprof read back by go tool pprof") else {
+        return;
+    };
+    let dir = common::scratch_dir("pprof-go");
+    for unit in units() {
+        let profile = common::workload(unit);
+        let name = match unit {
+            SampleUnit::CpuSamples { .. } => "cpu",
+            SampleUnit::Bytes => "bytes",
+            SampleUnit::Events => "events",
+        };
+        let file = dir.join(format!("{name}.pb.gz"));
+        std::fs::write(&file, pprof_bytes(&profile)).unwrap();
+        let raw = go_raw(&go, &file);
+
+        let types: Vec<String> = expected_types(unit)
+            .iter()
+            .map(|(t, u)| format!("{t}/{u}"))
+            .collect();
+        let mut printed = raw.sample_types.clone();
+        // pprof marks the default type: `cpu/nanoseconds[dflt]`.
+        let last = printed.last_mut().unwrap();
+        assert!(last.ends_with("[dflt]"), "{last}");
+        *last = last.trim_end_matches("[dflt]").to_owned();
+        assert_eq!(printed, types, "{unit:?}");
+
+        let mut got: BTreeMap<(u64, Vec<String>), Vec<i64>> = BTreeMap::new();
+        for RawSample {
+            values,
+            ids,
+            labels,
+        } in &raw.samples
+        {
+            let tid: u64 = labels["thread_id"].parse().unwrap();
+            assert_eq!(labels["thread"], thread_label(tid));
+            let names = ids
+                .iter()
+                .rev()
+                .map(|id| raw.locations[id].clone())
+                .collect();
+            let entry = got
+                .entry((tid, names))
+                .or_insert_with(|| vec![0; values.len()]);
+            for (sum, v) in entry.iter_mut().zip(values) {
+                *sum += v;
+            }
+        }
+        assert_eq!(got, expected_values(unit), "{unit:?}: {raw:#?}");
+
+        let names: BTreeSet<&str> = raw.locations.values().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            BTreeSet::from([
+                "alloc",
+                "lex",
+                "main",
+                "parse",
+                "run",
+                "thread_start",
+                "worker"
+            ])
+        );
+        assert!(
+            raw.header.iter().any(|l| l == "Duration: 10ms"),
+            "{:?}",
+            raw.header
+        );
+        assert!(
+            raw.header.iter().any(|l| l == "Comment: Workload"),
+            "{:?}",
+            raw.header
+        );
+        if let SampleUnit::CpuSamples { .. } = unit {
+            assert!(raw
+                .header
+                .iter()
+                .any(|l| l == "PeriodType: cpu nanoseconds"));
+            assert!(raw.header.iter().any(|l| l == "Period: 1000000"));
+            assert!(
+                raw.header
+                    .iter()
+                    .any(|l| l.starts_with("Time: 2023-11-14 22:13:20.01 ")),
+                "{:?}",
+                raw.header
+            );
+        }
+    }
+}
