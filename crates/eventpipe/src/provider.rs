@@ -271,6 +271,44 @@ impl EventDescriptor {
         }
     }
 
+    /// Like [`write_with`](Self::write_with), with a stack the caller captured (instruction
+    /// pointers, leaf first) instead of one the runtime would capture. Every session that
+    /// records the event gets this stack, whether or not it asked for stacks: the stack is
+    /// the point of such events (a profiler's samples).
+    #[inline]
+    pub fn write_with_stack(&'static self, stack: &[usize], fill: impl FnOnce(&mut PayloadWriter)) {
+        let mask = self.mask.load(Ordering::Relaxed);
+        if mask != 0 {
+            self.write_enabled_with_stack(mask, stack, fill);
+        }
+    }
+
+    #[inline(never)]
+    fn write_enabled_with_stack(
+        &'static self,
+        mut mask: u64,
+        stack: &[usize],
+        fill: impl FnOnce(&mut PayloadWriter),
+    ) {
+        if mask == UNREGISTERED {
+            mask = crate::registry::register_event(self);
+            if mask == 0 {
+                return;
+            }
+        }
+        let mut slot = MaybeUninit::<PayloadWriter>::uninit();
+        let payload = PayloadWriter::init_in(&mut slot);
+        fill(payload);
+        crate::writer::write_event_with_stack(
+            self,
+            mask,
+            payload.as_bytes(),
+            crate::stack::encode_ips(stack),
+        );
+        // SAFETY: `init_in` initialised the writer; it is dropped exactly once, here.
+        unsafe { slot.assume_init_drop() };
+    }
+
     #[inline(never)]
     fn write_enabled(
         &'static self,

@@ -29,6 +29,15 @@ pub(crate) struct CapturedStack {
 
 const WIDTH: usize = std::mem::size_of::<usize>();
 
+/// Instruction pointers as the trace stores them: pointer-sized, little-endian.
+#[cfg(target_endian = "little")]
+pub(crate) fn encode_ips(ips: &[usize]) -> &[u8] {
+    // SAFETY: `usize` has no padding and every byte pattern is a valid `u8`; the byte slice
+    // covers exactly the same memory, borrows it for the same lifetime, and `u8` has
+    // alignment 1. On a little-endian target these bytes are the trace's encoding.
+    unsafe { std::slice::from_raw_parts(ips.as_ptr().cast::<u8>(), std::mem::size_of_val(ips)) }
+}
+
 impl CapturedStack {
     /// Walks the calling thread's stack.
     pub(crate) fn capture() -> CapturedStack {

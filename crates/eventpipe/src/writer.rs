@@ -76,6 +76,30 @@ pub(crate) fn current_os_tid() -> u64 {
 }
 
 /// Writes one event to every session in `mask`.
+/// Writes an event with a stack the caller captured (encoded as the trace stores IPs) to
+/// every session in `mask`.
+pub(crate) fn write_event_with_stack(
+    event: &'static EventDescriptor,
+    mask: u64,
+    payload: &[u8],
+    stack: &[u8],
+) {
+    let Some(index) = event.index() else { return };
+    let _ = WRITER.try_with(|w| {
+        let Ok(mut slots) = w.slots.try_borrow_mut() else {
+            return;
+        };
+        let mut bits = mask;
+        while bits != 0 {
+            let slot = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            if let Some(entry) = slots.get_mut(slot) {
+                write_to_slot(entry, slot, w, index, payload, None, Some(stack));
+            }
+        }
+    });
+}
+
 pub(crate) fn write_event(
     event: &'static EventDescriptor,
     mask: u64,

@@ -112,3 +112,40 @@ fn no_rundown_means_no_module_events() {
         assert_ne!(e.metadata.provider, RUNDOWN_PROVIDER);
     }
 }
+
+static PROFILER: Provider = Provider::new("Test-GivenStack");
+define_event! {
+    static SAMPLE = PROFILER { id: 1, name: "Sample", level: Level::Informational, keywords: 0 } (weight: u64);
+}
+
+/// A profiler's event carries the stack it captured, even in a session that did not ask
+/// for stacks; an ordinary event in that session carries none.
+#[test]
+fn a_given_stack_is_recorded_as_given() {
+    let path = std::env::temp_dir().join(format!(
+        "eventpipe-given-stack-{}.nettrace",
+        std::process::id()
+    ));
+    let session = Session::start(
+        SessionConfig::new(
+            vec![ProviderConfig::new("Test-GivenStack")],
+            Output::File(path.clone()),
+        )
+        .rundown(false),
+    )
+    .unwrap();
+    let ips = [0x1000usize, 0x2000, usize::MAX - 1];
+    SAMPLE.write_with_stack(&ips, |p| p.put(&7u64));
+    write_event!(SAMPLE, 8u64);
+    session.stop().unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&path).ok();
+    let mut reader = TraceReader::from_slice(&bytes).unwrap();
+    let mut seen = Vec::new();
+    while let Some(e) = reader.next_event().unwrap() {
+        let weight = e.decode_payload().unwrap()[0].1.as_u64().unwrap();
+        seen.push((weight, e.stack_ips().collect::<Vec<u64>>()));
+    }
+    let expected: Vec<u64> = ips.iter().map(|&ip| ip as u64).collect();
+    assert_eq!(seen, vec![(7, expected), (8, Vec::new())]);
+}
