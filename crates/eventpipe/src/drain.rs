@@ -33,7 +33,7 @@ use crate::clock;
 use crate::config::{Output, SessionConfig};
 use crate::session::{SessionShared, SessionStats, ThreadSessionState};
 use crate::sync::{lock, Arc, AtomicU64, Ordering};
-use crate::writer::{FLAG_ACTIVITY, FLAG_STACK, RECORD_HEADER};
+use crate::writer::{FLAG_ACTIVITY, FLAG_STACK, FLAG_SUBJECT, RECORD_HEADER};
 use crate::{registry, rundown, Error};
 
 const CUTOFF_MARGIN: i64 = 50_000; // 50 µs in clock ticks (ns)
@@ -41,6 +41,11 @@ const EVENT_BLOCK_TARGET: usize = 60 << 10;
 /// Thread names kept for rundown; beyond this many, later threads go unnamed in V5 (V6
 /// thread blocks still name them), so thread churn cannot grow the drain without bound.
 const MAX_RUNDOWN_THREAD_NAMES: usize = 4096;
+/// V6 thread-table indexes of threads that samples are about but that never wrote to the
+/// session: this bit plus the OS id, far from the session's own dense indexes.
+const SUBJECT_THREAD_INDEX_BASE: u64 = 1 << 62;
+/// Beyond this many sampled threads, further ones are attributed to the sampler in V6.
+const MAX_SUBJECT_THREADS: usize = 65_536;
 
 /// Counters the drain publishes for `Session::stats`.
 #[derive(Debug, Default)]
@@ -137,6 +142,7 @@ pub(crate) fn spawn(
         next_stack_id: 1,
         next_label_id: 1,
         thread_names: HashMap::new(),
+        thread_index_by_tid: HashMap::new(),
     };
     std::thread::Builder::new()
         .name(format!("eventpipe-drain-{}", drain.shared.slot()))
@@ -151,6 +157,9 @@ struct Pending {
     event_index: u32,
     seq: u32,
     activity: Option<(Guid, Guid)>,
+    /// The OS id of the thread the event is about, when not the writer (a sampler's
+    /// sample).
+    subject: Option<u64>,
     /// The stack's bytes in the arena, if the record has one.
     stack: Option<(usize, usize)>,
     payload: (usize, usize),
@@ -186,6 +195,8 @@ struct Drain {
     next_label_id: u32,
     /// Names of the threads seen, by OS thread id, for the Thread rundown events.
     thread_names: HashMap<u64, String>,
+    /// V6: the thread-table index of each OS thread a sample was about.
+    thread_index_by_tid: HashMap<u64, u64>,
 }
 
 impl Drain {
@@ -279,6 +290,7 @@ impl Drain {
         for (state, buffers, read_pos, is_new) in &snapshot {
             if *is_new {
                 self.remember_thread_name(state);
+                self.thread_index_by_tid.insert(state.os_tid, state.index);
                 announce.push(ThreadInfo {
                     index: state.index,
                     name: state.name.clone(),
@@ -363,6 +375,14 @@ impl Drain {
                 } else {
                     (None, body)
                 };
+                let (subject, payload) = match payload.get(..8) {
+                    Some(b) if word(12) & FLAG_SUBJECT != 0 => {
+                        let mut t = [0u8; 8];
+                        t.copy_from_slice(b);
+                        (Some(u64::from_le_bytes(t)), &payload[8..])
+                    }
+                    _ => (None, payload),
+                };
                 let (stack, payload) = if word(12) & FLAG_STACK != 0 {
                     split_stack(payload)
                 } else {
@@ -382,6 +402,7 @@ impl Drain {
                     event_index: word(4),
                     seq,
                     activity,
+                    subject,
                     stack,
                     payload: (start, self.arena.len()),
                 });
@@ -463,8 +484,30 @@ impl Drain {
                 .write_metadata_block(&new_metadata)
                 .map_err(output_error)?;
         }
+        // V6 names threads by index: a sampled thread that never wrote to the session
+        // gets an entry of its own, once.
+        let mut announce = announce.to_vec();
+        if v6 {
+            for p in &batch {
+                if let Some(tid) = p.subject {
+                    if !self.thread_index_by_tid.contains_key(&tid)
+                        && self.thread_index_by_tid.len() < MAX_SUBJECT_THREADS
+                    {
+                        let index = SUBJECT_THREAD_INDEX_BASE | tid;
+                        self.thread_index_by_tid.insert(tid, index);
+                        announce.push(ThreadInfo {
+                            index,
+                            name: rundown::kernel_thread_name(tid),
+                            process_id: Some(u64::from(std::process::id())),
+                            thread_id: Some(tid),
+                            key_values: Vec::new(),
+                        });
+                    }
+                }
+            }
+        }
         if v6 && !announce.is_empty() {
-            writer.write_thread_block(announce).map_err(output_error)?;
+            writer.write_thread_block(&announce).map_err(output_error)?;
         }
         let mut labels: Vec<Vec<Label>> = Vec::new();
         if v6 {
@@ -482,11 +525,21 @@ impl Drain {
         let mut block = EventBlockBuilder::new(version);
         let mut label_id = first_label - 1;
         for (i, p) in batch.iter().enumerate() {
+            let capture_thread = if v6 { p.thread_index } else { p.os_tid };
+            let thread = match p.subject {
+                None => capture_thread,
+                Some(tid) if !v6 => tid,
+                Some(tid) => self
+                    .thread_index_by_tid
+                    .get(&tid)
+                    .copied()
+                    .unwrap_or(capture_thread),
+            };
             let mut header = EventHeader {
                 metadata_id: p.event_index + 1,
                 sequence_number: p.seq,
-                thread: if v6 { p.thread_index } else { p.os_tid },
-                capture_thread: if v6 { p.thread_index } else { p.os_tid },
+                thread,
+                capture_thread,
                 timestamp: p.timestamp,
                 stack_id: stack_ids.get(i).copied().unwrap_or(0),
                 is_sorted: i + 1 == batch.len(),
@@ -589,6 +642,11 @@ impl Drain {
         self.progress
             .threads_reclaimed
             .fetch_add(removed.len() as u64, Ordering::Relaxed);
+        if !removed.is_empty() {
+            let gone: HashSet<u64> = removed.iter().map(|r| r.0).collect();
+            self.thread_index_by_tid
+                .retain(|_, index| !gone.contains(index));
+        }
         if self.version == FormatVersion::V6 && !removed.is_empty() {
             let entries: Vec<(u64, u32)> = removed.iter().map(|r| (r.0, r.1)).collect();
             self.writer()?

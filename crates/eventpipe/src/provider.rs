@@ -279,7 +279,25 @@ impl EventDescriptor {
     pub fn write_with_stack(&'static self, stack: &[usize], fill: impl FnOnce(&mut PayloadWriter)) {
         let mask = self.mask.load(Ordering::Relaxed);
         if mask != 0 {
-            self.write_enabled_with_stack(mask, stack, fill);
+            self.write_enabled_with_stack(mask, None, stack, fill);
+        }
+    }
+
+    /// Like [`write_with_stack`](Self::write_with_stack), for an event about another
+    /// thread: a sampler's sample of thread `subject_os_tid`. The trace attributes the
+    /// event to that thread (its ThreadIndex / thread id) while naming the calling thread
+    /// as the one that captured it (CaptureThreadIndex), and sequence numbers stay the
+    /// capturing thread's, so loss accounting is unchanged.
+    #[inline]
+    pub fn write_about_thread(
+        &'static self,
+        subject_os_tid: u64,
+        stack: &[usize],
+        fill: impl FnOnce(&mut PayloadWriter),
+    ) {
+        let mask = self.mask.load(Ordering::Relaxed);
+        if mask != 0 {
+            self.write_enabled_with_stack(mask, Some(subject_os_tid), stack, fill);
         }
     }
 
@@ -287,6 +305,7 @@ impl EventDescriptor {
     fn write_enabled_with_stack(
         &'static self,
         mut mask: u64,
+        subject: Option<u64>,
         stack: &[usize],
         fill: impl FnOnce(&mut PayloadWriter),
     ) {
@@ -303,6 +322,7 @@ impl EventDescriptor {
             self,
             mask,
             payload.as_bytes(),
+            subject,
             crate::stack::encode_ips(stack),
         );
         // SAFETY: `init_in` initialised the writer; it is dropped exactly once, here.

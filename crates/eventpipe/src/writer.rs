@@ -22,6 +22,8 @@ use crate::sync::{Arc, Ordering};
 pub(crate) const RECORD_HEADER: usize = 24;
 pub(crate) const FLAG_ACTIVITY: u32 = 1;
 pub(crate) const FLAG_STACK: u32 = 2;
+/// The record is about another thread (a profiler's sample of it): 8 bytes, its OS id.
+pub(crate) const FLAG_SUBJECT: u32 = 4;
 
 struct WriterSlot {
     session: Arc<SessionShared>,
@@ -82,6 +84,7 @@ pub(crate) fn write_event_with_stack(
     event: &'static EventDescriptor,
     mask: u64,
     payload: &[u8],
+    subject: Option<u64>,
     stack: &[u8],
 ) {
     let Some(index) = event.index() else { return };
@@ -94,7 +97,7 @@ pub(crate) fn write_event_with_stack(
             let slot = bits.trailing_zeros() as usize;
             bits &= bits - 1;
             if let Some(entry) = slots.get_mut(slot) {
-                write_to_slot(entry, slot, w, index, payload, None, Some(stack));
+                write_to_slot(entry, slot, w, index, payload, None, subject, Some(stack));
             }
         }
     });
@@ -131,7 +134,7 @@ pub(crate) fn write_event(
                     (Some(captured), true) => Some(captured.as_bytes()),
                     _ => None,
                 };
-                write_to_slot(entry, slot, w, index, payload, activity, stack_bytes);
+                write_to_slot(entry, slot, w, index, payload, activity, None, stack_bytes);
             }
         }
     });
@@ -145,6 +148,7 @@ fn write_to_slot(
     index: u32,
     payload: &[u8],
     activity: Option<(nettrace::Guid, nettrace::Guid)>,
+    subject: Option<u64>,
     stack: Option<&[u8]>,
 ) {
     if !entry
@@ -165,11 +169,18 @@ fn write_to_slot(
         }
         None => &[],
     };
+    let subject_bytes = subject.unwrap_or(0).to_le_bytes();
+    let subject_part: &[u8] = if subject.is_some() {
+        &subject_bytes
+    } else {
+        &[]
+    };
     let stack_part = stack.unwrap_or(&[]);
     let stack_len = (stack_part.len() as u32).to_le_bytes();
     let stack_len_part: &[u8] = if stack.is_some() { &stack_len } else { &[] };
     let len = RECORD_HEADER
         + activity_part.len()
+        + subject_part.len()
         + stack_len_part.len()
         + stack_part.len()
         + payload.len();
@@ -214,6 +225,9 @@ fn write_to_slot(
     if stack.is_some() {
         flags |= FLAG_STACK;
     }
+    if subject.is_some() {
+        flags |= FLAG_SUBJECT;
+    }
     header[12..16].copy_from_slice(&flags.to_le_bytes());
     header[16..24].copy_from_slice(&timestamp.to_le_bytes());
     // SAFETY: this thread is the buffer's only writer, `s.end` is its published end, and
@@ -221,7 +235,14 @@ fn write_to_slot(
     s.end = unsafe {
         buffer.append(
             s.end,
-            &[&header, activity_part, stack_len_part, stack_part, payload],
+            &[
+                &header,
+                activity_part,
+                subject_part,
+                stack_len_part,
+                stack_part,
+                payload,
+            ],
         )
     };
     // Release: pairs with the drain's Acquire before it reads; orders the commit first.

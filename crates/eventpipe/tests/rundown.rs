@@ -20,7 +20,7 @@ fn field<'a>(fields: &'a [(&str, Value)], name: &str) -> &'a Value {
         .1
 }
 
-/// Both tests enable the same provider; one session at a time keeps their events apart.
+/// Tests enabling the same provider run one session at a time, keeping their events apart.
 static ONE_SESSION: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn record(format: FormatVersion, rundown: bool) -> Vec<u8> {
@@ -122,6 +122,7 @@ define_event! {
 /// for stacks; an ordinary event in that session carries none.
 #[test]
 fn a_given_stack_is_recorded_as_given() {
+    let _one = ONE_SESSION.lock().unwrap_or_else(|p| p.into_inner());
     let path = std::env::temp_dir().join(format!(
         "eventpipe-given-stack-{}.nettrace",
         std::process::id()
@@ -148,4 +149,54 @@ fn a_given_stack_is_recorded_as_given() {
     }
     let expected: Vec<u64> = ips.iter().map(|&ip| ip as u64).collect();
     assert_eq!(seen, vec![(7, expected), (8, Vec::new())]);
+}
+
+/// A sampler's event about another thread is attributed to that thread and captured by the
+/// sampler, in both formats (V6 through a thread-table entry for the sampled thread).
+#[test]
+fn an_event_about_another_thread_is_attributed_to_it() {
+    let _one = ONE_SESSION.lock().unwrap_or_else(|p| p.into_inner());
+    for format in [FormatVersion::V5, FormatVersion::V6] {
+        let path = std::env::temp_dir().join(format!(
+            "eventpipe-subject-{}-{format:?}.nettrace",
+            std::process::id()
+        ));
+        let session = Session::start(
+            SessionConfig::new(
+                vec![ProviderConfig::new("Test-GivenStack")],
+                Output::File(path.clone()),
+            )
+            .format(format)
+            .rundown(false),
+        )
+        .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let sampled = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() } as u64).unwrap();
+            let _ = done_rx.recv();
+        });
+        let subject = rx.recv().unwrap();
+        // SAFETY: gettid has no preconditions.
+        let sampler = unsafe { libc::gettid() } as u64;
+        SAMPLE.write_about_thread(subject, &[0x1234, 0x5678], |p| p.put(&1u64));
+        SAMPLE.write_about_thread(subject, &[0x1234], |p| p.put(&2u64));
+        done_tx.send(()).unwrap();
+        sampled.join().unwrap();
+        session.stop().unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).ok();
+        let mut reader = TraceReader::from_slice(&bytes).unwrap();
+        let mut seen = Vec::new();
+        while let Some(e) = reader.next_event().unwrap() {
+            seen.push((e.thread_id(), e.capture_thread_id(), e.stack_ips().count()));
+        }
+        assert_eq!(
+            seen,
+            vec![(subject, sampler, 2), (subject, sampler, 1)],
+            "{format:?}"
+        );
+        assert_eq!(reader.stats().lost_events, 0);
+    }
 }
