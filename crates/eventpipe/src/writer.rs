@@ -97,7 +97,13 @@ pub(crate) fn write_event_with_stack(
             let slot = bits.trailing_zeros() as usize;
             bits &= bits - 1;
             if let Some(entry) = slots.get_mut(slot) {
-                write_to_slot(entry, slot, w, index, payload, None, subject, Some(stack));
+                let record = Record {
+                    payload,
+                    activity: None,
+                    subject,
+                    stack: Some(stack),
+                };
+                write_to_slot(entry, slot, w, index, record);
             }
         }
     });
@@ -134,10 +140,27 @@ pub(crate) fn write_event(
                     (Some(captured), true) => Some(captured.as_bytes()),
                     _ => None,
                 };
-                write_to_slot(entry, slot, w, index, payload, activity, None, stack_bytes);
+                let record = Record {
+                    payload,
+                    activity,
+                    subject: None,
+                    stack: stack_bytes,
+                };
+                write_to_slot(entry, slot, w, index, record);
             }
         }
     });
+}
+
+/// What one event record holds besides its header.
+#[derive(Clone, Copy)]
+struct Record<'a> {
+    payload: &'a [u8],
+    activity: Option<(nettrace::Guid, nettrace::Guid)>,
+    /// The OS id of the thread the event is about, when not this one.
+    subject: Option<u64>,
+    /// The encoded stack, when the record carries one.
+    stack: Option<&'a [u8]>,
 }
 
 #[inline]
@@ -146,11 +169,14 @@ fn write_to_slot(
     slot: usize,
     thread: &WriterThread,
     index: u32,
-    payload: &[u8],
-    activity: Option<(nettrace::Guid, nettrace::Guid)>,
-    subject: Option<u64>,
-    stack: Option<&[u8]>,
+    record: Record<'_>,
 ) {
+    let Record {
+        payload,
+        activity,
+        subject,
+        stack,
+    } = record;
     if !entry
         .as_ref()
         .is_some_and(|s| s.session.active.load(Ordering::Relaxed))
