@@ -316,18 +316,15 @@ impl Drain {
         self.apply(&updates)
     }
 
-    /// Records the name of a newly seen thread for rundown: its Rust name, else the
-    /// kernel's (which unnamed threads inherit from their creator).
+    /// Records the name of a newly seen thread for rundown.
     fn remember_thread_name(&mut self, state: &ThreadSessionState) {
         if !self.rundown || self.thread_names.len() >= MAX_RUNDOWN_THREAD_NAMES {
             return;
         }
-        let name = state
-            .name
-            .clone()
-            .or_else(|| rundown::kernel_thread_name(state.os_tid));
-        if let Some(name) = name {
-            self.thread_names.insert(state.os_tid, name);
+        // Only names the program gave: an unnamed thread's kernel name is its creator's, and
+        // reading it would cost the drain a file read per new thread under churn.
+        if let Some(name) = &state.name {
+            self.thread_names.insert(state.os_tid, name.clone());
         }
     }
 
