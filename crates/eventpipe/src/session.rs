@@ -102,12 +102,19 @@ impl SessionShared {
     }
 
     /// The configuration naming `name`, or else the session's `*` entry, which stands for
-    /// every provider not named.
+    /// every provider not named except this project's own `EventPipeRs-*` providers: those
+    /// are profilers (a CPU sampler, an allocation sampler) that cost something the moment
+    /// they are enabled, so a session turns them on only by naming them.
     pub(crate) fn provider_config(&self, name: &str) -> Option<&ProviderConfig> {
         self.providers
             .iter()
             .find(|p| p.name.eq_ignore_ascii_case(name))
-            .or_else(|| self.providers.iter().find(|p| p.name == "*"))
+            .or_else(|| {
+                if is_opt_in_provider(name) {
+                    return None;
+                }
+                self.providers.iter().find(|p| p.name == "*")
+            })
     }
 
     pub(crate) fn enables(&self, event: &EventDescriptor) -> bool {
@@ -350,4 +357,10 @@ impl Drop for Session {
     fn drop(&mut self) {
         let _ = self.stop_inner();
     }
+}
+
+/// Whether a provider is left out of `*`: this project's own profiler providers.
+fn is_opt_in_provider(name: &str) -> bool {
+    name.get(..12)
+        .is_some_and(|p| p.eq_ignore_ascii_case("EventPipeRs-"))
 }

@@ -11,6 +11,9 @@ fn temp(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("eventpipe-{}-{name}.nettrace", std::process::id()))
 }
 
+/// A star session enables every event here; one test's sessions at a time.
+static ONE_SESSION: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 struct Summary {
     counts: std::collections::BTreeMap<String, u64>,
 }
@@ -31,6 +34,7 @@ define_event! { static WILD_VERBOSE = WILD_B { id: 1, name: "Chatter", level: Le
 
 #[test]
 fn a_star_provider_enables_every_provider_not_named_otherwise() {
+    let _one = ONE_SESSION.lock().unwrap_or_else(|p| p.into_inner());
     let path = temp("wildcard");
     let session = Session::start(SessionConfig::new(
         vec![
@@ -62,4 +66,32 @@ fn a_star_provider_enables_every_provider_not_named_otherwise() {
     assert!(!WILD_VERBOSE.is_enabled());
     session.stop().unwrap();
     std::fs::remove_file(&path).ok();
+}
+
+static PROFILER_LIKE: Provider = Provider::new("EventPipeRs-TestProfiler");
+define_event! { static PROFILER_SAMPLE = PROFILER_LIKE { id: 1, name: "Sample", level: Level::Informational, keywords: 0 } (n: u32); }
+
+/// This project's own `EventPipeRs-*` providers (the profilers) cost something the moment
+/// they are on, so `*` leaves them out: a session enables them only by naming them.
+#[test]
+fn the_star_leaves_out_the_profiler_providers_until_named() {
+    let _one = ONE_SESSION.lock().unwrap_or_else(|p| p.into_inner());
+    let path = temp("wildcard-optin");
+    let session = Session::start(SessionConfig::new(
+        vec![ProviderConfig::parse("*:*:Verbose").unwrap()],
+        Output::File(path.clone()),
+    ))
+    .unwrap();
+    write_event!(PROFILER_SAMPLE, 1u32);
+    assert!(!PROFILER_SAMPLE.is_enabled());
+    let named = Session::start(SessionConfig::new(
+        vec![ProviderConfig::parse("eventpiperS-testprofiler").unwrap()],
+        Output::File(temp("wildcard-optin-named")),
+    ))
+    .unwrap();
+    assert!(PROFILER_SAMPLE.is_enabled());
+    named.stop().unwrap();
+    session.stop().unwrap();
+    std::fs::remove_file(&path).ok();
+    std::fs::remove_file(temp("wildcard-optin-named")).ok();
 }
