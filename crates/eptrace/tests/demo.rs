@@ -24,12 +24,12 @@ fn the_demo_traces_its_workload_and_writes_every_view() {
     }
     assert!(stdout.contains("0 events lost"), "{stdout}");
     assert!(
-        stdout.contains("hottest functions (Events with stacks"),
+        stdout.contains("hottest functions (CPU samples"),
         "{stdout}"
     );
 
-    // The flame graph's data: the hot paths, under the workload's own frames (the tracing
-    // machinery trimmed), with the 3:1 split of work the workload is built with.
+    // The flame graph's data: CPU samples whose stacks reach from the workload's threads
+    // into its two hot paths (frame pointers make whole stacks), which take most of the CPU.
     let folded = Command::new(env!("CARGO_BIN_EXE_eptrace"))
         .args(["convert", "-f", "collapsed", "-o", "-"])
         .arg(dir.join("trace.nettrace"))
@@ -44,15 +44,16 @@ fn the_demo_traces_its_workload_and_writes_every_view() {
             .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
             .sum()
     };
-    let checksum = weight_of("workload::checksum_block;");
-    let sort = weight_of("workload::sort_block;");
-    assert!(checksum > 0 && sort > 0, "{folded}");
-    let ratio = checksum as f64 / sort as f64;
+    let total = weight_of("");
+    let checksum = weight_of("workload::cruncher;eptrace::demo::workload::checksum_block");
+    let sort = weight_of("workload::cruncher;eptrace::demo::workload::sort_block");
     assert!(
-        (2.4..=3.6).contains(&ratio),
-        "checksum:sort = {ratio}\n{folded}"
+        checksum > 10 && sort > 10,
+        "checksum {checksum}, sort {sort}\n{folded}"
     );
-    assert!(!folded.contains("eventpipe::"), "{folded}");
-    assert!(!folded.contains("tracing_subscriber::"), "{folded}");
+    assert!(
+        (checksum + sort) * 5 >= total * 2,
+        "the hot paths hold {checksum} + {sort} of {total} samples\n{folded}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -19,6 +19,10 @@ pub const DOTNET_SAMPLE_PROFILER: &str = "Microsoft-DotNETCore-SampleProfiler";
 /// This project's CPU sampler provider.
 pub const CPU_SAMPLER_PROVIDER: &str = "EventPipeRs-CpuSampler";
 /// This project's allocation sampler provider; its samples carry a `Weight` field (bytes).
+/// `AllocationSample` events are allocation samples, `LiveAllocation` events (numbered by
+/// `Snapshot`) a live-heap profile, `FreeSample` ends the sample at its `Address`; a
+/// `ThreadId` field names the allocating thread (the events are written by the profiler's
+/// own thread).
 pub const ALLOCATION_PROVIDER: &str = "EventPipeRs-Allocations";
 
 /// Which events a profile is made of.
@@ -30,8 +34,12 @@ pub enum SampleSelection {
     Auto,
     /// CPU samples only (.NET sample profiler, this project's sampler, `Universal.Events/cpu`).
     Cpu,
-    /// Allocation samples only, weighted by the bytes each stands for.
+    /// Allocation samples only (`AllocationSample`), weighted by the bytes each stands for.
     Allocations,
+    /// The live heap: the `LiveAllocation` events of the trace's last heap profile (highest
+    /// `Snapshot`), weighted by the bytes each stands for; in a trace without one, the
+    /// allocation samples that no `FreeSample` of their address ended.
+    LiveHeap,
     /// Every event that carries a stack, one each.
     EventsWithStacks,
     /// Events with a stack named `Provider/Event` or `Event` (case-insensitive).
@@ -42,6 +50,7 @@ pub enum SampleSelection {
 enum Kind {
     Cpu,
     Allocations,
+    LiveHeap,
     Events,
 }
 
@@ -66,6 +75,11 @@ pub struct ProfileBuilder {
     cpu_interval_ns: u64,
     first_ms: Option<f64>,
     last_ms: f64,
+    /// Allocation samples not (yet) ended by a `FreeSample`: address → index in
+    /// `samples[Allocations]`.
+    unfreed: HashMap<u64, usize>,
+    /// The `Snapshot` of the `LiveAllocation` samples kept.
+    live_snapshot: u64,
 }
 
 /// A profile and what could not be symbolized.
@@ -95,6 +109,8 @@ impl ProfileBuilder {
             cpu_interval_ns: 1_000_000,
             first_ms: None,
             last_ms: 0.0,
+            unfreed: HashMap::new(),
+            live_snapshot: 0,
         }
     }
 
@@ -128,13 +144,37 @@ impl ProfileBuilder {
         if self.symbolizer.observe(event) {
             return;
         }
+        if md.provider == ALLOCATION_PROVIDER && md.event_name == "FreeSample" {
+            if let Some(address) = AllocFields::of(event).address {
+                self.unfreed.remove(&address);
+            }
+            return;
+        }
         let ips: Vec<u64> = event.stack_ips().collect();
         if ips.is_empty() {
             return;
         }
-        let (kind, weight) = self.classify(event);
-        if !self.wanted(kind, event) {
+        let (kind, weight, alloc) = self.classify(event);
+        if is_blocked_sample(event) || !self.wanted(kind, event) {
             return;
+        }
+        let thread = alloc.thread.unwrap_or(tid);
+        if kind == Kind::LiveHeap {
+            // Keep only the last heap profile.
+            let snapshot = alloc.snapshot.unwrap_or(0);
+            if snapshot < self.live_snapshot {
+                return;
+            }
+            if snapshot > self.live_snapshot {
+                self.live_snapshot = snapshot;
+                self.samples.remove(&Kind::LiveHeap);
+            }
+        }
+        if kind == Kind::Allocations {
+            if let Some(address) = alloc.address {
+                let index = self.samples.get(&kind).map_or(0, Vec::len);
+                self.unfreed.insert(address, index);
+            }
         }
         let stack = match self.raw_stacks.get(&ips) {
             Some(&id) => id,
@@ -146,36 +186,31 @@ impl ProfileBuilder {
             }
         };
         self.samples.entry(kind).or_default().push(RawSample {
-            thread: tid,
+            thread,
             time_ms,
             weight,
             stack,
         });
     }
 
-    fn classify(&self, event: &Event<'_>) -> (Kind, u64) {
+    fn classify(&self, event: &Event<'_>) -> (Kind, u64, AllocFields) {
         let md = event.metadata;
         let provider = md.provider.as_str();
         if provider == DOTNET_SAMPLE_PROFILER
             || provider == CPU_SAMPLER_PROVIDER
             || (provider == "Universal.Events" && md.event_name == "cpu")
         {
-            return (Kind::Cpu, 1);
+            return (Kind::Cpu, 1, AllocFields::default());
         }
         if provider == ALLOCATION_PROVIDER && md.fields.iter().any(|f| f.name == "Weight") {
-            let weight = event
-                .decode_payload()
-                .ok()
-                .and_then(|fields| {
-                    fields
-                        .iter()
-                        .find(|(n, _)| *n == "Weight")
-                        .and_then(|(_, v)| v.as_u64())
-                })
-                .unwrap_or(0);
-            return (Kind::Allocations, weight);
+            let alloc = AllocFields::of(event);
+            let weight = alloc.weight.unwrap_or(0);
+            if md.event_name == "LiveAllocation" {
+                return (Kind::LiveHeap, weight, alloc);
+            }
+            return (Kind::Allocations, weight, alloc);
         }
-        (Kind::Events, 1)
+        (Kind::Events, 1, AllocFields::default())
     }
 
     fn wanted(&self, kind: Kind, event: &Event<'_>) -> bool {
@@ -183,6 +218,8 @@ impl ProfileBuilder {
             SampleSelection::Auto => true,
             SampleSelection::Cpu => kind == Kind::Cpu,
             SampleSelection::Allocations => kind == Kind::Allocations,
+            // Allocation samples too, for a trace without a heap profile.
+            SampleSelection::LiveHeap => matches!(kind, Kind::LiveHeap | Kind::Allocations),
             SampleSelection::EventsWithStacks => true,
             SampleSelection::Event(name) => {
                 let md = event.metadata;
@@ -231,12 +268,26 @@ impl ProfileBuilder {
                 SampleUnit::Bytes,
                 "Allocations".to_owned(),
             ),
+            SampleSelection::LiveHeap => (
+                Some(Kind::LiveHeap),
+                SampleUnit::Bytes,
+                "Live heap".to_owned(),
+            ),
             SampleSelection::EventsWithStacks => {
                 (None, SampleUnit::Events, "Events with stacks".to_owned())
             }
             SampleSelection::Event(name) => (None, SampleUnit::Events, format!("{name} stacks")),
         };
         let mut raw: Vec<RawSample> = match kind {
+            Some(Kind::LiveHeap) if !self.samples.contains_key(&Kind::LiveHeap) => {
+                // No heap profile in the trace: the allocation samples never freed.
+                let allocations = self.samples.remove(&Kind::Allocations).unwrap_or_default();
+                let mut live: Vec<usize> = self.unfreed.values().copied().collect();
+                live.sort_unstable();
+                live.into_iter()
+                    .filter_map(|i| allocations.get(i).copied())
+                    .collect()
+            }
             Some(kind) => self.samples.remove(&kind).unwrap_or_default(),
             None => self.samples.drain().flat_map(|(_, v)| v).collect(),
         };
@@ -309,6 +360,44 @@ impl ProfileBuilder {
     }
 }
 
+/// The fields of an allocation-provider event the builder uses, decoded once.
+#[derive(Debug, Default, Clone, Copy)]
+struct AllocFields {
+    weight: Option<u64>,
+    thread: Option<u64>,
+    address: Option<u64>,
+    snapshot: Option<u64>,
+}
+
+impl AllocFields {
+    fn of(event: &Event<'_>) -> AllocFields {
+        let mut out = AllocFields::default();
+        for (name, value) in event.decode_payload().unwrap_or_default() {
+            let slot = match name {
+                "Weight" => &mut out.weight,
+                "ThreadId" => &mut out.thread,
+                "Address" => &mut out.address,
+                "Snapshot" => &mut out.snapshot,
+                _ => continue,
+            };
+            *slot = value.as_u64();
+        }
+        out
+    }
+}
+
+/// Whether the event is this project's CPU sampler saying its thread was waiting, not
+/// running (`State` 2): not CPU time.
+fn is_blocked_sample(event: &Event<'_>) -> bool {
+    const STATE_BLOCKED: u64 = 2;
+    event.metadata.provider == CPU_SAMPLER_PROVIDER
+        && event.decode_payload().ok().is_some_and(|fields| {
+            fields
+                .iter()
+                .any(|(n, v)| *n == "State" && v.as_u64() == Some(STATE_BLOCKED))
+        })
+}
+
 /// Frames of the machinery that captures an event's stack: the unwinder, this project's
 /// runtime and its `tracing` layer, and `tracing`'s dispatch.
 fn is_runtime_frame(frame: &Frame) -> bool {
@@ -338,4 +427,172 @@ pub fn build_profile<I: Input>(
         builder.observe(&event);
     }
     Ok(builder.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use eventpipe::{EventDescriptor, FieldKind, FieldSpec, Level, Output, Provider};
+
+    static ALLOCATIONS: Provider = Provider::new(ALLOCATION_PROVIDER);
+    const fn u64_field(name: &'static str) -> FieldSpec {
+        FieldSpec {
+            name,
+            kind: FieldKind::U64,
+        }
+    }
+    static SAMPLE: EventDescriptor = EventDescriptor::new(
+        &ALLOCATIONS,
+        1,
+        0,
+        "AllocationSample",
+        Level::Informational,
+        0,
+        0,
+        &[
+            u64_field("Size"),
+            u64_field("Weight"),
+            u64_field("Address"),
+            u64_field("ThreadId"),
+        ],
+    );
+    static FREE: EventDescriptor = EventDescriptor::new(
+        &ALLOCATIONS,
+        2,
+        0,
+        "FreeSample",
+        Level::Informational,
+        0,
+        0,
+        &[u64_field("Address")],
+    );
+    static LIVE: EventDescriptor = EventDescriptor::new(
+        &ALLOCATIONS,
+        3,
+        0,
+        "LiveAllocation",
+        Level::Informational,
+        0,
+        0,
+        &[
+            u64_field("Size"),
+            u64_field("Weight"),
+            u64_field("Address"),
+            u64_field("ThreadId"),
+            u64_field("Snapshot"),
+        ],
+    );
+
+    fn sample(weight: u64, address: u64, thread: u64) {
+        SAMPLE.write_with_stack(&[0x1000, 0x2000], |p| {
+            p.put(&weight);
+            p.put(&weight);
+            p.put(&address);
+            p.put(&thread);
+        });
+    }
+
+    fn live(weight: u64, address: u64, snapshot: u64) {
+        LIVE.write_with_stack(&[0x3000], |p| {
+            p.put(&weight);
+            p.put(&weight);
+            p.put(&address);
+            p.put(&7u64);
+            p.put(&snapshot);
+        });
+    }
+
+    /// Sessions record every test's events: one test at a time.
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// Writes `events` as the allocation profiler would and reads them back as a profile.
+    fn profiles(tag: &str, events: impl FnOnce()) -> Vec<(SampleSelection, Profile)> {
+        let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        let path = std::env::temp_dir().join(format!(
+            "insight-alloc-{tag}-{}.nettrace",
+            std::process::id()
+        ));
+        let session = eventpipe::Session::start(
+            eventpipe::SessionConfig::new(
+                vec![eventpipe::ProviderConfig::new(ALLOCATION_PROVIDER)],
+                Output::File(path.clone()),
+            )
+            .rundown(false),
+        )
+        .unwrap();
+        events();
+        session.stop().unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).ok();
+        [
+            SampleSelection::Auto,
+            SampleSelection::Allocations,
+            SampleSelection::LiveHeap,
+        ]
+        .into_iter()
+        .map(|sel| {
+            let mut reader = TraceReader::from_slice(&bytes).unwrap();
+            let built = build_profile(&mut reader, sel.clone()).unwrap();
+            (sel, built.profile)
+        })
+        .collect()
+    }
+
+    fn total(p: &Profile) -> u64 {
+        p.samples.iter().map(|s| s.weight).sum()
+    }
+
+    #[test]
+    fn allocation_samples_and_the_live_heap_are_told_apart() {
+        let out = profiles("split", || {
+            sample(100, 0xA, 41);
+            sample(200, 0xB, 42);
+            FREE.write_with(|p| p.put(&0xAu64));
+            live(1, 0xB, 1); // an older heap profile, superseded
+            live(300, 0xB, 2);
+            live(400, 0xC, 2);
+        });
+        for (sel, p) in &out {
+            match sel {
+                // Auto and Allocations: the AllocationSample events only, on the allocating
+                // threads (not the thread that wrote the events).
+                SampleSelection::Auto | SampleSelection::Allocations => {
+                    assert_eq!(p.unit, SampleUnit::Bytes);
+                    assert_eq!(total(p), 300, "{sel:?}");
+                    let mut tids: Vec<u64> =
+                        p.samples.iter().map(|s| p.threads[s.thread].id).collect();
+                    tids.sort_unstable();
+                    assert_eq!(tids, [41, 42]);
+                }
+                // LiveHeap: the last heap profile only.
+                _ => {
+                    assert_eq!(p.name, "Live heap");
+                    assert_eq!(p.samples.len(), 2);
+                    assert_eq!(total(p), 700);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn without_a_heap_profile_the_live_heap_is_what_was_not_freed() {
+        let out = profiles("unfreed", || {
+            sample(100, 0xA, 1);
+            sample(200, 0xB, 1);
+            FREE.write_with(|p| p.put(&0xAu64));
+            sample(400, 0xA, 1); // the address reused
+            sample(800, 0xD, 1);
+            FREE.write_with(|p| p.put(&0xDu64));
+        });
+        let (_, live) = out
+            .iter()
+            .find(|(s, _)| *s == SampleSelection::LiveHeap)
+            .unwrap();
+        assert_eq!(total(live), 600);
+        let (_, all) = out
+            .iter()
+            .find(|(s, _)| *s == SampleSelection::Allocations)
+            .unwrap();
+        assert_eq!(total(all), 1500);
+    }
 }

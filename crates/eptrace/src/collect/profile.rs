@@ -7,14 +7,24 @@ use eventpipe_ipc::ProviderRequest;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Profile {
     /// .NET: the sample profiler plus the runtime's default keywords (dotnet-trace's
-    /// default). Rust: not available until the CPU sampler exists.
+    /// default). Rust: the CPU sampler (`EventPipeRs-CpuSampler`, 1 kHz; the program calls
+    /// `eventpipe_profiler::cpu::register()`) plus every provider at Informational.
     CpuSampling,
     /// .NET: garbage collections and allocations (runtime GC keyword, verbose).
     Gc,
     /// Rust: every provider the program declares, all keywords, verbose. .NET: as
     /// cpu-sampling.
     Default,
+    /// Rust: the allocation and heap profiler of programs that install
+    /// `eventpipe_profiler::alloc::ProfiledAllocator` (`EventPipeRs-Allocations`, one sample
+    /// per 512 KiB allocated on average; add
+    /// `--providers EventPipeRs-Allocations:0:5:SampleInterval=BYTES` to change that).
+    /// .NET: not available (use gc).
+    Alloc,
 }
+
+/// The allocation profiler's provider, at its default sampling interval.
+const RUST_ALLOCATIONS: &str = "EventPipeRs-Allocations:0:Informational:SampleInterval=524288";
 
 const DOTNET_RUNTIME: &str = "Microsoft-Windows-DotNETRuntime";
 
@@ -26,11 +36,16 @@ fn specs(profile: Profile, is_rust: bool) -> Result<Vec<&'static str>> {
             "Microsoft-Windows-DotNETRuntime:0x14C14FCCBD:Informational",
         ],
         (Profile::Gc, false) => vec!["Microsoft-Windows-DotNETRuntime:0x1:Verbose"],
-        (Profile::CpuSampling, true) => {
-            bail!("the cpu-sampling profile is not available for Rust processes yet")
-        }
+        (Profile::CpuSampling, true) => vec![
+            "EventPipeRs-CpuSampler:0:Informational",
+            "*:0xFFFFFFFFFFFFFFFF:Informational",
+        ],
         (Profile::Gc, true) => {
             bail!("the gc profile is for .NET processes; Rust processes have no {DOTNET_RUNTIME}")
+        }
+        (Profile::Alloc, true) => vec![RUST_ALLOCATIONS],
+        (Profile::Alloc, false) => {
+            bail!("the alloc profile is for Rust processes; for .NET use --profile gc")
         }
     })
 }
@@ -67,4 +82,52 @@ pub(crate) fn providers(config: &super::Config, is_rust: bool) -> Result<Vec<Pro
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collect::{Config, TargetSpec};
+
+    fn config(profile: Option<Profile>, providers: &[&str]) -> Config {
+        Config {
+            target: TargetSpec::Pid(1),
+            providers: providers.iter().map(|s| s.to_string()).collect(),
+            profile,
+            block: false,
+            buffer_mb: 256,
+            duration: None,
+            rundown: true,
+            output: None,
+            v6: false,
+            stacks: false,
+            convert: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_alloc_profile_enables_the_allocation_profiler() {
+        let requests = providers(&config(Some(Profile::Alloc), &[]), true).unwrap();
+        assert_eq!(requests.len(), 1);
+        let r = &requests[0];
+        assert_eq!(r.name, "EventPipeRs-Allocations");
+        assert_eq!(r.level, 4);
+        assert_eq!(r.keywords, 0);
+        assert_eq!(r.arguments, "SampleInterval=524288");
+
+        // A --providers entry for the same provider replaces the preset's.
+        let requests = providers(
+            &config(
+                Some(Profile::Alloc),
+                &["EventPipeRs-Allocations:0:5:SampleInterval=65536"],
+            ),
+            true,
+        )
+        .unwrap();
+        assert_eq!(requests.len(), 1);
+        assert_eq!(requests[0].arguments, "SampleInterval=65536");
+
+        let err = providers(&config(Some(Profile::Alloc), &[]), false).unwrap_err();
+        assert!(err.to_string().contains("Rust processes"), "{err}");
+    }
 }

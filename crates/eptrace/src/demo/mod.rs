@@ -1,7 +1,8 @@
 //! `eptrace demo`: the whole job in one command. It starts the bundled workload
 //! ([`workload`]) as a child process, attaches to it over the diagnostics IPC from its
-//! first event, collects a few seconds with stacks, writes the trace, a flame graph, a
-//! speedscope profile and a Chrome/Perfetto timeline, and prints the report.
+//! first event, collects a few seconds of CPU samples and `tracing` spans and events,
+//! writes the trace, a flame graph, a speedscope profile and a Chrome/Perfetto timeline,
+//! and prints the report.
 
 pub(crate) mod workload;
 
@@ -31,7 +32,8 @@ pub(crate) fn do_demo(config: &Config) -> Result<()> {
         .with_context(|| format!("creating {}", config.out_dir.display()))?;
     let trace = config.out_dir.join("trace.nettrace");
     println!(
-        "Starting the demo workload (`{} demo-workload`) and tracing it for {} s...",
+        "Starting the demo workload (`{} demo-workload`) and tracing it for {} s \
+         (CPU samples at 1 kHz, tracing spans and events)...",
         exe.display(),
         config.seconds
     );
@@ -44,14 +46,14 @@ pub(crate) fn do_demo(config: &Config) -> Result<()> {
             format!("{}", config.seconds + 30.0).into(),
         ]),
         providers: Vec::new(),
-        profile: None,
+        profile: Some(collect::Profile::CpuSampling),
         block: false,
         buffer_mb: 64,
         duration: Some(Duration::from_secs_f64(config.seconds)),
         rundown: true,
         output: Some(trace.clone()),
         v6: false,
-        stacks: true,
+        stacks: false,
         convert: vec![
             ConvertFormat::Flamegraph,
             ConvertFormat::Speedscope,

@@ -8,8 +8,10 @@
 //! * a `spawner` thread starts a short-lived thread every 20 ms that does a little work and
 //!   exits (thread churn, for the runtime's per-thread state reclamation).
 //!
-//! Hot loops write a TRACE event per fixed amount of work, so in a trace of events with
-//! stacks the hot paths carry weight in proportion to the work they do.
+//! The CPU sampler (`eventpipe_profiler::cpu`) is registered, so a session naming
+//! `EventPipeRs-CpuSampler` profiles it. Hot loops also write a TRACE event per unit of
+//! work, so in a trace of events with stacks the hot paths carry weight in proportion to
+//! the work they do.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -25,6 +27,7 @@ pub(crate) fn run(seconds: f64) -> Result<()> {
         .with(eventpipe_tracing::EventPipeLayer::new())
         .try_init()
         .context("installing the tracing subscriber")?;
+    eventpipe_profiler::cpu::register().context("installing the CPU sampler")?;
     // Waits here for `eptrace collect -- ...` to resume us, so no early event is lost.
     eventpipe::diagnostics::start_server().context("starting the diagnostics server")?;
     let stop = Arc::new(AtomicBool::new(false));

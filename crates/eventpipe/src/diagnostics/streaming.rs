@@ -117,6 +117,16 @@ impl GateKey {
     }
 }
 
+/// Whether a socket error only means "try again".
+fn is_transient(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::Interrupted
+            | std::io::ErrorKind::WouldBlock
+            | std::io::ErrorKind::TimedOut
+    )
+}
+
 /// Registers a running session under `id` and watches its connection: when the client
 /// hangs up, the session is stopped and its memory freed.
 pub(crate) fn track(id: u64, session: Session, stream: UnixStream) {
@@ -132,7 +142,16 @@ pub(crate) fn track(id: u64, session: Session, stream: UnixStream) {
                 // Clients send nothing after the command; anything read is ignored, and
                 // the end of the stream (or an error) means the client is gone.
                 let mut sink = [0u8; 256];
-                while matches!(watch.read(&mut sink), Ok(n) if n > 0) {}
+                loop {
+                    match watch.read(&mut sink) {
+                        Ok(0) => break,
+                        Ok(_) => {}
+                        // A signal (a profiler's, the host's) interrupting the read, or a
+                        // read timeout left on the socket, is not the client leaving.
+                        Err(e) if is_transient(&e) => {}
+                        Err(_) => break,
+                    }
+                }
                 let _ = stop(id);
             })
     });

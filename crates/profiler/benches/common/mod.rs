@@ -1,0 +1,66 @@
+//! Allocation-heavy workloads shared by the benchmarks.
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::collections::BTreeMap;
+
+/// Sizes cycled through: mostly small, some medium, a few large, like a typical program.
+const SIZES: [usize; 16] = [
+    16, 24, 32, 48, 64, 96, 128, 256, 24, 40, 512, 1024, 4096, 32, 16384, 80,
+];
+
+/// `ops` allocations (and as many frees, every eighth slot a reallocation) through `a`,
+/// keeping a ring of 256 blocks live. Direct calls, so the only difference between two
+/// allocators is their code.
+#[allow(dead_code)]
+#[inline(never)]
+pub(crate) fn ring<A: GlobalAlloc>(a: &A, ops: usize) -> usize {
+    const RING: usize = 256;
+    let mut live: [(usize, usize); RING] = [(0, 0); RING];
+    let mut checksum = 0usize;
+    for i in 0..ops {
+        let slot = i % RING;
+        let size = SIZES[(i ^ (i >> 4)) % SIZES.len()];
+        let (old, old_size) = live[slot];
+        // SAFETY: every layout has a non-zero size and alignment 8; a block is freed or
+        // reallocated once, with the layout it was allocated with.
+        unsafe {
+            let layout = |s: usize| Layout::from_size_align_unchecked(s, 8);
+            let p = if old != 0 && i % 8 == 0 {
+                a.realloc(old as *mut u8, layout(old_size), size)
+            } else {
+                if old != 0 {
+                    a.dealloc(old as *mut u8, layout(old_size));
+                }
+                a.alloc(layout(size))
+            };
+            assert!(!p.is_null());
+            *p = i as u8;
+            checksum = checksum.wrapping_add(p as usize & 0xff);
+            live[slot] = (p as usize, size);
+        }
+    }
+    for (p, size) in live {
+        if p != 0 {
+            // SAFETY: as above.
+            unsafe { a.dealloc(p as *mut u8, Layout::from_size_align_unchecked(size, 8)) };
+        }
+    }
+    checksum
+}
+
+/// An ordinary program's allocation pattern through the global allocator: strings, growing
+/// vectors, a map.
+#[allow(dead_code)]
+pub(crate) fn program(n: usize) -> usize {
+    let mut words: Vec<String> = Vec::new();
+    let mut map: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for i in 0..n {
+        let w = format!("word-{}-{}", i % 97, i);
+        map.entry(w[..7.min(w.len())].to_owned())
+            .or_default()
+            .push(i as u32);
+        words.push(w);
+    }
+    let joined: usize = words.iter().map(String::len).sum();
+    joined + map.len()
+}

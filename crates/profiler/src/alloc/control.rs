@@ -1,0 +1,188 @@
+//! Turning sampling on and off: the provider's enable callback, the sampling interval from
+//! the sessions' filter arguments, and the one word the allocator reads on every call.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use eventpipe::{EnableChange, Level, MAX_SESSIONS};
+
+use super::{emitter, stack, table, thread};
+
+/// The sampling mean interval used when a session names none (or an unreadable one): 512 KiB.
+pub const DEFAULT_SAMPLE_INTERVAL: u64 = 512 * 1024;
+
+/// The word every allocation reads (one `Relaxed` load and a branch while it is 0).
+///
+/// 0: no session enables the provider; the allocator forwards every call. Otherwise the
+/// current *epoch*, a number that changes every time sampling starts or its interval
+/// changes: threads redraw their distance to the next sample when they see a new epoch, and a
+/// sample taken in an old epoch is neither tracked nor emitted.
+///
+/// Ordering: written only under [`CONTROL`], after the interval, the scratch pool and the
+/// emitter are ready (`Release`). The allocator's `Relaxed` load may see a change late or
+/// early by a few allocations; either is harmless: a late "on" misses a sample, a late "off"
+/// takes one whose insert is refused (see `table::insert`) and whose event is skipped; the
+/// pool and the emitter are reached through `OnceLock`s, which synchronise themselves.
+pub(crate) static STATE: AtomicU64 = AtomicU64::new(0);
+
+/// The mean sampling interval in bytes (the smallest any enabling session asked for).
+/// Written under [`CONTROL`] before the epoch that uses it is published.
+pub(crate) static INTERVAL: AtomicU64 = AtomicU64::new(DEFAULT_SAMPLE_INTERVAL);
+
+struct Control {
+    /// Per session slot: the interval it asked for, if it enables the provider.
+    slots: [Option<u64>; MAX_SESSIONS],
+    /// The last epoch handed out.
+    epoch: u64,
+}
+
+/// Serialises enable changes. Never taken by the allocator path.
+static CONTROL: Mutex<Control> = Mutex::new(Control {
+    slots: [None; MAX_SESSIONS],
+    epoch: 0,
+});
+
+/// The current epoch (0 = off).
+#[inline]
+pub(crate) fn epoch() -> u64 {
+    STATE.load(Ordering::Relaxed)
+}
+
+/// The provider's enable callback: a session enabled or disabled `EventPipeRs-Allocations`.
+pub(crate) fn on_enable_change(change: &EnableChange<'_>) {
+    // The profiler's own work (spawning the emitter, clearing the table) is not profiled.
+    thread::with_guard(|| {
+        let mut control = CONTROL.lock().unwrap_or_else(PoisonError::into_inner);
+        let wants = change.enabled && level_enables(change.level);
+        if let Some(slot) = control.slots.get_mut(change.session_slot) {
+            *slot = wants.then(|| parse_sample_interval(change.filter_args));
+        }
+        apply(&mut control);
+    });
+}
+
+/// Whether a session at `level` records the profiler's events (all `Informational`, no
+/// keywords, so any keyword mask records them).
+fn level_enables(level: Level) -> bool {
+    level == Level::LogAlways || level >= Level::Informational
+}
+
+fn apply(control: &mut Control) {
+    let wanted = control.slots.iter().flatten().min().copied();
+    let current = STATE.load(Ordering::Relaxed);
+    match wanted {
+        Some(interval) => {
+            if current != 0 && INTERVAL.load(Ordering::Relaxed) == interval {
+                return;
+            }
+            stack::init();
+            if !emitter::start() {
+                // No emitter, no events: stay off rather than sample into the void.
+                return;
+            }
+            INTERVAL.store(interval, Ordering::Relaxed);
+            control.epoch += 1;
+            // Release: the interval, the pool and the emitter above are in place first.
+            STATE.store(control.epoch, Ordering::Release);
+        }
+        None => {
+            if current != 0 {
+                STATE.store(0, Ordering::Release);
+                // Every entry goes; inserts still in flight are refused (`table::insert`).
+                table::clear();
+            }
+        }
+    }
+}
+
+/// Reads `SampleInterval` from a session's filter arguments (`key=value` pairs separated by
+/// `;` or `,`, keys case-insensitive). The value is a byte count: decimal or `0x` hex, `_`
+/// separators allowed, optionally followed by a unit `K`/`KB`/`KiB`, `M`/`MB`/`MiB` or
+/// `G`/`GB`/`GiB` (all powers of 1024, case-insensitive). A missing, unreadable or zero value
+/// means [`DEFAULT_SAMPLE_INTERVAL`]; `1` samples every allocation.
+pub fn parse_sample_interval(filter_args: Option<&str>) -> u64 {
+    let Some(args) = filter_args else {
+        return DEFAULT_SAMPLE_INTERVAL;
+    };
+    args.split([';', ','])
+        .filter_map(|pair| pair.split_once('='))
+        .filter(|(k, _)| k.trim().eq_ignore_ascii_case("SampleInterval"))
+        .filter_map(|(_, v)| parse_bytes(v))
+        .next_back()
+        .filter(|&v| v > 0)
+        .unwrap_or(DEFAULT_SAMPLE_INTERVAL)
+}
+
+fn parse_bytes(v: &str) -> Option<u64> {
+    let v = v.trim().replace('_', "");
+    if let Some(hex) = v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+        return u64::from_str_radix(hex, 16).ok();
+    }
+    let digits = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (number, unit) = v.split_at(digits);
+    let number: u64 = number.parse().ok()?;
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return None,
+    };
+    number.checked_mul(scale)
+}
+
+/// Whether any session currently enables sampling.
+pub(crate) fn enabled() -> bool {
+    epoch() != 0
+}
+
+/// Unit tests: a valid epoch without a session (the lib's tests install no allocator).
+#[cfg(test)]
+pub(crate) fn test_epoch() -> u64 {
+    let mut control = CONTROL.lock().unwrap_or_else(PoisonError::into_inner);
+    if STATE.load(Ordering::Relaxed) == 0 {
+        control.epoch += 1;
+        STATE.store(control.epoch, Ordering::Release);
+    }
+    STATE.load(Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sample_interval_parses_leniently() {
+        let p = |s: &str| parse_sample_interval(Some(s));
+        assert_eq!(parse_sample_interval(None), DEFAULT_SAMPLE_INTERVAL);
+        assert_eq!(p("SampleInterval=524288"), 524_288);
+        assert_eq!(p("sampleinterval = 65536"), 65_536);
+        assert_eq!(p("Other=1;SampleInterval=64KiB"), 65_536);
+        assert_eq!(p("SampleInterval=1m,Foo=bar"), 1 << 20);
+        assert_eq!(p("SampleInterval=0x10000"), 65_536);
+        assert_eq!(p("SampleInterval=1_048_576"), 1 << 20);
+        assert_eq!(p("SampleInterval=1"), 1);
+        for bad in [
+            "",
+            "SampleInterval",
+            "SampleInterval=",
+            "SampleInterval=0",
+            "SampleInterval=-5",
+            "SampleInterval=lots",
+            "SampleInterval=5 parsecs",
+            "SampleInterval=99999999999999999999",
+            "Interval=4096",
+        ] {
+            assert_eq!(p(bad), DEFAULT_SAMPLE_INTERVAL, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn levels_below_informational_do_not_sample() {
+        assert!(level_enables(Level::Verbose));
+        assert!(level_enables(Level::Informational));
+        assert!(level_enables(Level::LogAlways));
+        assert!(!level_enables(Level::Warning));
+        assert!(!level_enables(Level::Critical));
+    }
+}

@@ -1,0 +1,289 @@
+//! The provider, its events, and the thread that writes them.
+//!
+//! The allocator never calls into eventpipe. A sampled allocation or a free of a sampled
+//! address becomes a [`Message`] pushed onto a bounded lock-free queue, and one emitter
+//! thread, which holds no lock of anyone's, writes the events. Writing an event from inside
+//! the allocator would deadlock: eventpipe's own threads allocate while holding its locks
+//! (the drain snapshots its thread list into a `Vec` under the session's lock; session start,
+//! stop and event registration grow `Vec`s under the registry lock), and a first write from
+//! such a thread would attach it to the session, taking those same locks again.
+//!
+//! The events therefore come from the emitter's thread; each carries the allocating thread's
+//! OS id in its `ThreadId` field.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_queue::ArrayQueue;
+use eventpipe::{EventDescriptor, FieldKind, FieldSpec, Level, Provider};
+
+use super::{control, table, thread};
+
+/// The provider's name.
+pub const PROVIDER_NAME: &str = "EventPipeRs-Allocations";
+
+/// Event id of `AllocationSample`: one sampled allocation (`Size`, `Weight`, `Address`,
+/// `ThreadId`, all `u64`), with the allocating stack.
+pub const ALLOCATION_SAMPLE_ID: u32 = 1;
+/// Event id of `FreeSample`: a sampled allocation was freed (`Address: u64`), no stack.
+pub const FREE_SAMPLE_ID: u32 = 2;
+/// Event id of `LiveAllocation`: one sampled allocation still live when a heap profile was
+/// taken (`Size`, `Weight`, `Address`, `ThreadId`, `Snapshot`, all `u64`), with the
+/// allocating stack.
+pub const LIVE_ALLOCATION_ID: u32 = 3;
+
+pub(crate) static PROVIDER: Provider =
+    Provider::with_callback(PROVIDER_NAME, control::on_enable_change);
+
+const fn u64_field(name: &'static str) -> FieldSpec {
+    FieldSpec {
+        name,
+        kind: FieldKind::U64,
+    }
+}
+
+pub(crate) static ALLOCATION_SAMPLE: EventDescriptor = EventDescriptor::new(
+    &PROVIDER,
+    ALLOCATION_SAMPLE_ID,
+    0,
+    "AllocationSample",
+    Level::Informational,
+    0,
+    0,
+    &[
+        u64_field("Size"),
+        u64_field("Weight"),
+        u64_field("Address"),
+        u64_field("ThreadId"),
+    ],
+);
+
+pub(crate) static FREE_SAMPLE: EventDescriptor = EventDescriptor::new(
+    &PROVIDER,
+    FREE_SAMPLE_ID,
+    0,
+    "FreeSample",
+    Level::Informational,
+    0,
+    0,
+    &[u64_field("Address")],
+);
+
+pub(crate) static LIVE_ALLOCATION: EventDescriptor = EventDescriptor::new(
+    &PROVIDER,
+    LIVE_ALLOCATION_ID,
+    0,
+    "LiveAllocation",
+    Level::Informational,
+    0,
+    0,
+    &[
+        u64_field("Size"),
+        u64_field("Weight"),
+        u64_field("Address"),
+        u64_field("ThreadId"),
+        u64_field("Snapshot"),
+    ],
+);
+
+/// What the allocator hands the emitter.
+#[derive(Debug)]
+pub(crate) enum Message {
+    Alloc {
+        epoch: u64,
+        size: u64,
+        weight: u64,
+        addr: usize,
+        thread: u64,
+        stack: Option<Box<[usize]>>,
+    },
+    Free {
+        epoch: u64,
+        addr: usize,
+    },
+}
+
+/// Messages waiting for the emitter. A full queue drops the message (counted in
+/// `events_dropped`): the allocator never waits for the emitter, which may itself be waiting
+/// for a Block-mode session's drain, whose allocations may be sampled.
+const QUEUE_CAPACITY: usize = 8192;
+
+static QUEUE: OnceLock<ArrayQueue<Message>> = OnceLock::new();
+static EMITTER: OnceLock<Option<Thread>> = OnceLock::new();
+/// True while the emitter may hold a popped message it has not written yet (see `flush`).
+static BUSY: AtomicBool = AtomicBool::new(false);
+/// Messages the queue had no room for.
+pub(crate) static DROPPED: AtomicU64 = AtomicU64::new(0);
+/// Heap profiles emitted (the `Snapshot` field counts from 1).
+pub(crate) static SNAPSHOTS: AtomicU64 = AtomicU64::new(0);
+
+/// Set by the emitter once its re-entrancy guard is up.
+static READY: AtomicBool = AtomicBool::new(false);
+
+/// Creates the queue and starts the emitter thread, once, and waits until the thread has
+/// raised its re-entrancy guard. From the enable callback only, before sampling starts: the
+/// allocations std makes on a new thread before running its closure (its name, its
+/// stack-overflow bookkeeping) then happen while sampling is off, so none of the emitter's
+/// allocations is ever sampled.
+pub(crate) fn start() -> bool {
+    QUEUE.get_or_init(|| ArrayQueue::new(QUEUE_CAPACITY));
+    let spawned = EMITTER
+        .get_or_init(|| {
+            match std::thread::Builder::new()
+                .name("eventpipe-alloc".into())
+                .spawn(run)
+            {
+                Ok(handle) => Some(handle.thread().clone()),
+                Err(e) => {
+                    eprintln!("eventpipe-profiler: cannot start the emitter thread: {e}");
+                    None
+                }
+            }
+        })
+        .is_some();
+    if !spawned {
+        return false;
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    // Acquire: pairs with the emitter's Release store after raising its guard.
+    while !READY.load(Ordering::Acquire) {
+        if Instant::now() >= deadline {
+            eprintln!("eventpipe-profiler: the emitter thread did not start");
+            return false;
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    true
+}
+
+/// Hands a message to the emitter; from the allocator path (no lock, no allocation, never
+/// waits). Call with the re-entrancy guard raised: a dropped message frees its stack.
+pub(crate) fn send(message: Message) {
+    let Some(queue) = QUEUE.get() else {
+        return;
+    };
+    match queue.push(message) {
+        Ok(()) => wake(),
+        Err(dropped) => {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+            drop(dropped);
+            wake();
+        }
+    }
+}
+
+/// Ordering: `unpark` synchronises-with the `park` it ends (std guarantees that memory
+/// operations before `unpark` are visible to the thread consuming the token), and the token
+/// is sticky: a push made after the emitter's last empty `pop` but before it parks leaves a
+/// token, so `park` returns at once and the message is not stranded.
+fn wake() {
+    if let Some(Some(emitter)) = EMITTER.get() {
+        emitter.unpark();
+    }
+}
+
+fn run() {
+    // Everything this thread allocates is the profiler's (event buffers, the writer's
+    // per-thread state, freed stacks): never sampled.
+    thread::guard_forever();
+    READY.store(true, Ordering::Release);
+    let Some(queue) = QUEUE.get() else {
+        return;
+    };
+    loop {
+        // SeqCst, with the queue's own SeqCst operations: see `flush`.
+        BUSY.store(true, Ordering::SeqCst);
+        while let Some(message) = queue.pop() {
+            write(message);
+        }
+        BUSY.store(false, Ordering::SeqCst);
+        std::thread::park();
+    }
+}
+
+fn write(message: Message) {
+    // A message from an earlier epoch belongs to a profile that has ended; a later session
+    // must not see it.
+    match message {
+        Message::Alloc {
+            epoch,
+            size,
+            weight,
+            addr,
+            thread,
+            stack,
+        } => {
+            if epoch != control::epoch() {
+                return;
+            }
+            ALLOCATION_SAMPLE.write_with_stack(stack.as_deref().unwrap_or(&[]), |p| {
+                p.put(&size);
+                p.put(&weight);
+                p.put(&(addr as u64));
+                p.put(&thread);
+            });
+        }
+        Message::Free { epoch, addr } => {
+            if epoch != control::epoch() {
+                return;
+            }
+            FREE_SAMPLE.write_with(|p| p.put(&(addr as u64)));
+        }
+    }
+}
+
+/// Waits until every message queued before the call is written (or `timeout` passes);
+/// returns whether it got there.
+///
+/// Ordering: the emitter stores `BUSY = true` before popping and `false` only after writing
+/// everything it popped, all SeqCst, as are the queue's `pop` and `is_empty`. If this sees
+/// the queue empty, every earlier message was popped before that, hence after a `BUSY = true`
+/// that precedes this `BUSY` load in the single SeqCst order; reading `false` then means the
+/// emitter stored it after writing them.
+pub(crate) fn flush(timeout: Duration) -> bool {
+    let Some(queue) = QUEUE.get() else {
+        return true;
+    };
+    let deadline = Instant::now() + timeout;
+    loop {
+        if queue.is_empty() && !BUSY.load(Ordering::SeqCst) {
+            return true;
+        }
+        wake();
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// Writes one `LiveAllocation` per tracked allocation, from the calling thread; returns how
+/// many. The table is copied out first (see `table::snapshot`), so no table lock is held
+/// while writing.
+pub(crate) fn emit_heap_profile() -> usize {
+    thread::with_guard(|| {
+        if !control::enabled() || !LIVE_ALLOCATION.is_enabled() {
+            return 0;
+        }
+        // The samples queued so far go first, so a reader meets each allocation before the
+        // profile that lists it.
+        flush(Duration::from_secs(1));
+        let mut records = Vec::new();
+        let mut frames = Vec::new();
+        table::snapshot(&mut records, &mut frames);
+        let snapshot = SNAPSHOTS.fetch_add(1, Ordering::Relaxed) + 1;
+        for r in &records {
+            let stack = frames.get(r.stack.clone()).unwrap_or(&[]);
+            LIVE_ALLOCATION.write_with_stack(stack, |p| {
+                p.put(&r.size);
+                p.put(&r.weight);
+                p.put(&(r.addr as u64));
+                p.put(&r.thread);
+                p.put(&snapshot);
+            });
+        }
+        records.len()
+    })
+}

@@ -1,0 +1,419 @@
+//! The sampling allocation and heap profiler.
+//!
+//! # Use
+//!
+//! ```no_run
+//! use eventpipe_profiler::alloc::ProfiledAllocator;
+//!
+//! #[global_allocator]
+//! static ALLOC: ProfiledAllocator<std::alloc::System> = ProfiledAllocator::new(std::alloc::System);
+//!
+//! fn main() {
+//!     // Once, early: makes the provider known to eventpipe, so sessions that name it
+//!     // (in-process or from `eptrace collect`) switch sampling on.
+//!     eventpipe_profiler::alloc::register();
+//!     eventpipe::diagnostics::start_server().ok();
+//!     // ... the program ...
+//! }
+//! ```
+//!
+//! Then, from outside:
+//! `eptrace collect -n PROGRAM --providers EventPipeRs-Allocations:0:5:SampleInterval=65536`.
+//!
+//! # Why `register()` is explicit
+//!
+//! eventpipe tells a provider's enable callback about sessions only once one of its events
+//! is registered. Registering from inside the allocator on its first use is not safe: a Rust
+//! program's first allocations happen before `main`, inside the runtime's start-up (one of
+//! them under the lock of std's stack-overflow thread table), and registering runs
+//! eventpipe's diagnostics autostart, which may start threads and even wait for a tool to
+//! resume the process. So the program calls [`register`] once (idempotent; cheap after the
+//! first call). Until then, and whenever no session enables the provider, the allocator only
+//! forwards.
+//!
+//! # Cost
+//!
+//! While no session enables `EventPipeRs-Allocations`: one `Relaxed` load and a branch per
+//! allocation, free and reallocation (`BENCHMARKS.md`). While enabled: per allocation, a
+//! thread-local counter update; per free, one relaxed load of a counting filter (see
+//! `table.rs`); per sample (one per `SampleInterval` bytes on average), a stack walk, two
+//! exact-size stack copies, a sharded-table insert and a queue push.
+//!
+//! # Events (provider `EventPipeRs-Allocations`, all `Informational`, keywords 0)
+//!
+//! | id | name | fields (all `u64`) | stack |
+//! |---|---|---|---|
+//! | 1 | `AllocationSample` | `Size`, `Weight`, `Address`, `ThreadId` | the allocating stack |
+//! | 2 | `FreeSample` | `Address` | none |
+//! | 3 | `LiveAllocation` | `Size`, `Weight`, `Address`, `ThreadId`, `Snapshot` | the allocating stack |
+//!
+//! `Weight` is the bytes the sample stands for (`Size / (1 - exp(-Size / SampleInterval))`),
+//! so summing it estimates bytes allocated (`AllocationSample`) or bytes live
+//! (`LiveAllocation`) without bias. A reader separates the two by event name: allocation
+//! samples are `AllocationSample`; the live-heap profile is the `LiveAllocation` events with
+//! the highest `Snapshot` ([`emit_heap_profile`] writes one set per call). `FreeSample` ends
+//! an `AllocationSample` of the same `Address`; in a trace without `LiveAllocation` events the
+//! live heap at the end of the trace is the `AllocationSample`s not ended by a `FreeSample`.
+//!
+//! The events are written by the profiler's emitter thread (`eventpipe-alloc`), never from
+//! inside the allocator (see `emitter.rs` for why that would deadlock); `ThreadId` names the
+//! thread that allocated.
+//!
+//! # At session end
+//!
+//! eventpipe runs a provider's disable callback after the session's trace has ended (its
+//! event masks are cleared and the drain has finished), so events written from that callback
+//! cannot reach the session that is stopping. The disable callback therefore stops sampling
+//! and clears the table but cannot write the final heap profile into the stopping session.
+//! Call [`emit_heap_profile`] before stopping an in-process session; for a session stopped
+//! from outside, the live heap follows from `AllocationSample` minus `FreeSample` (what
+//! `eventpipe_insight::SampleSelection::LiveHeap` does when a trace has no `LiveAllocation`).
+
+mod control;
+mod emitter;
+mod sampler;
+mod stack;
+mod table;
+mod thread;
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+pub use control::{parse_sample_interval, DEFAULT_SAMPLE_INTERVAL};
+pub use emitter::{ALLOCATION_SAMPLE_ID, FREE_SAMPLE_ID, LIVE_ALLOCATION_ID, PROVIDER_NAME};
+pub use sampler::sample_weight;
+
+use control::STATE;
+use emitter::Message;
+use sampler::{next_distance, Counter, Rng};
+use thread::{ThreadState, THREAD};
+
+/// A [`GlobalAlloc`] that forwards to `A` and, while a session enables
+/// `EventPipeRs-Allocations`, samples the allocations it serves (see the [module
+/// docs](self)).
+#[derive(Debug, Default)]
+pub struct ProfiledAllocator<A> {
+    inner: A,
+}
+
+impl<A> ProfiledAllocator<A> {
+    /// Wraps `inner`; usable in a `static`.
+    pub const fn new(inner: A) -> Self {
+        ProfiledAllocator { inner }
+    }
+
+    /// The wrapped allocator.
+    pub const fn inner(&self) -> &A {
+        &self.inner
+    }
+}
+
+// SAFETY: every method forwards to the inner allocator with the caller's arguments unchanged
+// and returns its result unchanged; the bookkeeping around it never touches the memory
+// returned and never fails the allocation (a profiler failure only skips a sample).
+unsafe impl<A: GlobalAlloc> GlobalAlloc for ProfiledAllocator<A> {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if STATE.load(Ordering::Relaxed) == 0 {
+            // SAFETY: the caller's contract for `alloc` is the inner allocator's.
+            return unsafe { self.inner.alloc(layout) };
+        }
+        // SAFETY: as above.
+        unsafe { self.alloc_sampling(layout, false) }
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if STATE.load(Ordering::Relaxed) == 0 {
+            // SAFETY: the caller's contract for `alloc_zeroed` is the inner allocator's.
+            return unsafe { self.inner.alloc_zeroed(layout) };
+        }
+        // SAFETY: as above.
+        unsafe { self.alloc_sampling(layout, true) }
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if STATE.load(Ordering::Relaxed) != 0 {
+            // SAFETY: the caller's contract for `dealloc`, forwarded.
+            return unsafe { self.dealloc_sampling(ptr, layout) };
+        }
+        // SAFETY: the caller's contract for `dealloc` is the inner allocator's.
+        unsafe { self.inner.dealloc(ptr, layout) }
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if STATE.load(Ordering::Relaxed) == 0 {
+            // SAFETY: the caller's contract for `realloc` is the inner allocator's.
+            return unsafe { self.inner.realloc(ptr, layout, new_size) };
+        }
+        // SAFETY: as above.
+        unsafe { self.realloc_sampling(ptr, layout, new_size) }
+    }
+}
+
+impl<A: GlobalAlloc> ProfiledAllocator<A> {
+    /// The allocation path while sampling. Not inlined: its frame marks where the profiler's
+    /// frames end in a captured stack (`stack::capture`). Cold, so the disabled path stays
+    /// a load, a branch and the inner call.
+    #[cold]
+    #[inline(never)]
+    unsafe fn alloc_sampling(&self, layout: Layout, zeroed: bool) -> *mut u8 {
+        let marker = 0u8;
+        let marker = std::hint::black_box(&marker) as *const u8 as usize;
+        let ptr = if zeroed {
+            // SAFETY: forwarded from `GlobalAlloc::alloc_zeroed`.
+            unsafe { self.inner.alloc_zeroed(layout) }
+        } else {
+            // SAFETY: forwarded from `GlobalAlloc::alloc`.
+            unsafe { self.inner.alloc(layout) }
+        };
+        if !ptr.is_null() {
+            after_alloc(ptr as usize, layout.size() as u64, marker);
+        }
+        ptr
+    }
+
+    /// A free while sampling: first untracked, since once freed the address may be handed
+    /// out (and sampled) again on another thread.
+    #[cold]
+    #[inline(never)]
+    unsafe fn dealloc_sampling(&self, ptr: *mut u8, layout: Layout) {
+        before_free(ptr as usize);
+        // SAFETY: forwarded from `GlobalAlloc::dealloc`.
+        unsafe { self.inner.dealloc(ptr, layout) }
+    }
+
+    /// A reallocation is a free of the old block and an allocation of `new_size` bytes.
+    /// If the inner `realloc` fails, the old block (still live) is no longer tracked.
+    #[cold]
+    #[inline(never)]
+    unsafe fn realloc_sampling(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let marker = 0u8;
+        let marker = std::hint::black_box(&marker) as *const u8 as usize;
+        before_free(ptr as usize);
+        // SAFETY: forwarded from `GlobalAlloc::realloc`.
+        let new = unsafe { self.inner.realloc(ptr, layout, new_size) };
+        if !new.is_null() {
+            after_alloc(new as usize, new_size as u64, marker);
+        }
+        new
+    }
+}
+
+/// Samples taken.
+static SAMPLES: AtomicU64 = AtomicU64::new(0);
+/// Samples not tracked (the profiler stopped or restarted meanwhile, or memory was short).
+static UNTRACKED: AtomicU64 = AtomicU64::new(0);
+/// Frees of tracked allocations.
+static TRACKED_FREES: AtomicU64 = AtomicU64::new(0);
+/// Allocations made by the profiler itself while sampling was on.
+static INTERNAL: AtomicU64 = AtomicU64::new(0);
+/// Allocations or frees made while holding a table lock (a broken invariant; always 0).
+static UNDER_LOCK: AtomicU64 = AtomicU64::new(0);
+/// Seeds the per-thread generators.
+static SEEDS: AtomicU64 = AtomicU64::new(0);
+
+/// Accounts an allocation of `size` bytes at `addr`; samples it if its bytes contain the
+/// thread's next sampled byte.
+#[inline(never)]
+fn after_alloc(addr: usize, size: u64, marker: usize) {
+    let _ = THREAD.try_with(|t| {
+        if t.guard.get() {
+            // The profiler's own allocation: forwarded, not counted.
+            INTERNAL.fetch_add(1, Ordering::Relaxed);
+            if t.holding_lock.get() {
+                UNDER_LOCK.fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        }
+        let epoch = control::epoch();
+        if epoch == 0 {
+            return;
+        }
+        let interval = control::INTERVAL.load(Ordering::Relaxed).max(1);
+        let mut rng = Rng::from_state(t.rng.get()).unwrap_or_else(|| Rng::new(seed(t)));
+        let mut counter = if t.epoch.get() == epoch {
+            Counter {
+                remaining: t.remaining.get(),
+            }
+        } else {
+            // First allocation of this thread in this epoch: start from a fresh draw, which
+            // by memorylessness is as good as having counted all along.
+            t.epoch.set(epoch);
+            Counter {
+                remaining: next_distance(&mut rng, interval),
+            }
+        };
+        let sampled = counter.account(size, &mut rng, interval);
+        t.remaining.set(counter.remaining);
+        t.rng.set(rng.state());
+        if sampled {
+            t.guard.set(true);
+            sample(t, addr, size, interval, epoch, marker);
+            t.guard.set(false);
+        }
+    });
+}
+
+fn seed(t: &ThreadState) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    (t as *const ThreadState as u64)
+        ^ nanos
+        ^ SEEDS
+            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
+            .rotate_left(17)
+}
+
+/// Takes one sample: stack, table entry, event. Runs under the re-entrancy guard, so the
+/// allocations it makes (scratch buffer, stack copies, table growth) are forwarded unsampled;
+/// no lock is held while it walks the stack or allocates.
+#[inline(never)]
+fn sample(t: &ThreadState, addr: usize, size: u64, interval: u64, epoch: u64, marker: usize) {
+    SAMPLES.fetch_add(1, Ordering::Relaxed);
+    let weight = sample_weight(size, interval);
+    let thread = thread::os_tid(t);
+    let stack = stack::capture(marker);
+    // The event gets its own exact-size copy: the table's may be freed (by a free of `addr`
+    // on another thread) before the emitter writes the event.
+    let event_stack = stack.as_deref().and_then(copy_stack);
+    let entry = table::Entry {
+        size,
+        weight,
+        thread,
+        stack,
+    };
+    if let Err(entry) = table::insert(addr, entry, epoch) {
+        UNTRACKED.fetch_add(1, Ordering::Relaxed);
+        drop(entry);
+    }
+    emitter::send(Message::Alloc {
+        epoch,
+        size,
+        weight,
+        addr,
+        thread,
+        stack: event_stack,
+    });
+}
+
+fn copy_stack(frames: &[usize]) -> Option<Box<[usize]>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(frames.len()).ok()?;
+    v.extend_from_slice(frames);
+    Some(v.into_boxed_slice())
+}
+
+/// Stops tracking `addr` if it was sampled, and queues its `FreeSample`. Also on the
+/// profiler's own frees (the emitter may drop the last reference to something a sampled
+/// thread allocated).
+#[inline]
+fn before_free(addr: usize) {
+    if !table::maybe_tracked(addr) {
+        return;
+    }
+    free_tracked(addr);
+}
+
+#[inline(never)]
+fn free_tracked(addr: usize) {
+    if thread::holding_lock() {
+        // Cannot happen (nothing frees under a table lock); taking the lock again would
+        // deadlock, so the entry is left for `clear`.
+        UNDER_LOCK.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let Some(entry) = table::remove(addr) else {
+        return;
+    };
+    TRACKED_FREES.fetch_add(1, Ordering::Relaxed);
+    let epoch = control::epoch();
+    thread::with_guard(|| {
+        drop(entry);
+        emitter::send(Message::Free { epoch, addr });
+    });
+}
+
+/// Registers the profiler's events with eventpipe, so that sessions naming
+/// `EventPipeRs-Allocations` reach its enable callback (including sessions already running,
+/// which are told before this returns). Call once, early in `main`; idempotent. Returns
+/// whether a session records allocation samples now.
+pub fn register() -> bool {
+    thread::with_guard(|| {
+        let samples = emitter::ALLOCATION_SAMPLE.register();
+        emitter::FREE_SAMPLE.register();
+        emitter::LIVE_ALLOCATION.register();
+        samples
+    })
+}
+
+/// Writes the live heap profile now: one `LiveAllocation` event per sampled allocation still
+/// live, with its stack, all with the same new `Snapshot` number. Returns how many were
+/// written (0 when no session enables the profiler). Writes from the calling thread, after
+/// waiting (at most a second) for the samples already queued to be written.
+pub fn emit_heap_profile() -> usize {
+    emitter::emit_heap_profile()
+}
+
+/// Waits until the events of every sample and free taken so far are written to the
+/// sessions (at most `timeout`); returns whether it got there. Call before stopping an
+/// in-process session so that its last samples are in it.
+pub fn flush(timeout: Duration) -> bool {
+    thread::with_guard(|| emitter::flush(timeout))
+}
+
+/// Whether a session enables sampling now.
+pub fn is_enabled() -> bool {
+    control::enabled()
+}
+
+/// Counters of the profiler since the process started.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Whether a session enables sampling now.
+    pub enabled: bool,
+    /// The mean sampling interval in bytes in use (or last used).
+    pub sample_interval: u64,
+    /// Allocations sampled.
+    pub samples: u64,
+    /// Sampled allocations tracked as live now (0 whenever sampling is off).
+    pub tracked: usize,
+    /// Frees of tracked allocations.
+    pub tracked_frees: u64,
+    /// Samples not tracked: sampling stopped or restarted while they were being taken, or
+    /// memory for the table was short.
+    pub untracked_samples: u64,
+    /// `AllocationSample`/`FreeSample` events lost because the emitter's queue was full.
+    pub events_dropped: u64,
+    /// Allocations the profiler made for itself while sampling was on (never sampled).
+    pub internal_allocations: u64,
+    /// Allocations or frees made while holding a tracking-table lock: a broken invariant,
+    /// always 0.
+    pub allocations_under_lock: u64,
+    /// Heap profiles emitted.
+    pub heap_profiles: u64,
+    /// Scratch buffers for stack walks kept in the pool now (at most a few).
+    pub pooled_scratch_buffers: usize,
+}
+
+/// The profiler's counters.
+pub fn stats() -> Stats {
+    thread::with_guard(|| Stats {
+        enabled: control::enabled(),
+        sample_interval: control::INTERVAL.load(Ordering::Relaxed),
+        samples: SAMPLES.load(Ordering::Relaxed),
+        tracked: table::len(),
+        tracked_frees: TRACKED_FREES.load(Ordering::Relaxed),
+        untracked_samples: UNTRACKED.load(Ordering::Relaxed),
+        events_dropped: emitter::DROPPED.load(Ordering::Relaxed),
+        internal_allocations: INTERNAL.load(Ordering::Relaxed),
+        allocations_under_lock: UNDER_LOCK.load(Ordering::Relaxed),
+        heap_profiles: emitter::SNAPSHOTS.load(Ordering::Relaxed),
+        pooled_scratch_buffers: stack::pooled(),
+    })
+}

@@ -1,0 +1,14 @@
+//! # eventpipe-profiler
+//!
+//! Sampling profilers that write through eventpipe, so a Rust program is profiled the way a
+//! .NET one is traced: a session (in-process, or `eptrace collect` over the diagnostics IPC)
+//! enables a provider, and the profiler behind it starts; the trace converts to flame graphs,
+//! speedscope or pprof with `eptrace convert`.
+//!
+//! - [`alloc`]: the allocation and live-heap profiler, a [`GlobalAlloc`](std::alloc::GlobalAlloc)
+//!   wrapper behind the provider `EventPipeRs-Allocations`.
+//!
+//! A CPU sampler (`cpu`) will join it.
+
+pub mod alloc;
+pub mod cpu;
