@@ -101,6 +101,7 @@ pub(crate) fn capture(tid: i32, timeout: Duration, out: &mut Vec<usize>) -> Capt
     // fails with ESRCH.
     let sent = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, SAMPLE_SIGNAL) } == 0;
     let deadline = Instant::now() + timeout;
+    let mut spins = 0u32;
     loop {
         match SLOT.state.load(Ordering::Acquire) {
             DONE => break,
@@ -114,9 +115,17 @@ pub(crate) fn capture(tid: i32, timeout: Duration, out: &mut Vec<usize>) -> Capt
                     return Captured::NoAnswer;
                 }
             }
-            // The signal is delivered when the target next runs; on a busy machine that
-            // needs this core, so wait without spinning it.
-            _ => std::thread::yield_now(),
+            // A thread running on another core answers within microseconds: spin briefly.
+            // One waiting for this core (or descheduled) answers only once it runs: yield
+            // the core to it rather than spin it away.
+            _ => {
+                spins += 1;
+                if spins < 200 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
         }
     }
     // Acquire of DONE above: the handler's frame stores happen-before these loads.
