@@ -246,7 +246,8 @@ struct ConvertArgs {
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<PathBuf>,
     /// Which events are the samples: auto (CPU samples, else allocation samples, else
-    /// every event with a stack), cpu, alloc, events, or an event name (Provider/Event).
+    /// every event with a stack), cpu, alloc, live-heap (what was still allocated at the
+    /// last heap profile), events, or an event name (Provider/Event).
     #[arg(long, value_name = "WHAT", default_value = "auto")]
     samples: String,
     /// One flame graph per thread, side by side, instead of all threads merged.
@@ -447,6 +448,7 @@ fn parse_samples(s: &str) -> SampleSelection {
         "auto" => SampleSelection::Auto,
         "cpu" => SampleSelection::Cpu,
         "alloc" | "allocations" => SampleSelection::Allocations,
+        "live-heap" | "heap" => SampleSelection::LiveHeap,
         "events" => SampleSelection::EventsWithStacks,
         _ => SampleSelection::Event(s.to_owned()),
     }

@@ -20,9 +20,7 @@ pub const DOTNET_SAMPLE_PROFILER: &str = "Microsoft-DotNETCore-SampleProfiler";
 pub const CPU_SAMPLER_PROVIDER: &str = "EventPipeRs-CpuSampler";
 /// This project's allocation sampler provider; its samples carry a `Weight` field (bytes).
 /// `AllocationSample` events are allocation samples, `LiveAllocation` events (numbered by
-/// `Snapshot`) a live-heap profile, `FreeSample` ends the sample at its `Address`; a
-/// `ThreadId` field names the allocating thread (the events are written by the profiler's
-/// own thread).
+/// `Snapshot`) a live-heap profile, `FreeSample` ends the sample at its `Address`.
 pub const ALLOCATION_PROVIDER: &str = "EventPipeRs-Allocations";
 
 /// Which events a profile is made of.
@@ -158,7 +156,6 @@ impl ProfileBuilder {
         if is_blocked_sample(event) || !self.wanted(kind, event) {
             return;
         }
-        let thread = alloc.thread.unwrap_or(tid);
         if kind == Kind::LiveHeap {
             // Keep only the last heap profile.
             let snapshot = alloc.snapshot.unwrap_or(0);
@@ -186,7 +183,7 @@ impl ProfileBuilder {
             }
         };
         self.samples.entry(kind).or_default().push(RawSample {
-            thread,
+            thread: tid,
             time_ms,
             weight,
             stack,
@@ -364,7 +361,6 @@ impl ProfileBuilder {
 #[derive(Debug, Default, Clone, Copy)]
 struct AllocFields {
     weight: Option<u64>,
-    thread: Option<u64>,
     address: Option<u64>,
     snapshot: Option<u64>,
 }
@@ -375,7 +371,6 @@ impl AllocFields {
         for (name, value) in event.decode_payload().unwrap_or_default() {
             let slot = match name {
                 "Weight" => &mut out.weight,
-                "ThreadId" => &mut out.thread,
                 "Address" => &mut out.address,
                 "Snapshot" => &mut out.snapshot,
                 _ => continue,
@@ -449,12 +444,7 @@ mod tests {
         Level::Informational,
         0,
         0,
-        &[
-            u64_field("Size"),
-            u64_field("Weight"),
-            u64_field("Address"),
-            u64_field("ThreadId"),
-        ],
+        &[u64_field("Size"), u64_field("Weight"), u64_field("Address")],
     );
     static FREE: EventDescriptor = EventDescriptor::new(
         &ALLOCATIONS,
@@ -478,26 +468,24 @@ mod tests {
             u64_field("Size"),
             u64_field("Weight"),
             u64_field("Address"),
-            u64_field("ThreadId"),
             u64_field("Snapshot"),
         ],
     );
 
+    /// As the profiler writes them: about the allocating thread, from its own.
     fn sample(weight: u64, address: u64, thread: u64) {
-        SAMPLE.write_with_stack(&[0x1000, 0x2000], |p| {
+        SAMPLE.write_about_thread(thread, &[0x1000, 0x2000], |p| {
             p.put(&weight);
             p.put(&weight);
             p.put(&address);
-            p.put(&thread);
         });
     }
 
     fn live(weight: u64, address: u64, snapshot: u64) {
-        LIVE.write_with_stack(&[0x3000], |p| {
+        LIVE.write_about_thread(7, &[0x3000], |p| {
             p.put(&weight);
             p.put(&weight);
             p.put(&address);
-            p.put(&7u64);
             p.put(&snapshot);
         });
     }
@@ -555,7 +543,7 @@ mod tests {
         for (sel, p) in &out {
             match sel {
                 // Auto and Allocations: the AllocationSample events only, on the allocating
-                // threads (not the thread that wrote the events).
+                // threads.
                 SampleSelection::Auto | SampleSelection::Allocations => {
                     assert_eq!(p.unit, SampleUnit::Bytes);
                     assert_eq!(total(p), 300, "{sel:?}");

@@ -164,10 +164,9 @@ fn a_sleeping_thread_is_reported_blocked_not_running() {
         }
         match e.decode_payload().unwrap()[0].1.as_u64() {
             Some(s) if s == u64::from(cpu::STATE_RUNNING) => running += 1,
-            Some(s) if s == u64::from(cpu::STATE_BLOCKED) => {
-                assert_eq!(e.stack_ips().count(), 0);
-                blocked += 1;
-            }
+            // Without a stack when it was not interrupted; with the stack it waits in
+            // when the signal found it back in its system call.
+            Some(s) if s == u64::from(cpu::STATE_BLOCKED) => blocked += 1,
             other => panic!("state {other:?}"),
         }
     }

@@ -81,7 +81,11 @@ fn run() {
     assert!(error.abs() <= 0.15, "live heap estimate off by {error}");
     for e in &ours {
         assert!(SIZES.contains(&(e.get("Size") as usize)));
-        assert_eq!(e.get("ThreadId"), common::tid());
+        assert_eq!(
+            e.thread,
+            common::tid(),
+            "attributed to the allocating thread"
+        );
         assert!(!e.stack.is_empty());
     }
     assert!(

@@ -62,7 +62,7 @@ fn run() {
     let me = common::tid();
     let samples: Vec<_> = events
         .iter()
-        .filter(|e| e.name == "AllocationSample" && e.get("ThreadId") == me)
+        .filter(|e| e.name == "AllocationSample" && e.thread == me)
         .filter(|e| counts.contains_key(&e.get("Size")))
         .collect();
     for &size in &SIZES {

@@ -8,8 +8,9 @@
 //! stop and event registration grow `Vec`s under the registry lock), and a first write from
 //! such a thread would attach it to the session, taking those same locks again.
 //!
-//! The events therefore come from the emitter's thread; each carries the allocating thread's
-//! OS id in its `ThreadId` field.
+//! The emitter writes each sample with `write_about_thread`: the trace attributes it to the
+//! allocating thread (its thread id / ThreadIndex) and names the emitter as the thread that
+//! captured it (CaptureThreadIndex).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -24,14 +25,14 @@ use super::{control, table, thread};
 /// The provider's name.
 pub const PROVIDER_NAME: &str = "EventPipeRs-Allocations";
 
-/// Event id of `AllocationSample`: one sampled allocation (`Size`, `Weight`, `Address`,
-/// `ThreadId`, all `u64`), with the allocating stack.
+/// Event id of `AllocationSample`: one sampled allocation (`Size`, `Weight`, `Address`, all
+/// `u64`), with the allocating stack, attributed to the allocating thread.
 pub const ALLOCATION_SAMPLE_ID: u32 = 1;
 /// Event id of `FreeSample`: a sampled allocation was freed (`Address: u64`), no stack.
 pub const FREE_SAMPLE_ID: u32 = 2;
 /// Event id of `LiveAllocation`: one sampled allocation still live when a heap profile was
-/// taken (`Size`, `Weight`, `Address`, `ThreadId`, `Snapshot`, all `u64`), with the
-/// allocating stack.
+/// taken (`Size`, `Weight`, `Address`, `Snapshot`, all `u64`), with the allocating stack,
+/// attributed to the allocating thread.
 pub const LIVE_ALLOCATION_ID: u32 = 3;
 
 pub(crate) static PROVIDER: Provider =
@@ -52,12 +53,7 @@ pub(crate) static ALLOCATION_SAMPLE: EventDescriptor = EventDescriptor::new(
     Level::Informational,
     0,
     0,
-    &[
-        u64_field("Size"),
-        u64_field("Weight"),
-        u64_field("Address"),
-        u64_field("ThreadId"),
-    ],
+    &[u64_field("Size"), u64_field("Weight"), u64_field("Address")],
 );
 
 pub(crate) static FREE_SAMPLE: EventDescriptor = EventDescriptor::new(
@@ -83,7 +79,6 @@ pub(crate) static LIVE_ALLOCATION: EventDescriptor = EventDescriptor::new(
         u64_field("Size"),
         u64_field("Weight"),
         u64_field("Address"),
-        u64_field("ThreadId"),
         u64_field("Snapshot"),
     ],
 );
@@ -110,13 +105,18 @@ pub(crate) enum Message {
 /// for a Block-mode session's drain, whose allocations may be sampled.
 const QUEUE_CAPACITY: usize = 8192;
 
+/// The hand-off from allocating threads to the emitter. Each message owns what it carries
+/// (its stack included); crossbeam's `push` publishes a slot with a Release store of its
+/// stamp and `pop` reads the stamp with Acquire before taking the value, so the emitter sees
+/// the message fully written.
 static QUEUE: OnceLock<ArrayQueue<Message>> = OnceLock::new();
 static EMITTER: OnceLock<Option<Thread>> = OnceLock::new();
 /// True while the emitter may hold a popped message it has not written yet (see `flush`).
 static BUSY: AtomicBool = AtomicBool::new(false);
-/// Messages the queue had no room for.
+/// Messages the queue had no room for (a statistic: `Relaxed`).
 pub(crate) static DROPPED: AtomicU64 = AtomicU64::new(0);
-/// Heap profiles emitted (the `Snapshot` field counts from 1).
+/// Heap profiles emitted (the `Snapshot` field counts from 1). `Relaxed`: `fetch_add` alone
+/// makes the numbers distinct; nothing else is published through it.
 pub(crate) static SNAPSHOTS: AtomicU64 = AtomicU64::new(0);
 
 /// Set by the emitter once its re-entrancy guard is up.
@@ -218,11 +218,10 @@ fn write(message: Message) {
             if epoch != control::epoch() {
                 return;
             }
-            ALLOCATION_SAMPLE.write_with_stack(stack.as_deref().unwrap_or(&[]), |p| {
+            ALLOCATION_SAMPLE.write_about_thread(thread, stack.as_deref().unwrap_or(&[]), |p| {
                 p.put(&size);
                 p.put(&weight);
                 p.put(&(addr as u64));
-                p.put(&thread);
             });
         }
         Message::Free { epoch, addr } => {
@@ -276,11 +275,10 @@ pub(crate) fn emit_heap_profile() -> usize {
         let snapshot = SNAPSHOTS.fetch_add(1, Ordering::Relaxed) + 1;
         for r in &records {
             let stack = frames.get(r.stack.clone()).unwrap_or(&[]);
-            LIVE_ALLOCATION.write_with_stack(stack, |p| {
+            LIVE_ALLOCATION.write_about_thread(r.thread, stack, |p| {
                 p.put(&r.size);
                 p.put(&r.weight);
                 p.put(&(r.addr as u64));
-                p.put(&r.thread);
                 p.put(&snapshot);
             });
         }

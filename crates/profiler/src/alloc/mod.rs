@@ -18,7 +18,12 @@
 //! ```
 //!
 //! Then, from outside:
-//! `eptrace collect -n PROGRAM --providers EventPipeRs-Allocations:0:5:SampleInterval=65536`.
+//! `eptrace collect -n PROGRAM --providers EventPipeRs-Allocations:0:5:SampleInterval=65536`
+//! (or `--profile alloc`, the default 512 KiB interval) and
+//! `eptrace convert -f flamegraph --samples alloc TRACE`. A session must name the provider:
+//! eventpipe leaves the `EventPipeRs-*` profilers out of `*`. The mean sampling interval in
+//! bytes is the session's `SampleInterval` filter argument ([`parse_sample_interval`];
+//! default [`DEFAULT_SAMPLE_INTERVAL`]); with several sessions the smallest applies.
 //!
 //! # Why `register()` is explicit
 //!
@@ -43,9 +48,9 @@
 //!
 //! | id | name | fields (all `u64`) | stack |
 //! |---|---|---|---|
-//! | 1 | `AllocationSample` | `Size`, `Weight`, `Address`, `ThreadId` | the allocating stack |
+//! | 1 | `AllocationSample` | `Size`, `Weight`, `Address` | the allocating stack |
 //! | 2 | `FreeSample` | `Address` | none |
-//! | 3 | `LiveAllocation` | `Size`, `Weight`, `Address`, `ThreadId`, `Snapshot` | the allocating stack |
+//! | 3 | `LiveAllocation` | `Size`, `Weight`, `Address`, `Snapshot` | the allocating stack |
 //!
 //! `Weight` is the bytes the sample stands for (`Size / (1 - exp(-Size / SampleInterval))`),
 //! so summing it estimates bytes allocated (`AllocationSample`) or bytes live
@@ -56,8 +61,10 @@
 //! live heap at the end of the trace is the `AllocationSample`s not ended by a `FreeSample`.
 //!
 //! The events are written by the profiler's emitter thread (`eventpipe-alloc`), never from
-//! inside the allocator (see `emitter.rs` for why that would deadlock); `ThreadId` names the
-//! thread that allocated.
+//! inside the allocator (see `emitter.rs` for why that would deadlock). `AllocationSample`
+//! and `LiveAllocation` are attributed to the thread that allocated (the event's thread id /
+//! V6 ThreadIndex), with the emitter as the capturing thread (CaptureThreadIndex);
+//! `FreeSample` is the emitter's own.
 //!
 //! # At session end
 //!
@@ -203,6 +210,9 @@ impl<A: GlobalAlloc> ProfiledAllocator<A> {
     }
 }
 
+// Counters for `stats()`. Each is a statistic only: nothing is published through them, so
+// `Relaxed` increments and loads suffice (a reader may see a count a moment late).
+
 /// Samples taken.
 static SAMPLES: AtomicU64 = AtomicU64::new(0);
 /// Samples not tracked (the profiler stopped or restarted meanwhile, or memory was short).
@@ -211,51 +221,73 @@ static UNTRACKED: AtomicU64 = AtomicU64::new(0);
 static TRACKED_FREES: AtomicU64 = AtomicU64::new(0);
 /// Allocations made by the profiler itself while sampling was on.
 static INTERNAL: AtomicU64 = AtomicU64::new(0);
-/// Allocations or frees made while holding a table lock (a broken invariant; always 0).
+/// Allocations, frees or stack walks made while holding a table lock (a broken invariant;
+/// always 0).
 static UNDER_LOCK: AtomicU64 = AtomicU64::new(0);
-/// Seeds the per-thread generators.
+/// Seeds the per-thread generators (`Relaxed`: only distinctness matters).
 static SEEDS: AtomicU64 = AtomicU64::new(0);
 
 /// Accounts an allocation of `size` bytes at `addr`; samples it if its bytes contain the
-/// thread's next sampled byte.
+/// thread's next sampled byte. The common case (same epoch, not sampled) is a thread-local
+/// subtraction; everything else is in [`after_alloc_slow`].
 #[inline(never)]
 fn after_alloc(addr: usize, size: u64, marker: usize) {
     let _ = THREAD.try_with(|t| {
         if t.guard.get() {
-            // The profiler's own allocation: forwarded, not counted.
-            INTERNAL.fetch_add(1, Ordering::Relaxed);
-            if t.holding_lock.get() {
-                UNDER_LOCK.fetch_add(1, Ordering::Relaxed);
-            }
+            internal_alloc(t);
             return;
         }
         let epoch = control::epoch();
-        if epoch == 0 {
-            return;
-        }
-        let interval = control::INTERVAL.load(Ordering::Relaxed).max(1);
-        let mut rng = Rng::from_state(t.rng.get()).unwrap_or_else(|| Rng::new(seed(t)));
-        let mut counter = if t.epoch.get() == epoch {
-            Counter {
-                remaining: t.remaining.get(),
+        if epoch != 0 && t.epoch.get() == epoch {
+            let remaining = t.remaining.get();
+            if size <= remaining {
+                t.remaining.set(remaining - size);
+                return;
             }
-        } else {
-            // First allocation of this thread in this epoch: start from a fresh draw, which
-            // by memorylessness is as good as having counted all along.
-            t.epoch.set(epoch);
-            Counter {
-                remaining: next_distance(&mut rng, interval),
-            }
-        };
-        let sampled = counter.account(size, &mut rng, interval);
-        t.remaining.set(counter.remaining);
-        t.rng.set(rng.state());
-        if sampled {
-            t.guard.set(true);
-            sample(t, addr, size, interval, epoch, marker);
-            t.guard.set(false);
         }
+        after_alloc_slow(t, addr, size, marker, epoch);
     });
+}
+
+/// The profiler's own allocation: forwarded, not counted, not sampled.
+#[cold]
+#[inline(never)]
+fn internal_alloc(t: &ThreadState) {
+    INTERNAL.fetch_add(1, Ordering::Relaxed);
+    if t.holding_lock.get() {
+        UNDER_LOCK.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A thread's first allocation in this epoch, or one that is sampled.
+#[cold]
+#[inline(never)]
+fn after_alloc_slow(t: &ThreadState, addr: usize, size: u64, marker: usize, epoch: u64) {
+    if epoch == 0 {
+        return;
+    }
+    let interval = control::INTERVAL.load(Ordering::Relaxed).max(1);
+    let mut rng = Rng::from_state(t.rng.get()).unwrap_or_else(|| Rng::new(seed(t)));
+    let mut counter = if t.epoch.get() == epoch {
+        Counter {
+            remaining: t.remaining.get(),
+        }
+    } else {
+        // First allocation of this thread in this epoch: start from a fresh draw, which by
+        // memorylessness is as good as having counted all along.
+        t.epoch.set(epoch);
+        Counter {
+            remaining: next_distance(&mut rng, interval),
+        }
+    };
+    let sampled = counter.account(size, &mut rng, interval);
+    t.remaining.set(counter.remaining);
+    t.rng.set(rng.state());
+    if sampled {
+        t.guard.set(true);
+        sample(t, addr, size, interval, epoch, marker);
+        t.guard.set(false);
+    }
 }
 
 fn seed(t: &ThreadState) -> u64 {
@@ -275,6 +307,11 @@ fn seed(t: &ThreadState) -> u64 {
 #[inline(never)]
 fn sample(t: &ThreadState, addr: usize, size: u64, interval: u64, epoch: u64, marker: usize) {
     SAMPLES.fetch_add(1, Ordering::Relaxed);
+    if t.holding_lock.get() {
+        // Cannot happen (a table lock is never held outside `table.rs`'s short critical
+        // sections); counted so the tests prove it.
+        UNDER_LOCK.fetch_add(1, Ordering::Relaxed);
+    }
     let weight = sample_weight(size, interval);
     let thread = thread::os_tid(t);
     let stack = stack::capture(marker);
@@ -392,8 +429,8 @@ pub struct Stats {
     pub events_dropped: u64,
     /// Allocations the profiler made for itself while sampling was on (never sampled).
     pub internal_allocations: u64,
-    /// Allocations or frees made while holding a tracking-table lock: a broken invariant,
-    /// always 0.
+    /// Allocations, frees or stack walks made while holding a tracking-table lock: a broken
+    /// invariant, always 0 (the tests assert it).
     pub allocations_under_lock: u64,
     /// Heap profiles emitted.
     pub heap_profiles: u64,

@@ -25,7 +25,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// One sampled allocation still live.
@@ -77,8 +77,11 @@ const fn empty_map() -> Map {
 
 static TABLE: [Mutex<Map>; SHARDS] = [const { Mutex::new(empty_map()) }; SHARDS];
 
-/// Entries per bucket of addresses. Bucket `b` belongs to shard `b % SHARDS` and changes only
-/// under that shard's lock, so it always equals the bucket's entries in the table.
+/// Entries per bucket of addresses, saturating at 255. Bucket `b` belongs to shard
+/// `b % SHARDS` and changes only under that shard's lock, so below 255 it equals the bucket's
+/// entries in the table; a bucket that reached 255 stays there (never read as 0) until the
+/// table is cleared. One byte per bucket keeps the filter at 64 KiB: it is read on every free
+/// while profiling, so it should stay in cache.
 ///
 /// Ordering: the free path reads it with `Relaxed` and no lock. A sampled allocation's entry
 /// is inserted and its bucket incremented before the allocation is returned to the program,
@@ -87,7 +90,24 @@ static TABLE: [Mutex<Map>; SHARDS] = [const { Mutex::new(empty_map()) }; SHARDS]
 /// load; only the removal of this very entry can bring the count back down, and that removal
 /// is what this free would do. So the load reads at least 1 for every tracked address. A
 /// stale non-zero read only costs a lock and a miss.
-static COUNTS: [AtomicU32; BUCKETS] = [const { AtomicU32::new(0) }; BUCKETS];
+static COUNTS: [AtomicU8; BUCKETS] = [const { AtomicU8::new(0) }; BUCKETS];
+
+/// One more entry in bucket `b`. Call with its shard's lock held: the only writers hold it,
+/// so a load and a store suffice.
+fn count_up(b: usize) {
+    let c = COUNTS[b].load(Ordering::Relaxed);
+    if c < u8::MAX {
+        COUNTS[b].store(c + 1, Ordering::Relaxed);
+    }
+}
+
+/// One entry fewer in bucket `b` (a saturated bucket stays saturated). Shard lock held.
+fn count_down(b: usize) {
+    let c = COUNTS[b].load(Ordering::Relaxed);
+    if c != u8::MAX && c > 0 {
+        COUNTS[b].store(c - 1, Ordering::Relaxed);
+    }
+}
 
 fn bucket(addr: usize) -> usize {
     (mix(addr as u64) >> (64 - BUCKET_BITS)) as usize
@@ -152,8 +172,7 @@ pub(crate) fn insert(addr: usize, entry: Entry, epoch: u64) -> Result<(), Entry>
             if m.len() < m.capacity() || m.contains_key(&addr) {
                 let replaced = m.insert(addr, entry);
                 if replaced.is_none() {
-                    // Under the shard's lock: see COUNTS.
-                    COUNTS[b].fetch_add(1, Ordering::Relaxed);
+                    count_up(b);
                 }
                 drop(map);
                 // An entry left by an address freed without our seeing it (a free racing a
@@ -194,8 +213,7 @@ pub(crate) fn remove(addr: usize) -> Option<Entry> {
     let mut map = Locked::new(b % SHARDS);
     let removed = map.remove(&addr);
     if removed.is_some() {
-        // Under the shard's lock: see COUNTS.
-        COUNTS[b].fetch_sub(1, Ordering::Relaxed);
+        count_down(b);
     }
     removed
 }
@@ -324,8 +342,11 @@ mod tests {
         // Re-inserting a present address replaces without double counting.
         assert!(insert(addrs[1], entry(7), epoch).is_ok());
         assert_eq!(len(), addrs.len() / 2);
-        let total: u32 = COUNTS.iter().map(|c| c.load(Ordering::Relaxed)).sum();
-        assert_eq!(total as usize, len());
+        let total: usize = COUNTS
+            .iter()
+            .map(|c| usize::from(c.load(Ordering::Relaxed)))
+            .sum();
+        assert_eq!(total, len());
         assert_eq!(clear(), addrs.len() / 2);
         assert_eq!(len(), 0);
         assert!(COUNTS.iter().all(|c| c.load(Ordering::Relaxed) == 0));

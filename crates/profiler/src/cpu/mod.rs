@@ -8,7 +8,7 @@
 //!   answering a sampling signal costs — is **blocked** (or waiting for a CPU); it is not
 //!   interrupted, and its sample says so (`State` = [`STATE_BLOCKED`], no stack);
 //! * a thread that ran is **interrupted** with a signal; its handler walks its own stack
-//!   ([`capture`]) and the sampler writes a `Sample` with that stack, attributed to the
+//!   (`capture`) and the sampler writes a `Sample` with that stack, attributed to the
 //!   sampled thread and captured by the sampler (the format's ThreadIndex vs
 //!   CaptureThreadIndex): `State` = [`STATE_RUNNING`], or [`STATE_BLOCKED`] when the signal
 //!   found it waiting in a system call (it ran, then went back to waiting), so profiles of

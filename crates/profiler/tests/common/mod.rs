@@ -15,8 +15,10 @@ pub(crate) struct Read {
     pub(crate) name: String,
     pub(crate) fields: HashMap<String, u64>,
     pub(crate) stack: Vec<u64>,
-    /// The thread that wrote the event (the emitter's, for samples).
-    pub(crate) writer: u64,
+    /// The thread the event is about (the allocating thread, for samples).
+    pub(crate) thread: u64,
+    /// The thread that wrote the event (the emitter, for samples).
+    pub(crate) capture: u64,
 }
 
 impl Read {
@@ -73,7 +75,8 @@ pub(crate) fn read(bytes: &[u8]) -> Vec<Read> {
             name: e.metadata.event_name.clone(),
             fields,
             stack: e.stack_ips().collect(),
-            writer: e.thread_id(),
+            thread: e.thread_id(),
+            capture: e.capture_thread_id(),
         });
     }
     out
