@@ -202,12 +202,24 @@ struct Drain {
 impl Drain {
     fn run(mut self) -> Result<SessionStats, Error> {
         let result = self.run_passes();
+        let mut owed_callbacks = Vec::new();
         if result.is_err() {
             // The output failed: end the session for everyone, release parked writers.
-            registry::remove_session(&self.shared);
+            owed_callbacks = registry::remove_session(&self.shared);
             self.shared.active.store(false, Ordering::Relaxed);
         }
         self.abort_waiters();
+        // Its providers are told it ended (a profiler stops), from here since the session
+        // is gone before whoever started it calls `stop`.
+        for (callback, pc) in owed_callbacks {
+            callback(&crate::EnableChange {
+                enabled: false,
+                keywords: pc.keywords,
+                level: pc.level,
+                filter_args: pc.filter_args.as_deref(),
+                session_slot: self.shared.slot(),
+            });
+        }
         drop(self.writer.take());
         if let Some(listener) = self.listener.take() {
             let _ = listener.join();

@@ -78,8 +78,11 @@ impl Provider {
     }
 
     /// A provider whose `callback` is told whenever a session enables or disables it. The
-    /// callback runs on the thread that starts or stops the session, after the session's
-    /// drain thread is running and with no lock held, so it may write events.
+    /// callback runs on the thread that starts or stops the session, with no lock held, so
+    /// it may write events: when enabling, after the session's drain thread is running;
+    /// when disabling, before the session stops recording, so what it writes then (a
+    /// profiler's final heap profile) is the session's last word. A session whose output
+    /// failed is disabled from its drain thread instead.
     pub const fn with_callback(name: &'static str, callback: fn(&EnableChange<'_>)) -> Self {
         Provider {
             name,

@@ -142,6 +142,19 @@ fn provider_callbacks(r: &Registry, session: &SessionShared) -> Vec<PendingCallb
 
 /// Clears the session's bits and frees its slot (if it still holds it); returns the
 /// disable callbacks to run.
+/// The disable callbacks `session`'s providers are owed, computed without removing it.
+pub(crate) fn callbacks_of(session: &SessionShared) -> Vec<PendingCallback> {
+    let r = registry();
+    let holds_slot = r.sessions[session.slot()]
+        .as_ref()
+        .is_some_and(|s| s.id() == session.id());
+    if holds_slot {
+        provider_callbacks(&r, session)
+    } else {
+        Vec::new()
+    }
+}
+
 pub(crate) fn remove_session(session: &SessionShared) -> Vec<PendingCallback> {
     let mut r = registry();
     let slot = session.slot();

@@ -328,7 +328,19 @@ impl Session {
         let Some(drain) = self.drain.take() else {
             return Ok(self.progress.snapshot());
         };
-        let callbacks = registry::remove_session(&self.shared);
+        // Disable callbacks run first, while the session still records and its drain
+        // runs, so a provider can write its last events into it (a profiler's final heap
+        // profile). No lock is held; a callback that writes in Block mode is drained.
+        for (callback, pc) in registry::callbacks_of(&self.shared) {
+            callback(&crate::EnableChange {
+                enabled: false,
+                keywords: pc.keywords,
+                level: pc.level,
+                filter_args: pc.filter_args.as_deref(),
+                session_slot: self.shared.slot(),
+            });
+        }
+        registry::remove_session(&self.shared);
         self.shared.active.store(false, Ordering::Relaxed);
         {
             // Release parked Block-mode writers now, even if the drain is stuck on a slow
@@ -339,17 +351,7 @@ impl Session {
         }
         self.shared.stop_requested.store(true, Ordering::Release);
         self.shared.wake_drain();
-        let result = drain.join().unwrap_or(Err(Error::DrainPanicked));
-        for (callback, pc) in callbacks {
-            callback(&crate::EnableChange {
-                enabled: false,
-                keywords: pc.keywords,
-                level: pc.level,
-                filter_args: pc.filter_args.as_deref(),
-                session_slot: self.shared.slot(),
-            });
-        }
-        result
+        drain.join().unwrap_or(Err(Error::DrainPanicked))
     }
 }
 

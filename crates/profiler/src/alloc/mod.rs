@@ -68,13 +68,12 @@
 //!
 //! # At session end
 //!
-//! eventpipe runs a provider's disable callback after the session's trace has ended (its
-//! event masks are cleared and the drain has finished), so events written from that callback
-//! cannot reach the session that is stopping. The disable callback therefore stops sampling
-//! and clears the table but cannot write the final heap profile into the stopping session.
-//! Call [`emit_heap_profile`] before stopping an in-process session; for a session stopped
-//! from outside, the live heap follows from `AllocationSample` minus `FreeSample` (what
-//! `eventpipe_insight::SampleSelection::LiveHeap` does when a trace has no `LiveAllocation`).
+//! eventpipe runs a provider's disable callback while the stopping session still records,
+//! so the callback writes the live heap profile (a `LiveAllocation` snapshot) as the
+//! session's last events, then stops sampling and clears the table. A session whose output
+//! failed gets no final profile; its live heap still follows from `AllocationSample` minus
+//! `FreeSample` (what `eventpipe_insight::SampleSelection::LiveHeap` does when a trace has no
+//! `LiveAllocation`). [`emit_heap_profile`] writes one at any other moment.
 
 mod control;
 mod emitter;
