@@ -218,6 +218,7 @@ impl Drain {
                 level: pc.level,
                 filter_args: pc.filter_args.as_deref(),
                 session_slot: self.shared.slot(),
+                ending: false,
             });
         }
         drop(self.writer.take());

@@ -58,6 +58,12 @@ pub struct EnableChange<'a> {
     pub filter_args: Option<&'a str>,
     /// The session's slot (0..64).
     pub session_slot: usize,
+    /// True for the first of the two calls a stopping session makes (both with `enabled:
+    /// false`): this one comes while the session still records, the provider's chance to
+    /// write its last events (a profiler's final heap profile) into it; the second, with
+    /// `ending: false`, once it has stopped. A callback that only stops work may ignore the
+    /// difference.
+    pub ending: bool,
 }
 
 /// A named source of events.
@@ -79,10 +85,11 @@ impl Provider {
 
     /// A provider whose `callback` is told whenever a session enables or disables it. The
     /// callback runs on the thread that starts or stops the session, with no lock held, so
-    /// it may write events: when enabling, after the session's drain thread is running;
-    /// when disabling, before the session stops recording, so what it writes then (a
-    /// profiler's final heap profile) is the session's last word. A session whose output
-    /// failed is disabled from its drain thread instead.
+    /// it may write events: when enabling, after the session's drain thread is running.
+    /// A stopping session calls it twice with `enabled: false`: first with
+    /// [`EnableChange::ending`] set while it still records (what the callback writes then is
+    /// the session's last word), then once it has stopped. A session whose output failed is disabled from
+    /// its drain thread, with no `ending` call.
     pub const fn with_callback(name: &'static str, callback: fn(&EnableChange<'_>)) -> Self {
         Provider {
             name,
@@ -674,9 +681,14 @@ mod tests {
 
     static REGISTER_CALLS: AtomicU32 = AtomicU32::new(0);
     static REGISTER_ENABLED: AtomicU32 = AtomicU32::new(0);
+    static REGISTER_ENDING_RECORDED: AtomicU32 = AtomicU32::new(0);
     fn count_register_callback(change: &EnableChange<'_>) {
         REGISTER_CALLS.fetch_add(1, Ordering::SeqCst);
         REGISTER_ENABLED.store(u32::from(change.enabled), Ordering::SeqCst);
+        if change.ending {
+            // The session still records while it ends.
+            REGISTER_ENDING_RECORDED.store(u32::from(REGISTER_A.is_enabled()), Ordering::SeqCst);
+        }
     }
     static REGISTER_PROVIDER: Provider =
         Provider::with_callback("Test-Unit-Register", count_register_callback);
@@ -720,8 +732,13 @@ mod tests {
         let stats = session.stop().unwrap();
         std::fs::remove_file(&path).ok();
         assert_eq!(stats.events_written, 0, "registering writes nothing");
-        assert_eq!(REGISTER_CALLS.load(Ordering::SeqCst), 2, "told on stop");
+        assert_eq!(
+            REGISTER_CALLS.load(Ordering::SeqCst),
+            3,
+            "told on stop: once ending, once stopped"
+        );
         assert_eq!(REGISTER_ENABLED.load(Ordering::SeqCst), 0);
+        assert_eq!(REGISTER_ENDING_RECORDED.load(Ordering::SeqCst), 1);
         assert!(!REGISTER_A.is_enabled() && !REGISTER_B.is_enabled());
         assert!(!REGISTER_A.register());
     }

@@ -85,6 +85,7 @@ pub(crate) fn register_event(event: &'static EventDescriptor) -> u64 {
             level: pc.level,
             filter_args: pc.filter_args.as_deref(),
             session_slot: slot,
+            ending: false,
         });
     }
     mask

@@ -289,6 +289,7 @@ impl Session {
                 level: pc.level,
                 filter_args: pc.filter_args.as_deref(),
                 session_slot: shared.slot(),
+                ending: false,
             });
         }
         Ok(Session {
@@ -328,7 +329,7 @@ impl Session {
         let Some(drain) = self.drain.take() else {
             return Ok(self.progress.snapshot());
         };
-        // Disable callbacks run first, while the session still records and its drain
+        // The `ending` calls run first, while the session still records and its drain
         // runs, so a provider can write its last events into it (a profiler's final heap
         // profile). No lock is held; a callback that writes in Block mode is drained.
         for (callback, pc) in registry::callbacks_of(&self.shared) {
@@ -338,9 +339,10 @@ impl Session {
                 level: pc.level,
                 filter_args: pc.filter_args.as_deref(),
                 session_slot: self.shared.slot(),
+                ending: true,
             });
         }
-        registry::remove_session(&self.shared);
+        let callbacks = registry::remove_session(&self.shared);
         self.shared.active.store(false, Ordering::Relaxed);
         {
             // Release parked Block-mode writers now, even if the drain is stuck on a slow
@@ -351,7 +353,18 @@ impl Session {
         }
         self.shared.stop_requested.store(true, Ordering::Release);
         self.shared.wake_drain();
-        drain.join().unwrap_or(Err(Error::DrainPanicked))
+        let result = drain.join().unwrap_or(Err(Error::DrainPanicked));
+        for (callback, pc) in callbacks {
+            callback(&crate::EnableChange {
+                enabled: false,
+                keywords: pc.keywords,
+                level: pc.level,
+                filter_args: pc.filter_args.as_deref(),
+                session_slot: self.shared.slot(),
+                ending: false,
+            });
+        }
+        result
     }
 }
 

@@ -46,8 +46,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// The enable callback of every provider of ours: a session started or stopped.
-fn on_enable_change(_: &EnableChange<'_>) {
-    recompute_active();
+fn on_enable_change(change: &EnableChange<'_>) {
+    // A session's `ending` call changes no mask; the call after it does.
+    if !change.ending {
+        recompute_active();
+    }
 }
 
 /// Sets [`ACTIVE`] from the descriptors' masks. Eventpipe updates the masks before it runs

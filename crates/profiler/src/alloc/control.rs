@@ -52,10 +52,13 @@ pub(crate) fn epoch() -> u64 {
 pub(crate) fn on_enable_change(change: &EnableChange<'_>) {
     // The profiler's own work (spawning the emitter, clearing the table) is not profiled.
     thread::with_guard(|| {
-        if !change.enabled && enabled() {
-            // eventpipe calls a disable callback while the session still records: its
-            // last events are the live heap, the profile a session at its end wants.
-            super::emitter::emit_heap_profile();
+        if change.ending {
+            // The session still records: its last events are the live heap, the profile
+            // a session at its end wants. Sampling stops at the call after this one.
+            if enabled() {
+                super::emitter::emit_heap_profile();
+            }
+            return;
         }
         let mut control = CONTROL.lock().unwrap_or_else(PoisonError::into_inner);
         let wants = change.enabled && level_enables(change.level);

@@ -68,9 +68,10 @@
 //!
 //! # At session end
 //!
-//! eventpipe runs a provider's disable callback while the stopping session still records,
-//! so the callback writes the live heap profile (a `LiveAllocation` snapshot) as the
-//! session's last events, then stops sampling and clears the table. A session whose output
+//! A stopping session calls the provider's callback once while it still records
+//! (`EnableChange::ending`): the profiler then writes the live heap profile (a
+//! `LiveAllocation` snapshot) as the session's last events; the call that follows, once it
+//! has stopped, stops sampling and clears the table. A session whose output
 //! failed gets no final profile; its live heap still follows from `AllocationSample` minus
 //! `FreeSample` (what `eventpipe_insight::SampleSelection::LiveHeap` does when a trace has no
 //! `LiveAllocation`). [`emit_heap_profile`] writes one at any other moment.

@@ -78,6 +78,10 @@ static CONTROL: Mutex<Control> = Mutex::new(Control {
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
 fn on_enable_change(change: &EnableChange<'_>) {
+    if change.ending {
+        // The session still records; the sampler stops at the call after this one.
+        return;
+    }
     let mut control = CONTROL.lock().unwrap_or_else(|p| p.into_inner());
     control
         .sessions
