@@ -211,16 +211,11 @@ impl Drain {
         self.abort_waiters();
         // Its providers are told it ended (a profiler stops), from here since the session
         // is gone before whoever started it calls `stop`.
-        for (callback, pc) in owed_callbacks {
-            callback(&crate::EnableChange {
-                enabled: false,
-                keywords: pc.keywords,
-                level: pc.level,
-                filter_args: pc.filter_args.as_deref(),
-                session_slot: self.shared.slot(),
-                ending: false,
-            });
-        }
+        registry::notify(
+            owed_callbacks,
+            self.shared.slot(),
+            registry::Notice::Disabled,
+        );
         drop(self.writer.take());
         if let Some(listener) = self.listener.take() {
             let _ = listener.join();

@@ -14,6 +14,31 @@ use crate::Error;
 /// A provider's enable callback and the configuration to tell it, run once no lock is held.
 pub(crate) type PendingCallback = (fn(&EnableChange<'_>), crate::ProviderConfig);
 
+/// What a session tells its providers' callbacks.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Notice {
+    /// It now records them.
+    Enabled,
+    /// It is stopping and still records: last chance to write into it.
+    Ending,
+    /// It has stopped.
+    Disabled,
+}
+
+/// Runs `callbacks` for the session in `slot`, with no lock held.
+pub(crate) fn notify(callbacks: Vec<PendingCallback>, slot: usize, notice: Notice) {
+    for (callback, pc) in callbacks {
+        callback(&EnableChange {
+            enabled: matches!(notice, Notice::Enabled),
+            keywords: pc.keywords,
+            level: pc.level,
+            filter_args: pc.filter_args.as_deref(),
+            session_slot: slot,
+            ending: matches!(notice, Notice::Ending),
+        });
+    }
+}
+
 /// The maximum number of concurrent sessions (one bit each in an event's mask).
 pub const MAX_SESSIONS: usize = 64;
 
@@ -79,14 +104,7 @@ pub(crate) fn register_event(event: &'static EventDescriptor) -> u64 {
         mask
     };
     for (cb, pc, slot) in callbacks {
-        cb(&EnableChange {
-            enabled: true,
-            keywords: pc.keywords,
-            level: pc.level,
-            filter_args: pc.filter_args.as_deref(),
-            session_slot: slot,
-            ending: false,
-        });
+        notify(vec![(cb, pc)], slot, Notice::Enabled);
     }
     mask
 }

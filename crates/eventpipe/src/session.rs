@@ -282,16 +282,7 @@ impl Session {
         // Only now, with the drain running, may events flow and callbacks run: a callback
         // that writes more than the budget in Block mode is drained as it goes.
         let callbacks = registry::enable_session(&shared);
-        for (callback, pc) in callbacks {
-            callback(&crate::EnableChange {
-                enabled: true,
-                keywords: pc.keywords,
-                level: pc.level,
-                filter_args: pc.filter_args.as_deref(),
-                session_slot: shared.slot(),
-                ending: false,
-            });
-        }
+        registry::notify(callbacks, shared.slot(), registry::Notice::Enabled);
         Ok(Session {
             shared,
             drain: Some(drain),
@@ -332,16 +323,11 @@ impl Session {
         // The `ending` calls run first, while the session still records and its drain
         // runs, so a provider can write its last events into it (a profiler's final heap
         // profile). No lock is held; a callback that writes in Block mode is drained.
-        for (callback, pc) in registry::callbacks_of(&self.shared) {
-            callback(&crate::EnableChange {
-                enabled: false,
-                keywords: pc.keywords,
-                level: pc.level,
-                filter_args: pc.filter_args.as_deref(),
-                session_slot: self.shared.slot(),
-                ending: true,
-            });
-        }
+        registry::notify(
+            registry::callbacks_of(&self.shared),
+            self.shared.slot(),
+            registry::Notice::Ending,
+        );
         let callbacks = registry::remove_session(&self.shared);
         self.shared.active.store(false, Ordering::Relaxed);
         {
@@ -354,16 +340,7 @@ impl Session {
         self.shared.stop_requested.store(true, Ordering::Release);
         self.shared.wake_drain();
         let result = drain.join().unwrap_or(Err(Error::DrainPanicked));
-        for (callback, pc) in callbacks {
-            callback(&crate::EnableChange {
-                enabled: false,
-                keywords: pc.keywords,
-                level: pc.level,
-                filter_args: pc.filter_args.as_deref(),
-                session_slot: self.shared.slot(),
-                ending: false,
-            });
-        }
+        registry::notify(callbacks, self.shared.slot(), registry::Notice::Disabled);
         result
     }
 }
