@@ -314,37 +314,42 @@ impl EventDescriptor {
     #[inline(never)]
     fn write_enabled_with_stack(
         &'static self,
-        mut mask: u64,
+        mask: u64,
         subject: Option<u64>,
         stack: &[usize],
         fill: impl FnOnce(&mut PayloadWriter),
     ) {
-        if mask == UNREGISTERED {
-            mask = crate::registry::register_event(self);
-            if mask == 0 {
-                return;
-            }
-        }
-        let mut slot = MaybeUninit::<PayloadWriter>::uninit();
-        let payload = PayloadWriter::init_in(&mut slot);
-        fill(payload);
-        crate::writer::write_event_with_stack(
-            self,
-            mask,
-            payload.as_bytes(),
-            subject,
-            crate::stack::encode_ips(stack),
-        );
-        // SAFETY: `init_in` initialised the writer; it is dropped exactly once, here.
-        unsafe { slot.assume_init_drop() };
+        self.encode(mask, fill, |mask, payload| {
+            crate::writer::write_event_with_stack(
+                self,
+                mask,
+                payload,
+                subject,
+                crate::stack::encode_ips(stack),
+            );
+        });
     }
 
     #[inline(never)]
     fn write_enabled(
         &'static self,
-        mut mask: u64,
+        mask: u64,
         activity: Option<(nettrace::Guid, nettrace::Guid)>,
         fill: impl FnOnce(&mut PayloadWriter),
+    ) {
+        self.encode(mask, fill, |mask, payload| {
+            crate::writer::write_event(self, mask, payload, activity);
+        });
+    }
+
+    /// Registers the event on its first write, encodes the payload on the stack and hands
+    /// it to `write` with the sessions' mask.
+    #[inline(always)]
+    fn encode(
+        &'static self,
+        mut mask: u64,
+        fill: impl FnOnce(&mut PayloadWriter),
+        write: impl FnOnce(u64, &[u8]),
     ) {
         if mask == UNREGISTERED {
             mask = crate::registry::register_event(self);
@@ -355,7 +360,7 @@ impl EventDescriptor {
         let mut slot = MaybeUninit::<PayloadWriter>::uninit();
         let payload = PayloadWriter::init_in(&mut slot);
         fill(payload);
-        crate::writer::write_event(self, mask, payload.as_bytes(), activity);
+        write(mask, payload.as_bytes());
         // SAFETY: `init_in` initialised the writer; it is dropped exactly once, here.
         unsafe { slot.assume_init_drop() };
     }
