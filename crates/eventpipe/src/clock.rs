@@ -1,40 +1,178 @@
-//! Event timestamps: nanoseconds of the monotonic clock, as a 1 GHz tick.
+//! Event timestamps.
 //!
-//! `clock_gettime(CLOCK_MONOTONIC)` through the vDSO costs ~20 ns and needs no calibration;
-//! the trace header records the tick rate (1e9) and a UTC/tick pair so readers convert.
-
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+//! On x86_64 with an invariant TSC (`constant_tsc` and `nonstop_tsc`: it ticks at one rate
+//! on every core, through frequency changes and idle states), a timestamp is the TSC itself:
+//! one `rdtsc`, a few nanoseconds, where `clock_gettime` through the vDSO plus the
+//! conversion to nanoseconds cost ~35 ns on the benchmark machine (BENCHMARKS.md). The TSC
+//! rate is measured against the monotonic clock when a trace header first needs it, and
+//! each trace header records it with a UTC/tick pair, so readers convert exactly as they do
+//! for .NET's QueryPerformanceCounter ticks.
+//!
+//! Elsewhere (or with `EVENTPIPE_CLOCK=monotonic`), a timestamp is nanoseconds of the
+//! monotonic clock since the first call, a 1 GHz tick.
+//!
+//! Ordering: `rdtsc` is not serializing, so it may execute before an earlier store is
+//! visible to other cores. The drain's cutoff trails its clock by a margin
+//! ([`ticks_from_nanos`] of 50 µs) far longer than that window; see `drain.rs`.
 
 use std::sync::OnceLock;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Ticks per second of the monotonic fallback.
+const NANOS_PER_SECOND: i64 = 1_000_000_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    Tsc,
+    Monotonic,
+}
 
 struct Base {
+    source: Source,
     instant: Instant,
+    /// The tick at `instant`.
+    ticks: i64,
     unix_nanos: i128,
 }
 
 fn base() -> &'static Base {
     static BASE: OnceLock<Base> = OnceLock::new();
-    BASE.get_or_init(|| Base {
-        instant: Instant::now(),
-        unix_nanos: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() as i128)
-            .unwrap_or(0),
+    BASE.get_or_init(|| {
+        let source = choose_source();
+        let instant = Instant::now();
+        Base {
+            source,
+            ticks: if source == Source::Tsc { read_tsc() } else { 0 },
+            instant,
+            unix_nanos: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos() as i128)
+                .unwrap_or(0),
+        }
     })
 }
 
-/// Ticks per second of [`now`].
-pub const TICKS_PER_SECOND: i64 = 1_000_000_000;
+fn choose_source() -> Source {
+    if std::env::var("EVENTPIPE_CLOCK").is_ok_and(|v| v.eq_ignore_ascii_case("monotonic")) {
+        return Source::Monotonic;
+    }
+    if cfg!(target_arch = "x86_64") && invariant_tsc() {
+        Source::Tsc
+    } else {
+        Source::Monotonic
+    }
+}
 
-/// The current timestamp in ticks (nanoseconds since the process's first call).
+/// Whether every CPU reports an invariant TSC.
+fn invariant_tsc() -> bool {
+    let Ok(cpuinfo) = std::fs::read_to_string("/proc/cpuinfo") else {
+        return false;
+    };
+    let mut cpus = 0;
+    for flags in cpuinfo.lines().filter(|l| l.starts_with("flags")) {
+        cpus += 1;
+        let has = |flag: &str| flags.split_whitespace().any(|f| f == flag);
+        if !(has("constant_tsc") && has("nonstop_tsc")) {
+            return false;
+        }
+    }
+    cpus > 0
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn read_tsc() -> i64 {
+    // SAFETY: `rdtsc` exists on every x86_64 CPU and has no memory effects; it is only
+    // used when the kernel reports an invariant TSC.
+    (unsafe { core::arch::x86_64::_rdtsc() }) as i64
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn read_tsc() -> i64 {
+    0
+}
+
+/// The current timestamp in ticks (see [`ticks_per_second`]).
 #[inline]
 pub fn now() -> i64 {
-    base().instant.elapsed().as_nanos() as i64
+    let b = base();
+    match b.source {
+        Source::Tsc => read_tsc(),
+        Source::Monotonic => b.instant.elapsed().as_nanos() as i64,
+    }
+}
+
+/// Ticks per second of [`now`]: the measured TSC rate, or 1e9.
+pub fn ticks_per_second() -> i64 {
+    static RATE: OnceLock<i64> = OnceLock::new();
+    *RATE.get_or_init(|| match base().source {
+        Source::Tsc => measure_tsc_rate(),
+        Source::Monotonic => NANOS_PER_SECOND,
+    })
+}
+
+/// The TSC rate, from the ticks and nanoseconds elapsed since the base was taken, after
+/// waiting until at least 20 ms have passed (so clock-read jitter of tens of nanoseconds is
+/// below 5 ppm).
+fn measure_tsc_rate() -> i64 {
+    let b = base();
+    let floor = Duration::from_millis(20);
+    let elapsed = b.instant.elapsed();
+    if elapsed < floor {
+        std::thread::sleep(floor - elapsed);
+    }
+    let ticks = read_tsc() - b.ticks;
+    let nanos = b.instant.elapsed().as_nanos() as i128;
+    let rate = (i128::from(ticks) * i128::from(NANOS_PER_SECOND)) / nanos.max(1);
+    i64::try_from(rate).unwrap_or(NANOS_PER_SECOND).max(1)
+}
+
+/// `nanos` nanoseconds in ticks.
+pub fn ticks_from_nanos(nanos: i64) -> i64 {
+    let rate = ticks_per_second();
+    (i128::from(nanos) * i128::from(rate) / i128::from(NANOS_PER_SECOND)) as i64
 }
 
 /// A (UTC nanoseconds since the Unix epoch, ticks) pair taken together, for trace headers.
 pub(crate) fn sync_point() -> (i128, i64) {
     let b = base();
+    let rate = ticks_per_second();
     let ticks = now();
-    (b.unix_nanos + i128::from(ticks), ticks)
+    // Monotonic ticks count from the base (`b.ticks` is 0) at 1 GHz: the same formula.
+    let since_base = i128::from(ticks - b.ticks) * i128::from(NANOS_PER_SECOND) / i128::from(rate);
+    (b.unix_nanos + since_base, ticks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_advance_at_the_stated_rate() {
+        let rate = ticks_per_second();
+        let (t0, i0) = (now(), Instant::now());
+        std::thread::sleep(Duration::from_millis(50));
+        let (t1, i1) = (now(), Instant::now());
+        let measured = (t1 - t0) as f64 / (i1 - i0).as_secs_f64();
+        let error = (measured / rate as f64 - 1.0).abs();
+        assert!(error < 0.01, "rate {rate}, measured {measured:.0}");
+    }
+
+    #[test]
+    fn sync_points_agree_with_the_wall_clock() {
+        let (utc, _) = sync_point();
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as i128;
+        assert!((wall - utc).abs() < 50_000_000, "off by {} ns", wall - utc);
+    }
+
+    #[test]
+    fn nanoseconds_convert_to_ticks() {
+        let rate = ticks_per_second();
+        assert_eq!(ticks_from_nanos(NANOS_PER_SECOND), rate);
+        assert_eq!(ticks_from_nanos(0), 0);
+    }
 }

@@ -16,7 +16,7 @@
 //! the cutoff, and a record whose writer was in flight was waited for. The writer's
 //! `in_flight` store is Relaxed and precedes its clock read; a store can sit in the store
 //! buffer briefly after the clock is read, so the cutoff trails the drain's clock by
-//! `CUTOFF_MARGIN`, far longer than a store buffer takes to drain (a context switch drains it
+//! `CUTOFF_MARGIN_NANOS`, far longer than a store buffer takes to drain (a context switch drains it
 //! outright). The drain never waits on anything but writers mid-record: it never blocks on
 //! its own output of events.
 
@@ -36,7 +36,8 @@ use crate::sync::{lock, Arc, AtomicU64, Ordering};
 use crate::writer::{FLAG_ACTIVITY, FLAG_STACK, FLAG_SUBJECT, RECORD_HEADER};
 use crate::{registry, rundown, Error};
 
-const CUTOFF_MARGIN: i64 = 50_000; // 50 µs in clock ticks (ns)
+/// How far the cutoff trails the drain's clock, in nanoseconds.
+const CUTOFF_MARGIN_NANOS: i64 = 50_000;
 const EVENT_BLOCK_TARGET: usize = 60 << 10;
 /// Thread names kept for rundown; beyond this many, later threads go unnamed in V5 (V6
 /// thread blocks still name them), so thread churn cannot grow the drain without bound.
@@ -113,7 +114,7 @@ pub(crate) fn spawn(
     let mut info = TraceInfo::new(version, std::mem::size_of::<usize>() as u32);
     info.sync_time_utc = system_time_from_unix_nanos(utc_nanos);
     info.sync_time_ticks = ticks;
-    info.tick_frequency = clock::TICKS_PER_SECOND;
+    info.tick_frequency = clock::ticks_per_second();
     info.process_id = Some(u64::from(std::process::id()));
     info.processor_count = std::thread::available_parallelism()
         .ok()
@@ -272,7 +273,7 @@ impl Drain {
         let cutoff = if last {
             i64::MAX
         } else {
-            clock::now() - CUTOFF_MARGIN
+            clock::now() - clock::ticks_from_nanos(CUTOFF_MARGIN_NANOS)
         };
         let snapshot: Vec<ThreadSnapshot> = {
             let mut m = lock(&self.shared.manager);
