@@ -133,7 +133,7 @@ pub(crate) fn spawn(
         sequence_point_interval: config.sequence_point_interval,
         rundown: config.rundown,
         progress,
-        written_metadata: HashSet::new(),
+        written_metadata: Vec::new(),
         batch: Vec::new(),
         arena: Vec::new(),
         last_sequence_point: Instant::now(),
@@ -184,7 +184,9 @@ struct Drain {
     sequence_point_interval: Duration,
     rundown: bool,
     progress: Arc<Progress>,
-    written_metadata: HashSet<u32>,
+    /// Whether the metadata of registered event `i` (a dense registry index) was written;
+    /// a bit per event, not a hash set: this is checked once per event drained.
+    written_metadata: Vec<bool>,
     batch: Vec<Pending>,
     arena: Vec<u8>,
     last_sequence_point: Instant,
@@ -445,10 +447,16 @@ impl Drain {
         self.batch.sort_by_key(|p| p.timestamp);
         let mut new_metadata = Vec::new();
         for p in &self.batch {
-            if self.written_metadata.insert(p.event_index) {
-                if let Some(event) = registry::event_at(p.event_index) {
-                    new_metadata.push(event.metadata(p.event_index + 1));
-                }
+            let index = p.event_index as usize;
+            if self.written_metadata.get(index).copied().unwrap_or(false) {
+                continue;
+            }
+            if index >= self.written_metadata.len() {
+                self.written_metadata.resize(index + 1, false);
+            }
+            self.written_metadata[index] = true;
+            if let Some(event) = registry::event_at(p.event_index) {
+                new_metadata.push(event.metadata(p.event_index + 1));
             }
         }
         let batch = std::mem::take(&mut self.batch);
