@@ -319,14 +319,12 @@ impl EventDescriptor {
         stack: &[usize],
         fill: impl FnOnce(&mut PayloadWriter),
     ) {
+        let given = crate::writer::GivenStack {
+            stack: crate::stack::encode_ips(stack),
+            subject,
+        };
         self.encode(mask, fill, |mask, payload| {
-            crate::writer::write_event_with_stack(
-                self,
-                mask,
-                payload,
-                subject,
-                crate::stack::encode_ips(stack),
-            );
+            crate::writer::write_event(self, mask, payload, None, Some(given));
         });
     }
 
@@ -338,7 +336,7 @@ impl EventDescriptor {
         fill: impl FnOnce(&mut PayloadWriter),
     ) {
         self.encode(mask, fill, |mask, payload| {
-            crate::writer::write_event(self, mask, payload, activity);
+            crate::writer::write_event(self, mask, payload, activity, None);
         });
     }
 

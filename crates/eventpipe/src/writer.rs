@@ -77,43 +77,22 @@ pub(crate) fn current_os_tid() -> u64 {
     (unsafe { libc::gettid() }) as u64
 }
 
-/// Writes one event to every session in `mask`.
-/// Writes an event with a stack the caller captured (encoded as the trace stores IPs) to
-/// every session in `mask`.
-pub(crate) fn write_event_with_stack(
-    event: &'static EventDescriptor,
-    mask: u64,
-    payload: &[u8],
-    subject: Option<u64>,
-    stack: &[u8],
-) {
-    let Some(index) = event.index() else { return };
-    let _ = WRITER.try_with(|w| {
-        let Ok(mut slots) = w.slots.try_borrow_mut() else {
-            return;
-        };
-        let mut bits = mask;
-        while bits != 0 {
-            let slot = bits.trailing_zeros() as usize;
-            bits &= bits - 1;
-            if let Some(entry) = slots.get_mut(slot) {
-                let record = Record {
-                    payload,
-                    activity: None,
-                    subject,
-                    stack: Some(stack),
-                };
-                write_to_slot(entry, slot, w, index, record);
-            }
-        }
-    });
+/// A stack the caller captured for its event (a profiler's sample), encoded as the trace
+/// stores IPs, and the thread the event is about when not the writer.
+#[derive(Clone, Copy)]
+pub(crate) struct GivenStack<'a> {
+    pub(crate) stack: &'a [u8],
+    pub(crate) subject: Option<u64>,
 }
 
+/// Writes one event to every session in `mask`: with the caller's stack when `given`,
+/// else with a stack captured here for the sessions that ask for stacks.
 pub(crate) fn write_event(
     event: &'static EventDescriptor,
     mask: u64,
     payload: &[u8],
     activity: Option<(nettrace::Guid, nettrace::Guid)>,
+    given: Option<GivenStack<'_>>,
 ) {
     let Some(index) = event.index() else { return };
     // A write from a thread-local destructor after ours is gone, or a write from inside a
@@ -123,31 +102,35 @@ pub(crate) fn write_event(
             return;
         };
         // Captured at most once per event, the first time a session wants it.
-        let mut stack: Option<CapturedStack> = None;
+        let mut captured: Option<CapturedStack> = None;
         let mut bits = mask;
         while bits != 0 {
             let slot = bits.trailing_zeros() as usize;
             bits &= bits - 1;
-            if let Some(entry) = slots.get_mut(slot) {
-                let wants_stack = match entry {
-                    Some(s) => s.session.stacks,
-                    None => registry::session_in(slot).is_some_and(|s| s.stacks),
-                };
-                if wants_stack && stack.is_none() {
-                    stack = Some(CapturedStack::capture());
+            let Some(entry) = slots.get_mut(slot) else {
+                continue;
+            };
+            let (stack, subject) = match given {
+                Some(g) => (Some(g.stack), g.subject),
+                None => {
+                    let wants_stack = match entry {
+                        Some(s) => s.session.stacks,
+                        None => registry::session_in(slot).is_some_and(|s| s.stacks),
+                    };
+                    if wants_stack && captured.is_none() {
+                        captured = Some(CapturedStack::capture());
+                    }
+                    let stack = captured.as_ref().filter(|_| wants_stack);
+                    (stack.map(CapturedStack::as_bytes), None)
                 }
-                let stack_bytes = match (&stack, wants_stack) {
-                    (Some(captured), true) => Some(captured.as_bytes()),
-                    _ => None,
-                };
-                let record = Record {
-                    payload,
-                    activity,
-                    subject: None,
-                    stack: stack_bytes,
-                };
-                write_to_slot(entry, slot, w, index, record);
-            }
+            };
+            let record = Record {
+                payload,
+                activity,
+                subject,
+                stack,
+            };
+            write_to_slot(entry, slot, w, index, record);
         }
     });
 }
