@@ -239,20 +239,6 @@ fn finish(
     Ok(build(main, sorted, file_bytes, name))
 }
 
-/// Names a thread from an `EventPipeRs-Rundown/Thread` event.
-fn remember_rundown_thread(event: &nettrace::Event<'_>, names: &mut HashMap<u64, String>) {
-    let Ok(fields) = event.decode_payload() else {
-        return;
-    };
-    let get = |n: &str| fields.iter().find(|(f, _)| *f == n).map(|(_, v)| v);
-    if let (Some(tid), Some(name)) = (
-        get("ThreadId").and_then(nettrace::Value::as_u64),
-        get("Name").and_then(nettrace::Value::as_str),
-    ) {
-        names.insert(tid, name.to_owned());
-    }
-}
-
 /// The top of a symbolized profile of the trace.
 fn hot_spots(built: BuiltProfile) -> HotSpots {
     let p = &built.profile;
@@ -325,10 +311,8 @@ fn file_pass<I: Input>(
                 .thread_names
                 .entry(event.thread_id())
                 .or_insert_with(|| name.to_owned());
-        } else if event.metadata.provider == "EventPipeRs-Rundown"
-            && event.metadata.event_name == "Thread"
-        {
-            remember_rundown_thread(&event, &mut tally.thread_names);
+        } else if let Some((tid, name)) = eventpipe_insight::symbolize::rundown_thread(&event) {
+            tally.thread_names.insert(tid, name);
         }
         tally.min_ts = Some(tally.min_ts.map_or(ts, |m| m.min(ts)));
         tally.max_ts = Some(tally.max_ts.map_or(ts, |m| m.max(ts)));

@@ -9,10 +9,10 @@
 use std::collections::HashMap;
 
 use nettrace::source::Input;
-use nettrace::{Event, TraceReader, Value};
+use nettrace::{Event, TraceReader};
 
 use crate::profile::{Frame, FrameKind, Profile, Sample, SampleUnit};
-use crate::symbolize::{Symbolizer, RUNDOWN_PROVIDER};
+use crate::symbolize::{rundown_thread, Symbolizer};
 
 /// .NET's sample profiler: one stack per managed thread per millisecond.
 pub const DOTNET_SAMPLE_PROFILER: &str = "Microsoft-DotNETCore-SampleProfiler";
@@ -127,16 +127,8 @@ impl ProfileBuilder {
             self.thread_pids.entry(tid).or_insert(pid);
         }
         let md = event.metadata;
-        if md.provider == RUNDOWN_PROVIDER && md.event_name == "Thread" {
-            if let Ok(fields) = event.decode_payload() {
-                let get = |n: &str| fields.iter().find(|(f, _)| *f == n).map(|(_, v)| v);
-                if let (Some(id), Some(name)) = (
-                    get("ThreadId").and_then(Value::as_u64),
-                    get("Name").and_then(Value::as_str),
-                ) {
-                    self.thread_names.insert(id, name.to_owned());
-                }
-            }
+        if let Some((id, name)) = rundown_thread(event) {
+            self.thread_names.insert(id, name);
             return;
         }
         if self.symbolizer.observe(event) {

@@ -45,13 +45,11 @@ use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 
 use crate::error::Result;
+use crate::symbolize::RUNDOWN_PROVIDER;
 
 /// Open intervals kept per (thread, provider, base name): a trace that starts without ever
 /// stopping cannot make the converter hold more.
 pub const MAX_OPEN_PER_KEY: usize = 4096;
-
-/// The provider of this project's rundown events.
-const RUNDOWN_PROVIDER: &str = "EventPipeRs-Rundown";
 
 /// What [`write_chrome_trace`] wrote.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -27,6 +27,19 @@ use crate::profile::{Frame, FrameKind};
 /// The provider of this project's module and thread rundown events.
 pub const RUNDOWN_PROVIDER: &str = "EventPipeRs-Rundown";
 
+/// The (OS thread id, name) an `EventPipeRs-Rundown/Thread` event states; `None` for any
+/// other event.
+pub fn rundown_thread(event: &Event<'_>) -> Option<(u64, String)> {
+    let md = event.metadata;
+    if md.provider != RUNDOWN_PROVIDER || md.event_name != "Thread" {
+        return None;
+    }
+    let fields = event.decode_payload().ok()?;
+    let id = field(&fields, "ThreadId").and_then(Value::as_u64)?;
+    let name = field(&fields, "Name").and_then(Value::as_str)?;
+    Some((id, name.to_owned()))
+}
+
 /// One loaded native module, as the rundown described it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Module {
