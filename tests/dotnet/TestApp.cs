@@ -96,6 +96,8 @@ public sealed class TestEvents : EventSource
     }
 
     [Event(1, Level = EventLevel.Informational, Keywords = Keywords.Numbers)]
+    // SAFETY: the EventData array is stackalloc'd here and every pointer in it is the address
+    // of a parameter of this frame; WriteEventCore reads them before this method returns.
     public unsafe void Ints(int Iter, int Negative, int Max, int Min)
     {
         if (!IsEnabled()) return;
@@ -108,6 +110,8 @@ public sealed class TestEvents : EventSource
     }
 
     [Event(2, Level = EventLevel.Informational, Keywords = Keywords.Numbers)]
+    // SAFETY: the EventData array is stackalloc'd here and every pointer in it is the address
+    // of a parameter of this frame; WriteEventCore reads them before this method returns.
     public unsafe void Longs(long Iter, long Min, long Max, long Scaled)
     {
         if (!IsEnabled()) return;
@@ -120,6 +124,8 @@ public sealed class TestEvents : EventSource
     }
 
     [Event(3, Level = EventLevel.Verbose, Keywords = Keywords.Numbers)]
+    // SAFETY: the EventData array is stackalloc'd here and every pointer in it is the address
+    // of a parameter of this frame; WriteEventCore reads them before this method returns.
     public unsafe void Doubles(int Iter, double Quarter, double Third, double Negative)
     {
         if (!IsEnabled()) return;
@@ -132,6 +138,8 @@ public sealed class TestEvents : EventSource
     }
 
     [Event(4, Level = EventLevel.Informational, Keywords = Keywords.Text)]
+    // SAFETY: as above; the strings are pinned by `fixed` for the WriteEventCore call, and each
+    // size covers the characters plus the terminating NUL .NET guarantees after a string.
     public unsafe void Text(int Iter, string Message, string Empty)
     {
         if (!IsEnabled()) return;
@@ -152,6 +160,8 @@ public sealed class TestEvents : EventSource
     public void Blob(long Iter, byte[] Data) { WriteEvent(5, Iter, Data); }
 
     [Event(6, Level = EventLevel.Informational, Keywords = Keywords.Misc)]
+    // SAFETY: the EventData array is stackalloc'd here and every pointer in it is the address
+    // of a parameter of this frame; WriteEventCore reads them before this method returns.
     public unsafe void Ident(int Iter, Guid Id)
     {
         if (!IsEnabled()) return;
@@ -173,6 +183,7 @@ public sealed class TestEvents : EventSource
     [Event(9, Level = EventLevel.Informational, Keywords = Keywords.Misc)]
     public void Heartbeat() { WriteEvent(9); }
 
+    // SAFETY: only stores the pointer and size; callers keep the memory alive (see above).
     static unsafe void Set(ref EventData d, void* p, int size)
     {
         d.DataPointer = (IntPtr)p;
