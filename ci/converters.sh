@@ -18,26 +18,9 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ROOT=${EVENTPIPE_CONVERTERS_ROOT:-$REPO/target/converters}
 SPEEDSCOPE_VERSION=1.25.0
-LOG=""
-
-die() {
-  echo "ci/converters.sh: $*" >&2
-  if [ -n "$LOG" ] && [ -s "$LOG" ]; then
-    tail -n 15 "$LOG" | sed 's/^/    | /' >&2
-  fi
-  exit 1
-}
-
-# Runs "$@" with its output in a log that is shown only if it fails.
-run_logged() {
-  local what=$1
-  shift
-  local status=0
-  LOG=$ROOT/last-step.log
-  "$@" >"$LOG" 2>&1 || status=$?
-  [ "$status" -eq 0 ] || die "$what failed (exit $status; full output in $LOG)"
-  LOG=""
-}
+SCRIPT=ci/converters.sh
+# shellcheck source=ci/lib.sh
+. "$REPO/ci/lib.sh"
 
 mkdir -p "$ROOT" || die "cannot create $ROOT"
 ROOT=$(cd "$ROOT" && pwd)
@@ -51,17 +34,7 @@ fi
 did=()
 
 # 1. Go, for `go tool pprof`.
-if ! command -v go >/dev/null 2>&1; then
-  SUDO=()
-  if [ "$(id -u)" != 0 ]; then
-    command -v sudo >/dev/null 2>&1 || die "go is missing and installing golang-go needs root (no sudo)"
-    SUDO=(sudo -n)
-  fi
-  run_logged "apt-get update" ${SUDO[@]+"${SUDO[@]}"} env DEBIAN_FRONTEND=noninteractive \
-    apt-get update -o DPkg::Lock::Timeout=300
-  run_logged "apt-get install golang-go" ${SUDO[@]+"${SUDO[@]}"} env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y --no-install-recommends -o DPkg::Lock::Timeout=300 golang-go
-  command -v go >/dev/null 2>&1 || die "golang-go installed but go is still not on PATH"
+if apt_install golang-go go; then
   did+=(golang-go)
 fi
 GO=$(command -v go)

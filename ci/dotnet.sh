@@ -16,26 +16,9 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ROOT=${EVENTPIPE_DOTNET_ROOT:-$REPO/target/dotnet}
 SRC=$REPO/tests/dotnet/TestApp.cs
 PYTHON=${PYTHON:-python3}
-LOG=""
-
-die() {
-  echo "ci/dotnet.sh: $*" >&2
-  if [ -n "$LOG" ] && [ -s "$LOG" ]; then
-    tail -n 15 "$LOG" | sed 's/^/    | /' >&2
-  fi
-  exit 1
-}
-
-# Runs "$@" with its output in a log that is shown only if it fails.
-run_logged() {
-  local what=$1
-  shift
-  local status=0
-  LOG=$ROOT/last-step.log
-  "$@" >"$LOG" 2>&1 || status=$?
-  [ "$status" -eq 0 ] || die "$what failed (exit $status; full output in $LOG)"
-  LOG=""
-}
+SCRIPT=ci/dotnet.sh
+# shellcheck source=ci/lib.sh
+. "$REPO/ci/lib.sh"
 
 [ -f "$SRC" ] || die "test app source $SRC is missing"
 mkdir -p "$ROOT" || die "cannot create $ROOT"
@@ -50,17 +33,7 @@ fi
 did=()
 
 # 1. The C# compiler.
-if ! command -v mcs >/dev/null 2>&1; then
-  SUDO=()
-  if [ "$(id -u)" != 0 ]; then
-    command -v sudo >/dev/null 2>&1 || die "mcs is missing and installing mono-mcs needs root (no sudo)"
-    SUDO=(sudo -n)
-  fi
-  run_logged "apt-get update" ${SUDO[@]+"${SUDO[@]}"} env DEBIAN_FRONTEND=noninteractive \
-    apt-get update -o DPkg::Lock::Timeout=300
-  run_logged "apt-get install mono-mcs" ${SUDO[@]+"${SUDO[@]}"} env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y --no-install-recommends -o DPkg::Lock::Timeout=300 mono-mcs
-  command -v mcs >/dev/null 2>&1 || die "mono-mcs installed but mcs is still not on PATH"
+if apt_install mono-mcs mcs; then
   did+=(mono-mcs)
 fi
 
