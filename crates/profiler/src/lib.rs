@@ -12,3 +12,4 @@
 
 pub mod alloc;
 pub mod cpu;
+pub mod futures;

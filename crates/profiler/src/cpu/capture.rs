@@ -23,7 +23,7 @@
 //! of an unmapped address must fail with an error, not fault in a signal handler. The
 //! handler makes no allocation and takes no lock: it uses only atomics and system calls.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Deepest stack captured; deeper stacks are cut at the root end.
@@ -43,6 +43,8 @@ struct Slot {
     len: AtomicUsize,
     /// The thread was interrupted in (or restarting) a system call: waiting, not running.
     in_syscall: AtomicBool,
+    /// The async profiler's innermost context on the interrupted thread (0: none).
+    async_context: AtomicU64,
     frames: [AtomicUsize; MAX_FRAMES],
 }
 
@@ -51,6 +53,7 @@ static SLOT: Slot = Slot {
     target_tid: AtomicI32::new(0),
     len: AtomicUsize::new(0),
     in_syscall: AtomicBool::new(false),
+    async_context: AtomicU64::new(0),
     frames: [const { AtomicUsize::new(0) }; MAX_FRAMES],
 };
 
@@ -88,8 +91,13 @@ pub(crate) enum Captured {
 }
 
 /// Interrupts thread `tid` and copies its stack (instruction pointers, leaf first) into
-/// `out`.
-pub(crate) fn capture(tid: i32, timeout: Duration, out: &mut Vec<usize>) -> Captured {
+/// `out`, and the async context it was polling into `async_context`.
+pub(crate) fn capture(
+    tid: i32,
+    timeout: Duration,
+    out: &mut Vec<usize>,
+    async_context: &mut u64,
+) -> Captured {
     // One capture at a time: the slot is shared by every sampler of the process.
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
@@ -132,6 +140,7 @@ pub(crate) fn capture(tid: i32, timeout: Duration, out: &mut Vec<usize>) -> Capt
     let len = SLOT.len.load(Ordering::Relaxed).min(MAX_FRAMES);
     out.extend(SLOT.frames[..len].iter().map(|f| f.load(Ordering::Relaxed)));
     let in_syscall = SLOT.in_syscall.load(Ordering::Relaxed);
+    *async_context = SLOT.async_context.load(Ordering::Relaxed);
     SLOT.state.store(IDLE, Ordering::Release);
     if in_syscall {
         Captured::InSyscall
@@ -170,6 +179,9 @@ extern "C" fn on_sample_signal(
     let registers = registers_of(context);
     SLOT.in_syscall
         .store(interrupted_in_syscall(context), Ordering::Relaxed);
+    // A const thread-local without destructor and a relaxed load: async-signal-safe.
+    SLOT.async_context
+        .store(crate::futures::current_context(), Ordering::Relaxed);
     let len = walk(registers, &SLOT.frames);
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };

@@ -49,9 +49,10 @@ pub static PROVIDER: Provider = Provider::with_callback(PROVIDER_NAME, on_enable
 
 define_event! {
     /// One sample of one thread: `State` says whether it was running (then the event has
-    /// its stack) or blocked.
+    /// its stack) or blocked; `AsyncContext` is the async profiler's context the thread was
+    /// polling innermost (0: none), which joins the sample to its async callstack.
     pub static SAMPLE = PROVIDER { id: 1, name: "Sample", level: Level::Informational, keywords: 0 }
-        (State: u32);
+        (State: u32, AsyncContext: u64);
 }
 
 /// Makes the sampler available: installs its signal handler and declares its provider, so
@@ -148,19 +149,26 @@ fn run_sampler(generation: u64, rate: u32) {
                 .get(&tid)
                 .is_none_or(|&before| cpu.saturating_sub(before) >= busy_threshold_ns);
             if !ran {
-                SAMPLE.write_about_thread(tid as u64, &[], |p| p.put(&STATE_BLOCKED));
+                SAMPLE.write_about_thread(tid as u64, &[], |p| {
+                    p.put(&STATE_BLOCKED);
+                    p.put(&0u64);
+                });
                 continue;
             }
-            match capture::capture(tid, ANSWER_TIMEOUT, &mut stack) {
-                Captured::Running => {
-                    SAMPLE.write_about_thread(tid as u64, &stack, |p| p.put(&STATE_RUNNING));
-                }
+            let mut async_context = 0;
+            let state = match capture::capture(tid, ANSWER_TIMEOUT, &mut stack, &mut async_context)
+            {
+                Captured::Running => Some(STATE_RUNNING),
                 // It ran since the last visit but is waiting now: blocked, with the stack
                 // it waits in.
-                Captured::InSyscall => {
-                    SAMPLE.write_about_thread(tid as u64, &stack, |p| p.put(&STATE_BLOCKED));
-                }
-                Captured::NoAnswer => {}
+                Captured::InSyscall => Some(STATE_BLOCKED),
+                Captured::NoAnswer => None,
+            };
+            if let Some(state) = state {
+                SAMPLE.write_about_thread(tid as u64, &stack, |p| {
+                    p.put(&state);
+                    p.put(&async_context);
+                });
             }
             // Read after the capture: the signal handler ran on that thread, and its CPU
             // time must not make a blocked thread look as if it had run.
@@ -255,12 +263,12 @@ mod tests {
         };
         let tid = rx.recv().unwrap();
         let mut stack = Vec::new();
-        let found = capture::capture(tid, Duration::from_secs(1), &mut stack);
+        let found = capture::capture(tid, Duration::from_secs(1), &mut stack, &mut 0);
         assert_eq!(found, Captured::Running);
         assert!(!stack.is_empty() && stack[0] != 0);
         // A thread that does not exist does not answer.
         assert_eq!(
-            capture::capture(i32::MAX, Duration::from_millis(10), &mut stack),
+            capture::capture(i32::MAX, Duration::from_millis(10), &mut stack, &mut 0),
             Captured::NoAnswer
         );
         // A sleeping thread is found in its system call.
@@ -273,7 +281,7 @@ mod tests {
         let sleeping = rx.recv().unwrap();
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(
-            capture::capture(sleeping, Duration::from_secs(1), &mut stack),
+            capture::capture(sleeping, Duration::from_secs(1), &mut stack, &mut 0),
             Captured::InSyscall
         );
         sleeper.join().unwrap();

@@ -1,0 +1,65 @@
+//! `#[profiled]`: instruments an async fn for eventpipe-profiler's async profiler. Use it
+//! through `eventpipe_profiler::futures::profiled`.
+
+use proc_macro::TokenStream;
+use quote::quote;
+use syn::parse::Parser;
+use syn::{parse_macro_input, ItemFn, LitStr};
+
+/// Records every call of this async fn as a future of one frame, named by the fn's path
+/// (`my_crate::module::name`) or by `#[profiled(name = "...")]`.
+///
+/// The body runs inside an instrumented future (as `tracing`'s `#[instrument]` does), so its
+/// context is created when the call is first polled.
+#[proc_macro_attribute]
+pub fn profiled(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let mut name: Option<LitStr> = None;
+    let parser = syn::meta::parser(|meta| {
+        if meta.path.is_ident("name") {
+            name = Some(meta.value()?.parse()?);
+            Ok(())
+        } else {
+            Err(meta.error("expected `name = \"...\"`"))
+        }
+    });
+    if let Err(e) = parser.parse(attr) {
+        return e.to_compile_error().into();
+    }
+    let function = parse_macro_input!(item as ItemFn);
+    if function.sig.asyncness.is_none() {
+        return syn::Error::new_spanned(
+            function.sig.fn_token,
+            "#[profiled] instruments async fns; for other futures use `.profiled(\"name\")`",
+        )
+        .to_compile_error()
+        .into();
+    }
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+    } = function;
+    let ident = &sig.ident;
+    let site_name = match name {
+        Some(lit) => quote!(#lit),
+        None => quote!(::core::concat!(
+            ::core::module_path!(),
+            "::",
+            ::core::stringify!(#ident)
+        )),
+    };
+    quote! {
+        #(#attrs)*
+        #vis #sig {
+            static __EVENTPIPE_PROFILED_SITE: ::eventpipe_profiler::futures::Site =
+                ::eventpipe_profiler::futures::Site::new(#site_name, ::core::file!(), ::core::line!());
+            ::eventpipe_profiler::futures::Profiled::new(
+                async move #block,
+                &__EVENTPIPE_PROFILED_SITE,
+            )
+            .await
+        }
+    }
+    .into()
+}

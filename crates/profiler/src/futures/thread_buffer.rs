@@ -1,0 +1,355 @@
+//! Per-thread record buffers: written by their own thread with no lock, flushed as one
+//! `AsyncBuffer` event when full, and by the background flusher when idle, when their thread
+//! has exited (then reclaimed), or when a session ends.
+//!
+//! # Ownership of a buffer
+//! A buffer's contents (`Inner`) are touched by its owner thread on every record and, rarely,
+//! by another thread (the flusher, a stopping session). Who may touch them is decided by
+//! `ThreadBuffer::state`:
+//!
+//! ```text
+//!   IDLE ──owner: CAS(Acquire)──▶ WRITING ──owner: store(Release)──▶ IDLE
+//!   IDLE ──other: CAS(Acquire)──▶ FLUSHING ──other: store(Release)──▶ IDLE
+//! ```
+//!
+//! Whoever wins the CAS from IDLE has `Inner` to itself until it stores IDLE; the Acquire of
+//! the winning CAS pairs with the Release store of the previous holder, so every write the
+//! previous holder made to `Inner` is visible. The owner's CAS is uncontended except while
+//! another thread flushes it, which holds FLUSHING only for a copy of at most 60 KiB (never
+//! across an event write, which may block in a Block-mode session): the owner spins that
+//! out. Another thread that finds the owner WRITING either skips the buffer (the idle
+//! flusher: a writing thread is not idle, and it flushes its own buffer when full) or waits
+//! for the record to finish (a stopping session, which must collect every record).
+
+use std::cell::{Cell, OnceCell, UnsafeCell};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::encode::{Encoder, Event, MAX_RECORD};
+use super::{config, emit_buffer};
+
+const IDLE: u32 = 0;
+const WRITING: u32 = 1;
+const FLUSHING: u32 = 2;
+
+pub(crate) struct ThreadBuffer {
+    state: AtomicU32,
+    os_tid: u64,
+    /// Set by the owner's thread-local destructor; the flusher then drains and drops it.
+    exited: AtomicBool,
+    inner: UnsafeCell<Inner>,
+}
+
+// SAFETY: `inner` is only accessed by the holder of `state` (see the module docs), so it is
+// never accessed from two threads at once; everything else is atomic or immutable.
+unsafe impl Sync for ThreadBuffer {}
+
+struct Inner {
+    bytes: Box<[u8]>,
+    enc: Encoder,
+    base_ts: i64,
+    /// Timestamp of the last record, for idle detection.
+    last_ts: i64,
+    /// Buffers of this thread emitted so far.
+    sequence: u32,
+    /// The configuration (see [`config`]) this buffer was started under.
+    config: u64,
+    /// The open polls of this thread, outermost first: (context, frame).
+    poll_stack: Vec<(u64, u32)>,
+}
+
+/// Every live thread's buffer, for the flusher and for stopping sessions.
+static THREADS: Mutex<Vec<Arc<ThreadBuffer>>> = Mutex::new(Vec::new());
+
+struct Owner(Arc<ThreadBuffer>);
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        // Release: the flusher's Acquire load of `exited` then sees the owner's last records
+        // (also published by the owner's Release store of IDLE).
+        self.0.exited.store(true, Ordering::Release);
+        if !config::is_recording(config::current()) {
+            // No session will want what is left: reclaim now rather than at the next
+            // session's first flusher visit.
+            let mut threads = THREADS.lock().unwrap_or_else(|p| p.into_inner());
+            threads.retain(|b| !Arc::ptr_eq(b, &self.0));
+        }
+    }
+}
+
+thread_local! {
+    static OWNER: OnceCell<Owner> = const { OnceCell::new() };
+    /// The next context id of this thread's block, and the block's end.
+    static IDS: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+    /// The innermost recorded poll's context on this thread (0: none), for the CPU sampler's
+    /// signal handler. An atomic so the handler, which interrupts this thread anywhere, reads
+    /// a whole value; the owner is its only writer.
+    static CURRENT_CONTEXT: AtomicU64 = const { AtomicU64::new(0) };
+}
+
+/// The context innermost in a poll on this thread, or 0. Async-signal-safe: a const
+/// thread-local with no destructor and one relaxed load.
+pub(crate) fn current_context() -> u64 {
+    CURRENT_CONTEXT
+        .try_with(|c| c.load(Ordering::Relaxed))
+        .unwrap_or(0)
+}
+
+/// A fresh context id, from this thread's block (one shared counter bump per 4096 ids).
+pub(crate) fn next_context_id() -> u64 {
+    static NEXT_BLOCK: AtomicU64 = AtomicU64::new(1);
+    const BLOCK: u64 = 4096;
+    IDS.try_with(|ids| {
+        let (next, end) = ids.get();
+        let (next, end) = if next < end {
+            (next, end)
+        } else {
+            let start = NEXT_BLOCK.fetch_add(BLOCK, Ordering::Relaxed);
+            (start, start + BLOCK)
+        };
+        ids.set((next + 1, end));
+        next
+    })
+    // During thread teardown: an id of its own from the shared counter.
+    .unwrap_or_else(|_| NEXT_BLOCK.fetch_add(1, Ordering::Relaxed))
+}
+
+/// What a record does to the poll stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StackEffect {
+    None,
+    Push(u64, u32),
+    Pop,
+}
+
+/// Records `event` on this thread's buffer at `ts`, applying `effect` to the poll stack
+/// even when the record itself cannot be written (recording stopped between a Resume and its
+/// Suspend: the stack must still unwind). Returns false when this thread has no buffer
+/// (thread teardown).
+pub(crate) fn record(ts: i64, event: Event, effect: StackEffect) -> bool {
+    OWNER
+        .try_with(|owner| {
+            let owner = owner.get_or_init(register_this_thread);
+            owner.0.write(ts, event, effect);
+        })
+        .is_ok()
+}
+
+fn register_this_thread() -> Owner {
+    // SAFETY: gettid has no preconditions.
+    let os_tid = unsafe { libc::gettid() } as u64;
+    let buffer = Arc::new(ThreadBuffer {
+        state: AtomicU32::new(IDLE),
+        os_tid,
+        exited: AtomicBool::new(false),
+        inner: UnsafeCell::new(Inner {
+            bytes: Box::new([]),
+            enc: Encoder::default(),
+            base_ts: 0,
+            last_ts: 0,
+            sequence: 0,
+            config: 0,
+            poll_stack: Vec::new(),
+        }),
+    });
+    THREADS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(Arc::clone(&buffer));
+    Owner(buffer)
+}
+
+impl ThreadBuffer {
+    /// The owner's write: claim, check the configuration, append, release.
+    fn write(&self, ts: i64, event: Event, effect: StackEffect) {
+        self.claim_as_owner();
+        // SAFETY: this thread holds WRITING, so it has `inner` to itself (module docs).
+        let inner = unsafe { &mut *self.inner.get() };
+        let current = config::current();
+        if inner.config != current {
+            inner.reconfigure(self.os_tid, current);
+        }
+        if config::is_recording(current) {
+            inner.append(self.os_tid, ts, event);
+        }
+        match effect {
+            StackEffect::None => {}
+            StackEffect::Push(ctx, frame) => inner.poll_stack.push((ctx, frame)),
+            StackEffect::Pop => {
+                inner.poll_stack.pop();
+            }
+        }
+        let innermost = inner.poll_stack.last().map_or(0, |&(ctx, _)| ctx);
+        let _ = CURRENT_CONTEXT.try_with(|c| c.store(innermost, Ordering::Relaxed));
+        // Release: publishes this record to whoever claims the buffer next.
+        self.state.store(IDLE, Ordering::Release);
+    }
+
+    fn claim_as_owner(&self) {
+        let mut spins = 0u32;
+        while self
+            .state
+            .compare_exchange(IDLE, WRITING, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            // Another thread is copying this buffer out: a bounded copy, so wait it out.
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Takes the buffer's records for another thread to emit. `wait`: wait for a record in
+    /// progress (a stopping session); otherwise a buffer being written is skipped. `only_idle_since`:
+    /// take it only if its last record is older than this timestamp.
+    fn take(&self, wait: bool, only_idle_since: Option<i64>) -> Option<Taken> {
+        loop {
+            match self
+                .state
+                .compare_exchange(IDLE, FLUSHING, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(_) if wait => std::thread::yield_now(),
+                Err(_) => return None,
+            }
+        }
+        // SAFETY: this thread holds FLUSHING, so it has `inner` to itself (module docs).
+        let inner = unsafe { &mut *self.inner.get() };
+        let taken = match only_idle_since {
+            Some(since) if inner.last_ts > since => None,
+            _ => inner.take_records(),
+        };
+        // Release: the owner's next claim sees the reset buffer.
+        self.state.store(IDLE, Ordering::Release);
+        taken.map(|(sequence, base_ts, records)| Taken {
+            os_tid: self.os_tid,
+            sequence,
+            base_ts,
+            records,
+        })
+    }
+}
+
+/// Records copied out of a buffer, to emit after releasing it.
+pub(crate) struct Taken {
+    pub(crate) os_tid: u64,
+    pub(crate) sequence: u32,
+    pub(crate) base_ts: i64,
+    pub(crate) records: Vec<u8>,
+}
+
+impl Inner {
+    /// A configuration change reached this writer: the records so far go out (they belong
+    /// to the sessions that were recording, if any), and the buffer takes the new size.
+    #[cold]
+    fn reconfigure(&mut self, os_tid: u64, new: u64) {
+        if config::is_recording(self.config) && self.enc.len > 0 {
+            self.emit(os_tid);
+        }
+        self.enc.reset(0);
+        // Not recording: give the memory back until a session starts.
+        let size = if config::is_recording(new) {
+            config::buffer_size(new)
+        } else {
+            0
+        };
+        if self.bytes.len() != size {
+            self.bytes = vec![0u8; size].into_boxed_slice();
+        }
+        self.config = new;
+    }
+
+    #[inline]
+    fn append(&mut self, os_tid: u64, ts: i64, event: Event) {
+        if self.enc.len == 0 {
+            self.start(ts);
+        } else if !self.enc.fits(&self.bytes, MAX_RECORD) {
+            self.emit(os_tid);
+            self.start(ts);
+        }
+        if self.enc.fits(&self.bytes, MAX_RECORD) {
+            self.enc.record(&mut self.bytes, ts, event);
+            self.last_ts = ts;
+        }
+    }
+
+    /// Begins a buffer at `ts`, with the open polls first so it decodes on its own.
+    fn start(&mut self, ts: i64) {
+        self.enc.reset(ts);
+        self.base_ts = ts;
+        if !self.poll_stack.is_empty() {
+            let need = Encoder::stack_bytes(self.poll_stack.len());
+            if self.enc.fits(&self.bytes, need + MAX_RECORD) {
+                self.enc.stack(&mut self.bytes, ts, &self.poll_stack);
+            }
+        }
+    }
+
+    /// Emits the records from this (the owner's) thread and starts over.
+    fn emit(&mut self, os_tid: u64) {
+        let records = &self.bytes[..self.enc.len];
+        emit_buffer(None, os_tid, self.sequence, self.base_ts, records);
+        self.sequence = self.sequence.wrapping_add(1);
+        self.enc.reset(0);
+    }
+
+    fn take_records(&mut self) -> Option<(u32, i64, Vec<u8>)> {
+        if self.enc.len == 0 {
+            return None;
+        }
+        let records = self.bytes[..self.enc.len].to_vec();
+        let sequence = self.sequence;
+        self.sequence = self.sequence.wrapping_add(1);
+        self.enc.reset(0);
+        Some((sequence, self.base_ts, records))
+    }
+}
+
+/// Emits every buffer that has records (a session is ending: it must get them all), waiting
+/// for records in progress.
+pub(crate) fn flush_all() {
+    for taken in collect(|buffer| buffer.take(true, None)) {
+        emit_taken(&taken);
+    }
+}
+
+/// The flusher's visit: emits buffers idle since `idle_since`, and drains and forgets the
+/// buffers of exited threads. Returns how many buffers remain registered.
+pub(crate) fn flush_idle_and_reclaim(idle_since: i64) -> usize {
+    let mut drained_exited: Vec<*const ThreadBuffer> = Vec::new();
+    let taken = collect(|buffer| {
+        // Acquire: pairs with the owner's Release in `Owner::drop`.
+        if buffer.exited.load(Ordering::Acquire) {
+            drained_exited.push(buffer);
+            // The owner is gone, so nothing writes: waiting cannot block.
+            buffer.take(true, None)
+        } else {
+            buffer.take(false, Some(idle_since))
+        }
+    });
+    for t in &taken {
+        emit_taken(t);
+    }
+    let mut threads = THREADS.lock().unwrap_or_else(|p| p.into_inner());
+    threads.retain(|b| !drained_exited.contains(&Arc::as_ptr(b)));
+    threads.len()
+}
+
+/// Runs `take` on every registered buffer, outside the registry lock (a take may wait for a
+/// writer, and a new thread registering must not wait behind it).
+fn collect(mut take: impl FnMut(&ThreadBuffer) -> Option<Taken>) -> Vec<Taken> {
+    let threads: Vec<Arc<ThreadBuffer>> = THREADS.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    threads.iter().filter_map(|b| take(b)).collect()
+}
+
+fn emit_taken(t: &Taken) {
+    emit_buffer(Some(t.os_tid), t.os_tid, t.sequence, t.base_ts, &t.records);
+}
+
+/// How many thread buffers are registered (for tests of reclamation).
+pub(crate) fn registered_threads() -> usize {
+    THREADS.lock().unwrap_or_else(|p| p.into_inner()).len()
+}
