@@ -21,6 +21,10 @@ pub(crate) enum Profile {
     /// `--providers EventPipeRs-Allocations:0:5:SampleInterval=BYTES` to change that).
     /// .NET: not available (use gc).
     Alloc,
+    /// Rust: the async profiler (`EventPipeRs-AsyncProfiler`: futures instrumented with
+    /// `eventpipe_profiler::futures`) with the CPU sampler at 1 kHz, so CPU samples show
+    /// their async callstacks. .NET: not available.
+    Async,
 }
 
 /// The allocation profiler's provider, at its default sampling interval.
@@ -44,6 +48,13 @@ fn specs(profile: Profile, is_rust: bool) -> Result<Vec<&'static str>> {
             bail!("the gc profile is for .NET processes; Rust processes have no {DOTNET_RUNTIME}")
         }
         (Profile::Alloc, true) => vec![RUST_ALLOCATIONS],
+        (Profile::Async, true) => vec![
+            "EventPipeRs-AsyncProfiler:0:Informational",
+            "EventPipeRs-CpuSampler:0:Informational",
+        ],
+        (Profile::Async, false) => {
+            bail!("the async profile is for Rust processes instrumented with eventpipe_profiler::futures")
+        }
         (Profile::Alloc, false) => {
             bail!("the alloc profile is for Rust processes; for .NET use --profile gc")
         }
@@ -103,6 +114,17 @@ mod tests {
             stacks: false,
             convert: Vec::new(),
         }
+    }
+
+    #[test]
+    fn the_async_profile_enables_the_async_profiler_and_the_cpu_sampler() {
+        let requests = providers(&config(Some(Profile::Async), &[]), true).unwrap();
+        let names: Vec<&str> = requests.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["EventPipeRs-AsyncProfiler", "EventPipeRs-CpuSampler"]
+        );
+        assert!(providers(&config(Some(Profile::Async), &[]), false).is_err());
     }
 
     #[test]

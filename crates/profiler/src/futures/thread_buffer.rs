@@ -15,11 +15,13 @@
 //! Whoever wins the CAS from IDLE has `Inner` to itself until it stores IDLE; the Acquire of
 //! the winning CAS pairs with the Release store of the previous holder, so every write the
 //! previous holder made to `Inner` is visible. The owner's CAS is uncontended except while
-//! another thread flushes it, which holds FLUSHING only for a copy of at most 60 KiB (never
-//! across an event write, which may block in a Block-mode session): the owner spins that
-//! out. Another thread that finds the owner WRITING either skips the buffer (the idle
-//! flusher: a writing thread is not idle, and it flushes its own buffer when full) or waits
-//! for the record to finish (a stopping session, which must collect every record).
+//! another thread flushes it: that thread holds FLUSHING across the event write, so the
+//! owner's next buffer (higher `Sequence`) cannot reach the trace first, and the owner waits
+//! (spinning, then yielding) as it would for its own write of a full buffer — in a
+//! Block-mode session, until the reader makes room. Another thread that finds the owner
+//! WRITING either skips the buffer (the idle flusher: a writing thread is not idle, and it
+//! flushes its own buffer when full) or waits for the record to finish (a stopping session,
+//! which must collect every record).
 
 use std::cell::{Cell, OnceCell, UnsafeCell};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -192,7 +194,7 @@ impl ThreadBuffer {
             .compare_exchange(IDLE, WRITING, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
-            // Another thread is copying this buffer out: a bounded copy, so wait it out.
+            // Another thread is emitting this buffer: one event write, so wait it out.
             spins += 1;
             if spins < 64 {
                 std::hint::spin_loop();
@@ -202,10 +204,11 @@ impl ThreadBuffer {
         }
     }
 
-    /// Takes the buffer's records for another thread to emit. `wait`: wait for a record in
-    /// progress (a stopping session); otherwise a buffer being written is skipped. `only_idle_since`:
-    /// take it only if its last record is older than this timestamp.
-    fn take(&self, wait: bool, only_idle_since: Option<i64>) -> Option<Taken> {
+    /// Emits the buffer's records from another thread (attributed to the owner), holding
+    /// the buffer meanwhile so the owner's next buffer cannot reach the trace before this one.
+    /// `wait`: wait for a record in progress (a stopping session); otherwise a buffer being
+    /// written is skipped. `only_idle_since`: only if its last record is older than that.
+    fn flush_from_outside(&self, wait: bool, only_idle_since: Option<i64>) {
         loop {
             match self
                 .state
@@ -213,32 +216,18 @@ impl ThreadBuffer {
             {
                 Ok(_) => break,
                 Err(_) if wait => std::thread::yield_now(),
-                Err(_) => return None,
+                Err(_) => return,
             }
         }
         // SAFETY: this thread holds FLUSHING, so it has `inner` to itself (module docs).
         let inner = unsafe { &mut *self.inner.get() };
-        let taken = match only_idle_since {
-            Some(since) if inner.last_ts > since => None,
-            _ => inner.take_records(),
-        };
+        let idle = only_idle_since.is_none_or(|since| inner.last_ts <= since);
+        if idle && inner.enc.len > 0 && config::is_recording(inner.config) {
+            inner.emit(Some(self.os_tid), self.os_tid);
+        }
         // Release: the owner's next claim sees the reset buffer.
         self.state.store(IDLE, Ordering::Release);
-        taken.map(|(sequence, base_ts, records)| Taken {
-            os_tid: self.os_tid,
-            sequence,
-            base_ts,
-            records,
-        })
     }
-}
-
-/// Records copied out of a buffer, to emit after releasing it.
-pub(crate) struct Taken {
-    pub(crate) os_tid: u64,
-    pub(crate) sequence: u32,
-    pub(crate) base_ts: i64,
-    pub(crate) records: Vec<u8>,
 }
 
 impl Inner {
@@ -247,7 +236,7 @@ impl Inner {
     #[cold]
     fn reconfigure(&mut self, os_tid: u64, new: u64) {
         if config::is_recording(self.config) && self.enc.len > 0 {
-            self.emit(os_tid);
+            self.emit(None, os_tid);
         }
         self.enc.reset(0);
         // Not recording: give the memory back until a session starts.
@@ -267,7 +256,7 @@ impl Inner {
         if self.enc.len == 0 {
             self.start(ts);
         } else if !self.enc.fits(&self.bytes, MAX_RECORD) {
-            self.emit(os_tid);
+            self.emit(None, os_tid);
             self.start(ts);
         }
         if self.enc.fits(&self.bytes, MAX_RECORD) {
@@ -288,31 +277,21 @@ impl Inner {
         }
     }
 
-    /// Emits the records from this (the owner's) thread and starts over.
-    fn emit(&mut self, os_tid: u64) {
+    /// Emits the records and starts over: from the owner's thread (`about: None`) or from
+    /// another, attributed to the owner.
+    fn emit(&mut self, about: Option<u64>, os_tid: u64) {
         let records = &self.bytes[..self.enc.len];
-        emit_buffer(None, os_tid, self.sequence, self.base_ts, records);
+        emit_buffer(about, os_tid, self.sequence, self.base_ts, records);
         self.sequence = self.sequence.wrapping_add(1);
         self.enc.reset(0);
-    }
-
-    fn take_records(&mut self) -> Option<(u32, i64, Vec<u8>)> {
-        if self.enc.len == 0 {
-            return None;
-        }
-        let records = self.bytes[..self.enc.len].to_vec();
-        let sequence = self.sequence;
-        self.sequence = self.sequence.wrapping_add(1);
-        self.enc.reset(0);
-        Some((sequence, self.base_ts, records))
     }
 }
 
 /// Emits every buffer that has records (a session is ending: it must get them all), waiting
 /// for records in progress.
 pub(crate) fn flush_all() {
-    for taken in collect(|buffer| buffer.take(true, None)) {
-        emit_taken(&taken);
+    for buffer in snapshot() {
+        buffer.flush_from_outside(true, None);
     }
 }
 
@@ -320,33 +299,25 @@ pub(crate) fn flush_all() {
 /// buffers of exited threads. Returns how many buffers remain registered.
 pub(crate) fn flush_idle_and_reclaim(idle_since: i64) -> usize {
     let mut drained_exited: Vec<*const ThreadBuffer> = Vec::new();
-    let taken = collect(|buffer| {
+    for buffer in snapshot() {
         // Acquire: pairs with the owner's Release in `Owner::drop`.
         if buffer.exited.load(Ordering::Acquire) {
-            drained_exited.push(buffer);
             // The owner is gone, so nothing writes: waiting cannot block.
-            buffer.take(true, None)
+            buffer.flush_from_outside(true, None);
+            drained_exited.push(Arc::as_ptr(&buffer));
         } else {
-            buffer.take(false, Some(idle_since))
+            buffer.flush_from_outside(false, Some(idle_since));
         }
-    });
-    for t in &taken {
-        emit_taken(t);
     }
     let mut threads = THREADS.lock().unwrap_or_else(|p| p.into_inner());
     threads.retain(|b| !drained_exited.contains(&Arc::as_ptr(b)));
     threads.len()
 }
 
-/// Runs `take` on every registered buffer, outside the registry lock (a take may wait for a
-/// writer, and a new thread registering must not wait behind it).
-fn collect(mut take: impl FnMut(&ThreadBuffer) -> Option<Taken>) -> Vec<Taken> {
-    let threads: Vec<Arc<ThreadBuffer>> = THREADS.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    threads.iter().filter_map(|b| take(b)).collect()
-}
-
-fn emit_taken(t: &Taken) {
-    emit_buffer(Some(t.os_tid), t.os_tid, t.sequence, t.base_ts, &t.records);
+/// The registered buffers, copied out so that flushing (which may wait for a writer, or in
+/// a Block-mode session for the reader) holds no registry lock a new thread would need.
+fn snapshot() -> Vec<Arc<ThreadBuffer>> {
+    THREADS.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
 /// How many thread buffers are registered (for tests of reclamation).
