@@ -28,6 +28,7 @@ Examples:
   eptrace report --json app.nettrace | jq .event_counts
   eptrace dump --event GC/Start --json app.nettrace
   eptrace convert --format speedscope,flamegraph app.nettrace
+  eptrace convert --format collapsed --no-async-stacks app.nettrace
   cat app.nettrace | eptrace dump --sorted --from 100 --to 200 -
   eptrace stress --threads 1,8 --events 1000 --output file --mode block
 
@@ -253,6 +254,12 @@ struct ConvertArgs {
     /// One flame graph per thread, side by side, instead of all threads merged.
     #[arg(long)]
     by_thread: bool,
+    /// Keep CPU samples' native stacks as they are. By default, in a trace with async
+    /// profiler data, a sample taken inside an instrumented future's poll shows the
+    /// future's async callstack (`async my_crate::handle`) in place of the executor's
+    /// poll frames.
+    #[arg(long)]
+    no_async_stacks: bool,
 }
 
 #[derive(Debug, Args)]
@@ -416,6 +423,7 @@ impl Cli {
                     output: a.output,
                     samples: parse_samples(&a.samples),
                     by_thread: a.by_thread,
+                    async_stacks: !a.no_async_stacks,
                 })
             }
             Command::Demo(a) => Action::Demo(demo::Config {
@@ -520,6 +528,21 @@ mod tests {
             }
             other => panic!("parsed as {other:?}"),
         }
+    }
+
+    #[test]
+    fn async_stacks_are_on_unless_turned_off() {
+        let parse = |extra: &[&str]| {
+            let mut args = vec!["eptrace", "convert", "-f", "collapsed"];
+            args.extend_from_slice(extra);
+            args.push("t.nettrace");
+            match Cli::try_parse_from(args).unwrap().into_action().unwrap() {
+                Action::Convert(c) => c.async_stacks,
+                other => panic!("parsed as {other:?}"),
+            }
+        };
+        assert!(parse(&[]));
+        assert!(!parse(&["--no-async-stacks"]));
     }
 
     #[test]

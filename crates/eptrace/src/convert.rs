@@ -63,6 +63,9 @@ pub(crate) struct Config {
     pub(crate) samples: SampleSelection,
     /// One flame graph tree per thread instead of one for all.
     pub(crate) by_thread: bool,
+    /// CPU samples taken inside an instrumented future's poll show its async callstack
+    /// (when the trace has async-profiler data).
+    pub(crate) async_stacks: bool,
 }
 
 /// One file written.
@@ -146,6 +149,7 @@ pub(crate) fn convert_file(
         output: None,
         samples,
         by_thread: false,
+        async_stacks: true,
     };
     convert_bytes(data, &name, &targets, &config)
 }
@@ -158,7 +162,7 @@ fn convert_bytes(
 ) -> Result<Vec<Written>> {
     let mut written = Vec::new();
     let profile = if targets.iter().any(|(f, _)| f.needs_profile()) {
-        let built = read_profile(data, name, config.samples.clone())?;
+        let built = read_profile(data, name, config.samples.clone(), config.async_stacks)?;
         report_notes(&built);
         Some(built)
     } else {
@@ -179,8 +183,13 @@ fn convert_bytes(
                     TraceReader::from_slice(data).with_context(|| format!("cannot read {name}"))?;
                 let s = eventpipe_insight::write_chrome_trace(&mut reader, &mut out)
                     .with_context(|| format!("cannot convert {name} to Chrome JSON"))?;
+                let polls = if s.poll_spans > 0 {
+                    format!(", {} async polls", s.poll_spans)
+                } else {
+                    String::new()
+                };
                 format!(
-                    "{} events: {} instants, {} spans",
+                    "{} events: {} instants, {} spans{polls}",
                     s.events, s.instants, s.complete
                 )
             }
@@ -206,11 +215,12 @@ pub(crate) fn read_profile(
     data: &[u8],
     name: &str,
     samples: SampleSelection,
+    async_stacks: bool,
 ) -> Result<BuiltProfile> {
     let mut progress = Progress::new(Some(data.len() as u64));
     let mut reader =
         TraceReader::from_slice(data).with_context(|| format!("cannot read {name}"))?;
-    let mut builder = ProfileBuilder::new(samples);
+    let mut builder = ProfileBuilder::new(samples).async_stacks(async_stacks);
     let mut seen = 0u64;
     while let Some(event) = reader
         .next_event()

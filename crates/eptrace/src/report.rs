@@ -16,7 +16,7 @@ use std::thread;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use eventpipe_insight::{BuiltProfile, ProfileBuilder, SampleSelection};
+use eventpipe_insight::{AsyncTrace, BuiltProfile, ProfileBuilder, SampleSelection};
 use nettrace::source::Input;
 use nettrace::{EventMetadata, ReadStats, SortedReader, TraceInfo, TraceReader};
 use serde::Serialize;
@@ -81,6 +81,78 @@ struct Report {
     time_order: TimeOrder,
     /// Where the samples (CPU, allocation, or stack-carrying events) fall.
     profile: HotSpots,
+    /// What instrumented futures did, when the trace has async-profiler data.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    async_profile: Option<AsyncProfile>,
+}
+
+#[derive(Debug, Serialize)]
+struct AsyncProfile {
+    /// One row per instrumented site (future), most running time first.
+    frames: Vec<AsyncFrameRow>,
+    /// Root futures (tasks) created with no parent and still pending at the end of the
+    /// trace, the oldest first.
+    pending_roots: Vec<PendingRoot>,
+    diagnostics: AsyncDiagnostics,
+}
+
+#[derive(Debug, Serialize)]
+struct AsyncFrameRow {
+    frame_id: u32,
+    /// The site's name (`frame#N` when the trace does not describe it).
+    name: String,
+    file: Option<String>,
+    line: Option<u32>,
+    /// Futures whose creation the trace shows.
+    created: u64,
+    polls: u64,
+    completed: u64,
+    /// Dropped before completing.
+    cancelled: u64,
+    /// A poll panicked.
+    panicked: u64,
+    /// Still pending at the end of the trace.
+    pending: u64,
+    /// The sum of their polls (nested polls included).
+    running_ms: f64,
+    /// From each one's first poll to its end (or the trace's), minus its running time.
+    suspended_ms: f64,
+    mean_poll_us: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct PendingRoot {
+    context: u64,
+    frame: String,
+    /// From its creation to the end of the trace.
+    alive_ms: f64,
+    polls: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct AsyncDiagnostics {
+    /// `AsyncBuffer` events read.
+    buffers: u64,
+    /// Buffers missing from the per-thread sequence.
+    lost_buffers: u64,
+    lost_by_thread: Vec<LostRow>,
+    /// Poll ends met with no poll open (their start was in lost data).
+    empty_pops: u64,
+    /// Buffers that did not decode (skipped).
+    malformed: Vec<MalformedRow>,
+    /// Buffers older than what was already read (skipped).
+    out_of_order: u64,
+    /// Stack records that disagreed with the polls open although nothing was lost.
+    stack_mismatches: u64,
+    /// Async-profiler events whose payload did not decode.
+    undecodable_events: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct MalformedRow {
+    thread_id: u64,
+    sequence: u32,
+    error: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -271,6 +343,75 @@ fn hot_spots(built: BuiltProfile) -> HotSpots {
         functions,
         stacks,
         notes: built.notes.clone(),
+    }
+}
+
+/// The async section, from the async profiler's decoded data.
+fn async_profile(t: &AsyncTrace) -> AsyncProfile {
+    let frames = t
+        .frame_stats()
+        .into_iter()
+        .map(|s| {
+            let described = t.frames.get(&s.frame);
+            AsyncFrameRow {
+                frame_id: s.frame.0,
+                name: t.frame_name(s.frame).into_owned(),
+                file: described.and_then(|f| f.file.clone()),
+                line: described.and_then(|f| f.line),
+                created: s.created,
+                polls: s.polls,
+                completed: s.completed,
+                cancelled: s.cancelled,
+                panicked: s.panicked,
+                pending: s.pending,
+                running_ms: t.ticks_to_ms(s.running_ticks),
+                suspended_ms: t.ticks_to_ms(s.suspended_ticks),
+                mean_poll_us: if s.polls == 0 {
+                    0.0
+                } else {
+                    t.ticks_to_ms(s.running_ticks) * 1000.0 / s.polls as f64
+                },
+            }
+        })
+        .collect();
+    let pending_roots = t
+        .pending_roots()
+        .into_iter()
+        .map(|c| PendingRoot {
+            context: c.id.0,
+            frame: c
+                .frame
+                .map_or_else(|| "?".to_owned(), |f| t.frame_name(f).into_owned()),
+            alive_ms: t.ticks_to_ms(t.alive_ticks(c)),
+            polls: c.polls,
+        })
+        .collect();
+    let d = &t.diagnostics;
+    AsyncProfile {
+        frames,
+        pending_roots,
+        diagnostics: AsyncDiagnostics {
+            buffers: d.buffers,
+            lost_buffers: d.lost_buffers,
+            lost_by_thread: d
+                .lost_by_thread
+                .iter()
+                .map(|&(thread_id, lost)| LostRow { thread_id, lost })
+                .collect(),
+            empty_pops: d.empty_pops,
+            malformed: d
+                .malformed
+                .iter()
+                .map(|m| MalformedRow {
+                    thread_id: m.thread,
+                    sequence: m.sequence,
+                    error: m.error.to_string(),
+                })
+                .collect(),
+            out_of_order: d.out_of_order,
+            stack_mismatches: d.stack_mismatches,
+            undecodable_events: d.undecodable_events,
+        },
     }
 }
 
@@ -526,6 +667,7 @@ fn build(main: FilePass, sorted: SortedCheck, file_bytes: u64, name: &str) -> Re
             unresolved: stats.unresolved_stacks,
         },
         time_order,
+        async_profile: profile.async_trace.as_ref().map(async_profile),
         profile: hot_spots(profile),
     }
 }
@@ -685,7 +827,122 @@ fn render_text(r: &Report, top: usize) -> String {
         table(&mut s, "events lost by thread", &lost, top);
     }
     render_hot_spots(&mut s, &r.profile, top);
+    if let Some(a) = &r.async_profile {
+        render_async(&mut s, a, top);
+    }
     s
+}
+
+fn render_async(s: &mut String, a: &AsyncProfile, top: usize) {
+    use std::fmt::Write as _;
+    let _ = writeln!(
+        s,
+        "\nasync futures ({}; times in ms, mean poll in µs):",
+        plural(a.frames.len(), "instrumented site")
+    );
+    let _ = writeln!(
+        s,
+        "  {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>10} {:>10} {:>9}  future",
+        "created",
+        "polls",
+        "completed",
+        "cancelled",
+        "panicked",
+        "pending",
+        "running",
+        "suspended",
+        "mean poll"
+    );
+    for f in a.frames.iter().take(top) {
+        let location = match (&f.file, f.line) {
+            (Some(file), Some(line)) => format!("  ({file}:{line})"),
+            (Some(file), None) => format!("  ({file})"),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            s,
+            "  {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>10.3} {:>10.3} {:>9.1}  {}{location}",
+            f.created,
+            f.polls,
+            f.completed,
+            f.cancelled,
+            f.panicked,
+            f.pending,
+            f.running_ms,
+            f.suspended_ms,
+            f.mean_poll_us,
+            f.name
+        );
+    }
+    if a.frames.len() > top {
+        let _ = writeln!(s, "  ... and {} more", a.frames.len() - top);
+    }
+    if !a.pending_roots.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nasync tasks never completed (root futures pending at the end) ({}):",
+            a.pending_roots.len()
+        );
+        for r in a.pending_roots.iter().take(top) {
+            let _ = writeln!(
+                s,
+                "  alive {:>10.3} ms  {:<9}  ctx {}  {}",
+                r.alive_ms,
+                plural(r.polls as usize, "poll"),
+                r.context,
+                r.frame
+            );
+        }
+        if a.pending_roots.len() > top {
+            let _ = writeln!(s, "  ... and {} more", a.pending_roots.len() - top);
+        }
+    }
+    let d = &a.diagnostics;
+    let mut problems: Vec<String> = Vec::new();
+    if d.lost_buffers > 0 {
+        let by: Vec<String> = d
+            .lost_by_thread
+            .iter()
+            .map(|l| format!("tid {}: {}", l.thread_id, l.lost))
+            .collect();
+        problems.push(format!(
+            "{} lost ({}); polls they ended show as lost",
+            plural(d.lost_buffers as usize, "buffer"),
+            by.join(", ")
+        ));
+    }
+    for m in &d.malformed {
+        problems.push(format!(
+            "malformed buffer (tid {} sequence {}), skipped: {}",
+            m.thread_id, m.sequence, m.error
+        ));
+    }
+    for (n, what) in [
+        (d.empty_pops, "poll ends with no poll open (ignored)"),
+        (d.out_of_order, "buffers out of sequence order (skipped)"),
+        (
+            d.stack_mismatches,
+            "Stack records disagreeing with the open polls",
+        ),
+        (
+            d.undecodable_events,
+            "async-profiler events that did not decode",
+        ),
+    ] {
+        if n > 0 {
+            problems.push(format!("{n} {what}"));
+        }
+    }
+    if !problems.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nasync profiler data problems ({} buffers read):",
+            d.buffers
+        );
+        for p in problems {
+            let _ = writeln!(s, "  {p}");
+        }
+    }
 }
 
 fn render_hot_spots(s: &mut String, hot: &HotSpots, top: usize) {

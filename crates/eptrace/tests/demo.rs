@@ -55,5 +55,18 @@ fn the_demo_traces_its_workload_and_writes_every_view() {
         (checksum + sort) * 5 >= total * 2,
         "the hot paths hold {checksum} + {sort} of {total} samples\n{folded}"
     );
+    // The async worker's futures: in the report, and as async frames in the flame graph
+    // (CPU samples inside `render` under `serve > handle_request`).
+    assert!(stdout.contains("async futures"), "{stdout}");
+    assert!(
+        stdout.contains("eptrace::demo::workload::handle_request"),
+        "{stdout}"
+    );
+    assert!(
+        weight_of(
+            "async eptrace::demo::workload::serve;async eptrace::demo::workload::handle_request;async eptrace::demo::workload::render"
+        ) > 0,
+        "{folded}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

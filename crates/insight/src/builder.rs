@@ -5,12 +5,20 @@
 //! a stack are kept as samples of raw addresses (distinct stacks interned, so memory grows
 //! with distinct stacks, not samples). Rundown arrives at the end of a trace, so addresses
 //! are resolved only in [`ProfileBuilder::finish`], once per distinct address.
+//!
+//! The async profiler's events feed an [`AsyncTraceBuilder`]. When the trace has them, a
+//! CPU sample taken inside an instrumented future's poll (a nonzero `AsyncContext`) gets
+//! that poll's async callstack spliced into its native stack (`async_stacks.rs` says
+//! where); [`ProfileBuilder::async_stacks`] turns that off. Poll spans arrive in buffers
+//! written after the samples they contain, so this too happens in `finish`.
 
 use std::collections::HashMap;
 
 use nettrace::source::Input;
 use nettrace::{Event, TraceReader};
 
+use crate::async_stacks;
+use crate::async_trace::{AsyncFrameId, AsyncTrace, AsyncTraceBuilder, ContextId};
 use crate::profile::{Frame, FrameKind, Profile, Sample, SampleUnit};
 use crate::symbolize::{rundown_thread, Symbolizer};
 
@@ -56,8 +64,12 @@ enum Kind {
 struct RawSample {
     thread: u64,
     time_ms: f64,
+    /// The event's timestamp, in the trace's ticks (the async profiler's clock).
+    ticks: i64,
     weight: u64,
     stack: usize,
+    /// A CPU sample's `AsyncContext` (0: none, or a trace that predates the field).
+    async_ctx: u64,
 }
 
 /// Builds a [`Profile`] from events fed one at a time.
@@ -78,6 +90,10 @@ pub struct ProfileBuilder {
     unfreed: HashMap<u64, usize>,
     /// The `Snapshot` of the `LiveAllocation` samples kept.
     live_snapshot: u64,
+    /// The async profiler's events.
+    async_trace: AsyncTraceBuilder,
+    /// Whether CPU samples get their async callstacks.
+    async_stacks: bool,
 }
 
 /// A profile and what could not be symbolized.
@@ -91,6 +107,8 @@ pub struct BuiltProfile {
     pub modules: usize,
     /// The number of .NET methods the trace described.
     pub methods: usize,
+    /// The async profiler's data, when the trace has any.
+    pub async_trace: Option<AsyncTrace>,
 }
 
 impl ProfileBuilder {
@@ -109,7 +127,16 @@ impl ProfileBuilder {
             last_ms: 0.0,
             unfreed: HashMap::new(),
             live_snapshot: 0,
+            async_trace: AsyncTraceBuilder::new(),
+            async_stacks: true,
         }
+    }
+
+    /// Whether CPU samples taken inside an instrumented future's poll show its async
+    /// callstack (the default; it applies only to traces with async-profiler data).
+    pub fn async_stacks(mut self, on: bool) -> ProfileBuilder {
+        self.async_stacks = on;
+        self
     }
 
     /// Feeds one event.
@@ -125,6 +152,9 @@ impl ProfileBuilder {
         }
         if let Some(pid) = event.process_id() {
             self.thread_pids.entry(tid).or_insert(pid);
+        }
+        if self.async_trace.observe(event) {
+            return;
         }
         let md = event.metadata;
         if let Some((id, name)) = rundown_thread(event) {
@@ -145,7 +175,8 @@ impl ProfileBuilder {
             return;
         }
         let (kind, weight, alloc) = self.classify(event);
-        if is_blocked_sample(event) || !self.wanted(kind, event) {
+        let cpu = CpuFields::of(event);
+        if cpu.blocked || !self.wanted(kind, event) {
             return;
         }
         if kind == Kind::LiveHeap {
@@ -177,8 +208,10 @@ impl ProfileBuilder {
         self.samples.entry(kind).or_default().push(RawSample {
             thread: tid,
             time_ms,
+            ticks: event.header.timestamp,
             weight,
             stack,
+            async_ctx: cpu.async_context,
         });
     }
 
@@ -285,18 +318,36 @@ impl ProfileBuilder {
         let mut profile = Profile::new(name, unit);
         profile.start_ms = self.first_ms.unwrap_or(0.0);
         profile.end_ms = self.last_ms;
-        let mut stack_ids: HashMap<usize, usize> = HashMap::new();
+        let async_trace = std::mem::take(&mut self.async_trace).finish();
+        let splice_from = async_trace.as_ref().filter(|_| self.async_stacks);
+        let mut unplaced = 0u64;
+        // A native stack with (or without) an async callstack spliced in.
+        let mut stack_ids: HashMap<(usize, Option<Vec<AsyncFrameId>>), usize> = HashMap::new();
         for sample in raw {
-            let stack = match stack_ids.get(&sample.stack) {
+            let async_frames = match splice_from {
+                Some(t) if sample.async_ctx != 0 => {
+                    let found =
+                        t.callstack_at(sample.thread, ContextId(sample.async_ctx), sample.ticks);
+                    unplaced += u64::from(found.is_none());
+                    found
+                }
+                _ => None,
+            };
+            let key = (sample.stack, async_frames);
+            let stack = match stack_ids.get(&key) {
                 Some(&id) => id,
                 None => {
-                    let frames = self.symbolize_stack(sample.stack, trim);
+                    let mut frames = self.symbolize_stack(sample.stack, trim);
+                    if let (Some(t), Some(ids)) = (splice_from, &key.1) {
+                        let spliced = ids.iter().map(|&id| async_stacks::async_frame(t, id));
+                        frames = async_stacks::splice(frames, spliced.collect());
+                    }
                     let frame_ids: Vec<usize> = frames
                         .into_iter()
                         .map(|f| profile.intern_frame(f))
                         .collect();
                     let id = profile.intern_stack(frame_ids);
-                    stack_ids.insert(sample.stack, id);
+                    stack_ids.insert(key, id);
                     id
                 }
             };
@@ -314,10 +365,18 @@ impl ProfileBuilder {
         }
         profile.end_ms -= profile.start_ms;
         profile.start_ms = 0.0;
+        let mut notes = self.symbolizer.notes().to_vec();
+        if unplaced > 0 {
+            notes.push(format!(
+                "{unplaced} CPU samples name an async context none of whose polls the async \
+                 profiler's data shows (lost buffers?); they keep their native stacks"
+            ));
+        }
         BuiltProfile {
-            notes: self.symbolizer.notes().to_vec(),
+            notes,
             modules: self.symbolizer.modules().len(),
             methods: self.symbolizer.method_count(),
+            async_trace,
             profile,
         }
     }
@@ -373,16 +432,32 @@ impl AllocFields {
     }
 }
 
-/// Whether the event is this project's CPU sampler saying its thread was waiting, not
-/// running (`State` 2): not CPU time.
-fn is_blocked_sample(event: &Event<'_>) -> bool {
-    const STATE_BLOCKED: u64 = 2;
-    event.metadata.provider == CPU_SAMPLER_PROVIDER
-        && event.decode_payload().ok().is_some_and(|fields| {
-            fields
-                .iter()
-                .any(|(n, v)| *n == "State" && v.as_u64() == Some(STATE_BLOCKED))
-        })
+/// The fields of this project's CPU sampler's `Sample` the builder uses, decoded once.
+#[derive(Debug, Default, Clone, Copy)]
+struct CpuFields {
+    /// The thread was waiting, not running (`State` 2): not CPU time.
+    blocked: bool,
+    /// The innermost instrumented future being polled (`AsyncContext`; absent before the
+    /// async profiler, which reads as 0: none).
+    async_context: u64,
+}
+
+impl CpuFields {
+    fn of(event: &Event<'_>) -> CpuFields {
+        const STATE_BLOCKED: u64 = 2;
+        let mut out = CpuFields::default();
+        if event.metadata.provider != CPU_SAMPLER_PROVIDER {
+            return out;
+        }
+        for (name, value) in event.decode_payload().unwrap_or_default() {
+            match name {
+                "State" => out.blocked = value.as_u64() == Some(STATE_BLOCKED),
+                "AsyncContext" => out.async_context = value.as_u64().unwrap_or(0),
+                _ => {}
+            }
+        }
+        out
+    }
 }
 
 /// Frames of the machinery that captures an event's stack: the unwinder, this project's

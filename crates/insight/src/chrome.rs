@@ -17,8 +17,17 @@
 //!   named by the Start event's string field `Name` when it has one (the tracing layer's
 //!   `SpanStart`), else by the base name; its `args` are `{"start": {...}, "stop": {...}}`.
 //! * A Stop with nothing open, and a Start never closed (written at the end of the trace),
-//!   are instants like any other event. So the trace's event count is exactly
-//!   instants + 2 × complete events ([`ChromeSummary`]).
+//!   are instants like any other event.
+//! * The async profiler's `AsyncBuffer` events are not instants: their records become
+//!   **poll spans**, complete events on the track of the thread that polled, named by the
+//!   polled future's frame (`frame#N` if its `AsyncFrame` event has not been read yet),
+//!   category `EventPipeRs-AsyncProfiler`, `args` = `{"ctx", "frame", "ended"}` (`suspend`,
+//!   `complete`, `unwind`, `lost`, `open at end`; plus `"start_exact": false` for a poll
+//!   first seen in a Stack record after lost data). A nested poll lies within the poll that
+//!   ran it, so viewers draw it beneath. Polls still open at the end of the trace end at
+//!   its last timestamp. See [`crate::async_trace`].
+//! * So the trace's event count is exactly instants + 2 × complete events + async buffers
+//!   ([`ChromeSummary`]).
 //! * Thread names become `thread_name` metadata events (`"ph":"M"`): from NetTrace V6
 //!   thread rows and from `EventPipeRs-Rundown/Thread` rundown events (fields `ThreadId`,
 //!   `Name`). Process names become `process_name` metadata: from .NET's
@@ -34,7 +43,9 @@
 //! Output is streamed: each event is written as it is read, and only open intervals are
 //! held (at most [`MAX_OPEN_PER_KEY`] per thread, provider and base name; beyond that the
 //! oldest is given up and written as an instant), plus the names already announced per
-//! thread and process. Events are written in stream order, not sorted: the viewers sort.
+//! thread and process, and for the async profiler each thread's open polls, the interned
+//! poll stacks and the frame names. Events are written in stream order, not sorted: the
+//! viewers sort.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufWriter, Write};
@@ -44,6 +55,7 @@ use nettrace::{Event, TraceInfo, TraceReader, Value};
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 
+use crate::async_trace::{self, AsyncEvent, AsyncFrameId, Decoder, Fact, PollSpan};
 use crate::error::Result;
 use crate::symbolize::RUNDOWN_PROVIDER;
 
@@ -54,7 +66,7 @@ pub const MAX_OPEN_PER_KEY: usize = 4096;
 /// What [`write_chrome_trace`] wrote.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ChromeSummary {
-    /// Trace events read: always `instants + 2 * complete`.
+    /// Trace events read: always `instants + 2 * complete + async_buffers`.
     pub events: u64,
     /// Instant events written (unmatched starts and stops included).
     pub instants: u64,
@@ -68,6 +80,10 @@ pub struct ChromeSummary {
     pub thread_names: u64,
     /// `process_name` metadata events written.
     pub process_names: u64,
+    /// The async profiler's `AsyncBuffer` events read (their polls become spans).
+    pub async_buffers: u64,
+    /// Poll spans written, as complete events.
+    pub poll_spans: u64,
 }
 
 #[derive(Serialize)]
@@ -185,6 +201,15 @@ struct NameArg<'a> {
     name: &'a str,
 }
 
+#[derive(Serialize)]
+struct PollArgs {
+    ctx: u64,
+    frame: u32,
+    ended: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    start_exact: Option<bool>,
+}
+
 /// A Start waiting for its Stop.
 struct Open {
     ts: f64,
@@ -264,6 +289,14 @@ struct Converter<W: Write> {
     process_names: HashMap<u64, String>,
     summary: ChromeSummary,
     default_pid: u64,
+    trace: TraceInfo,
+    /// The latest event timestamp, where polls still open at the end end.
+    last_ticks: Option<i64>,
+    polls: Decoder,
+    facts: Vec<Fact>,
+    frame_names: HashMap<AsyncFrameId, String>,
+    /// The process of each thread that wrote async-profiler buffers.
+    poll_pids: HashMap<u64, u64>,
 }
 
 impl<W: Write> Converter<W> {
@@ -277,6 +310,58 @@ impl<W: Write> Converter<W> {
             process_names: HashMap::new(),
             summary: ChromeSummary::default(),
             default_pid: trace.process_id.unwrap_or(0),
+            trace: trace.clone(),
+            last_ticks: None,
+            polls: Decoder::default(),
+            facts: Vec::new(),
+            frame_names: HashMap::new(),
+            poll_pids: HashMap::new(),
+        })
+    }
+
+    /// Writes the poll spans and learns the frame names of the decoder's latest facts.
+    fn write_facts(&mut self) -> Result<()> {
+        let mut facts = std::mem::take(&mut self.facts);
+        for fact in facts.drain(..) {
+            match fact {
+                Fact::Frame(id, frame) => {
+                    self.frame_names.insert(id, frame.name);
+                }
+                Fact::Span(span) => self.poll_span(&span)?,
+                Fact::Reference(_) | Fact::Created { .. } | Fact::Dropped { .. } => {}
+            }
+        }
+        self.facts = facts;
+        Ok(())
+    }
+
+    fn poll_span(&mut self, span: &PollSpan) -> Result<()> {
+        self.summary.poll_spans += 1;
+        let name = match self.frame_names.get(&span.frame) {
+            Some(name) => name.clone(),
+            None => span.frame.to_string(),
+        };
+        let start = self.trace.ticks_to_msec(span.start) * 1000.0;
+        let end = self.trace.ticks_to_msec(span.end) * 1000.0;
+        self.w.event(&JsonEvent {
+            name: &name,
+            cat: Some(async_trace::PROVIDER),
+            ph: "X",
+            ts: Some(start),
+            dur: Some((end - start).max(0.0)),
+            s: None,
+            pid: self
+                .poll_pids
+                .get(&span.thread)
+                .copied()
+                .unwrap_or(self.default_pid),
+            tid: span.thread,
+            args: PollArgs {
+                ctx: span.ctx.0,
+                frame: span.frame.0,
+                ended: span.ended.as_str(),
+                start_exact: (!span.start_exact).then_some(false),
+            },
         })
     }
 
@@ -351,8 +436,19 @@ impl<W: Write> Converter<W> {
         let pid = event.process_id().unwrap_or(self.default_pid);
         let tid = event.thread_id();
         let ts = event.timestamp_msec() * 1000.0;
+        let ticks = event.header.timestamp;
+        self.last_ticks = Some(self.last_ticks.map_or(ticks, |t| t.max(ticks)));
         if let Some(name) = event.thread_name() {
             self.thread_name(pid, tid, name)?;
+        }
+        if let Some(which) = self.polls.observe(event, &mut self.facts) {
+            if which == AsyncEvent::Buffer {
+                // The buffer is attributed to the thread whose polls it holds.
+                self.poll_pids.insert(tid, pid);
+                self.summary.async_buffers += 1;
+                return self.write_facts();
+            }
+            self.write_facts()?;
         }
         let payload = match event.decode_payload() {
             Ok(fields) => Payload::Fields(fields),
@@ -483,6 +579,12 @@ impl<W: Write> Converter<W> {
         lost_events: u64,
         error: Option<&nettrace::Error>,
     ) -> Result<ChromeSummary> {
+        let end = match (self.last_ticks, self.polls.last_record_ts) {
+            (Some(a), Some(b)) => a.max(b),
+            (a, b) => a.or(b).unwrap_or(0),
+        };
+        self.polls.finish(end, &mut self.facts);
+        self.write_facts()?;
         let mut left: Vec<(String, Open)> = self
             .open
             .drain()

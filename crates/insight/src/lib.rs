@@ -7,20 +7,25 @@
 //!                          and allocation samplers, or any stack-carrying event)
 //!                       ─▶ Symbolizer (module rundown + ELF/DWARF for native code, method
 //!                          load/rundown events for .NET JIT'd and ReadyToRun code)
+//!                       ─▶ async_trace::AsyncTraceBuilder (the async profiler's poll spans;
+//!                          CPU samples inside a poll get its async callstack)
 //!                       ─▶ Profile (frames, root-first stacks, threads, weighted samples)
 //!                       ─▶ speedscope::write_speedscope   speedscope JSON, one profile per thread
 //!                        │ pprof::write_pprof             gzipped profile.proto (go tool pprof)
 //!                        │ flamegraph::write_collapsed    folded stacks (`a;b;c 42`)
 //!                        │ flamegraph::write_flamegraph   SVG, drawn by inferno
 //! nettrace::TraceReader ─▶ chrome::write_chrome_trace     Chrome Trace Event JSON, streamed:
-//!                          every event an instant, Start/Stop pairs durations, thread and
-//!                          process names as metadata (Perfetto UI, chrome://tracing)
+//!                          every event an instant, Start/Stop pairs and async polls
+//!                          durations, thread and process names as metadata (Perfetto UI,
+//!                          chrome://tracing)
 //! ```
 //!
 //! The profile converters read only [`Profile`]; the Chrome converter reads the trace itself,
-//! holding nothing but the intervals still open. Every converter writes to any
+//! holding nothing but the intervals and polls still open. Every converter writes to any
 //! `io::Write` and reports failures as [`Error`].
 
+mod async_stacks;
+pub mod async_trace;
 pub mod builder;
 pub mod chrome;
 mod error;
@@ -30,6 +35,7 @@ pub mod profile;
 pub mod speedscope;
 pub mod symbolize;
 
+pub use async_trace::{read_async_trace, AsyncTrace, AsyncTraceBuilder};
 pub use builder::{build_profile, BuiltProfile, ProfileBuilder, SampleSelection};
 pub use chrome::{write_chrome_trace, ChromeSummary};
 pub use error::{Error, Result};

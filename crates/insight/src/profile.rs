@@ -37,6 +37,9 @@ pub enum FrameKind {
     ModuleOffset,
     /// An address in no known module; `function` reads `0xADDRESS`.
     Unknown,
+    /// An instrumented future's poll, from the async profiler's poll stack: `function`
+    /// reads `async PATH` (see [`crate::async_trace`]).
+    Async,
 }
 
 /// One symbolized code location.

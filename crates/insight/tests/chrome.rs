@@ -332,6 +332,8 @@ fn start_stop_pairs_become_complete_events() {
                 unmatched_stops: 3,
                 thread_names: if version == FormatVersion::V6 { 2 } else { 1 },
                 process_names: 1,
+                async_buffers: 0,
+                poll_spans: 0,
             },
             "{ctx}"
         );

@@ -139,10 +139,14 @@ fn main() {
             work = hi;
             rate = rate_at(work);
         }
-        let (mut plain, mut profiled) = (Vec::new(), Vec::new());
+        let (mut plain, mut profiled, mut idle) = (Vec::new(), Vec::new(), Vec::new());
         let (mut record_bytes, mut gaps, mut dropped) = (0u64, 0u64, 0u64);
-        for _ in 0..ROUNDS {
-            plain.push(run(&rt, false, polls_per_task, work).as_secs_f64());
+        for round in 0..ROUNDS {
+            // Alternate which goes first, so drift within a round favours neither.
+            if round % 2 == 0 {
+                plain.push(run(&rt, false, polls_per_task, work).as_secs_f64());
+                idle.push(run(&rt, true, polls_per_task, work).as_secs_f64());
+            }
             let session = Session::start(SessionConfig::new(
                 vec![ProviderConfig::parse("EventPipeRs-AsyncProfiler:0:5").unwrap()],
                 Output::File(path.clone()),
@@ -153,20 +157,27 @@ fn main() {
             let (b, g) = record_stats(&path);
             record_bytes += b;
             gaps += g;
+            if round % 2 == 1 {
+                idle.push(run(&rt, true, polls_per_task, work).as_secs_f64());
+                plain.push(run(&rt, false, polls_per_task, work).as_secs_f64());
+            }
         }
         std::fs::remove_file(&path).ok();
-        let (p, s) = (median(&mut plain), median(&mut profiled));
+        let (p, s, i) = (median(&mut plain), median(&mut profiled), median(&mut idle));
         let polls = (TASKS * polls_per_task) as f64;
         // Each poll is one resume and one suspend (or complete) record.
         let per_record = record_bytes as f64 / (ROUNDS as f64 * polls * 2.0);
         println!(
             "async_overhead at {:.0}k resumes/s uninstrumented (spin {work}, measured {:.0}k/s): \
              {TASKS} tasks x {polls_per_task} polls on {WORKERS} workers, {ROUNDS} rounds: median \
-             uninstrumented {:.1} ms, profiled {:.1} ms: throughput loss {:+.2}%; \
+             uninstrumented {:.1} ms, instrumented without a session {:.1} ms ({:+.2}%), profiled {:.1} ms: \
+             throughput loss {:+.2}%; \
              {per_record:.2} bytes per resume/suspend record; {dropped} events dropped, {gaps} buffers missing",
             target / 1e3,
             rate / 1e3,
             p * 1e3,
+            i * 1e3,
+            (1.0 - p / i) * 100.0,
             s * 1e3,
             (1.0 - p / s) * 100.0
         );

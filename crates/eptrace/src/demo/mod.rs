@@ -1,6 +1,7 @@
 //! `eptrace demo`: the whole job in one command. It starts the bundled workload
 //! ([`workload`]) as a child process, attaches to it over the diagnostics IPC from its
-//! first event, collects a few seconds of CPU samples and `tracing` spans and events,
+//! first event, collects a few seconds of CPU samples, `tracing` spans and events and the
+//! async profiler's records,
 //! writes the trace, a flame graph, a speedscope profile and a Chrome/Perfetto timeline,
 //! and prints the report.
 
@@ -33,7 +34,7 @@ pub(crate) fn do_demo(config: &Config) -> Result<()> {
     let trace = config.out_dir.join("trace.nettrace");
     println!(
         "Starting the demo workload (`{} demo-workload`) and tracing it for {} s \
-         (CPU samples at 1 kHz, tracing spans and events)...",
+         (CPU samples at 1 kHz, tracing spans and events, async futures)...",
         exe.display(),
         config.seconds
     );
@@ -45,7 +46,8 @@ pub(crate) fn do_demo(config: &Config) -> Result<()> {
             "--seconds".into(),
             format!("{}", config.seconds + 30.0).into(),
         ]),
-        providers: Vec::new(),
+        // The async profiler too: the workload's async worker is instrumented for it.
+        providers: vec!["EventPipeRs-AsyncProfiler:0:Informational".into()],
         profile: Some(collect::Profile::CpuSampling),
         block: false,
         buffer_mb: 64,

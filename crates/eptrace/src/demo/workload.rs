@@ -6,7 +6,11 @@
 //!   (`checksum_block`, three times as much as `sort_block`), each inside spans;
 //! * an `allocator` thread allocates in bursts and frees them;
 //! * a `spawner` thread starts a short-lived thread every 20 ms that does a little work and
-//!   exits (thread churn, for the runtime's per-thread state reclamation).
+//!   exits (thread churn, for the runtime's per-thread state reclamation);
+//! * an `async-worker` thread runs a small executor over four client futures instrumented
+//!   for the async profiler (`#[profiled]`): each request parses, waits on a "backend"
+//!   (pending for a few polls, like I/O) and renders, so the async profiler sees nested
+//!   futures, suspensions and CPU samples inside them.
 //!
 //! The CPU sampler (`eventpipe_profiler::cpu`) is registered, so a session naming
 //! `EventPipeRs-CpuSampler` profiles it. Hot loops also write a TRACE event per unit of
@@ -17,7 +21,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Poll, Waker};
+
 use anyhow::{Context, Result};
+use eventpipe_profiler::futures::profiled;
 use tracing::{info, info_span, trace};
 use tracing_subscriber::prelude::*;
 
@@ -28,6 +37,7 @@ pub(crate) fn run(seconds: f64) -> Result<()> {
         .try_init()
         .context("installing the tracing subscriber")?;
     eventpipe_profiler::cpu::register().context("installing the CPU sampler")?;
+    eventpipe_profiler::futures::register();
     // Waits here for `eptrace collect -- ...` to resume us, so no early event is lost.
     eventpipe::diagnostics::start_server().context("starting the diagnostics server")?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -45,6 +55,10 @@ pub(crate) fn run(seconds: f64) -> Result<()> {
     {
         let stop = Arc::clone(&stop);
         threads.push(spawn("spawner".into(), move || spawner(&stop))?);
+    }
+    {
+        let stop = Arc::clone(&stop);
+        threads.push(spawn("async-worker".into(), move || async_worker(&stop))?);
     }
     info!(threads = threads.len() as u64, "demo workload started");
     let deadline = (seconds > 0.0).then(|| Instant::now() + Duration::from_secs_f64(seconds));
@@ -145,5 +159,71 @@ fn spawner(stop: &AtomicBool) {
         }
         n += 1;
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A round-robin executor over the clients' futures: polls each in turn, and naps between
+/// rounds so the thread is busy only part of the time.
+fn async_worker(stop: &Arc<AtomicBool>) {
+    let mut clients: Vec<Pin<Box<dyn Future<Output = ()> + Send>>> = (0..4)
+        .map(|client| Box::pin(serve(client, Arc::clone(stop))) as Pin<Box<_>>)
+        .collect();
+    let mut cx = std::task::Context::from_waker(Waker::noop());
+    while !clients.is_empty() {
+        clients.retain_mut(|f| f.as_mut().poll(&mut cx).is_pending());
+        std::thread::sleep(Duration::from_micros(300));
+    }
+}
+
+#[profiled]
+async fn serve(client: u32, stop: Arc<AtomicBool>) {
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let reply = handle_request(client, n).await;
+        std::hint::black_box(reply);
+        n += 1;
+    }
+}
+
+#[profiled]
+async fn handle_request(client: u32, n: u64) -> u64 {
+    let parsed = parse(u64::from(client) ^ n).await;
+    Backend { polls_left: 3 }.await;
+    render(parsed).await
+}
+
+#[profiled]
+async fn parse(seed: u64) -> u64 {
+    spin(seed, 40_000)
+}
+
+#[profiled]
+async fn render(seed: u64) -> u64 {
+    spin(seed, 80_000)
+}
+
+#[inline(never)]
+fn spin(seed: u64, rounds: u64) -> u64 {
+    let mut h = seed;
+    for i in 0..rounds {
+        h = std::hint::black_box(h.rotate_left(9) ^ i).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    h
+}
+
+/// A reply that takes a few polls to arrive, as a network call would.
+struct Backend {
+    polls_left: u32,
+}
+
+impl Future for Backend {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, _: &mut std::task::Context<'_>) -> Poll<()> {
+        if self.polls_left == 0 {
+            Poll::Ready(())
+        } else {
+            self.polls_left -= 1;
+            Poll::Pending
+        }
     }
 }

@@ -117,9 +117,12 @@ impl Encoder {
         }
     }
 
+    /// Bytes one Stack entry needs at most (two deltas).
+    pub(crate) const STACK_ENTRY_BYTES: usize = 20;
+
     /// Bytes a Stack record of `entries` needs at most.
     pub(crate) fn stack_bytes(entries: usize) -> usize {
-        20 + entries.min(MAX_STACK_ENTRIES) * 20
+        20 + entries.min(MAX_STACK_ENTRIES) * Self::STACK_ENTRY_BYTES
     }
 
     /// A Stack record with the outermost [`MAX_STACK_ENTRIES`] of `stack`. The caller has

@@ -265,15 +265,18 @@ impl Inner {
         }
     }
 
-    /// Begins a buffer at `ts`, with the open polls first so it decodes on its own.
+    /// Begins a buffer at `ts`, with the open polls first so it decodes on its own: as many
+    /// of the outermost as fit beside one record (all of them, up to 64, in any buffer of
+    /// 2 KiB or more).
     fn start(&mut self, ts: i64) {
         self.enc.reset(ts);
         self.base_ts = ts;
         if !self.poll_stack.is_empty() {
-            let need = Encoder::stack_bytes(self.poll_stack.len());
-            if self.enc.fits(&self.bytes, need + MAX_RECORD) {
-                self.enc.stack(&mut self.bytes, ts, &self.poll_stack);
-            }
+            let room = self.bytes.len().saturating_sub(MAX_RECORD);
+            let fit = room.saturating_sub(Encoder::stack_bytes(0)) / Encoder::STACK_ENTRY_BYTES;
+            let entries = self.poll_stack.len().min(fit);
+            self.enc
+                .stack(&mut self.bytes, ts, &self.poll_stack[..entries]);
         }
     }
 

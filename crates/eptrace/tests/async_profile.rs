@@ -1,0 +1,418 @@
+//! `eptrace report` and `eptrace convert` on a trace with async-profiler data, written here
+//! with `nettrace::write`: the report's async section (per-future counts and times, tasks
+//! never completed, a lost buffer), async-aware collapsed stacks and `--no-async-stacks`,
+//! and poll spans in the Chrome output. The records are encoded from
+//! docs/async-profiler-format.md; native addresses are named by .NET-style method events so
+//! the stacks are exact without a binary on disk.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use nettrace::write::{EventBlockBuilder, TraceWriter};
+use nettrace::{EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, TraceInfo};
+use serde_json::Value;
+
+const MAIN: u64 = 100;
+const WORKER: u64 = 200;
+const WRAPPER_NS: &str =
+    "<eventpipe_profiler::futures::Profiled<F> as core::future::future::Future>";
+
+/// Milliseconds as ticks (the writer's clock is nanoseconds).
+fn ms(v: f64) -> i64 {
+    (v * 1_000_000.0) as i64
+}
+
+fn md(id: u32, provider: &str, name: &str, fields: &[(&str, FieldType)]) -> EventMetadata {
+    EventMetadata {
+        metadata_id: id,
+        provider: provider.into(),
+        event_id: id,
+        event_name: name.into(),
+        fields: fields
+            .iter()
+            .map(|(n, ty)| FieldDesc {
+                name: (*n).into(),
+                ty: ty.clone(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn utf16(s: &str) -> Vec<u8> {
+    s.encode_utf16()
+        .chain([0])
+        .flat_map(u16::to_le_bytes)
+        .collect()
+}
+
+fn varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn zz(x: i64) -> u64 {
+    ((x << 1) ^ (x >> 63)) as u64
+}
+
+/// (ms, kind, ctx, frame, parent) → one buffer's records; ctx 0 = no operand.
+fn records(base: i64, recs: &[(f64, u64, u64, u32, Option<u64>)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let (mut ts, mut ctx, mut frame) = (base, 0u64, 0u32);
+    for &(at, kind, c, f, parent) in recs {
+        varint(&mut out, (zz(ms(at) - ts) << 3) | kind);
+        ts = ms(at);
+        if matches!(kind, 0 | 1 | 6) {
+            varint(&mut out, zz(c.wrapping_sub(ctx) as i64));
+            ctx = c;
+        }
+        if matches!(kind, 0 | 1) {
+            varint(&mut out, zz(i64::from(f) - i64::from(frame)));
+            frame = f;
+        }
+        if kind == 0 {
+            varint(&mut out, parent.map_or(0, |p| zz(c.wrapping_sub(p) as i64)));
+        }
+    }
+    out
+}
+
+fn buffer(
+    thread: u64,
+    sequence: u32,
+    base: i64,
+    recs: &[(f64, u64, u64, u32, Option<u64>)],
+) -> Vec<u8> {
+    let bytes = records(base, recs);
+    let mut p = thread.to_le_bytes().to_vec();
+    p.extend(sequence.to_le_bytes());
+    p.extend((base as u64).to_le_bytes());
+    p.extend((bytes.len() as u16).to_le_bytes());
+    p.extend(bytes);
+    p
+}
+
+/// serve (frame 1, ctx 10) creates three handles (frame 2): 11 completes, 13 panics, 12 is
+/// cancelled; a second serve (20) is never polled. The worker's first buffer in the trace is
+/// its fourth (the session started late: not a loss), then one is lost.
+fn write_trace() -> Vec<u8> {
+    use FieldType::{Int64, UInt32, UInt64, Utf16String};
+    let metadata = vec![
+        md(
+            1,
+            "Test-Methods",
+            "MethodLoadVerbose",
+            &[
+                ("MethodStartAddress", UInt64),
+                ("MethodSize", UInt32),
+                ("MethodNamespace", Utf16String),
+                ("MethodName", Utf16String),
+            ],
+        ),
+        md(
+            2,
+            "EventPipeRs-CpuSampler",
+            "Sample",
+            &[("State", UInt32), ("AsyncContext", UInt64)],
+        ),
+        md(
+            3,
+            "EventPipeRs-AsyncProfiler",
+            "AsyncProfilerMetadata",
+            &[
+                ("Version", UInt32),
+                ("ReferenceTimestamp", UInt64),
+                ("TimestampFrequency", UInt64),
+                ("ReferenceUtcUnixNanos", Int64),
+            ],
+        ),
+        md(
+            4,
+            "EventPipeRs-AsyncProfiler",
+            "AsyncFrame",
+            &[
+                ("FrameId", UInt32),
+                ("Name", Utf16String),
+                ("File", Utf16String),
+                ("Line", UInt32),
+            ],
+        ),
+        md(
+            5,
+            "EventPipeRs-AsyncProfiler",
+            "AsyncBuffer",
+            &[
+                ("OsThreadId", UInt64),
+                ("Sequence", UInt32),
+                ("BufferTimestamp", UInt64),
+                ("Records", FieldType::Array(Box::new(FieldType::Byte))),
+            ],
+        ),
+    ];
+    let method = |start: u64, ns: &str, name: &str| {
+        let mut p = start.to_le_bytes().to_vec();
+        p.extend(0x100u32.to_le_bytes());
+        p.extend(utf16(ns));
+        p.extend(utf16(name));
+        p
+    };
+    let frame = |id: u32, name: &str, file: &str, line: u32| {
+        let mut p = id.to_le_bytes().to_vec();
+        p.extend(utf16(name));
+        p.extend(utf16(file));
+        p.extend(line.to_le_bytes());
+        p
+    };
+    let mut reference = 1u32.to_le_bytes().to_vec();
+    reference.extend(0u64.to_le_bytes());
+    reference.extend(1_000_000_000u64.to_le_bytes());
+    reference.extend(0i64.to_le_bytes());
+    let mut sample = 1u32.to_le_bytes().to_vec();
+    sample.extend(11u64.to_le_bytes());
+    // (thread, ticks, metadata id, payload, has the stack)
+    let events: Vec<(u64, i64, u32, Vec<u8>, bool)> = vec![
+        (MAIN, 1, 1, method(0x1000, "", "main"), false),
+        (MAIN, 2, 1, method(0x2000, "executor", "block_on"), false),
+        (MAIN, 3, 1, method(0x3000, WRAPPER_NS, "poll"), false),
+        (
+            MAIN,
+            4,
+            1,
+            method(0x4000, "app::serve", "{{closure}}"),
+            false,
+        ),
+        (
+            MAIN,
+            5,
+            1,
+            method(0x5000, "app::handle", "{{closure}}"),
+            false,
+        ),
+        (MAIN, 6, 1, method(0x6000, "", "memcpy"), false),
+        (MAIN, 7, 3, reference, false),
+        (
+            MAIN,
+            8,
+            4,
+            frame(1, "app::serve", "src/serve.rs", 10),
+            false,
+        ),
+        (
+            MAIN,
+            9,
+            4,
+            frame(2, "app::handle", "src/handle.rs", 20),
+            false,
+        ),
+        (MAIN, ms(3.0), 2, sample, true),
+        (
+            MAIN,
+            ms(9.5),
+            5,
+            buffer(
+                MAIN,
+                0,
+                0,
+                &[
+                    (1.0, 0, 10, 1, None),
+                    (1.0, 1, 10, 1, None),
+                    (1.5, 0, 11, 2, Some(10)),
+                    (1.6, 0, 12, 2, Some(10)),
+                    (1.7, 0, 13, 2, Some(10)),
+                    (2.0, 1, 11, 2, None),
+                    (4.0, 3, 0, 0, None),
+                    (4.0, 1, 13, 2, None),
+                    (4.5, 4, 0, 0, None),
+                    (5.0, 6, 12, 0, None),
+                    (6.0, 2, 0, 0, None),
+                    (7.0, 0, 20, 1, None),
+                ],
+            ),
+            false,
+        ),
+        (
+            WORKER,
+            ms(9.2),
+            5,
+            buffer(
+                WORKER,
+                3,
+                ms(7.5),
+                &[(8.0, 1, 30, 2, None), (9.0, 2, 0, 0, None)],
+            ),
+            false,
+        ),
+        (
+            WORKER,
+            ms(10.0),
+            5,
+            buffer(
+                WORKER,
+                5,
+                ms(9.5),
+                &[(9.5, 1, 30, 2, None), (9.6, 2, 0, 0, None)],
+            ),
+            false,
+        ),
+    ];
+    let mut w = TraceWriter::new(Vec::new(), &TraceInfo::new(FormatVersion::V5, 8)).unwrap();
+    w.write_metadata_block(&metadata).unwrap();
+    let stack: Vec<u8> = [0x6000u64, 0x5010, 0x3010, 0x4010, 0x3010, 0x2010, 0x1010]
+        .iter()
+        .flat_map(|ip| ip.to_le_bytes())
+        .collect();
+    w.write_stack_block(1, &[&stack]).unwrap();
+    let mut block = EventBlockBuilder::new(FormatVersion::V5);
+    let mut seq = [0u32; 2];
+    for (thread, ts, id, payload, has_stack) in events {
+        let n = &mut seq[usize::from(thread == WORKER)];
+        *n += 1;
+        let header = EventHeader {
+            metadata_id: id,
+            sequence_number: *n,
+            thread,
+            capture_thread: thread,
+            stack_id: u32::from(has_stack),
+            timestamp: ts,
+            ..Default::default()
+        };
+        block.push(&header, &payload);
+    }
+    w.write_event_block(&block).unwrap();
+    w.finish().unwrap()
+}
+
+fn trace_file(name: &str) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.nettrace"));
+    std::fs::write(&path, write_trace()).unwrap();
+    path
+}
+
+fn run(args: &[&str]) -> Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_eptrace"))
+        .args(args)
+        .output()
+        .expect("eptrace runs");
+    assert!(
+        out.status.success(),
+        "eptrace {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn close(a: &Value, b: f64) -> bool {
+    a.as_f64().is_some_and(|a| (a - b).abs() < 1e-6)
+}
+
+#[test]
+fn report_has_an_async_section() {
+    let path = trace_file("async-report");
+    let path = path.to_str().unwrap();
+    let out = run(&["report", "--json", path]);
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let a = &r["async_profile"];
+    let frames = a["frames"].as_array().unwrap();
+    assert_eq!(frames.len(), 2, "{a:#}");
+    let serve = &frames[0];
+    assert_eq!(serve["name"], "app::serve");
+    assert_eq!(serve["file"], "src/serve.rs");
+    assert_eq!(serve["line"], 10);
+    let counts = |f: &Value| {
+        [
+            "created",
+            "polls",
+            "completed",
+            "cancelled",
+            "panicked",
+            "pending",
+        ]
+        .map(|k| f[k].as_u64().unwrap())
+    };
+    assert_eq!(counts(serve), [2, 1, 0, 0, 0, 2]);
+    assert!(close(&serve["running_ms"], 5.0), "{serve}");
+    // First poll at 1 ms, trace end at 10 ms, 5 ms running.
+    assert!(close(&serve["suspended_ms"], 4.0), "{serve}");
+    assert!(close(&serve["mean_poll_us"], 5000.0), "{serve}");
+    let handle = &frames[1];
+    assert_eq!(handle["name"], "app::handle");
+    // 11 completed, 12 cancelled, 13 panicked, 30 (the worker's, created before the
+    // session) pending after two polls.
+    assert_eq!(counts(handle), [3, 4, 1, 1, 1, 1]);
+    assert!(close(&handle["running_ms"], 3.6), "{handle}");
+    // 30: from its first poll at 8 ms to the end at 10 ms, 1.1 ms of it running.
+    assert!(close(&handle["suspended_ms"], 0.9), "{handle}");
+    assert!(close(&handle["mean_poll_us"], 900.0), "{handle}");
+
+    let roots = a["pending_roots"].as_array().unwrap();
+    let roots: Vec<(u64, &str, f64)> = roots
+        .iter()
+        .map(|r| {
+            (
+                r["context"].as_u64().unwrap(),
+                r["frame"].as_str().unwrap(),
+                r["alive_ms"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(roots, [(10, "app::serve", 9.0), (20, "app::serve", 3.0)]);
+    let d = &a["diagnostics"];
+    assert_eq!(d["buffers"], 3);
+    assert_eq!(d["lost_buffers"], 1);
+    assert_eq!(d["lost_by_thread"][0]["thread_id"], WORKER);
+
+    let text = String::from_utf8(run(&["report", path]).stdout).unwrap();
+    for needle in [
+        "async futures (2 instrumented sites",
+        "app::serve  (src/serve.rs:10)",
+        "async tasks never completed (root futures pending at the end) (2):",
+        "ctx 20  app::serve",
+        "1 buffer lost (tid 200: 1)",
+        "async app::serve",
+    ] {
+        assert!(text.contains(needle), "no {needle:?} in\n{text}");
+    }
+}
+
+#[test]
+fn convert_splices_async_stacks_unless_told_not_to() {
+    let path = trace_file("async-convert");
+    let path = path.to_str().unwrap();
+    let folded = |extra: &[&str]| {
+        let mut args = vec!["convert", "--format", "collapsed", "-o", "-"];
+        args.extend_from_slice(extra);
+        args.push(path);
+        String::from_utf8(run(&args).stdout).unwrap()
+    };
+    assert_eq!(
+        folded(&[]),
+        "main;executor.block_on;async app::serve;async app::handle;app::handle.{{closure}};memcpy 1\n"
+    );
+    let native = folded(&["--no-async-stacks"]);
+    assert!(!native.contains("async app::"), "{native}");
+    assert!(
+        native.contains(&format!("{WRAPPER_NS}.poll;app::serve.{{{{closure}}}}")),
+        "{native}"
+    );
+
+    let chrome = run(&["convert", "--format", "chrome", "-o", "-", path]);
+    let doc: Value = serde_json::from_slice(&chrome.stdout).unwrap();
+    let polls: Vec<(&str, &str)> = doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["cat"] == "EventPipeRs-AsyncProfiler")
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap(),
+                e["args"]["ended"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(polls.len(), 5, "{polls:?}");
+    assert!(polls.contains(&("app::handle", "unwind")));
+    assert!(String::from_utf8_lossy(&chrome.stderr).contains("5 async polls"));
+}

@@ -1,0 +1,347 @@
+//! The async profiler end to end: instrumented futures under a real session, the trace read
+//! back by `eventpipe_insight::async_trace`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use eventpipe::{Output, ProviderConfig, Session, SessionConfig};
+use eventpipe_insight::async_trace::{read_async_trace, AsyncTrace, ContextEnd, SpanEnd};
+use eventpipe_profiler::futures::{self, profiled, FutureExt};
+use nettrace::TraceReader;
+
+/// The profiler's configuration is process-wide: one test's sessions at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn trace_path(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!(
+        "async-profiler-{name}-{}.nettrace",
+        std::process::id()
+    ))
+}
+
+fn start(name: &str, args: &str) -> (Session, std::path::PathBuf) {
+    futures::register();
+    let path = trace_path(name);
+    let spec = format!("EventPipeRs-AsyncProfiler:0:5{args}");
+    let session = Session::start(SessionConfig::new(
+        vec![ProviderConfig::parse(&spec).unwrap()],
+        Output::File(path.clone()),
+    ))
+    .unwrap();
+    (session, path)
+}
+
+fn read(path: &std::path::Path) -> AsyncTrace {
+    let bytes = std::fs::read(path).unwrap();
+    std::fs::remove_file(path).ok();
+    let mut reader = TraceReader::from_slice(&bytes).unwrap();
+    read_async_trace(&mut reader)
+        .unwrap()
+        .expect("async-profiler events in the trace")
+}
+
+/// Pending once, then ready: one suspension.
+struct YieldOnce(bool);
+
+impl Future for YieldOnce {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+        if std::mem::replace(&mut self.0, true) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+fn yield_once() -> YieldOnce {
+    YieldOnce(false)
+}
+
+/// Polls `f` to completion on this thread; returns the output and the number of polls.
+fn block_on<F: Future>(f: F) -> (F::Output, u32) {
+    let mut f = std::pin::pin!(f);
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut polls = 0;
+    loop {
+        polls += 1;
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return (v, polls);
+        }
+    }
+}
+
+#[profiled]
+async fn leaf(yields: u32) -> u32 {
+    for _ in 0..yields {
+        yield_once().await;
+    }
+    7
+}
+
+#[profiled]
+async fn middle() -> u32 {
+    leaf(2).await + leaf(0).await
+}
+
+#[profiled(name = "panics inside a poll")]
+async fn panics() {
+    yield_once().await;
+    panic!("deliberate, inside an instrumented poll");
+}
+
+fn names(
+    trace: &AsyncTrace,
+    stack: &[eventpipe_insight::async_trace::AsyncFrameId],
+) -> Vec<String> {
+    stack
+        .iter()
+        .map(|&f| {
+            let name = trace.frame_name(f).into_owned();
+            name.rsplit("::").next().unwrap().to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn a_known_future_tree_records_its_life_and_callstacks() {
+    let _one = one_at_a_time();
+    let (session, path) = start("tree", "");
+    let root = async {
+        let v = middle().await;
+        // Polled once, then dropped: cancelled.
+        let mut cancelled = Box::pin(
+            async {
+                yield_once().await;
+                yield_once().await;
+            }
+            .profiled("cancelled"),
+        );
+        let _ = cancelled
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()));
+        drop(cancelled);
+        v
+    }
+    .profiled("root");
+    let (value, polls) = block_on(root);
+    assert_eq!((value, polls), (14, 3));
+    let unwound = std::panic::catch_unwind(|| block_on(panics()));
+    assert!(unwound.is_err());
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { libc::gettid() } as u64;
+    session.stop().unwrap();
+
+    let trace = read(&path);
+    assert!(trace.diagnostics.is_clean(), "{:?}", trace.diagnostics);
+    let mine: Vec<_> = trace.spans.iter().filter(|s| s.thread == me).collect();
+    let by_frame = |name: &str| -> Vec<_> {
+        mine.iter()
+            .filter(|s| trace.frame_name(s.frame).ends_with(name))
+            .collect()
+    };
+    // root: three polls (two suspensions while the first leaf waits, then done).
+    let root_spans = by_frame("root");
+    assert_eq!(root_spans.len(), 3);
+    assert_eq!(
+        root_spans.iter().map(|s| s.ended).collect::<Vec<_>>(),
+        [SpanEnd::Suspend, SpanEnd::Suspend, SpanEnd::Complete]
+    );
+    // The first leaf's polls run inside middle inside root: that is their callstack.
+    let leaf_spans = by_frame("::leaf");
+    assert_eq!(leaf_spans.len(), 4, "leaf(2): three polls; leaf(0): one");
+    for s in &leaf_spans {
+        assert_eq!(
+            names(&trace, &trace.callstack(s.stack)),
+            ["root", "middle", "leaf"]
+        );
+        assert_eq!(s.depth, 2);
+    }
+    assert_eq!(
+        leaf_spans.iter().map(|s| s.ended).collect::<Vec<_>>(),
+        [
+            SpanEnd::Suspend,
+            SpanEnd::Suspend,
+            SpanEnd::Complete,
+            SpanEnd::Complete
+        ]
+    );
+    // Spans nest in time: each leaf poll lies within a middle poll.
+    let middle_spans = by_frame("::middle");
+    assert_eq!(middle_spans.len(), 3);
+    for l in &leaf_spans {
+        assert!(middle_spans
+            .iter()
+            .any(|m| m.start <= l.start && l.end <= m.end));
+    }
+
+    // Contexts: parents and ends.
+    let context_of = |name: &str| -> Vec<_> {
+        trace
+            .contexts
+            .values()
+            .filter(|c| c.frame.is_some_and(|f| trace.frame_name(f).ends_with(name)))
+            .collect()
+    };
+    let root_ctx = context_of("root");
+    assert_eq!(root_ctx.len(), 1);
+    assert!(root_ctx[0].is_root());
+    assert!(matches!(root_ctx[0].end, ContextEnd::Complete(_)));
+    let middle_ctx = context_of("::middle");
+    assert_eq!(middle_ctx[0].parent, Some(root_ctx[0].id));
+    let leaves = context_of("::leaf");
+    assert_eq!(leaves.len(), 2);
+    for l in &leaves {
+        assert_eq!(l.parent, Some(middle_ctx[0].id));
+        assert!(matches!(l.end, ContextEnd::Complete(_)));
+    }
+    let cancelled = context_of("cancelled");
+    assert_eq!(cancelled.len(), 1);
+    assert_eq!(cancelled[0].parent, Some(root_ctx[0].id));
+    assert!(matches!(cancelled[0].end, ContextEnd::Drop(_)));
+    assert_eq!(cancelled[0].polls, 1);
+    let panicked = context_of("panics inside a poll");
+    assert_eq!(panicked.len(), 1);
+    assert!(matches!(panicked[0].end, ContextEnd::Unwind(_)));
+    assert_eq!(panicked[0].polls, 2);
+    // The frames carry their source location.
+    let leaf_frame = &trace.frames[&leaves[0].frame.unwrap()];
+    assert!(leaf_frame
+        .file
+        .as_deref()
+        .is_some_and(|f| f.ends_with("futures.rs")));
+    // The clock reference converts record times to wall-clock times near now.
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i128;
+    let at = trace
+        .to_unix_nanos(root_spans[0].start)
+        .expect("a clock reference");
+    assert!((now_ns - at).abs() < 60_000_000_000, "{at} vs now {now_ns}");
+}
+
+#[test]
+fn buffers_of_exited_threads_are_flushed_and_reclaimed() {
+    let _one = one_at_a_time();
+    let (session, path) = start("exited", "");
+    let before = futures::registered_thread_buffers();
+    let tids: Vec<u64> = (0..8)
+        .map(|i| {
+            std::thread::spawn(move || {
+                for _ in 0..=i {
+                    block_on(leaf(3));
+                }
+                // SAFETY: gettid has no preconditions.
+                unsafe { libc::gettid() as u64 }
+            })
+            .join()
+            .unwrap()
+        })
+        .collect();
+    // Their buffers are not full: only the flusher can emit them, and then forget them.
+    let after = futures::flush_idle_now();
+    assert!(
+        after <= before,
+        "{after} thread buffers left, {before} before"
+    );
+    session.stop().unwrap();
+    let trace = read(&path);
+    assert!(trace.diagnostics.is_clean(), "{:?}", trace.diagnostics);
+    for (i, tid) in tids.iter().enumerate() {
+        let completed = trace
+            .spans
+            .iter()
+            .filter(|s| s.thread == *tid && s.ended == SpanEnd::Complete)
+            .count();
+        assert_eq!(completed, i + 1, "thread {tid}");
+    }
+}
+
+#[test]
+fn a_configuration_change_reaches_every_writer() {
+    let _one = one_at_a_time();
+    futures::register();
+    let stop = Arc::new(AtomicBool::new(false));
+    let completed = Arc::new(AtomicU64::new(0));
+    let writers: Vec<_> = (0..4)
+        .map(|_| {
+            let (stop, completed) = (Arc::clone(&stop), Arc::clone(&completed));
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    // Bursts and pauses: enough to fill small buffers, little enough that
+                    // the traces stay quick to read in a debug build.
+                    for _ in 0..20 {
+                        block_on(middle());
+                    }
+                    completed.fetch_add(20, Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            })
+        })
+        .collect();
+    // Small buffers first; a second session asks for bigger ones while the first runs.
+    let (small, small_path) = start("config-small", ":BufferSize=1024");
+    std::thread::sleep(Duration::from_millis(150));
+    let (big, big_path) = start("config-big", ":BufferSize=8192");
+    std::thread::sleep(Duration::from_millis(150));
+    small.stop().unwrap();
+    std::thread::sleep(Duration::from_millis(150));
+    big.stop().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.join().unwrap();
+    }
+    assert!(completed.load(Ordering::Relaxed) > 100);
+
+    let buffer_sizes = |path: &std::path::Path| -> Vec<usize> {
+        let bytes = std::fs::read(path).unwrap();
+        let mut reader = TraceReader::from_slice(&bytes).unwrap();
+        let mut sizes = Vec::new();
+        while let Some(e) = reader.next_event().unwrap() {
+            if e.metadata.event_name == "AsyncBuffer" {
+                for (name, value) in e.decode_payload().unwrap() {
+                    if name == "Records" {
+                        if let nettrace::Value::Bytes(b) = value {
+                            sizes.push(b.len());
+                        }
+                    }
+                }
+            }
+        }
+        sizes
+    };
+    let small_sizes = buffer_sizes(&small_path);
+    let big_sizes = buffer_sizes(&big_path);
+    assert!(small_sizes.iter().all(|&n| n <= 8192));
+    assert!(
+        small_sizes.iter().any(|&n| n > 900 && n <= 1024),
+        "{small_sizes:?}"
+    );
+    // Once the bigger size reached the writers, full buffers are bigger than the old size.
+    assert!(big_sizes.iter().any(|&n| n > 1024), "{big_sizes:?}");
+    for path in [&small_path, &big_path] {
+        let trace = read(path);
+        let d = &trace.diagnostics;
+        assert!(
+            d.empty_pops == 0 && d.malformed.is_empty() && d.lost_buffers == 0,
+            "{}: {d:?}",
+            path.display()
+        );
+        // Every buffer decodes on its own: polls it saw begin inside a leaf have the
+        // whole callstack, from a Stack record if the buffer began mid-poll.
+        for s in &trace.spans {
+            if trace.frame_name(s.frame).ends_with("::leaf") {
+                assert_eq!(names(&trace, &trace.callstack(s.stack)), ["middle", "leaf"]);
+            }
+        }
+    }
+}
