@@ -5,6 +5,8 @@
 //! the bytes per resume/suspend record and checks that no buffer was lost.
 //!
 //! `cargo bench -p eventpipe-profiler --bench async_overhead`
+//! (`ASYNC_BENCH_SESSION_ONLY=1`: the session runs, the futures stay plain — the cost of the
+//! session alone.)
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -152,7 +154,8 @@ fn main() {
                 Output::File(path.clone()),
             ))
             .expect("start a session");
-            profiled.push(run(&rt, true, polls_per_task, work).as_secs_f64());
+            let instrument = std::env::var_os("ASYNC_BENCH_SESSION_ONLY").is_none();
+            profiled.push(run(&rt, instrument, polls_per_task, work).as_secs_f64());
             dropped += session.stop().expect("stop the session").events_dropped;
             let (b, g) = record_stats(&path);
             record_bytes += b;
