@@ -1,11 +1,11 @@
 //! CPU samples joined to async callstacks: a sample taken inside an instrumented poll carries
 //! that poll's context, and the profile builder puts the async frames above the executor's.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+mod common;
+
+use common::poll::{block_on, yield_once};
 use eventpipe::{Output, ProviderConfig, Session, SessionConfig};
 use eventpipe_insight::profile::FrameKind;
 use eventpipe_insight::{build_profile, SampleSelection};
@@ -13,10 +13,23 @@ use eventpipe_profiler::{cpu, futures};
 use futures::profiled;
 use nettrace::TraceReader;
 
+/// This thread's CPU time: the busy loop runs for CPU time, not wall time, so a loaded
+/// machine does not thin out its samples.
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
 #[inline(never)]
-fn busy_inside_inner(until: Instant) -> u64 {
+fn busy_inside_inner(cpu: Duration) -> u64 {
+    let until = thread_cpu_time() + cpu;
     let mut x = 1u64;
-    while Instant::now() < until {
+    while thread_cpu_time() < until {
         for i in 0..10_000u64 {
             x = std::hint::black_box(x.rotate_left(5) ^ i).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         }
@@ -24,25 +37,12 @@ fn busy_inside_inner(until: Instant) -> u64 {
     x
 }
 
-struct YieldOnce(bool);
-
-impl Future for YieldOnce {
-    type Output = ();
-    fn poll(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
-        if std::mem::replace(&mut self.0, true) {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
-    }
-}
-
 #[profiled]
 async fn inner(slices: u32) -> u64 {
     let mut x = 0;
     for _ in 0..slices {
-        x ^= busy_inside_inner(Instant::now() + Duration::from_millis(50));
-        YieldOnce(false).await;
+        x ^= busy_inside_inner(Duration::from_millis(50));
+        yield_once().await;
     }
     x
 }
@@ -65,11 +65,7 @@ fn cpu_samples_inside_a_poll_show_its_async_callstack() {
         Output::File(path.clone()),
     ))
     .unwrap();
-    let worker = std::thread::spawn(|| {
-        let mut f = std::pin::pin!(outer(16));
-        let mut cx = Context::from_waker(Waker::noop());
-        while f.as_mut().poll(&mut cx).is_pending() {}
-    });
+    let worker = std::thread::spawn(|| block_on(outer(16)));
     worker.join().unwrap();
     session.stop().unwrap();
     let bytes = std::fs::read(&path).unwrap();

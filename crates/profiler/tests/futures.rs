@@ -2,12 +2,14 @@
 //! back by `eventpipe_insight::async_trace`.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Waker};
 use std::time::Duration;
 
+mod common;
+
+use common::poll::{block_on, yield_once};
 use eventpipe::{Output, ProviderConfig, Session, SessionConfig};
 use eventpipe_insight::async_trace::{read_async_trace, AsyncTrace, ContextEnd, SpanEnd};
 use eventpipe_profiler::futures::{self, profiled, FutureExt};
@@ -46,37 +48,6 @@ fn read(path: &std::path::Path) -> AsyncTrace {
     read_async_trace(&mut reader)
         .unwrap()
         .expect("async-profiler events in the trace")
-}
-
-/// Pending once, then ready: one suspension.
-struct YieldOnce(bool);
-
-impl Future for YieldOnce {
-    type Output = ();
-    fn poll(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
-        if std::mem::replace(&mut self.0, true) {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
-    }
-}
-
-fn yield_once() -> YieldOnce {
-    YieldOnce(false)
-}
-
-/// Polls `f` to completion on this thread; returns the output and the number of polls.
-fn block_on<F: Future>(f: F) -> (F::Output, u32) {
-    let mut f = std::pin::pin!(f);
-    let mut cx = Context::from_waker(Waker::noop());
-    let mut polls = 0;
-    loop {
-        polls += 1;
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return (v, polls);
-        }
-    }
 }
 
 #[profiled]

@@ -130,3 +130,42 @@ pub(crate) fn with_watchdog<R>(limit: Duration, what: &str, f: impl FnOnce() -> 
     done.store(true, std::sync::atomic::Ordering::Release);
     r
 }
+
+/// Polling futures by hand, for the async profiler's tests: a known number of polls, on this
+/// thread, with no runtime in between.
+pub(crate) mod poll {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Poll, Waker};
+
+    /// Pending once, then ready: one suspension.
+    pub(crate) struct YieldOnce(bool);
+
+    impl Future for YieldOnce {
+        type Output = ();
+        fn poll(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+            if std::mem::replace(&mut self.0, true) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        }
+    }
+
+    pub(crate) fn yield_once() -> YieldOnce {
+        YieldOnce(false)
+    }
+
+    /// Polls `f` to completion on this thread; returns the output and the number of polls.
+    pub(crate) fn block_on<F: Future>(f: F) -> (F::Output, u32) {
+        let mut f = std::pin::pin!(f);
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut polls = 0;
+        loop {
+            polls += 1;
+            if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+                return (v, polls);
+            }
+        }
+    }
+}
