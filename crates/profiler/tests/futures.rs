@@ -316,3 +316,59 @@ fn a_configuration_change_reaches_every_writer() {
         }
     }
 }
+
+/// Loom cannot model the asymmetric fence between a buffer's owner and an outside flusher,
+/// so race them hard: writers record continuously while another thread flushes every buffer
+/// it can get, thousands of times. A record lost, torn or emitted twice breaks the decode
+/// (a pop without its push, a gap, a malformed buffer) or the counts.
+#[test]
+fn outside_flushes_racing_writers_lose_and_tear_nothing() {
+    let _one = one_at_a_time();
+    let (session, path) = start("race", "");
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..3)
+        .map(|_| {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut done = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    block_on(middle());
+                    done += 1;
+                    // Pauses keep the trace quick to read in a debug build; the writers
+                    // still spend most of their time inside records.
+                    if done % 64 == 0 {
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                }
+                done
+            })
+        })
+        .collect();
+    let mut flushes = 0u64;
+    let deadline = std::time::Instant::now() + Duration::from_millis(400);
+    while std::time::Instant::now() < deadline {
+        futures::flush_idle_now();
+        flushes += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let done: u64 = writers.into_iter().map(|w| w.join().unwrap()).sum();
+    session.stop().unwrap();
+    assert!(flushes > 100, "only {flushes} outside flushes");
+    let trace = read(&path);
+    assert!(trace.diagnostics.is_clean(), "{:?}", trace.diagnostics);
+    let completed = |suffix: &str| {
+        trace
+            .contexts
+            .values()
+            .filter(|c| {
+                c.frame
+                    .is_some_and(|f| trace.frame_name(f).ends_with(suffix))
+            })
+            .filter(|c| matches!(c.end, ContextEnd::Complete(_)))
+            .count() as u64
+    };
+    assert_eq!(completed("::middle"), done);
+    assert_eq!(completed("::leaf"), 2 * done);
+    // Outside flushes did happen mid-stream: more buffers than full ones alone would make.
+    assert!(trace.diagnostics.buffers > 3, "{:?}", trace.diagnostics);
+}

@@ -19,6 +19,7 @@
 //! The CPU sampler tags each sample with the innermost context polled on the sampled thread
 //! ([`current_context`]), so samples join their async callstacks.
 
+mod barrier;
 mod encode;
 mod profiled;
 mod site;

@@ -4,45 +4,50 @@
 //!
 //! # Ownership of a buffer
 //! A buffer's contents (`Inner`) are touched by its owner thread on every record and, rarely,
-//! by another thread (the flusher, a stopping session). Who may touch them is decided by
-//! `ThreadBuffer::state`:
+//! by another thread (the flusher, a stopping session). Two flags decide who may touch them:
+//! `writing` (only the owner sets it) and `outside` (set by the one outside thread at a time
+//! that wants the buffer, won by CAS among outsiders).
 //!
 //! ```text
-//!   IDLE ──owner: CAS(Acquire)──▶ WRITING ──owner: store(Release)──▶ IDLE
-//!   IDLE ──other: CAS(Acquire)──▶ FLUSHING ──other: store(Release)──▶ IDLE
+//! owner:   writing = true; light fence; if outside { writing = false; wait; retry }
+//!          ...record...; writing = false (Release)
+//! outside: CAS outside false→true; heavy fence; wait until !writing (Acquire)
+//!          ...emit...; outside = false (Release)
 //! ```
 //!
-//! Whoever wins the CAS from IDLE has `Inner` to itself until it stores IDLE; the Acquire of
-//! the winning CAS pairs with the Release store of the previous holder, so every write the
-//! previous holder made to `Inner` is visible. The owner's CAS is uncontended except while
-//! another thread flushes it: that thread holds FLUSHING across the event write, so the
-//! owner's next buffer (higher `Sequence`) cannot reach the trace first, and the owner waits
-//! (spinning, then yielding) as it would for its own write of a full buffer — in a
-//! Block-mode session, until the reader makes room. Another thread that finds the owner
-//! WRITING either skips the buffer (the idle flusher: a writing thread is not idle, and it
-//! flushes its own buffer when full) or waits for the record to finish (a stopping session,
-//! which must collect every record).
+//! The two fences (`barrier.rs`: a compiler fence for the owner, `membarrier(2)` for the
+//! outsider) order each side's store before its load, so at least one side sees the other's
+//! flag: they never both proceed (the store-buffering litmus test, forbidden under SeqCst
+//! fences). The owner's record then costs two plain stores and a load instead of a locked
+//! read-modify-write. Acquire/Release on the flags publish `Inner` from one holder to the
+//! next. An outsider holds the buffer across its event write, so the owner's next buffer
+//! (higher `Sequence`) cannot reach the trace first; the owner waits (spinning, then
+//! yielding) as it would for its own write of a full buffer — in a Block-mode session, until
+//! the reader makes room. An outsider that finds the owner writing either gives up (the idle
+//! flusher: a writing thread is not idle, and flushes its own buffer when full) or waits for
+//! the record to finish (a stopping session, which must collect every record). Loom cannot
+//! model `membarrier`; `tests/futures.rs` races outside flushes against writers instead.
 
 use std::cell::{Cell, OnceCell, UnsafeCell};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::encode::{Encoder, Event, MAX_RECORD};
 use super::{config, emit_buffer};
 
-const IDLE: u32 = 0;
-const WRITING: u32 = 1;
-const FLUSHING: u32 = 2;
-
 pub(crate) struct ThreadBuffer {
-    state: AtomicU32,
+    /// Set by the owner around each record.
+    writing: AtomicBool,
+    /// Set by the outside thread that holds the buffer.
+    outside: AtomicBool,
     os_tid: u64,
     /// Set by the owner's thread-local destructor; the flusher then drains and drops it.
     exited: AtomicBool,
     inner: UnsafeCell<Inner>,
 }
 
-// SAFETY: `inner` is only accessed by the holder of `state` (see the module docs), so it is
+// SAFETY: `inner` is only accessed by the owner while it holds `writing` with `outside`
+// clear, or by the outsider holding `outside` with `writing` clear (module docs), so it is
 // never accessed from two threads at once; everything else is atomic or immutable.
 unsafe impl Sync for ThreadBuffer {}
 
@@ -141,7 +146,8 @@ fn register_this_thread() -> Owner {
     // SAFETY: gettid has no preconditions.
     let os_tid = unsafe { libc::gettid() } as u64;
     let buffer = Arc::new(ThreadBuffer {
-        state: AtomicU32::new(IDLE),
+        writing: AtomicBool::new(false),
+        outside: AtomicBool::new(false),
         os_tid,
         exited: AtomicBool::new(false),
         inner: UnsafeCell::new(Inner {
@@ -165,7 +171,8 @@ impl ThreadBuffer {
     /// The owner's write: claim, check the configuration, append, release.
     fn write(&self, ts: i64, event: Event, effect: StackEffect) {
         self.claim_as_owner();
-        // SAFETY: this thread holds WRITING, so it has `inner` to itself (module docs).
+        // SAFETY: this thread holds `writing` and saw `outside` clear after its fence, so it
+        // has `inner` to itself (module docs).
         let inner = unsafe { &mut *self.inner.get() };
         let current = config::current();
         if inner.config != current {
@@ -183,23 +190,32 @@ impl ThreadBuffer {
         }
         let innermost = inner.poll_stack.last().map_or(0, |&(ctx, _)| ctx);
         let _ = CURRENT_CONTEXT.try_with(|c| c.store(innermost, Ordering::Relaxed));
-        // Release: publishes this record to whoever claims the buffer next.
-        self.state.store(IDLE, Ordering::Release);
+        // Release: publishes this record to the next outsider (its Acquire load of
+        // `writing`).
+        self.writing.store(false, Ordering::Release);
     }
 
     fn claim_as_owner(&self) {
-        let mut spins = 0u32;
-        while self
-            .state
-            .compare_exchange(IDLE, WRITING, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            // Another thread is emitting this buffer: one event write, so wait it out.
-            spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
+        loop {
+            self.writing.store(true, Ordering::Relaxed);
+            // Pairs with the outsider's heavy fence: our store above and its store of
+            // `outside` cannot both go unseen by the loads after the fences.
+            super::barrier::light();
+            // Acquire: an outsider that has finished published its changes to `inner` with
+            // its Release store of `outside`.
+            if !self.outside.load(Ordering::Acquire) {
+                return;
+            }
+            // Someone is emitting this buffer: one event write. Step back and wait it out.
+            self.writing.store(false, Ordering::Release);
+            let mut spins = 0u32;
+            while self.outside.load(Ordering::Acquire) {
+                spins += 1;
+                if spins < 64 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
             }
         }
     }
@@ -209,24 +225,34 @@ impl ThreadBuffer {
     /// `wait`: wait for a record in progress (a stopping session); otherwise a buffer being
     /// written is skipped. `only_idle_since`: only if its last record is older than that.
     fn flush_from_outside(&self, wait: bool, only_idle_since: Option<i64>) {
-        loop {
-            match self
-                .state
-                .compare_exchange(IDLE, FLUSHING, Ordering::Acquire, Ordering::Relaxed)
-            {
-                Ok(_) => break,
-                Err(_) if wait => std::thread::yield_now(),
-                Err(_) => return,
-            }
+        // One outsider at a time (the flusher and a stopping session may meet here).
+        while self
+            .outside
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::thread::yield_now();
         }
-        // SAFETY: this thread holds FLUSHING, so it has `inner` to itself (module docs).
+        // Pairs with the owner's light fence (module docs).
+        super::barrier::heavy();
+        // Acquire: the owner's last record, published by its Release store of `writing`.
+        while self.writing.load(Ordering::Acquire) {
+            if !wait {
+                self.outside.store(false, Ordering::Release);
+                return;
+            }
+            std::thread::yield_now();
+        }
+        // SAFETY: this thread holds `outside` and saw `writing` clear after its fence, so it
+        // has `inner` to itself (module docs).
         let inner = unsafe { &mut *self.inner.get() };
         let idle = only_idle_since.is_none_or(|since| inner.last_ts <= since);
         if idle && inner.enc.len > 0 && config::is_recording(inner.config) {
             inner.emit(Some(self.os_tid), self.os_tid);
         }
-        // Release: the owner's next claim sees the reset buffer.
-        self.state.store(IDLE, Ordering::Release);
+        // Release: the owner's next claim (its Acquire load of `outside`) sees the reset
+        // buffer.
+        self.outside.store(false, Ordering::Release);
     }
 }
 
