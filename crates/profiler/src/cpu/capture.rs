@@ -1,9 +1,10 @@
-//! Capturing another thread's stack: the sampler thread signals it, and the signal handler,
-//! running on the interrupted thread, walks that thread's frame-pointer chain into the one
-//! preallocated slot.
+//! Capturing other threads' stacks: the sampler thread signals them, and the signal
+//! handler, running on each interrupted thread, walks that thread's frame-pointer chain into
+//! a preallocated slot of its own.
 //!
-//! The hand-off is a four-state machine on `Slot::state`, one capture at a time (the
-//! sampler signals threads in turn):
+//! Each of the [`SLOTS`] slots is a four-state machine on `Slot::state`; the sampler owns
+//! the assignment of slots to threads, so several captures are outstanding at once and the
+//! sampler never waits for one thread before asking the next:
 //!
 //! ```text
 //! IDLE ──sampler: target_tid, then Release──▶ REQUESTED ──handler: CAS(Acquire)──▶ CAPTURING
@@ -13,10 +14,11 @@
 //!   └────────────sampler: frames read (after Acquire of DONE)───────────── DONE ◀──────┘
 //! ```
 //!
-//! Only the handler that wins REQUESTED→CAPTURING writes the frames, and only the sampler
-//! reads them after seeing DONE, so the frame array is never written and read at once. A
-//! signal that arrives late (after the sampler gave up) finds IDLE or another thread's
-//! REQUESTED with a different `target_tid`, and returns without touching anything.
+//! Only the handler that wins REQUESTED→CAPTURING on a slot writes its frames, and only the
+//! sampler reads them after seeing DONE, so a frame array is never written and read at once.
+//! A handler looks for the slot whose `target_tid` is its own thread; a signal that arrives
+//! late (after the sampler gave up) finds none in REQUESTED, or a new request for the same
+//! thread, which it then answers — either way it touches no other thread's slot.
 //!
 //! Every memory read of the walk goes through `process_vm_readv` on our own process: a
 //! frame-pointer chain through code built without frame pointers holds garbage, and a read
@@ -24,10 +26,13 @@
 //! handler makes no allocation and takes no lock: it uses only atomics and system calls.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// Deepest stack captured; deeper stacks are cut at the root end.
 pub(crate) const MAX_FRAMES: usize = 256;
+/// Captures that can be outstanding at once (threads sampled per tick, at most).
+pub(crate) const SLOTS: usize = 32;
 
 const IDLE: u32 = 0;
 const REQUESTED: u32 = 1;
@@ -48,14 +53,48 @@ struct Slot {
     frames: [AtomicUsize; MAX_FRAMES],
 }
 
-static SLOT: Slot = Slot {
-    state: AtomicU32::new(IDLE),
-    target_tid: AtomicI32::new(0),
-    len: AtomicUsize::new(0),
-    in_syscall: AtomicBool::new(false),
-    async_context: AtomicU64::new(0),
-    frames: [const { AtomicUsize::new(0) }; MAX_FRAMES],
-};
+static SLOT_ARRAY: [Slot; SLOTS] = [const {
+    Slot {
+        state: AtomicU32::new(IDLE),
+        target_tid: AtomicI32::new(0),
+        len: AtomicUsize::new(0),
+        in_syscall: AtomicBool::new(false),
+        async_context: AtomicU64::new(0),
+        frames: [const { AtomicUsize::new(0) }; MAX_FRAMES],
+    }
+}; SLOTS];
+
+/// Which slots are taken (bit i: slot i). A sampler of an ending generation may overlap its
+/// successor for a tick, so slots are handed out here, never assumed free.
+static TAKEN: Mutex<u32> = Mutex::new(0);
+
+const _: () = assert!(SLOTS <= 32, "TAKEN has a bit per slot");
+
+/// The right to use the slots: one sampler at a time, each with the slots it took.
+pub(crate) struct Turn(MutexGuard<'static, u32>);
+
+/// Waits for the turn to use slots.
+pub(crate) fn sampler_turn() -> Turn {
+    Turn(TAKEN.lock().unwrap_or_else(|p| p.into_inner()))
+}
+
+impl Turn {
+    /// A free slot, now the caller's.
+    pub(crate) fn take_slot(&mut self) -> Option<usize> {
+        let free = !*self.0;
+        if free == 0 {
+            return None;
+        }
+        let slot = free.trailing_zeros() as usize;
+        *self.0 |= 1 << slot;
+        Some(slot)
+    }
+
+    /// Gives back a slot whose capture was collected or withdrawn.
+    pub(crate) fn free_slot(&mut self, slot: usize) {
+        *self.0 &= !(1u32 << slot);
+    }
+}
 
 /// Installs the handler for [`SAMPLE_SIGNAL`] (once; later calls do nothing).
 pub(crate) fn install_handler() -> std::io::Result<()> {
@@ -86,46 +125,61 @@ pub(crate) enum Captured {
     Running,
     /// The thread was waiting in a system call: its stack is in `out`.
     InSyscall,
-    /// The thread did not answer in time (it exited, or has the signal blocked).
+    /// The thread has not answered yet (the request stays outstanding).
+    Pending,
+    /// The thread did not answer in time (it exited, or has the signal blocked), or the
+    /// signal could not be sent; the slot is free again.
     NoAnswer,
 }
 
-/// Interrupts thread `tid` and copies its stack (instruction pointers, leaf first) into
-/// `out`, and the async context it was polling into `async_context`.
-pub(crate) fn capture(
-    tid: i32,
-    timeout: Duration,
-    out: &mut Vec<usize>,
-    async_context: &mut u64,
-) -> Captured {
-    // One capture at a time: the slot is shared by every sampler of the process.
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    out.clear();
-    SLOT.target_tid.store(tid, Ordering::Relaxed);
+/// Asks thread `tid` for its stack into slot `slot`, which must be idle (the caller holds
+/// [`sampler_turn`] and assigns slots). Returns false, leaving the slot idle, when the
+/// signal cannot be sent (the thread exited).
+pub(crate) fn request(slot: usize, tid: i32) -> bool {
+    let s = &SLOT_ARRAY[slot];
+    s.target_tid.store(tid, Ordering::Relaxed);
     // Release: the handler's Acquire CAS on REQUESTED sees `target_tid`.
-    SLOT.state.store(REQUESTED, Ordering::Release);
+    s.state.store(REQUESTED, Ordering::Release);
     // SAFETY: tgkill has no memory preconditions; a signal to a thread that has exited
     // fails with ESRCH.
     let sent = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, SAMPLE_SIGNAL) } == 0;
-    let deadline = Instant::now() + timeout;
+    if !sent {
+        // No handler can be on its way: nothing was delivered.
+        s.state.store(IDLE, Ordering::Relaxed);
+    }
+    sent
+}
+
+/// Collects slot `slot`'s answer into `out` and `async_context`. A handler in progress is
+/// waited for (it takes microseconds); one not started yet is left pending, or, with
+/// `give_up`, withdrawn.
+pub(crate) fn collect(
+    slot: usize,
+    give_up: bool,
+    out: &mut Vec<usize>,
+    async_context: &mut u64,
+) -> Captured {
+    let s = &SLOT_ARRAY[slot];
+    out.clear();
+    let deadline = Instant::now() + Duration::from_millis(20);
     let mut spins = 0u32;
     loop {
-        match SLOT.state.load(Ordering::Acquire) {
+        match s.state.load(Ordering::Acquire) {
             DONE => break,
-            REQUESTED if !sent || Instant::now() >= deadline => {
-                // Give up, unless the handler has just started (then it finishes quickly).
-                if SLOT
-                    .state
+            IDLE => return Captured::NoAnswer,
+            REQUESTED if !give_up => return Captured::Pending,
+            REQUESTED => {
+                // Withdraw, unless the handler has just started (then it finishes quickly).
+                if s.state
                     .compare_exchange(REQUESTED, IDLE, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
                 {
                     return Captured::NoAnswer;
                 }
             }
-            // A thread running on another core answers within microseconds: spin briefly.
-            // One waiting for this core (or descheduled) answers only once it runs: yield
-            // the core to it rather than spin it away.
+            // CAPTURING: the handler is walking right now, on another core or (if it was
+            // interrupted on ours) once we yield.
+            _ if Instant::now() >= deadline => return Captured::Pending,
             _ => {
                 spins += 1;
                 if spins < 200 {
@@ -137,16 +191,45 @@ pub(crate) fn capture(
         }
     }
     // Acquire of DONE above: the handler's frame stores happen-before these loads.
-    let len = SLOT.len.load(Ordering::Relaxed).min(MAX_FRAMES);
-    out.extend(SLOT.frames[..len].iter().map(|f| f.load(Ordering::Relaxed)));
-    let in_syscall = SLOT.in_syscall.load(Ordering::Relaxed);
-    *async_context = SLOT.async_context.load(Ordering::Relaxed);
-    SLOT.state.store(IDLE, Ordering::Release);
+    let len = s.len.load(Ordering::Relaxed).min(MAX_FRAMES);
+    out.extend(s.frames[..len].iter().map(|f| f.load(Ordering::Relaxed)));
+    let in_syscall = s.in_syscall.load(Ordering::Relaxed);
+    *async_context = s.async_context.load(Ordering::Relaxed);
+    s.state.store(IDLE, Ordering::Release);
     if in_syscall {
         Captured::InSyscall
     } else {
         Captured::Running
     }
+}
+
+/// Interrupts thread `tid` and waits up to `timeout` for its stack (leaf first) in `out`
+/// and its async context: one capture, start to end.
+#[cfg(test)]
+pub(crate) fn capture(
+    tid: i32,
+    timeout: Duration,
+    out: &mut Vec<usize>,
+    async_context: &mut u64,
+) -> Captured {
+    let mut turn = sampler_turn();
+    let Some(slot) = turn.take_slot() else {
+        return Captured::NoAnswer;
+    };
+    let found = if request(slot, tid) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let give_up = Instant::now() >= deadline;
+            match collect(slot, give_up, out, async_context) {
+                Captured::Pending => std::thread::sleep(Duration::from_micros(100)),
+                found => break found,
+            }
+        }
+    } else {
+        Captured::NoAnswer
+    };
+    turn.free_slot(slot);
+    found
 }
 
 extern "C" fn on_sample_signal(
@@ -156,38 +239,39 @@ extern "C" fn on_sample_signal(
 ) {
     // SAFETY: gettid has no preconditions and is async-signal-safe.
     let me = unsafe { libc::gettid() };
-    if SLOT.target_tid.load(Ordering::Relaxed) != me {
+    let Some(s) = SLOT_ARRAY.iter().find(|s| {
+        s.target_tid.load(Ordering::Relaxed) == me && s.state.load(Ordering::Relaxed) == REQUESTED
+    }) else {
         return;
-    }
-    if SLOT
-        .state
+    };
+    if s.state
         .compare_exchange(REQUESTED, CAPTURING, Ordering::Acquire, Ordering::Relaxed)
         .is_err()
     {
         return;
     }
-    // Re-check under CAPTURING: the sampler may have given up and asked another thread
-    // between our first check and the CAS.
-    if SLOT.target_tid.load(Ordering::Relaxed) != me {
-        SLOT.len.store(0, Ordering::Relaxed);
-        SLOT.state.store(DONE, Ordering::Release);
+    // Re-check under CAPTURING: the sampler may have withdrawn this request and given the
+    // slot to another thread between our first check and the CAS. Then the request is that
+    // thread's: put it back for its own handler.
+    if s.target_tid.load(Ordering::Relaxed) != me {
+        s.state.store(REQUESTED, Ordering::Release);
         return;
     }
     // The system calls below may set errno, which belongs to the interrupted code.
     // SAFETY: __errno_location returns this thread's errno slot, valid for the thread.
     let errno = unsafe { *libc::__errno_location() };
     let registers = registers_of(context);
-    SLOT.in_syscall
+    s.in_syscall
         .store(interrupted_in_syscall(context), Ordering::Relaxed);
     // A const thread-local without destructor and a relaxed load: async-signal-safe.
-    SLOT.async_context
+    s.async_context
         .store(crate::futures::current_context(), Ordering::Relaxed);
-    let len = walk(registers, &SLOT.frames);
+    let len = walk(registers, &s.frames);
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
-    SLOT.len.store(len, Ordering::Relaxed);
+    s.len.store(len, Ordering::Relaxed);
     // Release: the frames and length are visible to the sampler's Acquire of DONE.
-    SLOT.state.store(DONE, Ordering::Release);
+    s.state.store(DONE, Ordering::Release);
 }
 
 /// The interrupted thread's (pc, sp, fp).

@@ -8,11 +8,19 @@
 //!   answering a sampling signal costs — is **blocked** (or waiting for a CPU); it is not
 //!   interrupted, and its sample says so (`State` = [`STATE_BLOCKED`], no stack);
 //! * a thread that ran is **interrupted** with a signal; its handler walks its own stack
-//!   (`capture`) and the sampler writes a `Sample` with that stack, attributed to the
-//!   sampled thread and captured by the sampler (the format's ThreadIndex vs
-//!   CaptureThreadIndex): `State` = [`STATE_RUNNING`], or [`STATE_BLOCKED`] when the signal
-//!   found it waiting in a system call (it ran, then went back to waiting), so profiles of
-//!   CPU time leave it out while the stack still shows where it waits.
+//!   into a capture slot of its own (`capture`), and at its next tick the sampler writes a
+//!   `Sample` with that stack, attributed to the sampled thread and captured by the sampler
+//!   (the format's ThreadIndex vs CaptureThreadIndex): `State` = [`STATE_RUNNING`], or
+//!   [`STATE_BLOCKED`] when the signal found it waiting in a system call (it ran, then went
+//!   back to waiting), so profiles of CPU time leave it out while the stack still shows where
+//!   it waits.
+//!
+//! The sampler signals every running thread at once and collects the answers a tick later:
+//! it never waits for, or yields to, a thread it interrupted. Waiting made it fight its
+//! targets for the CPU on a busy machine (a thread interrupted on the sampler's own core can
+//! answer only once the sampler gives the core up), which cost 4–14% of a 2-core machine's
+//! throughput at 1 kHz; collecting a tick later costs 1.6–5% (BENCHMARKS.md). The price:
+//! a sample's timestamp is when it was written, up to one period after the capture.
 //!
 //! Stacks follow frame pointers. The leaf (the interrupted instruction) is always exact;
 //! the frames above it are only as good as the frame-pointer chain, so build the program
@@ -123,15 +131,29 @@ const ANSWER_TIMEOUT: Duration = Duration::from_millis(5);
 /// How often the list of threads is re-read.
 const THREAD_LIST_REFRESH: Duration = Duration::from_millis(100);
 
+/// A capture asked for and not yet collected.
+struct Outstanding {
+    slot: usize,
+    tid: i32,
+    /// Ticks since it was asked for.
+    age: u32,
+}
+
 fn run_sampler(generation: u64, rate: u32) {
     // SAFETY: gettid has no preconditions.
     let me = unsafe { libc::gettid() };
     let period = Duration::from_secs_f64(1.0 / f64::from(rate));
     let busy_threshold_ns = (period.as_nanos() as u64 / 50).max(BUSY_THRESHOLD_NS);
+    // A thread that has not answered within this many ticks (it exited, or blocks the
+    // signal) is given up on.
+    let patience = u32::try_from(ANSWER_TIMEOUT.as_nanos() / period.as_nanos().max(1))
+        .unwrap_or(u32::MAX)
+        .max(1);
     let mut threads: Vec<i32> = Vec::new();
     let mut listed_at: Option<Instant> = None;
     let mut last_cpu: HashMap<i32, u64> = HashMap::new();
     let mut stack: Vec<usize> = Vec::with_capacity(capture::MAX_FRAMES);
+    let mut outstanding: Vec<Outstanding> = Vec::with_capacity(capture::SLOTS);
     let mut next = Instant::now();
     while GENERATION.load(Ordering::Relaxed) == generation {
         if listed_at.is_none_or(|t| t.elapsed() >= THREAD_LIST_REFRESH) {
@@ -139,7 +161,39 @@ fn run_sampler(generation: u64, rate: u32) {
             last_cpu.retain(|tid, _| threads.contains(tid));
             listed_at = Some(Instant::now());
         }
+        let mut turn = capture::sampler_turn();
+        // The answers to last tick's signals: the interrupted threads answered as soon as
+        // they ran, so the sampler never waits on (or yields to) a thread it signalled.
+        outstanding.retain_mut(|o| {
+            o.age += 1;
+            let mut async_context = 0;
+            let found = capture::collect(o.slot, o.age > patience, &mut stack, &mut async_context);
+            let state = match found {
+                Captured::Pending => return true,
+                Captured::NoAnswer => None,
+                Captured::Running => Some(STATE_RUNNING),
+                // It ran since the previous visit but is waiting now: blocked, with the
+                // stack it waits in.
+                Captured::InSyscall => Some(STATE_BLOCKED),
+            };
+            if let Some(state) = state {
+                SAMPLE.write_about_thread(o.tid as u64, &stack, |p| {
+                    p.put(&state);
+                    p.put(&async_context);
+                });
+            }
+            // Read after the capture: the signal handler ran on that thread, and its CPU
+            // time must not make a blocked thread look as if it had run.
+            if let Some(after) = thread_cpu_ns(o.tid) {
+                last_cpu.insert(o.tid, after);
+            }
+            turn.free_slot(o.slot);
+            false
+        });
         for &tid in &threads {
+            if outstanding.iter().any(|o| o.tid == tid) {
+                continue;
+            }
             let Some(cpu) = thread_cpu_ns(tid) else {
                 continue;
             };
@@ -155,27 +209,17 @@ fn run_sampler(generation: u64, rate: u32) {
                 });
                 continue;
             }
-            let mut async_context = 0;
-            let state = match capture::capture(tid, ANSWER_TIMEOUT, &mut stack, &mut async_context)
-            {
-                Captured::Running => Some(STATE_RUNNING),
-                // It ran since the last visit but is waiting now: blocked, with the stack
-                // it waits in.
-                Captured::InSyscall => Some(STATE_BLOCKED),
-                Captured::NoAnswer => None,
+            // More running threads than slots: the rest wait for a later tick.
+            let Some(slot) = turn.take_slot() else {
+                break;
             };
-            if let Some(state) = state {
-                SAMPLE.write_about_thread(tid as u64, &stack, |p| {
-                    p.put(&state);
-                    p.put(&async_context);
-                });
-            }
-            // Read after the capture: the signal handler ran on that thread, and its CPU
-            // time must not make a blocked thread look as if it had run.
-            if let Some(after) = thread_cpu_ns(tid) {
-                last_cpu.insert(tid, after);
+            if capture::request(slot, tid) {
+                outstanding.push(Outstanding { slot, tid, age: 0 });
+            } else {
+                turn.free_slot(slot);
             }
         }
+        drop(turn);
         next += period;
         let now = Instant::now();
         if next > now {
@@ -183,6 +227,16 @@ fn run_sampler(generation: u64, rate: u32) {
         } else {
             // Fell behind (a slow tick): skip the missed ticks rather than burst.
             next = now;
+        }
+    }
+    // Withdraw what is still outstanding, so the next sampler starts with free slots.
+    let mut turn = capture::sampler_turn();
+    for o in outstanding {
+        let mut async_context = 0;
+        // A handler still walking (Pending even when giving up) keeps its slot: reusing it
+        // under the handler would mix two captures.
+        if capture::collect(o.slot, true, &mut stack, &mut async_context) != Captured::Pending {
+            turn.free_slot(o.slot);
         }
     }
 }
