@@ -68,7 +68,6 @@ impl Buffer {
         })
     }
 
-    #[cfg_attr(eventpipe_loom, allow(dead_code))] // the drain is not built under loom
     pub(crate) fn capacity(&self) -> usize {
         self.capacity
     }
@@ -126,6 +125,21 @@ impl Buffer {
             // SAFETY: forwarded from the caller; loom checks the exclusivity claim.
             cell.with_mut(|p| unsafe { *p = *b });
         }
+    }
+
+    /// Drain side: calls `f` with the published bytes from `from` on.
+    pub(crate) fn with_readable<R>(&self, from: usize, f: impl FnOnce(&[u8]) -> R) -> R {
+        #[cfg(not(eventpipe_loom))]
+        return f(self.readable(from));
+        #[cfg(eventpipe_loom)]
+        return f(&self.read_copy(from));
+    }
+
+    /// Drain side: whether nothing is published at or beyond `pos`. Once the buffer was seen
+    /// retired, the answer is final.
+    pub(crate) fn is_read_to_end(&self, pos: usize) -> bool {
+        // Acquire: pairs with the Release in `append` (the same load `readable` makes).
+        self.committed.load(Ordering::Acquire) <= pos
     }
 
     /// Drain side (model checking): a copy of the published bytes from `from` on.

@@ -2,7 +2,7 @@
 //!
 //! Each pass:
 //! 1. takes a cutoff timestamp and, under the session lock, a snapshot of every thread's
-//!    buffer list;
+//!    buffer list, whether it exited, and its published sequence number (`threads.rs`);
 //! 2. for each thread, waits for a write in flight to finish (the writer sets `in_flight`
 //!    before stamping a record and clears it after committing), then reads its records with
 //!    timestamps below the cutoff;
@@ -10,7 +10,9 @@
 //!    pass marked IsSorted) and, at the sequence-point interval, a sequence point carrying
 //!    each thread's sequence lower bound;
 //! 4. under the lock again, frees the buffers it emptied (signalling Block-mode writers) and
-//!    reclaims the state of threads that exited and were fully drained.
+//!    removes the threads that had exited at the snapshot and that it read to the end, each
+//!    one's last sequence number carried out: in V5 by this pass's sequence point (forced
+//!    when such a thread lost events), in V6 by the RemoveThread block that follows.
 //!
 //! Why the cutoff makes IsSorted true: every record left behind has a timestamp at or after
 //! the cutoff, and a record whose writer was in flight was waited for. The writer's
@@ -28,11 +30,11 @@ use std::time::{Duration, Instant};
 use nettrace::write::{EventBlockBuilder, TraceWriter};
 use nettrace::{EventHeader, FormatVersion, Guid, Label, ThreadInfo, TraceInfo};
 
-use crate::buffer::Buffer;
 use crate::clock;
 use crate::config::{Output, SessionConfig};
-use crate::session::{SessionShared, SessionStats, ThreadSessionState};
+use crate::session::{SessionShared, SessionStats};
 use crate::sync::{lock, Arc, AtomicU64, Ordering};
+use crate::threads::{Consumed, ThreadProgress, ThreadSessionState};
 use crate::writer::{FLAG_ACTIVITY, FLAG_STACK, FLAG_SUBJECT, RECORD_HEADER};
 use crate::{registry, rundown, Error};
 
@@ -166,16 +168,6 @@ struct Pending {
     payload: (usize, usize),
 }
 
-/// One thread as a pass sees it: state, buffers, read position, whether to announce it.
-type ThreadSnapshot = (Arc<ThreadSessionState>, Vec<Arc<Buffer>>, usize, bool);
-
-/// What a pass learned about one thread, applied under the lock afterwards.
-struct ThreadProgress {
-    index: u64,
-    buffers_emptied: usize,
-    read_pos: usize,
-}
-
 struct Drain {
     shared: Arc<SessionShared>,
     writer: Option<TraceWriter<Box<dyn Write + Send>>>,
@@ -227,9 +219,7 @@ impl Drain {
     }
 
     fn abort_waiters(&self) {
-        let _m = lock(&self.shared.manager);
-        self.shared.abort.store(true, Ordering::Relaxed);
-        self.shared.capacity.notify_all();
+        self.shared.manager.abort();
     }
 
     fn writer(&mut self) -> Result<&mut TraceWriter<Box<dyn Write + Send>>, Error> {
@@ -277,29 +267,17 @@ impl Drain {
         } else {
             clock::now() - clock::ticks_from_nanos(CUTOFF_MARGIN_NANOS)
         };
-        let snapshot: Vec<ThreadSnapshot> = {
-            let mut m = lock(&self.shared.manager);
-            m.threads
-                .values_mut()
-                .map(|e| {
-                    let announce = !e.announced;
-                    e.announced = true;
-                    (
-                        Arc::clone(&e.state),
-                        e.buffers.iter().cloned().collect(),
-                        e.read_pos,
-                        announce,
-                    )
-                })
-                .collect()
-        };
+        let snapshot = self.shared.manager.snapshot();
         self.batch.clear();
         self.arena.clear();
+        let v5 = self.version != FormatVersion::V6;
         let mut updates = Vec::with_capacity(snapshot.len());
         let mut bounds = Vec::with_capacity(snapshot.len());
         let mut announce = Vec::new();
-        for (state, buffers, read_pos, is_new) in &snapshot {
-            if *is_new {
+        let mut force_sequence_point = false;
+        for thread in &snapshot {
+            let state = &thread.state;
+            if thread.announce {
                 self.remember_thread_name(state);
                 self.thread_index_by_tid.insert(state.os_tid, state.index);
                 announce.push(ThreadInfo {
@@ -310,20 +288,15 @@ impl Drain {
                     key_values: Vec::new(),
                 });
             }
-            while state.in_flight.load(Ordering::Acquire) {
-                std::thread::yield_now();
-            }
-            let published = state.published_seq.load(Ordering::Acquire);
-            let (progress, stopped_at, last_read) =
-                self.read_thread(state, buffers, *read_pos, cutoff);
+            let progress = thread.read(|bytes| self.read_records(state, bytes, cutoff));
+            // A thread leaving the table carries its last sequence number out first. V6
+            // has RemoveThread for it; V5 only a sequence point, needed when the thread
+            // lost events (otherwise the reader saw that number on its last event).
+            force_sequence_point |= v5 && progress.reclaims && thread.lost_events();
+            bounds.push((state.index, state.os_tid, progress.bound));
             updates.push(progress);
-            let bound = match stopped_at {
-                Some(seq) => seq.wrapping_sub(1),
-                None => published.max(last_read),
-            };
-            bounds.push((state.index, state.os_tid, bound));
         }
-        self.emit(&announce, cutoff, last, &bounds)?;
+        self.emit(&announce, cutoff, last, force_sequence_point, &bounds)?;
         self.apply(&updates)
     }
 
@@ -339,101 +312,73 @@ impl Drain {
         }
     }
 
-    /// Reads one thread's records below `cutoff`. Returns how far it got, the sequence
-    /// number of the first record left behind (if any), and the last sequence number read.
-    fn read_thread(
-        &mut self,
-        state: &ThreadSessionState,
-        buffers: &[Arc<Buffer>],
-        mut pos: usize,
-        cutoff: i64,
-    ) -> (ThreadProgress, Option<u32>, u32) {
-        let mut emptied = 0;
-        let mut stopped_at = None;
-        let mut last_read = 0;
-        'buffers: for buffer in buffers {
-            // Acquire `retired` before reading, so a retired buffer's records are all visible.
-            let retired = buffer.is_retired();
-            let data = buffer.readable(pos);
-            let mut off = 0;
-            while let Some(record) = data.get(off..) {
-                let Some(h) = record.get(..RECORD_HEADER) else {
-                    break;
-                };
-                let word = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
-                let len = word(0) as usize;
-                let seq = word(8);
-                let mut ts = [0u8; 8];
-                ts.copy_from_slice(&h[16..24]);
-                let timestamp = i64::from_le_bytes(ts);
-                if timestamp >= cutoff {
-                    stopped_at = Some(seq);
-                    pos += off;
-                    break 'buffers;
-                }
-                let Some(body) = record.get(RECORD_HEADER..len) else {
-                    break;
-                };
-                let (activity, payload) = if word(12) & FLAG_ACTIVITY != 0 && body.len() >= 32 {
-                    let mut a = [0u8; 16];
-                    let mut r = [0u8; 16];
-                    a.copy_from_slice(&body[..16]);
-                    r.copy_from_slice(&body[16..32]);
-                    (Some((Guid(a), Guid(r))), &body[32..])
-                } else {
-                    (None, body)
-                };
-                let (subject, payload) = match payload.get(..8) {
-                    Some(b) if word(12) & FLAG_SUBJECT != 0 => {
-                        let mut t = [0u8; 8];
-                        t.copy_from_slice(b);
-                        (Some(u64::from_le_bytes(t)), &payload[8..])
-                    }
-                    _ => (None, payload),
-                };
-                let (stack, payload) = if word(12) & FLAG_STACK != 0 {
-                    split_stack(payload)
-                } else {
-                    (None, payload)
-                };
-                let stack = stack.map(|bytes| {
-                    let start = self.arena.len();
-                    self.arena.extend_from_slice(bytes);
-                    (start, self.arena.len())
-                });
-                let start = self.arena.len();
-                self.arena.extend_from_slice(payload);
-                self.batch.push(Pending {
-                    timestamp,
-                    thread_index: state.index,
-                    os_tid: state.os_tid,
-                    event_index: word(4),
-                    seq,
-                    activity,
-                    subject,
-                    stack,
-                    payload: (start, self.arena.len()),
-                });
-                last_read = seq;
-                off += len.max(RECORD_HEADER);
-            }
-            pos += off;
-            if retired && buffer.readable(pos).is_empty() {
-                emptied += 1;
-                pos = 0;
-            } else {
+    /// Reads one thread's records below `cutoff` from `data` (a buffer's published bytes
+    /// from the read position) into the batch.
+    fn read_records(&mut self, state: &ThreadSessionState, data: &[u8], cutoff: i64) -> Consumed {
+        let mut consumed = Consumed::default();
+        let mut off = 0;
+        while let Some(record) = data.get(off..) {
+            let Some(h) = record.get(..RECORD_HEADER) else {
+                break;
+            };
+            let word = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+            let len = word(0) as usize;
+            let seq = word(8);
+            let mut ts = [0u8; 8];
+            ts.copy_from_slice(&h[16..24]);
+            let timestamp = i64::from_le_bytes(ts);
+            if timestamp >= cutoff {
+                consumed.left = Some(seq);
                 break;
             }
+            let Some(body) = record.get(RECORD_HEADER..len) else {
+                break;
+            };
+            let (activity, payload) = if word(12) & FLAG_ACTIVITY != 0 && body.len() >= 32 {
+                let mut a = [0u8; 16];
+                let mut r = [0u8; 16];
+                a.copy_from_slice(&body[..16]);
+                r.copy_from_slice(&body[16..32]);
+                (Some((Guid(a), Guid(r))), &body[32..])
+            } else {
+                (None, body)
+            };
+            let (subject, payload) = match payload.get(..8) {
+                Some(b) if word(12) & FLAG_SUBJECT != 0 => {
+                    let mut t = [0u8; 8];
+                    t.copy_from_slice(b);
+                    (Some(u64::from_le_bytes(t)), &payload[8..])
+                }
+                _ => (None, payload),
+            };
+            let (stack, payload) = if word(12) & FLAG_STACK != 0 {
+                split_stack(payload)
+            } else {
+                (None, payload)
+            };
+            let stack = stack.map(|bytes| {
+                let start = self.arena.len();
+                self.arena.extend_from_slice(bytes);
+                (start, self.arena.len())
+            });
+            let start = self.arena.len();
+            self.arena.extend_from_slice(payload);
+            self.batch.push(Pending {
+                timestamp,
+                thread_index: state.index,
+                os_tid: state.os_tid,
+                event_index: word(4),
+                seq,
+                activity,
+                subject,
+                stack,
+                payload: (start, self.arena.len()),
+            });
+            consumed.last_seq = Some(seq);
+            off += len.max(RECORD_HEADER);
         }
-        (
-            ThreadProgress {
-                index: state.index,
-                buffers_emptied: emptied,
-                read_pos: pos,
-            },
-            stopped_at,
-            last_read,
-        )
+        consumed.bytes = off;
+        consumed
     }
 
     fn emit(
@@ -441,6 +386,7 @@ impl Drain {
         announce: &[ThreadInfo],
         cutoff: i64,
         last: bool,
+        force_sequence_point: bool,
         bounds: &[(u64, u64, u32)],
     ) -> Result<(), Error> {
         let v6 = self.version == FormatVersion::V6;
@@ -578,7 +524,9 @@ impl Drain {
             writer.write_event_block(&block).map_err(output_error)?;
         }
         self.next_label_id = label_id + 1;
-        let due = last || self.last_sequence_point.elapsed() >= self.sequence_point_interval;
+        let due = last
+            || force_sequence_point
+            || self.last_sequence_point.elapsed() >= self.sequence_point_interval;
         if due {
             let sp_time = if last {
                 batch.last().map_or_else(clock::now, |p| p.timestamp)
@@ -607,49 +555,10 @@ impl Drain {
     }
 
     fn apply(&mut self, updates: &[ThreadProgress]) -> Result<(), Error> {
-        let mut removed = Vec::new();
-        let mut dropped_live = 0;
-        {
-            let mut m = lock(&self.shared.manager);
-            let mut freed_bytes = 0;
-            let mut freed_buffers = 0;
-            for u in updates {
-                let Some(entry) = m.threads.get_mut(&u.index) else {
-                    continue;
-                };
-                for _ in 0..u.buffers_emptied {
-                    if let Some(b) = entry.buffers.pop_front() {
-                        freed_bytes += b.capacity();
-                        freed_buffers += 1;
-                    }
-                }
-                entry.read_pos = u.read_pos;
-            }
-            m.used -= freed_bytes;
-            m.live_buffers -= freed_buffers;
-            let gone: Vec<u64> = m
-                .threads
-                .iter()
-                .filter(|(_, e)| e.buffers.is_empty() && e.state.exited.load(Ordering::Acquire))
-                .map(|(&i, _)| i)
-                .collect();
-            for index in gone {
-                if let Some(entry) = m.threads.remove(&index) {
-                    removed.push((
-                        index,
-                        entry.state.published_seq.load(Ordering::Acquire),
-                        entry.state.dropped.load(Ordering::Relaxed),
-                    ));
-                }
-            }
-            for e in m.threads.values() {
-                dropped_live += e.state.dropped.load(Ordering::Relaxed);
-            }
-            if freed_buffers > 0 {
-                self.shared.capacity.notify_all();
-            }
-        }
-        self.dropped_by_reclaimed += removed.iter().map(|r| r.2).sum::<u64>();
+        let reclaimed = self.shared.manager.apply(updates);
+        let removed = reclaimed.removed;
+        let dropped_live = reclaimed.dropped_live;
+        self.dropped_by_reclaimed += removed.iter().map(|r| r.dropped).sum::<u64>();
         self.progress
             .events_dropped
             .store(self.dropped_by_reclaimed + dropped_live, Ordering::Relaxed);
@@ -657,12 +566,12 @@ impl Drain {
             .threads_reclaimed
             .fetch_add(removed.len() as u64, Ordering::Relaxed);
         if !removed.is_empty() {
-            let gone: HashSet<u64> = removed.iter().map(|r| r.0).collect();
+            let gone: HashSet<u64> = removed.iter().map(|r| r.index).collect();
             self.thread_index_by_tid
                 .retain(|_, index| !gone.contains(index));
         }
         if self.version == FormatVersion::V6 && !removed.is_empty() {
-            let entries: Vec<(u64, u32)> = removed.iter().map(|r| (r.0, r.1)).collect();
+            let entries: Vec<(u64, u32)> = removed.iter().map(|r| (r.index, r.last_seq)).collect();
             self.writer()?
                 .write_remove_thread_block(&entries)
                 .map_err(output_error)?;

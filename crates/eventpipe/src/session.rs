@@ -1,66 +1,21 @@
-//! Sessions and their buffer managers.
+//! Sessions: what a session's writers, drain thread and handle share, and its lifecycle.
 //!
-//! Each session has exactly one lock, [`SessionShared::manager`], which guards the
-//! [`Manager`]: the per-thread states and their buffer lists, and the memory budget. There is
-//! no per-thread lock. A writer takes the lock only to get a new buffer; the drain takes it
-//! to snapshot the lists and again to free what it drained. Block-mode writers wait on
-//! [`SessionShared::capacity`], which the drain signals every time it frees buffers and
-//! which stopping the session signals after raising `abort`.
+//! Each session has exactly one lock, inside its [`BufferManager`] (`manager.rs`), which
+//! guards the per-thread states and their buffer lists (`threads.rs`) and the memory budget.
+//! A writer takes the lock only to get a new buffer; the drain takes it to snapshot the
+//! lists and again to free what it drained. Block-mode writers park on the manager's
+//! condition, which the drain signals every time it frees buffers and which stopping the
+//! session signals after raising its abort flag.
 
-use std::collections::{HashMap, VecDeque};
 use std::thread::JoinHandle;
 
 use crate::buffer::Buffer;
 use crate::config::{BufferingMode, ProviderConfig, SessionConfig};
+use crate::manager::{BufferManager, NoBuffer};
 use crate::provider::EventDescriptor;
-use crate::sync::{lock, Arc, AtomicBool, AtomicU32, AtomicU64, Condvar, Mutex, Ordering};
+use crate::sync::{lock, Arc, AtomicBool, Condvar, Mutex, Ordering};
+use crate::threads::ThreadSessionState;
 use crate::{registry, Error};
-
-/// What one thread shares with the drain for one session.
-#[derive(Debug)]
-pub(crate) struct ThreadSessionState {
-    /// Session-local thread index (V6 thread table index).
-    pub(crate) index: u64,
-    /// OS thread id.
-    pub(crate) os_tid: u64,
-    /// Thread name, if it has one.
-    pub(crate) name: Option<String>,
-    /// The highest sequence number whose event is committed or dropped. Written by the
-    /// owning thread (Release, after the commit or the drop); read by the drain (Acquire)
-    /// before it reads the buffers, so every event up to it is visible.
-    pub(crate) published_seq: AtomicU32,
-    /// Set by the owner between taking a timestamp and committing the record. The drain
-    /// waits for it to clear before reading, so no event older than its cutoff is missed.
-    pub(crate) in_flight: AtomicBool,
-    /// Set (Release) by the thread-exit destructor after retiring the current buffer.
-    pub(crate) exited: AtomicBool,
-    /// Events this thread dropped (written by the owner, under the manager lock).
-    pub(crate) dropped: AtomicU64,
-}
-
-/// One thread's entry in the manager.
-#[derive(Debug)]
-pub(crate) struct ThreadEntry {
-    pub(crate) state: Arc<ThreadSessionState>,
-    /// Oldest first; the writer appends to the back.
-    pub(crate) buffers: VecDeque<Arc<Buffer>>,
-    /// Drain's read position in the front buffer.
-    pub(crate) read_pos: usize,
-    /// Whether the output has described this thread yet (V6 thread block).
-    pub(crate) announced: bool,
-}
-
-/// Guarded by [`SessionShared::manager`]: the per-thread states, their buffers and the
-/// budget they draw on.
-#[derive(Debug, Default)]
-pub(crate) struct Manager {
-    pub(crate) threads: HashMap<u64, ThreadEntry>,
-    pub(crate) next_thread_index: u64,
-    /// Bytes of buffers currently allocated.
-    pub(crate) used: usize,
-    /// Buffers currently allocated.
-    pub(crate) live_buffers: usize,
-}
 
 /// The parts of a session that writers, the drain and the handle share.
 #[derive(Debug)]
@@ -68,19 +23,13 @@ pub(crate) struct SessionShared {
     id: u64,
     slot: usize,
     pub(crate) providers: Vec<ProviderConfig>,
-    pub(crate) mode: BufferingMode,
-    pub(crate) budget: usize,
     pub(crate) buffer_size: usize,
     /// Whether events carry the writer's stack.
     pub(crate) stacks: bool,
     /// False once the session starts stopping: writers stop writing to it.
     pub(crate) active: AtomicBool,
-    /// Raised when the session ends: Block-mode writers stop waiting and drop instead.
-    pub(crate) abort: AtomicBool,
-    /// The session's one lock.
-    pub(crate) manager: Mutex<Manager>,
-    /// Signalled when buffers are freed or the session aborts.
-    pub(crate) capacity: Condvar,
+    /// The session's one lock, the thread states and buffers it guards, and the budget.
+    pub(crate) manager: BufferManager,
     /// Wakes the drain early (a writer is waiting, or the session is stopping).
     pub(crate) wake: Mutex<bool>,
     pub(crate) wake_signal: Condvar,
@@ -129,39 +78,13 @@ impl SessionShared {
 
     /// Registers the calling thread with the manager.
     pub(crate) fn add_thread(&self, os_tid: u64, name: Option<String>) -> Arc<ThreadSessionState> {
-        let mut m = lock(&self.manager);
-        let index = m.next_thread_index;
-        m.next_thread_index += 1;
-        let state = Arc::new(ThreadSessionState {
-            index,
-            os_tid,
-            name,
-            published_seq: AtomicU32::new(0),
-            in_flight: AtomicBool::new(false),
-            exited: AtomicBool::new(false),
-            dropped: AtomicU64::new(0),
-        });
-        m.threads.insert(
-            index,
-            ThreadEntry {
-                state: Arc::clone(&state),
-                buffers: VecDeque::new(),
-                read_pos: 0,
-                announced: false,
-            },
-        );
-        state
+        self.manager.add_thread(os_tid, name)
     }
 
-    /// Gets a buffer of at least `min_len` bytes for `thread` within the budget: waits in
-    /// Block mode, gives up in Drop mode or once the session aborts. A thread's buffers
-    /// start at 4 KiB and double up to the session's buffer size, so short-lived threads
-    /// that write a few events do not each pin a full-size buffer.
-    ///
-    /// A loss (`NoBuffer::Dropped`) is recorded here, under the lock, with `seq` as the
-    /// thread's published sequence number: the drain's last pass snapshots the manager
-    /// under the same lock after raising `abort`, so every loss it can count is visible to
-    /// it and every later attempt sees `abort` and is refused as outside the session.
+    /// Gets a buffer of at least `min_len` bytes for `thread` within the budget (see
+    /// [`BufferManager::acquire_buffer`]; a parked Block-mode writer wakes the drain). A
+    /// thread's buffers start at 4 KiB and double up to the session's buffer size, so
+    /// short-lived threads that write a few events do not each pin a full-size buffer.
     pub(crate) fn acquire_buffer(
         &self,
         thread: &ThreadSessionState,
@@ -171,52 +94,9 @@ impl SessionShared {
     ) -> Result<Arc<Buffer>, NoBuffer> {
         let grown = (FIRST_BUFFER << acquired_before.min(16)).min(self.buffer_size);
         let size = grown.max(min_len.next_power_of_two());
-        let mut m = lock(&self.manager);
-        loop {
-            if self.abort.load(Ordering::Relaxed) || !m.threads.contains_key(&thread.index) {
-                return Err(NoBuffer::SessionEnded);
-            }
-            let fits_budget = size <= self.budget;
-            if fits_budget && m.used + size <= self.budget {
-                let Some(buffer) = Buffer::new(size).map(Arc::new) else {
-                    return Err(Self::record_loss(thread, seq));
-                };
-                m.used += size;
-                m.live_buffers += 1;
-                if let Some(entry) = m.threads.get_mut(&thread.index) {
-                    entry.buffers.push_back(Arc::clone(&buffer));
-                }
-                return Ok(buffer);
-            }
-            if self.mode == BufferingMode::Drop || !fits_budget {
-                return Err(Self::record_loss(thread, seq));
-            }
-            // Block: ask the drain to free something, then park until it does (or abort).
-            self.wake_drain();
-            m = self.capacity.wait(m).unwrap_or_else(|p| p.into_inner());
-        }
+        self.manager
+            .acquire_buffer(thread, size, seq, || self.wake_drain())
     }
-
-    /// Counts one lost event of `thread`. Called with the manager lock held.
-    fn record_loss(thread: &ThreadSessionState, seq: u32) -> NoBuffer {
-        // Only the owning thread changes its counter; a plain load+store is enough.
-        let dropped = thread.dropped.load(Ordering::Relaxed);
-        thread.dropped.store(dropped + 1, Ordering::Relaxed);
-        // Release: pairs with the drain's Acquire; the gap in sequence numbers is how
-        // the trace's reader counts this loss.
-        thread.published_seq.store(seq, Ordering::Release);
-        NoBuffer::Dropped
-    }
-}
-
-/// Why a writer got no buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum NoBuffer {
-    /// The budget is exhausted (Drop mode, or a record larger than the budget): the event
-    /// is lost, counted, and leaves a gap in the thread's sequence numbers.
-    Dropped,
-    /// The session is ending (or has let this thread go): the event is not part of it.
-    SessionEnded,
 }
 
 /// Counters a running or finished session reports.
@@ -258,14 +138,13 @@ impl Session {
                 id: NEXT_SESSION_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
                 slot,
                 providers: config.providers.clone(),
-                mode: config.mode,
-                budget: config.buffer_budget,
                 buffer_size: config.buffer_size(),
                 stacks: config.stacks,
                 active: AtomicBool::new(true),
-                abort: AtomicBool::new(false),
-                manager: Mutex::new(Manager::default()),
-                capacity: Condvar::new(),
+                manager: BufferManager::new(
+                    config.buffer_budget,
+                    config.mode == BufferingMode::Block,
+                ),
                 wake: Mutex::new(false),
                 wake_signal: Condvar::new(),
                 stop_requested: AtomicBool::new(false),
@@ -297,11 +176,11 @@ impl Session {
 
     /// Counters so far.
     pub fn stats(&self) -> SessionStats {
-        let m = lock(&self.shared.manager);
+        let usage = self.shared.manager.usage();
         let mut s = self.progress.snapshot();
-        s.live_thread_states = m.threads.len();
-        s.live_buffers = m.live_buffers;
-        s.buffer_bytes = m.used;
+        s.live_thread_states = usage.thread_states;
+        s.live_buffers = usage.buffers;
+        s.buffer_bytes = usage.bytes;
         s
     }
 
@@ -330,13 +209,9 @@ impl Session {
         );
         let callbacks = registry::remove_session(&self.shared);
         self.shared.active.store(false, Ordering::Relaxed);
-        {
-            // Release parked Block-mode writers now, even if the drain is stuck on a slow
-            // output: their events count as written after the stop, not as losses.
-            let _m = lock(&self.shared.manager);
-            self.shared.abort.store(true, Ordering::Relaxed);
-            self.shared.capacity.notify_all();
-        }
+        // Release parked Block-mode writers now, even if the drain is stuck on a slow
+        // output: their events count as written after the stop, not as losses.
+        self.shared.manager.abort();
         self.shared.stop_requested.store(true, Ordering::Release);
         self.shared.wake_drain();
         let result = drain.join().unwrap_or(Err(Error::DrainPanicked));

@@ -7,13 +7,16 @@ pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsiz
 #[cfg(eventpipe_loom)]
 #[allow(unused_imports)] // as above
 pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
+#[cfg(eventpipe_loom)]
+pub(crate) use loom::thread::yield_now;
 
 #[cfg(not(eventpipe_loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(eventpipe_loom))]
 pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+#[cfg(not(eventpipe_loom))]
+pub(crate) use std::thread::yield_now;
 
-#[cfg_attr(eventpipe_loom, allow(dead_code))]
 /// Locks `m`, recovering the data if a panicking thread poisoned it: every critical section
 /// in this crate leaves its data consistent before anything that can panic.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -13,11 +13,13 @@ use std::cell::RefCell;
 
 use crate::buffer::Buffer;
 use crate::clock;
+use crate::manager::NoBuffer;
 use crate::provider::EventDescriptor;
 use crate::registry::{self, MAX_SESSIONS};
-use crate::session::{NoBuffer, SessionShared, ThreadSessionState};
+use crate::session::SessionShared;
 use crate::stack::CapturedStack;
 use crate::sync::{Arc, Ordering};
+use crate::threads::ThreadSessionState;
 
 pub(crate) const RECORD_HEADER: usize = 24;
 pub(crate) const FLAG_ACTIVITY: u32 = 1;
@@ -41,11 +43,7 @@ impl WriterSlot {
     /// This thread is done with the session: the drain may reclaim the state once it has
     /// read the remaining records.
     fn release(&mut self) {
-        if let Some(buffer) = self.buffer.take() {
-            buffer.retire();
-        }
-        // Release: the retire above happens-before the drain's Acquire of `exited`.
-        self.state.exited.store(true, Ordering::Release);
+        self.state.exit(self.buffer.take());
     }
 }
 
@@ -224,7 +222,7 @@ fn write_to_slot(
     let Some(buffer) = s.buffer.as_ref() else {
         return;
     };
-    s.state.in_flight.store(true, Ordering::Relaxed);
+    s.state.begin_record();
     let timestamp = clock::now();
     let mut header = [0u8; RECORD_HEADER];
     header[0..4].copy_from_slice(&(len as u32).to_le_bytes());
@@ -254,9 +252,7 @@ fn write_to_slot(
             ],
         )
     };
-    // Release: pairs with the drain's Acquire before it reads; orders the commit first.
-    s.state.published_seq.store(seq, Ordering::Release);
-    s.state.in_flight.store(false, Ordering::Release);
+    s.state.commit_record(seq);
 }
 
 /// Attaches this thread to the session now in `slot`, releasing any stale one.

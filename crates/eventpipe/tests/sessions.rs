@@ -201,6 +201,54 @@ fn drop_mode_counts_every_loss_and_the_trace_agrees() {
     );
 }
 
+static RECLAIMED: Provider = Provider::new("Test-Drop-Reclaimed");
+define_event! { static LAST_WORDS = RECLAIMED { id: 1, name: "LastWords", level: Level::Informational, keywords: 0 } (n: u64, pad: &[u8]); }
+
+/// A thread whose last events were dropped is reclaimed (exited, drained) long before the
+/// session stops: its last sequence number still reaches the trace first (V6 RemoveThread,
+/// V5 a sequence point), so the reader counts those trailing losses too.
+#[test]
+fn a_reclaimed_threads_trailing_losses_are_counted_in_both_formats() {
+    for format in [FormatVersion::V5, FormatVersion::V6] {
+        let path = temp(&format!("reclaimed-{format:?}"));
+        let config = SessionConfig::new(
+            vec![ProviderConfig::new("Test-Drop-Reclaimed")],
+            Output::File(path.clone()),
+        )
+        .buffer_budget(eventpipe::MIN_BUDGET)
+        .flush_interval(Duration::from_secs(3600))
+        .format(format);
+        let session = Session::start(config).unwrap();
+        let pad = [0u8; 200];
+        // No drain pass runs meanwhile: the budget fills and the rest is dropped.
+        std::thread::spawn(move || {
+            (0..2000u64).for_each(|i| write_event!(LAST_WORDS, i, &pad[..]))
+        })
+        .join()
+        .unwrap();
+        session.flush();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while session.stats().live_thread_states != 0 {
+            assert!(
+                Instant::now() < deadline,
+                "never reclaimed: {:?}",
+                session.stats()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let stats = session.stop().unwrap();
+        assert!(stats.events_dropped > 0, "{stats:?}");
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).ok();
+        let s = read_trace(&bytes);
+        assert_eq!(
+            s.counts["Test-Drop-Reclaimed/LastWords"],
+            stats.events_written
+        );
+        assert_eq!(s.lost, stats.events_dropped, "{format:?}");
+    }
+}
+
 static BLOCKING: Provider = Provider::new("Test-Block");
 define_event! { static ITEM = BLOCKING { id: 1, name: "Item", level: Level::Informational, keywords: 0 } (n: u64, pad: &[u8]); }
 

@@ -1,0 +1,174 @@
+//! A session's buffer manager: its one lock, the memory budget, and Block-mode parking.
+//!
+//! The lock (`BufferManager::state`) guards [`Manager`]: the thread table (`threads.rs`:
+//! each thread's state and buffer list), the bytes and buffers drawn on the budget, and
+//! `aborted`. There is no per-thread lock. A writer takes it to get a buffer; the drain
+//! takes it to snapshot the thread table and again to free what it drained; stopping takes
+//! it to abort. It is never held while user code runs.
+//!
+//! Block mode parks writers on a condition variable over that lock (`capacity`):
+//!
+//! - a writer that finds the budget exhausted checks `aborted` and the budget and parks in
+//!   one critical section (`Condvar::wait` releases the lock atomically), and checks both
+//!   again each time it wakes;
+//! - the drain frees buffers and notifies every parked writer in one critical section;
+//! - stopping raises `aborted` and notifies every parked writer in one critical section.
+//!
+//! So a writer has either seen the freed budget or `aborted` before it parks, or is parked
+//! when the notification comes: no wakeup is lost. A woken writer takes budget only if its
+//! buffer still fits, so the bytes allocated never exceed the budget, and once `aborted` is
+//! raised every writer returns instead of parking (`NoBuffer::SessionEnded`).
+//!
+//! `tests/loom.rs` model-checks this through `crate::loom_model`.
+
+use crate::buffer::Buffer;
+use crate::sync::{lock, Arc, Condvar, Mutex};
+use crate::threads::{ThreadProgress, ThreadSessionState, ThreadSnapshot, ThreadTable};
+
+/// Guarded by the session's lock: the per-thread states, their buffers and the budget
+/// they draw on.
+#[derive(Debug, Default)]
+struct Manager {
+    threads: ThreadTable,
+    /// Bytes of buffers currently allocated; at most the budget.
+    used: usize,
+    /// Buffers currently allocated.
+    live_buffers: usize,
+    /// Raised when the session ends: writers stop waiting for the budget.
+    aborted: bool,
+}
+
+/// A session's lock, the data it guards, and the condition Block-mode writers wait on.
+#[derive(Debug)]
+pub(crate) struct BufferManager {
+    /// The session's one lock.
+    state: Mutex<Manager>,
+    /// Signalled, with the lock held, when buffers are freed or the session aborts.
+    capacity: Condvar,
+    /// Bytes all buffers together may take.
+    budget: usize,
+    /// Block mode: wait for the budget instead of dropping.
+    block: bool,
+}
+
+/// Why a writer got no buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NoBuffer {
+    /// The budget is exhausted (Drop mode, or a record larger than the budget): the event
+    /// is lost, counted, and leaves a gap in the thread's sequence numbers.
+    Dropped,
+    /// The session is ending (or has let this thread go): the event is not part of it.
+    SessionEnded,
+}
+
+/// What the drain reclaimed after a pass.
+#[derive(Debug)]
+pub(crate) struct Reclaimed {
+    /// Entries removed, with their last sequence numbers.
+    pub(crate) removed: Vec<crate::threads::Removed>,
+    /// Events dropped by the threads still held.
+    #[cfg_attr(eventpipe_loom, allow(dead_code))] // read only by the drain's statistics
+    pub(crate) dropped_live: u64,
+}
+
+/// What the manager holds now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Usage {
+    pub(crate) thread_states: usize,
+    pub(crate) buffers: usize,
+    pub(crate) bytes: usize,
+}
+
+impl BufferManager {
+    pub(crate) fn new(budget: usize, block: bool) -> BufferManager {
+        BufferManager {
+            state: Mutex::new(Manager::default()),
+            capacity: Condvar::new(),
+            budget,
+            block,
+        }
+    }
+
+    /// Registers a writing thread.
+    pub(crate) fn add_thread(&self, os_tid: u64, name: Option<String>) -> Arc<ThreadSessionState> {
+        lock(&self.state).threads.add(os_tid, name)
+    }
+
+    /// Gets `thread` a buffer of `size` bytes within the budget: waits in Block mode
+    /// (calling `on_park` with the lock held before each wait, to wake the drain), gives up
+    /// in Drop mode or once the session aborts.
+    ///
+    /// A loss (`NoBuffer::Dropped`) is recorded here, under the lock, with `seq` as the
+    /// thread's published sequence number: the drain's last pass snapshots the table under
+    /// the same lock after the abort, so every loss it can count is visible to it and every
+    /// later attempt sees `aborted` and is refused as outside the session.
+    pub(crate) fn acquire_buffer(
+        &self,
+        thread: &ThreadSessionState,
+        size: usize,
+        seq: u32,
+        mut on_park: impl FnMut(),
+    ) -> Result<Arc<Buffer>, NoBuffer> {
+        let mut m = lock(&self.state);
+        loop {
+            if m.aborted || !m.threads.contains(thread.index) {
+                return Err(NoBuffer::SessionEnded);
+            }
+            let fits_budget = size <= self.budget;
+            if fits_budget && m.used + size <= self.budget {
+                let Some(buffer) = Buffer::new(size).map(Arc::new) else {
+                    thread.record_loss(seq);
+                    return Err(NoBuffer::Dropped);
+                };
+                m.used += size;
+                m.live_buffers += 1;
+                m.threads.push_buffer(thread.index, Arc::clone(&buffer));
+                return Ok(buffer);
+            }
+            if !self.block || !fits_budget {
+                thread.record_loss(seq);
+                return Err(NoBuffer::Dropped);
+            }
+            on_park();
+            m = self.capacity.wait(m).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Drain: the thread table as this pass will read it.
+    pub(crate) fn snapshot(&self) -> Vec<ThreadSnapshot> {
+        lock(&self.state).threads.snapshot()
+    }
+
+    /// Drain, after a pass: frees the buffers it emptied (waking parked writers) and
+    /// removes the threads it finished.
+    pub(crate) fn apply(&self, progress: &[ThreadProgress]) -> Reclaimed {
+        let mut m = lock(&self.state);
+        let applied = m.threads.apply(progress);
+        m.used -= applied.freed_bytes;
+        m.live_buffers -= applied.freed_buffers;
+        if applied.freed_buffers > 0 {
+            self.capacity.notify_all();
+        }
+        Reclaimed {
+            removed: applied.removed,
+            dropped_live: applied.dropped_live,
+        }
+    }
+
+    /// The session ends: every parked writer returns, and no writer parks again.
+    pub(crate) fn abort(&self) {
+        let mut m = lock(&self.state);
+        m.aborted = true;
+        self.capacity.notify_all();
+    }
+
+    /// What is held now.
+    pub(crate) fn usage(&self) -> Usage {
+        let m = lock(&self.state);
+        Usage {
+            thread_states: m.threads.len(),
+            buffers: m.live_buffers,
+            bytes: m.used,
+        }
+    }
+}
