@@ -18,7 +18,7 @@ use nettrace::{TraceReader, Value};
 
 const WORKERS: usize = 2;
 const TASKS: u64 = 64;
-const ROUNDS: usize = 9;
+const ROUNDS: usize = 15;
 
 #[inline(never)]
 fn spin(iterations: u64) {
