@@ -72,6 +72,14 @@ impl Buffer {
         self.capacity
     }
 
+    /// Makes an emptied buffer new again, for another writer. `&mut self`: no writer or
+    /// reader holds it (the manager got it back with `Arc::try_unwrap`, whose Acquire
+    /// orders every access its last holders made before this).
+    pub(crate) fn reset(&mut self) {
+        self.committed.store(0, Ordering::Relaxed);
+        self.retired.store(false, Ordering::Relaxed);
+    }
+
     /// Writer side: appends `parts` as one record at `at` (the writer's own end, equal to
     /// `committed`) and publishes it. Returns the new end.
     ///

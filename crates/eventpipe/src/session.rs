@@ -117,6 +117,9 @@ pub struct SessionStats {
     pub live_buffers: usize,
     /// Bytes of buffers currently allocated.
     pub buffer_bytes: usize,
+    /// Emptied buffers kept for reuse (at most 16; within the budget together with the
+    /// buffers in use; freed with the session).
+    pub spare_buffers: usize,
     /// Per-thread states reclaimed after their thread exited and was drained.
     pub threads_reclaimed: u64,
 }
@@ -181,6 +184,7 @@ impl Session {
         s.live_thread_states = usage.thread_states;
         s.live_buffers = usage.buffers;
         s.buffer_bytes = usage.bytes;
+        s.spare_buffers = usage.spare_buffers;
         s
     }
 

@@ -192,6 +192,8 @@ pub(crate) struct Removed {
 pub(crate) struct Applied {
     pub(crate) freed_bytes: usize,
     pub(crate) freed_buffers: usize,
+    /// The emptied buffers themselves, for the manager to reuse.
+    pub(crate) freed: Vec<Arc<Buffer>>,
     pub(crate) removed: Vec<Removed>,
     /// Events dropped by the threads still in the table.
     pub(crate) dropped_live: u64,
@@ -280,6 +282,7 @@ impl ThreadTable {
                 if let Some(b) = entry.buffers.pop_front() {
                     applied.freed_bytes += b.capacity();
                     applied.freed_buffers += 1;
+                    applied.freed.push(b);
                 }
             }
             entry.read_pos = p.read_pos;
