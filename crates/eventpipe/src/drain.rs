@@ -6,9 +6,9 @@
 //! 2. for each thread, waits for a write in flight to finish (the writer sets `in_flight`
 //!    before stamping a record and clears it after committing), then reads its records with
 //!    timestamps below the cutoff;
-//! 3. sorts the batch by timestamp, writes new metadata, event blocks (the last event of the
-//!    pass marked IsSorted) and, at the sequence-point interval, a sequence point carrying
-//!    each thread's sequence lower bound;
+//! 3. merges the threads' runs of records by timestamp (`sort_batch`), writes new
+//!    metadata, event blocks (the last event of the pass marked IsSorted) and, at the
+//!    sequence-point interval, a sequence point carrying each thread's sequence lower bound;
 //! 4. under the lock again, frees the buffers it emptied (signalling Block-mode writers) and
 //!    removes the threads that had exited at the snapshot and that it read to the end, each
 //!    one's last sequence number carried out: in V5 by this pass's sequence point (forced
