@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+use eventpipe_insight::async_trace::{encode_records, AsyncFrameId, ContextId, Record};
 use nettrace::write::{EventBlockBuilder, TraceWriter};
 use nettrace::{EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, TraceInfo};
 use serde_json::Value;
@@ -46,38 +47,29 @@ fn utf16(s: &str) -> Vec<u8> {
         .collect()
 }
 
-fn varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn zz(x: i64) -> u64 {
-    ((x << 1) ^ (x >> 63)) as u64
-}
-
-/// (ms, kind, ctx, frame, parent) → one buffer's records; ctx 0 = no operand.
+/// (ms, kind, ctx, frame, parent) → one buffer's records (kinds as the format numbers them).
 fn records(base: i64, recs: &[(f64, u64, u64, u32, Option<u64>)]) -> Vec<u8> {
-    let mut out = Vec::new();
-    let (mut ts, mut ctx, mut frame) = (base, 0u64, 0u32);
-    for &(at, kind, c, f, parent) in recs {
-        varint(&mut out, (zz(ms(at) - ts) << 3) | kind);
-        ts = ms(at);
-        if matches!(kind, 0 | 1 | 6) {
-            varint(&mut out, zz(c.wrapping_sub(ctx) as i64));
-            ctx = c;
-        }
-        if matches!(kind, 0 | 1) {
-            varint(&mut out, zz(i64::from(f) - i64::from(frame)));
-            frame = f;
-        }
-        if kind == 0 {
-            varint(&mut out, parent.map_or(0, |p| zz(c.wrapping_sub(p) as i64)));
-        }
-    }
-    out
+    let recs: Vec<Record> = recs
+        .iter()
+        .map(|&(at, kind, c, f, parent)| {
+            let (ts, ctx, frame) = (ms(at), ContextId(c), AsyncFrameId(f));
+            match kind {
+                0 => Record::Create {
+                    ts,
+                    ctx,
+                    frame,
+                    parent: parent.map(ContextId),
+                },
+                1 => Record::Resume { ts, ctx, frame },
+                2 => Record::Suspend { ts },
+                3 => Record::Complete { ts },
+                4 => Record::Unwind { ts },
+                6 => Record::Drop { ts, ctx },
+                other => panic!("no record kind {other} in these tests"),
+            }
+        })
+        .collect();
+    encode_records(&recs, base)
 }
 
 fn buffer(

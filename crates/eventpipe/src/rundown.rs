@@ -176,6 +176,11 @@ pub fn loaded_modules() -> Vec<LoadedModule> {
 }
 
 /// `dl_iterate_phdr` callback: appends one module to the `Vec` behind `data`.
+///
+/// # Safety
+/// Only `dl_iterate_phdr` calls it: `info` valid for the call, `data` the exclusive
+/// `&mut Vec<LoadedModule>` that `loaded_modules` passed.
+// SAFETY: called only by dl_iterate_phdr from `loaded_modules`, as the doc says.
 unsafe extern "C" fn collect_module(
     info: *mut libc::dl_phdr_info,
     _size: libc::size_t,

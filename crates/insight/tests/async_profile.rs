@@ -8,7 +8,9 @@
 
 use std::collections::BTreeMap;
 
-use eventpipe_insight::async_trace::{AsyncFrameId, ContextEnd, ContextId, SpanEnd};
+use eventpipe_insight::async_trace::{
+    encode_records, AsyncFrameId, ContextEnd, ContextId, Record, SpanEnd,
+};
 use eventpipe_insight::{build_profile, write_chrome_trace, FrameKind, ProfileBuilder};
 use eventpipe_insight::{Profile, SampleSelection};
 use nettrace::write::{EventBlockBuilder, TraceWriter};
@@ -156,51 +158,28 @@ enum Rec {
     Drop(i64, u64),
 }
 
-fn varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn zz(x: i64) -> u64 {
-    ((x << 1) ^ (x >> 63)) as u64
-}
-
 fn records(base: i64, recs: &[Rec]) -> Vec<u8> {
-    let mut out = Vec::new();
-    let (mut ts, mut ctx, mut frame) = (base, 0u64, 0u32);
-    for r in recs {
-        let (t, kind) = match *r {
-            Rec::Create(t, ..) => (t, 0),
-            Rec::Resume(t, ..) => (t, 1),
-            Rec::Suspend(t) => (t, 2),
-            Rec::Complete(t) => (t, 3),
-            Rec::Drop(t, _) => (t, 6),
-        };
-        varint(&mut out, (zz(t - ts) << 3) | kind);
-        ts = t;
-        match *r {
-            Rec::Create(_, c, f, parent) => {
-                varint(&mut out, zz(c.wrapping_sub(ctx) as i64));
-                varint(&mut out, zz(i64::from(f) - i64::from(frame)));
-                varint(&mut out, parent.map_or(0, |p| zz(c.wrapping_sub(p) as i64)));
-                (ctx, frame) = (c, f);
-            }
-            Rec::Resume(_, c, f) => {
-                varint(&mut out, zz(c.wrapping_sub(ctx) as i64));
-                varint(&mut out, zz(i64::from(f) - i64::from(frame)));
-                (ctx, frame) = (c, f);
-            }
-            Rec::Drop(_, c) => {
-                varint(&mut out, zz(c.wrapping_sub(ctx) as i64));
-                ctx = c;
-            }
-            Rec::Suspend(_) | Rec::Complete(_) => {}
-        }
-    }
-    out
+    let (ctx, frame) = (ContextId, AsyncFrameId);
+    let recs: Vec<Record> = recs
+        .iter()
+        .map(|r| match *r {
+            Rec::Create(ts, c, f, parent) => Record::Create {
+                ts,
+                ctx: ctx(c),
+                frame: frame(f),
+                parent: parent.map(ctx),
+            },
+            Rec::Resume(ts, c, f) => Record::Resume {
+                ts,
+                ctx: ctx(c),
+                frame: frame(f),
+            },
+            Rec::Suspend(ts) => Record::Suspend { ts },
+            Rec::Complete(ts) => Record::Complete { ts },
+            Rec::Drop(ts, c) => Record::Drop { ts, ctx: ctx(c) },
+        })
+        .collect();
+    encode_records(&recs, base)
 }
 
 fn buffer(thread: u64, sequence: u32, base: i64, recs: &[Rec]) -> Vec<u8> {

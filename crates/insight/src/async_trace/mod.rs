@@ -49,7 +49,7 @@ pub use model::{
     AsyncFrame, AsyncFrameId, AsyncStackId, AsyncTrace, ClockReference, Context, ContextEnd,
     ContextId, Diagnostics, FrameStats, MalformedBuffer, PollSpan, SpanEnd,
 };
-pub use records::{decode_records, Record, RecordError, RecordErrorKind};
+pub use records::{decode_records, encode_records, Record, RecordError, RecordErrorKind};
 
 /// The async profiler's provider.
 pub const PROVIDER: &str = "EventPipeRs-AsyncProfiler";

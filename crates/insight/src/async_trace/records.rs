@@ -281,9 +281,9 @@ pub fn decode_records(bytes: &[u8], base_ts: i64) -> Result<Vec<Record>, RecordE
     Ok(out)
 }
 
-/// A test-only encoder written from the format document, independent of the profiler's
-/// writer: the decoder's tests encode with it and read back.
-#[cfg(test)]
+/// An encoder written from the format document, independent of the profiler's writer: the
+/// decoder's tests encode with it and read back, and tools and tests that synthesize traces
+/// use it through [`encode_records`].
 pub(crate) mod encode {
     use super::{kind, Record};
 
@@ -359,6 +359,12 @@ pub(crate) mod encode {
         }
         out
     }
+}
+
+/// The records of one `AsyncBuffer` whose `BufferTimestamp` is `base_ts`: the inverse of
+/// [`decode_records`], for tools and tests that synthesize traces.
+pub fn encode_records(records: &[Record], base_ts: i64) -> Vec<u8> {
+    encode::encode(records, base_ts)
 }
 
 #[cfg(test)]
