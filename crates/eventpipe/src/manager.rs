@@ -111,9 +111,10 @@ impl BufferManager {
         lock(&self.state).threads.add(os_tid, name)
     }
 
-    /// Gets `thread` a buffer of `size` bytes within the budget: waits in Block mode
-    /// (calling `on_park` with the lock held before each wait, to wake the drain), gives up
-    /// in Drop mode or once the session aborts.
+    /// Gets `thread` a buffer of `size` bytes within the budget: waits in Block mode, gives
+    /// up in Drop mode or once the session aborts. `wake_drain` is called, with the lock
+    /// held, before each wait and whenever a grant leaves more than half the budget in use:
+    /// the drain should be at work well before writers run out of buffers.
     ///
     /// A loss (`NoBuffer::Dropped`) is recorded here, under the lock, with `seq` as the
     /// thread's published sequence number: the drain's last pass snapshots the table under
@@ -124,7 +125,7 @@ impl BufferManager {
         thread: &ThreadSessionState,
         size: usize,
         seq: u32,
-        mut on_park: impl FnMut(),
+        mut wake_drain: impl FnMut(),
     ) -> Result<Arc<Buffer>, NoBuffer> {
         let mut m = lock(&self.state);
         loop {
@@ -153,13 +154,16 @@ impl BufferManager {
                 m.used += size;
                 m.live_buffers += 1;
                 m.threads.push_buffer(thread.index, Arc::clone(&buffer));
+                if m.used > self.budget / 2 {
+                    wake_drain();
+                }
                 return Ok(buffer);
             }
             if !self.block || !fits_budget {
                 thread.record_loss(seq);
                 return Err(NoBuffer::Dropped);
             }
-            on_park();
+            wake_drain();
             m = self.capacity.wait(m).unwrap_or_else(|p| p.into_inner());
         }
     }

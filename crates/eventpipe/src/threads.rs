@@ -310,10 +310,36 @@ impl ThreadTable {
 }
 
 impl ThreadSnapshot {
+    /// How many buffers the snapshot lists for the thread.
+    #[cfg(not(eventpipe_loom))]
+    pub(crate) fn listed_buffers(&self) -> usize {
+        self.buffers.len()
+    }
+
     /// Whether the thread had lost events by the snapshot.
     #[cfg_attr(eventpipe_loom, allow(dead_code))] // as above
     pub(crate) fn lost_events(&self) -> bool {
         self.dropped > 0
+    }
+
+    /// Drain: what the callbacks of one [`read`](Self::read) consumed, in place: given each
+    /// call's [`Consumed::bytes`] in call order, the bytes of the listed buffer it was
+    /// handed (from the saved read position in the first, from the start in the others),
+    /// borrowed for as long as the snapshot holds the buffers. Published bytes are never
+    /// written again, so they stay valid and unchanged.
+    #[cfg(not(eventpipe_loom))]
+    pub(crate) fn consumed_bytes<'s>(
+        &'s self,
+        consumed: &'s [usize],
+    ) -> impl Iterator<Item = &'s [u8]> + 's {
+        self.buffers
+            .iter()
+            .zip(consumed)
+            .enumerate()
+            .filter_map(move |(k, (buffer, &len))| {
+                let start = if k == 0 { self.read_pos } else { 0 };
+                buffer.readable(start).get(..len)
+            })
     }
 
     /// Drain: waits out a record in flight, then reads the listed buffers oldest first

@@ -107,9 +107,13 @@ impl TraceInfo {
 }
 
 /// Collects events for one event block, compressing headers against the previous event.
+///
+/// The block's 20-byte header sits at the front of the buffer and is kept current as events
+/// arrive, so writing the block copies nothing.
 #[derive(Debug, Clone)]
 pub struct EventBlockBuilder {
     v6: bool,
+    /// The block header, then the events.
     buf: Vec<u8>,
     previous: EventHeader,
     min_timestamp: i64,
@@ -117,12 +121,17 @@ pub struct EventBlockBuilder {
     events: usize,
 }
 
+/// Bytes of an event block's header: size, flags, min and max timestamp.
+const EVENT_BLOCK_HEADER: usize = 20;
+
 impl EventBlockBuilder {
     /// An empty block for `version`.
     pub fn new(version: FormatVersion) -> Self {
+        let mut buf = Vec::new();
+        block_header(&mut buf, 0, 0, 0);
         EventBlockBuilder {
             v6: version == FormatVersion::V6,
-            buf: Vec::new(),
+            buf,
             previous: EventHeader::default(),
             min_timestamp: i64::MAX,
             max_timestamp: i64::MIN,
@@ -132,19 +141,25 @@ impl EventBlockBuilder {
 
     /// Appends an event. `header.payload_size` is ignored; the payload's length is used.
     pub fn push(&mut self, header: &EventHeader, payload: &[u8]) {
-        let mut h = *header;
-        h.payload_size = payload.len() as u32;
-        encode_header(&mut self.buf, &self.previous, &h, self.v6);
+        let payload_size = payload.len() as u32;
+        encode_header(&mut self.buf, &self.previous, header, payload_size, self.v6);
         self.buf.extend_from_slice(payload);
-        self.previous = h;
-        self.min_timestamp = self.min_timestamp.min(h.timestamp);
-        self.max_timestamp = self.max_timestamp.max(h.timestamp);
+        self.previous = *header;
+        self.previous.payload_size = payload_size;
+        if header.timestamp < self.min_timestamp {
+            self.min_timestamp = header.timestamp;
+            self.buf[4..12].copy_from_slice(&header.timestamp.to_le_bytes());
+        }
+        if header.timestamp > self.max_timestamp {
+            self.max_timestamp = header.timestamp;
+            self.buf[12..20].copy_from_slice(&header.timestamp.to_le_bytes());
+        }
         self.events += 1;
     }
 
     /// Encoded size so far, without the block header.
     pub fn encoded_len(&self) -> usize {
-        self.buf.len()
+        self.buf.len() - EVENT_BLOCK_HEADER
     }
 
     /// Number of events pushed.
@@ -160,22 +175,16 @@ impl EventBlockBuilder {
     /// Empties the builder for the next block, keeping its allocation.
     pub fn clear(&mut self) {
         self.buf.clear();
+        block_header(&mut self.buf, 0, 0, 0);
         self.previous = EventHeader::default();
         self.min_timestamp = i64::MAX;
         self.max_timestamp = i64::MIN;
         self.events = 0;
     }
 
-    fn payload(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(20 + self.buf.len());
-        block_header(
-            &mut out,
-            self.min_timestamp,
-            self.max_timestamp,
-            self.events,
-        );
-        out.extend_from_slice(&self.buf);
-        out
+    /// The block's payload: header and events.
+    fn payload(&self) -> &[u8] {
+        &self.buf
     }
 }
 
@@ -188,7 +197,13 @@ fn block_header(out: &mut Vec<u8>, min: i64, max: i64, events: usize) {
 }
 
 /// The inverse of the reader's header decompression: emit only what differs.
-fn encode_header(out: &mut Vec<u8>, prev: &EventHeader, h: &EventHeader, v6: bool) {
+fn encode_header(
+    out: &mut Vec<u8>,
+    prev: &EventHeader,
+    h: &EventHeader,
+    payload_size: u32,
+    v6: bool,
+) {
     let flags_at = out.len();
     out.push(0);
     let mut flags = 0u8;
@@ -242,9 +257,9 @@ fn encode_header(out: &mut Vec<u8>, prev: &EventHeader, h: &EventHeader, v6: boo
     if h.is_sorted {
         flags |= 64;
     }
-    if h.payload_size != prev.payload_size {
+    if payload_size != prev.payload_size {
         flags |= 128;
-        varu64(out, u64::from(h.payload_size));
+        varu64(out, u64::from(payload_size));
     }
     out[flags_at] = flags;
 }
@@ -396,7 +411,7 @@ impl<W: Write> TraceWriter<W> {
                     payload_size: payload.len() as u32,
                     ..Default::default()
                 };
-                encode_header(&mut body, &prev, &h, false);
+                encode_header(&mut body, &prev, &h, h.payload_size, false);
                 body.extend_from_slice(&payload);
                 prev = h;
                 Ok(())
@@ -414,7 +429,7 @@ impl<W: Write> TraceWriter<W> {
                 "event block built for another format version",
             ));
         }
-        self.block(2, "EventBlock", &events.payload())
+        self.block(2, "EventBlock", events.payload())
     }
 
     /// Writes stacks with consecutive ids from `first_id`; each is raw pointer-sized IPs.

@@ -1,0 +1,238 @@
+//! One pass's records in time order, read in place from the writers' buffers.
+//!
+//! A pass first scans each thread's published bytes for the records below its cutoff
+//! ([`scan`]: lengths, sequence numbers and timestamps only), then visits them in
+//! (timestamp, thread, sequence number) order ([`for_each_in_order`]) straight from the
+//! buffers: nothing is copied into a batch, so the drain's memory does not grow with the
+//! backlog and no record is moved more than once (into its event block).
+//!
+//! Each run (the records of one buffer of one thread) is already in that order: one writer
+//! stamps its records from a monotonic clock as it appends them. The runs are merged with a
+//! binary heap, taking from one run for as long as it stays ahead of every other, so a
+//! thread writing a burst costs one heap operation per burst, not per record.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use crate::threads::Consumed;
+use crate::writer::RECORD_HEADER;
+
+/// One record as the writer laid it out (`writer.rs`), borrowed from its buffer.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RecordView<'s> {
+    pub(super) event_index: u32,
+    pub(super) seq: u32,
+    pub(super) flags: u32,
+    pub(super) timestamp: i64,
+    /// Everything after the fixed header: activity ids, subject, stack, payload.
+    pub(super) body: &'s [u8],
+}
+
+impl<'s> RecordView<'s> {
+    /// The record at the front of `bytes` and the bytes after it; `None` when no whole
+    /// record is there.
+    #[inline]
+    pub(super) fn parse(bytes: &'s [u8]) -> Option<(RecordView<'s>, &'s [u8])> {
+        let header: &[u8; RECORD_HEADER] = bytes.get(..RECORD_HEADER)?.try_into().ok()?;
+        let word =
+            |i: usize| u32::from_le_bytes([header[i], header[i + 1], header[i + 2], header[i + 3]]);
+        let len = word(0) as usize;
+        let body = bytes.get(RECORD_HEADER..len)?;
+        let mut timestamp = [0u8; 8];
+        timestamp.copy_from_slice(&header[16..24]);
+        let record = RecordView {
+            event_index: word(4),
+            seq: word(8),
+            flags: word(12),
+            timestamp: i64::from_le_bytes(timestamp),
+            body,
+        };
+        Some((record, &bytes[len..]))
+    }
+}
+
+/// Finds the whole records in `data` (a buffer's published bytes from the read position)
+/// stamped before `cutoff`: they are this pass's. Counts them into `records`.
+pub(super) fn scan(data: &[u8], cutoff: i64, records: &mut usize) -> Consumed {
+    let mut consumed = Consumed::default();
+    let mut rest = data;
+    while let Some((record, tail)) = RecordView::parse(rest) {
+        if record.timestamp >= cutoff {
+            consumed.left = Some(record.seq);
+            break;
+        }
+        consumed.last_seq = Some(record.seq);
+        *records += 1;
+        rest = tail;
+    }
+    consumed.bytes = data.len() - rest.len();
+    consumed
+}
+
+/// A run of one thread's records, in order.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Run<'s> {
+    /// Which of the pass's threads wrote it (its position in the snapshot).
+    pub(super) thread: usize,
+    /// The thread's session index, the order's tie-breaker.
+    pub(super) thread_index: u64,
+    pub(super) bytes: &'s [u8],
+}
+
+type Key = (i64, u64, u32);
+
+fn key(record: &RecordView<'_>, thread_index: u64) -> Key {
+    (record.timestamp, thread_index, record.seq)
+}
+
+/// Calls `visit(thread, record)` for every record of `runs` in (timestamp, thread index,
+/// sequence number) order, stopping at the first error.
+pub(super) fn for_each_in_order<'s, E>(
+    runs: &[Run<'s>],
+    mut visit: impl FnMut(usize, RecordView<'s>) -> Result<(), E>,
+) -> Result<(), E> {
+    if let [run] = runs {
+        let mut rest = run.bytes;
+        while let Some((record, tail)) = RecordView::parse(rest) {
+            visit(run.thread, record)?;
+            rest = tail;
+        }
+        return Ok(());
+    }
+    // Each run's next record, parsed, and what follows it.
+    let mut heads: Vec<Option<(RecordView<'s>, &'s [u8])>> = runs
+        .iter()
+        .map(|run| RecordView::parse(run.bytes))
+        .collect();
+    let mut heap = BinaryHeap::with_capacity(runs.len());
+    for (i, head) in heads.iter().enumerate() {
+        if let Some((record, _)) = head {
+            heap.push(Reverse((key(record, runs[i].thread_index), i)));
+        }
+    }
+    while let Some(Reverse((_, i))) = heap.pop() {
+        let rival = heap.peek().map(|Reverse((k, _))| *k);
+        let run = &runs[i];
+        while let Some((record, tail)) = heads[i].take() {
+            visit(run.thread, record)?;
+            heads[i] = RecordView::parse(tail);
+            if let Some((next, _)) = &heads[i] {
+                let next = key(next, run.thread_index);
+                if rival.is_some_and(|r| next > r) {
+                    heap.push(Reverse((next, i)));
+                    break;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(seq: u32, timestamp: i64, payload: &[u8]) -> Vec<u8> {
+        let len = (RECORD_HEADER + payload.len()) as u32;
+        let mut out = Vec::new();
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&7u32.to_le_bytes());
+        out.extend_from_slice(&seq.to_le_bytes());
+        out.extend_from_slice(&0u32.to_le_bytes());
+        out.extend_from_slice(&timestamp.to_le_bytes());
+        out.extend_from_slice(payload);
+        out
+    }
+
+    fn run_of(stamps: &[i64]) -> Vec<u8> {
+        stamps
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &t)| record(i as u32 + 1, t, &[i as u8; 3]))
+            .collect()
+    }
+
+    #[test]
+    fn scan_stops_at_the_cutoff_and_at_a_cut_record() {
+        let mut bytes = run_of(&[10, 20, 30, 40]);
+        let mut records = 0;
+        let c = scan(&bytes, 30, &mut records);
+        assert_eq!((records, c.last_seq, c.left), (2, Some(2), Some(3)));
+        assert_eq!(c.bytes, 2 * (RECORD_HEADER + 3));
+        bytes.truncate(bytes.len() - 1);
+        let mut records = 0;
+        let c = scan(&bytes, i64::MAX, &mut records);
+        assert_eq!((records, c.last_seq, c.left), (3, Some(3), None));
+    }
+
+    #[test]
+    fn runs_merge_by_timestamp_then_thread_then_sequence() {
+        let a = run_of(&[1, 5, 5, 9, 20]);
+        let b = run_of(&[2, 3, 5, 30]);
+        let c = run_of(&[5]);
+        let runs = [
+            Run {
+                thread: 0,
+                thread_index: 4,
+                bytes: &a,
+            },
+            Run {
+                thread: 1,
+                thread_index: 2,
+                bytes: &b,
+            },
+            Run {
+                thread: 2,
+                thread_index: 3,
+                bytes: &c,
+            },
+        ];
+        let mut seen = Vec::new();
+        for_each_in_order::<()>(&runs, |thread, r| {
+            seen.push((r.timestamp, thread, r.seq));
+            Ok(())
+        })
+        .unwrap();
+        let expected = vec![
+            (1, 0, 1),
+            (2, 1, 1),
+            (3, 1, 2),
+            (5, 1, 3),
+            (5, 2, 1),
+            (5, 0, 2),
+            (5, 0, 3),
+            (9, 0, 4),
+            (20, 0, 5),
+            (30, 1, 4),
+        ];
+        assert_eq!(seen, expected);
+    }
+
+    #[test]
+    fn merging_stops_at_the_first_error() {
+        let a = run_of(&[1, 2, 3]);
+        let b = run_of(&[1, 2, 3]);
+        let runs = [
+            Run {
+                thread: 0,
+                thread_index: 0,
+                bytes: &a,
+            },
+            Run {
+                thread: 1,
+                thread_index: 1,
+                bytes: &b,
+            },
+        ];
+        let mut visited = 0;
+        let result = for_each_in_order(&runs, |_, _| {
+            visited += 1;
+            if visited == 4 {
+                Err("output failed")
+            } else {
+                Ok(())
+            }
+        });
+        assert_eq!((result, visited), (Err("output failed"), 4));
+    }
+}

@@ -1,0 +1,516 @@
+//! The drain thread: moves events from the per-thread buffers to the output.
+//!
+//! Each pass:
+//! 1. takes a cutoff timestamp and, under the session lock, a snapshot of every thread's
+//!    buffer list, whether it exited, and its published sequence number (`threads.rs`);
+//! 2. for each thread, waits for a write in flight to finish (the writer sets `in_flight`
+//!    before stamping a record and clears it after committing), then finds its records
+//!    with timestamps below the cutoff (`merge::scan`), leaving them in place;
+//! 3. visits those records in timestamp order straight from the buffers (`merge`) and
+//!    encodes each into an event block, preceded by the metadata, stacks, V6 threads and
+//!    label lists it refers to (`encode`; the last event of the pass marked IsSorted), then,
+//!    at the sequence-point interval, a sequence point carrying each thread's sequence
+//!    lower bound;
+//! 4. under the lock again, frees the buffers it emptied (signalling Block-mode writers) and
+//!    removes the threads that had exited at the snapshot and that it read to the end, each
+//!    one's last sequence number carried out: in V5 by this pass's sequence point (forced
+//!    when such a thread lost events), in V6 by the RemoveThread block that follows.
+//!
+//! Why the cutoff makes IsSorted true: every record left behind has a timestamp at or after
+//! the cutoff, and a record whose writer was in flight was waited for. The writer's
+//! `in_flight` store is Relaxed and precedes its clock read; a store can sit in the store
+//! buffer briefly after the clock is read, so the cutoff trails the drain's clock by
+//! `CUTOFF_MARGIN_NANOS`, far longer than a store buffer takes to drain (a context switch drains it
+//! outright). The drain never waits on anything but writers mid-record: it never blocks on
+//! its own output of events.
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nettrace::write::{EventBlockBuilder, TraceWriter};
+use nettrace::{EventHeader, FormatVersion, ThreadInfo, TraceInfo};
+
+use encode::{output_error, Encoder, TraceOutput};
+use merge::Run;
+
+use crate::clock;
+use crate::config::{Output, SessionConfig};
+use crate::session::{SessionShared, SessionStats};
+use crate::sync::{lock, Arc, AtomicU64, Ordering};
+use crate::threads::{Consumed, ThreadProgress, ThreadSessionState, ThreadSnapshot};
+use crate::{registry, rundown, Error};
+
+mod encode;
+mod merge;
+
+/// How far the cutoff trails the drain's clock, in nanoseconds.
+const CUTOFF_MARGIN_NANOS: i64 = 50_000;
+/// Buffers of each thread a pass reads at most (see `Drain::pass`).
+const PASS_BUFFERS: usize = 8;
+/// Rundown's event blocks are written once they hold this many bytes.
+const EVENT_BLOCK_TARGET: usize = 60 << 10;
+/// Thread names kept for rundown; beyond this many, later threads go unnamed in V5 (V6
+/// thread blocks still name them), so thread churn cannot grow the drain without bound.
+const MAX_RUNDOWN_THREAD_NAMES: usize = 4096;
+
+/// Counters the drain publishes for `Session::stats`.
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    events_written: AtomicU64,
+    events_dropped: AtomicU64,
+    bytes_written: AtomicU64,
+    threads_reclaimed: AtomicU64,
+}
+
+impl Progress {
+    pub(crate) fn snapshot(&self) -> SessionStats {
+        SessionStats {
+            events_written: self.events_written.load(Ordering::Relaxed),
+            events_dropped: self.events_dropped.load(Ordering::Relaxed),
+            bytes_written: self.bytes_written.load(Ordering::Relaxed),
+            threads_reclaimed: self.threads_reclaimed.load(Ordering::Relaxed),
+            ..SessionStats::default()
+        }
+    }
+}
+
+/// Counts bytes on their way to the real output.
+struct CountingWriter {
+    inner: Box<dyn Write + Send>,
+    progress: Arc<Progress>,
+}
+
+impl Write for CountingWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.progress
+            .bytes_written
+            .fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Spawns the drain thread (and a listener thread for listener outputs).
+pub(crate) fn spawn(
+    shared: Arc<SessionShared>,
+    config: SessionConfig,
+    progress: Arc<Progress>,
+) -> Result<JoinHandle<Result<SessionStats, Error>>, Error> {
+    let (sink, listener): (Box<dyn Write + Send>, Option<JoinHandle<()>>) = match config.output {
+        Output::File(path) => {
+            let file = std::fs::File::create(&path)
+                .map_err(|e| Error::Output(format!("cannot create {}: {e}", path.display())))?;
+            (
+                Box::new(std::io::BufWriter::with_capacity(256 << 10, file)),
+                None,
+            )
+        }
+        Output::Stream(stream) => (stream, None),
+        Output::Listener(callback) => {
+            let (writer, handle) = crate::listener::spawn(callback)?;
+            (Box::new(writer), Some(handle))
+        }
+    };
+    let version = config.format;
+    let (utc_nanos, ticks) = clock::sync_point();
+    let mut info = TraceInfo::new(version, std::mem::size_of::<usize>() as u32);
+    info.sync_time_utc = system_time_from_unix_nanos(utc_nanos);
+    info.sync_time_ticks = ticks;
+    info.tick_frequency = clock::ticks_per_second();
+    info.process_id = Some(u64::from(std::process::id()));
+    info.processor_count = std::thread::available_parallelism()
+        .ok()
+        .map(|n| n.get() as u32);
+    let counting = CountingWriter {
+        inner: sink,
+        progress: Arc::clone(&progress),
+    };
+    let writer = TraceWriter::new(Box::new(counting) as Box<dyn Write + Send>, &info)
+        .map_err(|e| Error::Output(format!("cannot start the trace: {e}")))?;
+    let drain = Drain {
+        shared,
+        writer: Some(writer),
+        version,
+        flush_interval: config.flush_interval,
+        sequence_point_interval: config.sequence_point_interval,
+        rundown: config.rundown,
+        progress,
+        encoder: Encoder::new(version),
+        last_sequence_point: Instant::now(),
+        dropped_by_reclaimed: 0,
+        listener,
+        thread_names: HashMap::new(),
+    };
+    std::thread::Builder::new()
+        .name(format!("eventpipe-drain-{}", drain.shared.slot()))
+        .spawn(move || drain.run())
+        .map_err(|e| Error::Output(format!("cannot start the drain thread: {e}")))
+}
+
+struct Drain {
+    shared: Arc<SessionShared>,
+    writer: Option<TraceOutput>,
+    version: FormatVersion,
+    flush_interval: Duration,
+    sequence_point_interval: Duration,
+    rundown: bool,
+    progress: Arc<Progress>,
+    encoder: Encoder,
+    last_sequence_point: Instant,
+    dropped_by_reclaimed: u64,
+    listener: Option<JoinHandle<()>>,
+    /// Names of the threads seen, by OS thread id, for the Thread rundown events.
+    thread_names: HashMap<u64, String>,
+}
+
+impl Drain {
+    fn run(mut self) -> Result<SessionStats, Error> {
+        let result = self.run_passes();
+        let mut owed_callbacks = Vec::new();
+        if result.is_err() {
+            // The output failed: end the session for everyone, release parked writers.
+            owed_callbacks = registry::remove_session(&self.shared);
+            self.shared.active.store(false, Ordering::Relaxed);
+        }
+        self.abort_waiters();
+        // Its providers are told it ended (a profiler stops), from here since the session
+        // is gone before whoever started it calls `stop`.
+        registry::notify(
+            owed_callbacks,
+            self.shared.slot(),
+            registry::Notice::Disabled,
+        );
+        drop(self.writer.take());
+        if let Some(listener) = self.listener.take() {
+            let _ = listener.join();
+        }
+        result.map(|()| self.progress.snapshot())
+    }
+
+    fn abort_waiters(&self) {
+        self.shared.manager.abort();
+    }
+
+    fn writer(&mut self) -> Result<&mut TraceWriter<Box<dyn Write + Send>>, Error> {
+        self.writer
+            .as_mut()
+            .ok_or_else(|| Error::Output("the trace was already finished".into()))
+    }
+
+    fn run_passes(&mut self) -> Result<(), Error> {
+        let mut backlog = false;
+        loop {
+            {
+                let mut woken = lock(&self.shared.wake);
+                if !backlog && !*woken && !self.shared.stop_requested.load(Ordering::Acquire) {
+                    woken = self
+                        .shared
+                        .wake_signal
+                        .wait_timeout(woken, self.flush_interval)
+                        .map(|(g, _)| g)
+                        .unwrap_or_else(|p| p.into_inner().0);
+                }
+                *woken = false;
+            }
+            if self.shared.stop_requested.load(Ordering::Acquire) {
+                // Parked writers give up now; then everything committed is written.
+                self.abort_waiters();
+                while self.pass(true)? {}
+                if self.rundown {
+                    self.write_rundown()?;
+                }
+                let writer = self
+                    .writer
+                    .take()
+                    .ok_or_else(|| Error::Output("the trace was already finished".into()))?;
+                let mut out = writer.finish().map_err(output_error)?;
+                out.flush().map_err(|e| Error::Output(e.to_string()))?;
+                return Ok(());
+            }
+            backlog = self.pass(false)?;
+        }
+    }
+
+    /// One pass; returns whether it left a backlog for the next one to take at once.
+    fn pass(&mut self, last: bool) -> Result<bool, Error> {
+        let full_cutoff = if last {
+            i64::MAX
+        } else {
+            clock::now() - clock::ticks_from_nanos(CUTOFF_MARGIN_NANOS)
+        };
+        let mut cutoff = full_cutoff;
+        let snapshot = self.shared.manager.snapshot();
+        // A pass takes at most `PASS_BUFFERS` of each thread's buffers, so a backlog is
+        // drained in several passes and buffers go back to the writers (parked, in Block
+        // mode) after each, not only at the end. A thread's first record beyond its share
+        // lowers the cutoff, so no thread leaves a record below it behind.
+        let mut backlog = false;
+        for thread in &snapshot {
+            if thread.listed_buffers() > PASS_BUFFERS {
+                if let Some(limit) = first_timestamp_past(thread, PASS_BUFFERS) {
+                    if limit < cutoff {
+                        cutoff = limit;
+                        backlog = true;
+                    }
+                }
+            }
+        }
+        let mut scanned = Scan::of(&snapshot, cutoff);
+        if backlog && scanned.records == 0 {
+            // Every record below the lowered cutoff shares its timestamp: take the lot
+            // rather than make no progress.
+            scanned = Scan::of(&snapshot, full_cutoff);
+            backlog = false;
+        }
+        let v5 = self.version != FormatVersion::V6;
+        let mut bounds = Vec::with_capacity(snapshot.len());
+        let mut force_sequence_point = false;
+        for (thread, progress) in snapshot.iter().zip(&scanned.progress) {
+            let state = &thread.state;
+            if thread.announce {
+                self.remember_thread_name(state);
+                self.encoder.announce_thread(state);
+            }
+            // A thread leaving the table carries its last sequence number out first. V6
+            // has RemoveThread for it; V5 only a sequence point, needed when the thread
+            // lost events (otherwise the reader saw that number on its last event).
+            force_sequence_point |= v5 && progress.reclaims && thread.lost_events();
+            bounds.push((state.index, state.os_tid, progress.bound));
+        }
+        let Scan {
+            records,
+            progress: updates,
+            consumed,
+        } = scanned;
+        let runs: Vec<Run<'_>> = snapshot
+            .iter()
+            .zip(&consumed)
+            .enumerate()
+            .flat_map(|(at, (thread, sizes))| {
+                thread.consumed_bytes(sizes).map(move |bytes| Run {
+                    thread: at,
+                    thread_index: thread.state.index,
+                    bytes,
+                })
+            })
+            .filter(|run| !run.bytes.is_empty())
+            .collect();
+        let writer = self
+            .writer
+            .as_mut()
+            .ok_or_else(|| Error::Output("the trace was already finished".into()))?;
+        let encoder = &mut self.encoder;
+        let mut remaining = records;
+        let mut last_timestamp = None;
+        merge::for_each_in_order(&runs, |at, record| {
+            remaining -= 1;
+            last_timestamp = Some(record.timestamp);
+            encoder.record(writer, &snapshot[at].state, record, remaining == 0)
+        })?;
+        encoder.flush(writer)?;
+        self.progress
+            .events_written
+            .fetch_add(records as u64, Ordering::Relaxed);
+        let due = last
+            || force_sequence_point
+            || self.last_sequence_point.elapsed() >= self.sequence_point_interval;
+        if due {
+            let sp_time = if last {
+                last_timestamp.unwrap_or_else(clock::now)
+            } else {
+                cutoff
+            };
+            let threads: Vec<(u64, u32)> = bounds
+                .iter()
+                .map(|&(index, os_tid, seq)| (if v5 { os_tid } else { index }, seq))
+                .collect();
+            writer
+                .write_sequence_point(sp_time, 0, &threads)
+                .map_err(output_error)?;
+            self.last_sequence_point = Instant::now();
+            self.encoder.start_region();
+        }
+        // The snapshot's references to the buffers go first, so the manager gets the emptied
+        // ones back whole, for reuse.
+        drop(runs);
+        drop(snapshot);
+        self.apply(&updates)?;
+        Ok(backlog)
+    }
+
+    /// Records the name of a newly seen thread for rundown.
+    fn remember_thread_name(&mut self, state: &ThreadSessionState) {
+        if !self.rundown || self.thread_names.len() >= MAX_RUNDOWN_THREAD_NAMES {
+            return;
+        }
+        // Only names the program gave: an unnamed thread's kernel name is its creator's, and
+        // reading it would cost the drain a file read per new thread under churn.
+        if let Some(name) = &state.name {
+            self.thread_names.insert(state.os_tid, name.clone());
+        }
+    }
+
+    fn apply(&mut self, updates: &[ThreadProgress]) -> Result<(), Error> {
+        let reclaimed = self.shared.manager.apply(updates);
+        let removed = reclaimed.removed;
+        let dropped_live = reclaimed.dropped_live;
+        self.dropped_by_reclaimed += removed.iter().map(|r| r.dropped).sum::<u64>();
+        self.progress
+            .events_dropped
+            .store(self.dropped_by_reclaimed + dropped_live, Ordering::Relaxed);
+        self.progress
+            .threads_reclaimed
+            .fetch_add(removed.len() as u64, Ordering::Relaxed);
+        if !removed.is_empty() {
+            let gone: HashSet<u64> = removed.iter().map(|r| r.index).collect();
+            self.encoder.forget_threads(|index| gone.contains(&index));
+        }
+        if self.version == FormatVersion::V6 && !removed.is_empty() {
+            let entries: Vec<(u64, u32)> = removed.iter().map(|r| (r.index, r.last_seq)).collect();
+            self.writer()?
+                .write_remove_thread_block(&entries)
+                .map_err(output_error)?;
+        }
+        Ok(())
+    }
+
+    /// Rundown (see [`crate::rundown`]): process info, loaded modules, thread names.
+    fn write_rundown(&mut self) -> Result<(), Error> {
+        let tid = crate::writer::current_os_tid();
+        let version = self.version;
+        let v6 = version == FormatVersion::V6;
+        let thread_names = std::mem::take(&mut self.thread_names);
+        let writer = self.writer()?;
+        writer
+            .write_metadata_block(&rundown::all_metadata())
+            .map_err(output_error)?;
+        if v6 {
+            let rundown_thread = ThreadInfo {
+                index: u64::MAX >> 1,
+                name: Some("eventpipe-drain".into()),
+                process_id: Some(u64::from(std::process::id())),
+                thread_id: Some(tid),
+                key_values: Vec::new(),
+            };
+            writer
+                .write_thread_block(&[rundown_thread])
+                .map_err(output_error)?;
+        }
+        let thread = if v6 { u64::MAX >> 1 } else { tid };
+        let mut events: Vec<(u32, Vec<u8>)> = vec![(
+            rundown::PROCESS_INFO_METADATA_ID,
+            rundown::process_info_payload(),
+        )];
+        events.extend(
+            rundown::loaded_modules()
+                .iter()
+                .map(|m| (rundown::MODULE_METADATA_ID, m.payload())),
+        );
+        let mut names: Vec<_> = thread_names.into_iter().collect();
+        names.sort();
+        events.extend(names.iter().map(|(tid, name)| {
+            (
+                rundown::THREAD_METADATA_ID,
+                rundown::thread_payload(*tid, name),
+            )
+        }));
+        let timestamp = clock::now();
+        let mut block = EventBlockBuilder::new(version);
+        for (i, (metadata_id, payload)) in events.iter().enumerate() {
+            if block.encoded_len() >= EVENT_BLOCK_TARGET {
+                writer.write_event_block(&block).map_err(output_error)?;
+                block = EventBlockBuilder::new(version);
+            }
+            let header = EventHeader {
+                metadata_id: *metadata_id,
+                sequence_number: i as u32 + 1,
+                thread,
+                capture_thread: thread,
+                timestamp,
+                is_sorted: true,
+                ..EventHeader::default()
+            };
+            block.push(&header, payload);
+        }
+        writer.write_event_block(&block).map_err(output_error)
+    }
+}
+
+/// What a pass found to read: per thread (in snapshot order) its progress and the bytes
+/// each listed buffer gave, and the records in all.
+struct Scan {
+    records: usize,
+    progress: Vec<ThreadProgress>,
+    consumed: Vec<Vec<usize>>,
+}
+
+impl Scan {
+    /// Finds each thread's records below `cutoff`. Reads only: a pass may scan twice.
+    fn of(snapshot: &[ThreadSnapshot], cutoff: i64) -> Scan {
+        let mut scan = Scan {
+            records: 0,
+            progress: Vec::with_capacity(snapshot.len()),
+            consumed: Vec::with_capacity(snapshot.len()),
+        };
+        for thread in snapshot {
+            let mut sizes = Vec::new();
+            let progress = thread.read(|bytes| {
+                let c = merge::scan(bytes, cutoff, &mut scan.records);
+                sizes.push(c.bytes);
+                c
+            });
+            scan.progress.push(progress);
+            scan.consumed.push(sizes);
+        }
+        scan
+    }
+}
+
+/// The timestamp of `thread`'s first record after its first `skip` listed buffers, once
+/// any record in flight has landed; `None` when it has none there yet.
+fn first_timestamp_past(thread: &ThreadSnapshot, skip: usize) -> Option<i64> {
+    let mut seen = 0;
+    let mut first = None;
+    thread.read(|bytes| {
+        seen += 1;
+        if seen <= skip {
+            // Published bytes end at a record boundary: take them all to move on.
+            return Consumed {
+                bytes: bytes.len(),
+                ..Consumed::default()
+            };
+        }
+        first = merge::RecordView::parse(bytes).map(|(record, _)| record.timestamp);
+        Consumed {
+            left: Some(0),
+            ..Consumed::default()
+        }
+    });
+    first
+}
+
+fn system_time_from_unix_nanos(nanos: i128) -> nettrace::SystemTime {
+    let text = nettrace::format_unix_nanos(nanos);
+    // "YYYY-MM-DDTHH:MM:SS.nnnnnnnnnZ"
+    let num = |a: usize, b: usize| {
+        text.get(a..b)
+            .and_then(|s| s.parse::<i16>().ok())
+            .unwrap_or(0)
+    };
+    let days = nanos.div_euclid(86_400_000_000_000) as i64;
+    nettrace::SystemTime {
+        year: num(0, 4),
+        month: num(5, 7),
+        day_of_week: ((days + 4).rem_euclid(7)) as i16,
+        day: num(8, 10),
+        hour: num(11, 13),
+        minute: num(14, 16),
+        second: num(17, 19),
+        millisecond: num(20, 23),
+    }
+}
