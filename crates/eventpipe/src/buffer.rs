@@ -100,6 +100,31 @@ impl Buffer {
         end
     }
 
+    /// Writer side: [`append`](Self::append) of a header and a payload, the common record,
+    /// with the header's copy of fixed size.
+    ///
+    /// # Safety
+    /// As for `append`.
+    #[inline(always)]
+    pub(crate) unsafe fn append_record<const N: usize>(
+        &self,
+        at: usize,
+        header: &[u8; N],
+        payload: &[u8],
+    ) -> usize {
+        debug_assert!(at + N + payload.len() <= self.capacity);
+        // SAFETY: both ranges lie within the buffer (caller's contract) at or beyond
+        // `committed`, so the drain does not read them until we publish.
+        unsafe {
+            self.write_bytes(at, header);
+            self.write_bytes(at + N, payload);
+        }
+        let end = at + N + payload.len();
+        // Release: publishes the bytes written above; pairs with the Acquire in `readable`.
+        self.committed.store(end, Ordering::Release);
+        end
+    }
+
     /// Writer side: no more records will be appended.
     pub(crate) fn retire(&self) {
         // Release: pairs with the Acquire in `is_retired`, ordering it after the last commit.
@@ -115,6 +140,7 @@ impl Buffer {
     /// `[at, at + bytes.len())` must lie within the buffer, at or beyond `committed`, and
     /// only the single writer may call this.
     #[cfg(not(eventpipe_loom))]
+    #[inline(always)]
     unsafe fn write_bytes(&self, at: usize, bytes: &[u8]) {
         // SAFETY: forwarded from the caller.
         unsafe {

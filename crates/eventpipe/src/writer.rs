@@ -108,6 +108,13 @@ pub(crate) fn write_event(
             let Some(entry) = slots.get_mut(slot) else {
                 continue;
             };
+            if given.is_none() && activity.is_none() {
+                if let Some(s) = entry {
+                    if append_plain(s, index, payload) {
+                        continue;
+                    }
+                }
+            }
             let (stack, subject) = match given {
                 Some(g) => (Some(g.stack), g.subject),
                 None => {
@@ -131,6 +138,50 @@ pub(crate) fn write_event(
             write_to_slot(entry, slot, w, index, record);
         }
     });
+}
+
+/// The common case, kept short: a record with nothing but a payload, into a buffer with
+/// room, for a session that wants no stacks. Returns false, having done nothing, when the
+/// general path must handle the record.
+#[inline(always)]
+fn append_plain(s: &mut WriterSlot, index: u32, payload: &[u8]) -> bool {
+    if !s.session.active.load(Ordering::Relaxed) || s.session.stacks {
+        return false;
+    }
+    let Some(buffer) = s.buffer.as_deref() else {
+        return false;
+    };
+    let len = RECORD_HEADER + payload.len();
+    if s.end + len > buffer.capacity() {
+        return false;
+    }
+    let seq = s.seq.wrapping_add(1);
+    s.seq = seq;
+    s.state.begin_record();
+    let header = record_header(len, index, seq, 0, clock::now());
+    // SAFETY: this thread is the buffer's only writer, `s.end` is its published end, and
+    // the record fits (checked above).
+    s.end = unsafe { buffer.append_record(s.end, &header, payload) };
+    s.state.commit_record(seq);
+    true
+}
+
+/// The fixed head of every record (see the module docs).
+#[inline(always)]
+fn record_header(
+    len: usize,
+    index: u32,
+    seq: u32,
+    flags: u32,
+    timestamp: i64,
+) -> [u8; RECORD_HEADER] {
+    let mut header = [0u8; RECORD_HEADER];
+    header[0..4].copy_from_slice(&(len as u32).to_le_bytes());
+    header[4..8].copy_from_slice(&index.to_le_bytes());
+    header[8..12].copy_from_slice(&seq.to_le_bytes());
+    header[12..16].copy_from_slice(&flags.to_le_bytes());
+    header[16..24].copy_from_slice(&timestamp.to_le_bytes());
+    header
 }
 
 /// What one event record holds besides its header.
@@ -222,12 +273,6 @@ fn write_to_slot(
     let Some(buffer) = s.buffer.as_ref() else {
         return;
     };
-    s.state.begin_record();
-    let timestamp = clock::now();
-    let mut header = [0u8; RECORD_HEADER];
-    header[0..4].copy_from_slice(&(len as u32).to_le_bytes());
-    header[4..8].copy_from_slice(&index.to_le_bytes());
-    header[8..12].copy_from_slice(&seq.to_le_bytes());
     let mut flags = if activity.is_some() { FLAG_ACTIVITY } else { 0 };
     if stack.is_some() {
         flags |= FLAG_STACK;
@@ -235,8 +280,8 @@ fn write_to_slot(
     if subject.is_some() {
         flags |= FLAG_SUBJECT;
     }
-    header[12..16].copy_from_slice(&flags.to_le_bytes());
-    header[16..24].copy_from_slice(&timestamp.to_le_bytes());
+    s.state.begin_record();
+    let header = record_header(len, index, seq, flags, clock::now());
     // SAFETY: this thread is the buffer's only writer, `s.end` is its published end, and
     // the record fits (checked above or the buffer was sized for it).
     s.end = unsafe {

@@ -37,8 +37,8 @@ use std::io::Write;
 use crate::cursor::zigzag_encode;
 use crate::error::{Error, Result};
 use crate::model::{
-    EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, Label, SystemTime, ThreadInfo,
-    TraceInfo,
+    EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, Guid, Label, SystemTime,
+    ThreadInfo, TraceInfo,
 };
 
 /// Largest V6 block payload: the block header's size field has 24 bits.
@@ -196,7 +196,42 @@ fn block_header(out: &mut Vec<u8>, min: i64, max: i64, events: usize) {
     out.extend_from_slice(&max.to_le_bytes());
 }
 
+/// An encoded event header, built on the stack and appended in one copy.
+struct HeaderBytes {
+    bytes: [u8; HeaderBytes::CAPACITY],
+    len: usize,
+}
+
+impl HeaderBytes {
+    /// Flags, seven varints of at most 10 bytes and two GUIDs: 103 bytes at most.
+    const CAPACITY: usize = 112;
+
+    #[inline]
+    fn var(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.byte(v as u8 | 0x80);
+            v >>= 7;
+        }
+        self.byte(v as u8);
+    }
+
+    #[inline]
+    fn byte(&mut self, b: u8) {
+        if let Some(slot) = self.bytes.get_mut(self.len) {
+            *slot = b;
+            self.len += 1;
+        }
+    }
+
+    fn guid(&mut self, g: &Guid) {
+        for &b in &g.0 {
+            self.byte(b);
+        }
+    }
+}
+
 /// The inverse of the reader's header decompression: emit only what differs.
+#[inline]
 fn encode_header(
     out: &mut Vec<u8>,
     prev: &EventHeader,
@@ -204,12 +239,14 @@ fn encode_header(
     payload_size: u32,
     v6: bool,
 ) {
-    let flags_at = out.len();
-    out.push(0);
+    let mut e = HeaderBytes {
+        bytes: [0; HeaderBytes::CAPACITY],
+        len: 1,
+    };
     let mut flags = 0u8;
     if h.metadata_id != prev.metadata_id {
         flags |= 1;
-        varu64(out, u64::from(h.metadata_id));
+        e.var(u64::from(h.metadata_id));
     }
     let counted = v6 || h.metadata_id != 0;
     let implied = if counted {
@@ -226,32 +263,32 @@ fn encode_header(
             .sequence_number
             .wrapping_sub(prev.sequence_number)
             .wrapping_sub(u32::from(counted));
-        varu64(out, u64::from(delta));
-        varu64(out, h.capture_thread);
-        varu64(out, u64::from(h.processor));
+        e.var(u64::from(delta));
+        e.var(h.capture_thread);
+        e.var(u64::from(h.processor));
     }
     if h.thread != prev.thread {
         flags |= 4;
-        varu64(out, h.thread);
+        e.var(h.thread);
     }
     if h.stack_id != prev.stack_id {
         flags |= 8;
-        varu64(out, u64::from(h.stack_id));
+        e.var(u64::from(h.stack_id));
     }
-    varu64(out, h.timestamp.wrapping_sub(prev.timestamp) as u64);
+    e.var(h.timestamp.wrapping_sub(prev.timestamp) as u64);
     if v6 {
         if h.label_list_id != prev.label_list_id {
             flags |= 16;
-            varu64(out, u64::from(h.label_list_id));
+            e.var(u64::from(h.label_list_id));
         }
     } else {
         if h.activity_id != prev.activity_id {
             flags |= 16;
-            out.extend_from_slice(&h.activity_id.0);
+            e.guid(&h.activity_id);
         }
         if h.related_activity_id != prev.related_activity_id {
             flags |= 32;
-            out.extend_from_slice(&h.related_activity_id.0);
+            e.guid(&h.related_activity_id);
         }
     }
     if h.is_sorted {
@@ -259,9 +296,10 @@ fn encode_header(
     }
     if payload_size != prev.payload_size {
         flags |= 128;
-        varu64(out, u64::from(payload_size));
+        e.var(u64::from(payload_size));
     }
-    out[flags_at] = flags;
+    e.bytes[0] = flags;
+    out.extend_from_slice(&e.bytes[..e.len]);
 }
 
 /// Writes a trace block by block.
