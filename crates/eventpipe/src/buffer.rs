@@ -106,6 +106,7 @@ impl Buffer {
     /// # Safety
     /// As for `append`.
     #[inline(always)]
+    #[cfg_attr(eventpipe_loom, allow(dead_code))] // the writer is not modelled
     pub(crate) unsafe fn append_record<const N: usize>(
         &self,
         at: usize,

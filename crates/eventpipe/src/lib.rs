@@ -185,11 +185,12 @@ pub mod loom_model {
         /// Drain: one pass as `drain.rs` makes it, without the output: snapshot, read
         /// each thread's one-byte records, apply (free emptied buffers, remove finished
         /// threads). At most `quota` records of each thread are read, the rest left for a
-        /// later pass as the drain leaves records past its cutoff.
-        pub fn drain_pass(&self, quota: usize) -> Pass {
+        /// later pass as the drain leaves records past its cutoff; at most `max_buffers` of
+        /// each thread's buffers are listed, as the drain lists only the oldest.
+        pub fn drain_pass(&self, quota: usize, max_buffers: usize) -> Pass {
             let mut pass = Pass::default();
             let mut progress = Vec::new();
-            for thread in self.0.snapshot() {
+            for thread in self.0.snapshot(max_buffers) {
                 let mut read = Vec::new();
                 let p = thread.read(|bytes| {
                     let n = bytes.len().min(quota - read.len());

@@ -168,9 +168,10 @@ impl BufferManager {
         }
     }
 
-    /// Drain: the thread table as this pass will read it.
-    pub(crate) fn snapshot(&self) -> Vec<ThreadSnapshot> {
-        lock(&self.state).threads.snapshot()
+    /// Drain: the thread table as this pass will read it, at most `max_buffers` buffers of
+    /// each thread listed.
+    pub(crate) fn snapshot(&self, max_buffers: usize) -> Vec<ThreadSnapshot> {
+        lock(&self.state).threads.snapshot(max_buffers)
     }
 
     /// Drain, after a pass: frees the buffers it emptied (waking parked writers) and

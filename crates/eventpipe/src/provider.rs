@@ -544,6 +544,29 @@ impl PayloadField for str {
     #[inline]
     fn encode(&self, w: &mut PayloadWriter) {
         let mut units = [0u8; 64];
+        if self.is_ascii() {
+            // Each byte is its own UTF-16 unit: widen 32 at a time, no decoding.
+            let bytes = self.as_bytes();
+            let mut chunks = bytes.chunks_exact(32);
+            for chunk in &mut chunks {
+                for (pair, &b) in units.chunks_exact_mut(2).zip(chunk) {
+                    pair[0] = b;
+                    pair[1] = 0;
+                }
+                w.bytes(&units);
+            }
+            let rest = chunks.remainder();
+            for (pair, &b) in units.chunks_exact_mut(2).zip(rest) {
+                pair[0] = b;
+                pair[1] = 0;
+            }
+            // The terminator: two more zero bytes.
+            let n = 2 * rest.len();
+            units[n] = 0;
+            units[n + 1] = 0;
+            w.bytes(&units[..n + 2]);
+            return;
+        }
         let mut n = 0;
         for unit in self.encode_utf16().chain(std::iter::once(0)) {
             if n == units.len() {
@@ -719,6 +742,23 @@ mod tests {
         // SAFETY: initialised by `init_in`, dropped once.
         unsafe { slot.assume_init_drop() };
         out
+    }
+
+    #[test]
+    fn strings_encode_as_nul_terminated_utf16_at_every_length() {
+        for len in [0, 1, 5, 31, 32, 33, 63, 64, 65, 100, 1000] {
+            for text in [
+                "abcdefghij".repeat(100)[..len].to_string(),
+                "é€𝄞x".repeat(len),
+            ] {
+                let expected: Vec<u8> = text
+                    .encode_utf16()
+                    .chain(std::iter::once(0))
+                    .flat_map(u16::to_le_bytes)
+                    .collect();
+                assert_eq!(encoded(text.as_str()), expected, "{text:?}");
+            }
+        }
     }
 
     #[test]

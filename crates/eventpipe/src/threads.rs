@@ -27,7 +27,9 @@
 //!
 //! **The last sequence number is carried.** A pass's sequence-point bound for a thread
 //! ([`ThreadProgress::bound`]) is one before the first record it left behind, or else the
-//! later of the published number loaded at the snapshot and the last record read. Loaded
+//! later of the published number loaded at the snapshot and the last record read (only the
+//! last record read when the snapshot lists just the oldest of the thread's buffers, as the
+//! drain's do: the published number may then be a record's in an unlisted buffer). Loaded
 //! under the lock, the published number covers only records in listed buffers (a later
 //! buffer is pushed under the lock after the snapshot, and all in it is published after
 //! that) and losses recorded before the snapshot, so a bound never overtakes a record still
@@ -122,6 +124,8 @@ struct ThreadEntry {
     read_pos: usize,
     /// Whether the output has described this thread yet (V6 thread block).
     announced: bool,
+    /// The sequence-point bound the last pass found.
+    bound: u32,
 }
 
 /// The per-thread states of a session, by thread index. Guarded by the session's lock.
@@ -144,6 +148,10 @@ pub(crate) struct ThreadSnapshot {
     pub(crate) announce: bool,
     /// `exited`, loaded under the lock.
     exited: bool,
+    /// The entry has more buffers than the snapshot lists.
+    truncated: bool,
+    /// The bound the previous pass found.
+    previous_bound: u32,
     /// The published sequence number, loaded under the lock after `exited`.
     published: u32,
     /// Events dropped so far, loaded under the lock.
@@ -220,6 +228,7 @@ impl ThreadTable {
                 buffers: VecDeque::new(),
                 read_pos: 0,
                 announced: false,
+                bound: 0,
             },
         );
         state
@@ -242,8 +251,9 @@ impl ThreadTable {
         self.entries.len()
     }
 
-    /// Drain: each thread as this pass will read it. Marks every thread announced.
-    pub(crate) fn snapshot(&mut self) -> Vec<ThreadSnapshot> {
+    /// Drain: each thread as this pass will read it, listing at most `max_buffers` of its
+    /// buffers (the oldest). Marks every thread announced.
+    pub(crate) fn snapshot(&mut self, max_buffers: usize) -> Vec<ThreadSnapshot> {
         self.entries
             .values_mut()
             .map(|e| {
@@ -259,10 +269,12 @@ impl ThreadTable {
                 let dropped = e.state.dropped.load(Ordering::Relaxed);
                 ThreadSnapshot {
                     state: Arc::clone(&e.state),
-                    buffers: e.buffers.iter().cloned().collect(),
+                    buffers: e.buffers.iter().take(max_buffers).cloned().collect(),
                     read_pos: e.read_pos,
                     announce,
                     exited,
+                    truncated: e.buffers.len() > max_buffers,
+                    previous_bound: e.bound,
                     published,
                     dropped,
                 }
@@ -286,6 +298,7 @@ impl ThreadTable {
                 }
             }
             entry.read_pos = p.read_pos;
+            entry.bound = p.bound;
             // An exited thread pushes no buffer, so emptying the snapshot's list emptied
             // the entry's; the check only guards that reasoning.
             if p.reclaims && entry.buffers.is_empty() {
@@ -376,6 +389,8 @@ impl ThreadSnapshot {
         }
         let bound = match left {
             Some(seq) => seq.wrapping_sub(1),
+            // The published number may belong to a record in an unlisted buffer.
+            None if self.truncated => last_read.max(self.previous_bound),
             None => self.published.max(last_read),
         };
         ThreadProgress {
@@ -383,7 +398,10 @@ impl ThreadSnapshot {
             buffers_emptied: emptied,
             read_pos: pos,
             bound,
-            reclaims: self.exited && left.is_none() && emptied == self.buffers.len(),
+            reclaims: self.exited
+                && !self.truncated
+                && left.is_none()
+                && emptied == self.buffers.len(),
         }
     }
 }

@@ -99,10 +99,15 @@ fn read_stream<R: Read>(mut tee: Tee<R>, began: Instant) -> (StreamSummary, Resu
         Ok(mut reader) => loop {
             match reader.next_event() {
                 Ok(Some(e)) => {
-                    *summary
-                        .by_provider
-                        .entry(e.metadata.provider.to_string())
-                        .or_default() += 1;
+                    // A lookup by &str first: no allocation per event.
+                    match summary.by_provider.get_mut(e.metadata.provider.as_str()) {
+                        Some(count) => *count += 1,
+                        None => {
+                            summary
+                                .by_provider
+                                .insert(e.metadata.provider.to_string(), 1);
+                        }
+                    }
                     let n = counters.events.fetch_add(1, Ordering::Relaxed) + 1;
                     if n == 1 {
                         let us = began.elapsed().as_micros().max(1);

@@ -244,7 +244,9 @@ impl Drain {
             clock::now() - clock::ticks_from_nanos(CUTOFF_MARGIN_NANOS)
         };
         let mut cutoff = full_cutoff;
-        let snapshot = self.shared.manager.snapshot();
+        // Listing a thread's whole backlog would cost every pass a reference count per
+        // buffer; it reads `PASS_BUFFERS` and looks at one more.
+        let snapshot = self.shared.manager.snapshot(PASS_BUFFERS + 1);
         // A pass takes at most `PASS_BUFFERS` of each thread's buffers, so a backlog is
         // drained in several passes and buffers go back to the writers (parked, in Block
         // mode) after each, not only at the end. A thread's first record beyond its share
