@@ -15,6 +15,7 @@
 //! visible to other cores. The drain's cutoff trails its clock by a margin
 //! ([`ticks_from_nanos`] of 50 µs) far longer than that window; see `drain.rs`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -93,12 +94,29 @@ fn read_tsc() -> i64 {
     0
 }
 
+/// Set once the base is taken and the source is the TSC: then [`now`] is this load and
+/// one `rdtsc`, small enough to inline into the write path. Relaxed: the flag guards no
+/// other data (the TSC needs no base to be read).
+static TSC_READY: AtomicBool = AtomicBool::new(false);
+
 /// The current timestamp in ticks (see [`ticks_per_second`]).
-#[inline]
+#[inline(always)]
 pub fn now() -> i64 {
+    if TSC_READY.load(Ordering::Relaxed) {
+        return read_tsc();
+    }
+    now_from_base()
+}
+
+#[cold]
+#[inline(never)]
+fn now_from_base() -> i64 {
     let b = base();
     match b.source {
-        Source::Tsc => read_tsc(),
+        Source::Tsc => {
+            TSC_READY.store(true, Ordering::Relaxed);
+            read_tsc()
+        }
         Source::Monotonic => b.instant.elapsed().as_nanos() as i64,
     }
 }

@@ -335,8 +335,9 @@ impl EventDescriptor {
         activity: Option<(nettrace::Guid, nettrace::Guid)>,
         fill: impl FnOnce(&mut PayloadWriter),
     ) {
-        self.encode(mask, fill, |mask, payload| {
-            crate::writer::write_event(self, mask, payload, activity, None);
+        self.encode(mask, fill, |mask, payload| match activity {
+            None => crate::writer::write_plain_event(self, mask, payload),
+            Some(_) => crate::writer::write_event(self, mask, payload, activity, None),
         });
     }
 
@@ -385,6 +386,7 @@ impl EventDescriptor {
         self.mask.store(mask, Ordering::Relaxed);
     }
 
+    #[inline]
     pub(crate) fn index(&self) -> Option<u32> {
         match self.index.load(Ordering::Acquire) {
             u32::MAX => None,

@@ -140,6 +140,32 @@ pub(crate) fn write_event(
     });
 }
 
+/// [`write_event`] of a payload alone (no activity ids, no given stack), with the common
+/// case (one session, a plain record with room in the buffer) in a short function of its
+/// own, which the general one's argument handling and stack frame would otherwise slow.
+#[inline]
+pub(crate) fn write_plain_event(event: &'static EventDescriptor, mask: u64, payload: &[u8]) {
+    if mask.is_power_of_two() {
+        let done = WRITER.try_with(|w| {
+            let Some(index) = event.index() else {
+                return true;
+            };
+            let Ok(mut slots) = w.slots.try_borrow_mut() else {
+                // A write from inside a write: dropped, as `write_event` would.
+                return true;
+            };
+            match slots.get_mut(mask.trailing_zeros() as usize) {
+                Some(Some(s)) => append_plain(s, index, payload),
+                _ => false,
+            }
+        });
+        if done == Ok(true) {
+            return;
+        }
+    }
+    write_event(event, mask, payload, None, None);
+}
+
 /// The common case, kept short: a record with nothing but a payload, into a buffer with
 /// room, for a session that wants no stacks. Returns false, having done nothing, when the
 /// general path must handle the record.
@@ -158,10 +184,15 @@ fn append_plain(s: &mut WriterSlot, index: u32, payload: &[u8]) -> bool {
     let seq = s.seq.wrapping_add(1);
     s.seq = seq;
     s.state.begin_record();
-    let header = record_header(len, index, seq, 0, clock::now());
+    // The record head of the module docs as three little-endian words.
+    let header = [
+        len as u64 | u64::from(index) << 32,
+        u64::from(seq),
+        clock::now() as u64,
+    ];
     // SAFETY: this thread is the buffer's only writer, `s.end` is its published end, and
     // the record fits (checked above).
-    s.end = unsafe { buffer.append_record(s.end, &header, payload) };
+    s.end = unsafe { buffer.append_record(s.end, header, payload) };
     s.state.commit_record(seq);
     true
 }
