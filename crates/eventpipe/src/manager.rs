@@ -41,11 +41,50 @@ struct Manager {
     /// the writers of a sustained run paid for ~8% of their time). Not counted in `used`,
     /// but `used` plus their bytes stays within the budget: a buffer joins them only as it
     /// leaves `used`, and a new allocation first frees spares as needed.
-    spare: Vec<Buffer>,
+    spare: Spares,
 }
 
-/// Most emptied buffers kept for reuse (1 MiB at the largest buffer size).
-const SPARE_BUFFERS: usize = 16;
+/// The spare buffers and their bytes.
+#[derive(Debug, Default)]
+struct Spares {
+    buffers: Vec<Buffer>,
+    bytes: usize,
+}
+
+impl Spares {
+    /// A spare of exactly `size` bytes, if there is one.
+    fn take(&mut self, size: usize) -> Option<Buffer> {
+        let i = self.buffers.iter().position(|b| b.capacity() == size)?;
+        self.bytes -= size;
+        Some(self.buffers.swap_remove(i))
+    }
+
+    /// Frees one spare; false when there is none.
+    fn free_one(&mut self) -> bool {
+        match self.buffers.pop() {
+            Some(b) => {
+                self.bytes -= b.capacity();
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn push(&mut self, buffer: Buffer) {
+        self.bytes += buffer.capacity();
+        self.buffers.push(buffer);
+    }
+
+    fn len(&self) -> usize {
+        self.buffers.len()
+    }
+}
+
+/// Emptied buffers are kept for reuse up to this share of the budget (at least 16 of
+/// them): a sustained run recycles buffers at the rate it writes, and every one handed
+/// back to the allocator comes back as fresh pages to fault in.
+const SPARE_SHARE_OF_BUDGET: usize = 4;
+const MIN_SPARE_BUFFERS: usize = 16;
 
 /// A session's lock, the data it guards, and the condition Block-mode writers wait on.
 #[derive(Debug)]
@@ -92,7 +131,7 @@ pub(crate) struct Usage {
 
 impl Manager {
     fn spare_bytes(&self) -> usize {
-        self.spare.iter().map(Buffer::capacity).sum()
+        self.spare.bytes
     }
 }
 
@@ -134,16 +173,14 @@ impl BufferManager {
             }
             let fits_budget = size <= self.budget;
             if fits_budget && m.used + size <= self.budget {
-                let reused = m.spare.iter().position(|b| b.capacity() == size);
-                let buffer = match reused {
-                    // In use and spare together stay as they were: within the budget.
-                    Some(i) => Some(m.spare.swap_remove(i)),
+                // A reused spare leaves in use and spare together as they were: within the
+                // budget.
+                let buffer = match m.spare.take(size) {
+                    reused @ Some(_) => reused,
                     None => {
                         // Spares of other sizes give their memory back first, as needed to
                         // keep what is in use and spare within the budget.
-                        while m.used + m.spare_bytes() + size > self.budget
-                            && m.spare.pop().is_some()
-                        {}
+                        while m.used + m.spare_bytes() + size > self.budget && m.spare.free_one() {}
                         Buffer::new(size)
                     }
                 };
@@ -184,7 +221,9 @@ impl BufferManager {
         for buffer in applied.freed {
             // A buffer someone still holds (the drain's snapshot of this pass) is dropped
             // by its last holder instead.
-            if m.spare.len() < SPARE_BUFFERS {
+            let keep = m.spare.len() < MIN_SPARE_BUFFERS
+                || m.spare_bytes() + buffer.capacity() <= self.budget / SPARE_SHARE_OF_BUDGET;
+            if keep {
                 if let Ok(mut buffer) = Arc::try_unwrap(buffer) {
                     buffer.reset();
                     m.spare.push(buffer);

@@ -117,8 +117,9 @@ pub struct SessionStats {
     pub live_buffers: usize,
     /// Bytes of buffers currently allocated.
     pub buffer_bytes: usize,
-    /// Emptied buffers kept for reuse (at most 16; within the budget together with the
-    /// buffers in use; freed with the session).
+    /// Emptied buffers kept for reuse: 16, or as many as fit in a quarter of the budget
+    /// when that is more. With the buffers in use they stay within the budget; they are
+    /// freed with the session.
     pub spare_buffers: usize,
     /// Per-thread states reclaimed after their thread exited and was drained.
     pub threads_reclaimed: u64,

@@ -57,6 +57,19 @@ pub(crate) struct ThreadSessionState {
     /// Thread name, if it has one.
     #[cfg_attr(eventpipe_loom, allow(dead_code))] // as above
     pub(crate) name: Option<String>,
+    /// What the owner writes on every event, on a cache line of its own: the fields above,
+    /// which the drain reads, stay clean in its cache.
+    hot: WrittenPerEvent,
+    /// Set (Release) by [`ThreadSessionState::exit`] after retiring the current buffer.
+    exited: AtomicBool,
+    /// Events this thread dropped (written by the owner, under the manager lock; read by
+    /// the drain under the same lock).
+    dropped: AtomicU64,
+}
+
+#[derive(Debug)]
+#[repr(align(64))]
+struct WrittenPerEvent {
     /// The highest sequence number whose event is committed or dropped. Written by the
     /// owning thread (Release, after the commit or, under the lock, the drop); read by the
     /// drain (Acquire) under the lock at its snapshot.
@@ -64,11 +77,6 @@ pub(crate) struct ThreadSessionState {
     /// Set by the owner between taking a timestamp and committing the record. The drain
     /// waits for it to clear before reading, so no event older than its cutoff is missed.
     in_flight: AtomicBool,
-    /// Set (Release) by [`ThreadSessionState::exit`] after retiring the current buffer.
-    exited: AtomicBool,
-    /// Events this thread dropped (written by the owner, under the manager lock; read by
-    /// the drain under the same lock).
-    dropped: AtomicU64,
 }
 
 impl ThreadSessionState {
@@ -77,17 +85,17 @@ impl ThreadSessionState {
     pub(crate) fn begin_record(&self) {
         // Relaxed: the drain only waits for the flag to clear; a store that becomes visible
         // after the clock read is covered by the drain's cutoff margin (drain.rs).
-        self.in_flight.store(true, Ordering::Relaxed);
+        self.hot.in_flight.store(true, Ordering::Relaxed);
     }
 
     /// Writer: the record numbered `seq` is appended (committed in its buffer).
     #[inline]
     pub(crate) fn commit_record(&self, seq: u32) {
         // Release: orders the buffer commit before it; pairs with the Acquire in `snapshot`.
-        self.published_seq.store(seq, Ordering::Release);
+        self.hot.published_seq.store(seq, Ordering::Release);
         // Release: pairs with the drain's Acquire in `ThreadSnapshot::read`, so a drain that
         // sees the write finished also sees its record.
-        self.in_flight.store(false, Ordering::Release);
+        self.hot.in_flight.store(false, Ordering::Release);
     }
 
     /// Writer, with the session lock held: the event numbered `seq` is lost.
@@ -98,7 +106,7 @@ impl ThreadSessionState {
         self.dropped.store(dropped + 1, Ordering::Relaxed);
         // Release: pairs with the drain's Acquire; the gap in sequence numbers is how the
         // trace's reader counts this loss.
-        self.published_seq.store(seq, Ordering::Release);
+        self.hot.published_seq.store(seq, Ordering::Release);
     }
 
     /// Writer: this thread is done with the session, `current` (its buffer, if any) gets no
@@ -216,8 +224,10 @@ impl ThreadTable {
             index,
             os_tid,
             name,
-            published_seq: AtomicU32::new(0),
-            in_flight: AtomicBool::new(false),
+            hot: WrittenPerEvent {
+                published_seq: AtomicU32::new(0),
+                in_flight: AtomicBool::new(false),
+            },
             exited: AtomicBool::new(false),
             dropped: AtomicU64::new(0),
         });
@@ -264,7 +274,7 @@ impl ThreadTable {
                 let exited = e.state.exited.load(Ordering::Acquire);
                 // Acquire: pairs with the Release in `commit_record` / `record_loss`, so
                 // every record up to it is visible to the reads of this pass.
-                let published = e.state.published_seq.load(Ordering::Acquire);
+                let published = e.state.hot.published_seq.load(Ordering::Acquire);
                 // Relaxed: written under the lock we hold.
                 let dropped = e.state.dropped.load(Ordering::Relaxed);
                 ThreadSnapshot {
@@ -360,7 +370,7 @@ impl ThreadSnapshot {
     /// next buffer only past one that was retired and read to its end.
     pub(crate) fn read(&self, mut read: impl FnMut(&[u8]) -> Consumed) -> ThreadProgress {
         // Acquire: pairs with the Release in `commit_record`.
-        while self.state.in_flight.load(Ordering::Acquire) {
+        while self.state.hot.in_flight.load(Ordering::Acquire) {
             yield_now();
         }
         let mut pos = self.read_pos;

@@ -11,7 +11,7 @@ use std::io::Write;
 use nettrace::write::{EventBlockBuilder, TraceWriter};
 use nettrace::{EventHeader, EventMetadata, FormatVersion, Guid, Label, ThreadInfo};
 
-use super::merge::RecordView;
+use super::merge::{Author, RecordView};
 use crate::threads::ThreadSessionState;
 use crate::writer::{FLAG_ACTIVITY, FLAG_STACK, FLAG_SUBJECT};
 use crate::{registry, rundown, Error};
@@ -92,7 +92,7 @@ impl Encoder {
     pub(super) fn record(
         &mut self,
         out: &mut TraceOutput,
-        thread: &ThreadSessionState,
+        thread: Author,
         record: RecordView<'_>,
         is_sorted: bool,
     ) -> Result<(), Error> {

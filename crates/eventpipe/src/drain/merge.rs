@@ -6,10 +6,11 @@
 //! buffers: nothing is copied into a batch, so the drain's memory does not grow with the
 //! backlog and no record is moved more than once (into its event block).
 //!
-//! Each run (the records of one buffer of one thread) is already in that order: one writer
-//! stamps its records from a monotonic clock as it appends them. The runs are merged with a
-//! binary heap, taking from one run for as long as it stays ahead of every other, so a
-//! thread writing a burst costs one heap operation per burst, not per record.
+//! Each thread's records, across its runs (one per buffer), are already in that order: one
+//! writer stamps its records from a monotonic clock as it appends them. The threads are
+//! merged by looking at each one's next record (a binary heap beyond a few threads),
+//! taking from one thread for as long as it stays ahead of every other, so a thread
+//! writing a burst costs one comparison of heads per burst, not per record.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -76,7 +77,18 @@ pub(super) struct Run<'s> {
     pub(super) thread: usize,
     /// The thread's session index, the order's tie-breaker.
     pub(super) thread_index: u64,
+    /// The thread's OS id.
+    pub(super) os_tid: u64,
     pub(super) bytes: &'s [u8],
+}
+
+/// Who wrote a record, copied into the pass once: reading it from the thread's shared
+/// state per record would pull in a cache line its writer keeps writing.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Author {
+    /// The thread's session index.
+    pub(super) index: u64,
+    pub(super) os_tid: u64,
 }
 
 type Key = (i64, u64, u32);
@@ -85,42 +97,98 @@ fn key(record: &RecordView<'_>, thread_index: u64) -> Key {
     (record.timestamp, thread_index, record.seq)
 }
 
+/// One thread's records across its runs (its successive buffers), which together are in
+/// order: the merge takes each thread as one sequence.
+struct Lane<'r, 's> {
+    thread_index: u64,
+    os_tid: u64,
+    /// The next record and the bytes after it in its run.
+    head: Option<(RecordView<'s>, &'s [u8])>,
+    /// The thread's runs after the current one.
+    more: &'r [Run<'s>],
+}
+
+impl<'r, 's> Lane<'r, 's> {
+    /// Splits `runs` (grouped by thread, as a pass lists them) into lanes.
+    fn all(runs: &'r [Run<'s>]) -> Vec<Lane<'r, 's>> {
+        let mut lanes = Vec::new();
+        let mut rest = runs;
+        while let Some(first) = rest.first() {
+            let same = rest.iter().take_while(|r| r.thread == first.thread).count();
+            let mut lane = Lane {
+                thread_index: first.thread_index,
+                os_tid: first.os_tid,
+                head: None,
+                more: &rest[..same],
+            };
+            lane.refill(&[]);
+            lanes.push(lane);
+            rest = &rest[same..];
+        }
+        lanes
+    }
+
+    /// Takes the head record and moves to the next.
+    #[inline]
+    fn pop(&mut self) -> Option<RecordView<'s>> {
+        let (record, tail) = self.head.take()?;
+        self.refill(tail);
+        Some(record)
+    }
+
+    #[inline]
+    fn refill(&mut self, tail: &'s [u8]) {
+        self.head = RecordView::parse(tail);
+        while self.head.is_none() {
+            let Some((run, more)) = self.more.split_first() else {
+                return;
+            };
+            self.more = more;
+            self.head = RecordView::parse(run.bytes);
+        }
+    }
+
+    fn author(&self) -> Author {
+        Author {
+            index: self.thread_index,
+            os_tid: self.os_tid,
+        }
+    }
+
+    fn key(&self) -> Option<Key> {
+        self.head.as_ref().map(|(r, _)| key(r, self.thread_index))
+    }
+}
+
 /// Calls `visit(thread, record)` for every record of `runs` in (timestamp, thread index,
-/// sequence number) order, stopping at the first error.
+/// sequence number) order, stopping at the first error. `runs` lists each thread's runs
+/// together, oldest first.
 pub(super) fn for_each_in_order<'s, E>(
     runs: &[Run<'s>],
-    mut visit: impl FnMut(usize, RecordView<'s>) -> Result<(), E>,
+    mut visit: impl FnMut(Author, RecordView<'s>) -> Result<(), E>,
 ) -> Result<(), E> {
-    if let [run] = runs {
-        let mut rest = run.bytes;
-        while let Some((record, tail)) = RecordView::parse(rest) {
-            visit(run.thread, record)?;
-            rest = tail;
+    let mut lanes = Lane::all(runs);
+    if let [lane] = lanes.as_mut_slice() {
+        while let Some(record) = lane.pop() {
+            visit(lane.author(), record)?;
         }
         return Ok(());
     }
-    // Each run's next record, parsed, and what follows it.
-    let mut heads: Vec<Option<(RecordView<'s>, &'s [u8])>> = runs
-        .iter()
-        .map(|run| RecordView::parse(run.bytes))
-        .collect();
-    if runs.len() <= FEW_RUNS {
-        return merge_few(runs, heads, visit);
+    if lanes.len() <= FEW_LANES {
+        return merge_few(lanes, visit);
     }
-    let mut heap = BinaryHeap::with_capacity(runs.len());
-    for (i, head) in heads.iter().enumerate() {
-        if let Some((record, _)) = head {
-            heap.push(Reverse((key(record, runs[i].thread_index), i)));
+    let mut heap = BinaryHeap::with_capacity(lanes.len());
+    for (i, lane) in lanes.iter().enumerate() {
+        if let Some(k) = lane.key() {
+            heap.push(Reverse((k, i)));
         }
     }
     while let Some(Reverse((_, i))) = heap.pop() {
         let rival = heap.peek().map(|Reverse((k, _))| *k);
-        let run = &runs[i];
-        while let Some((record, tail)) = heads[i].take() {
-            visit(run.thread, record)?;
-            heads[i] = RecordView::parse(tail);
-            if let Some((next, _)) = &heads[i] {
-                let next = key(next, run.thread_index);
+        let lane = &mut lanes[i];
+        while let Some(record) = lane.pop() {
+            visit(lane.author(), record)?;
+            if let Some(next) = lane.key() {
                 if rival.is_some_and(|r| next > r) {
                     heap.push(Reverse((next, i)));
                     break;
@@ -131,22 +199,17 @@ pub(super) fn for_each_in_order<'s, E>(
     Ok(())
 }
 
-/// Up to this many runs, the merge finds the next run by looking at every head: cheaper
-/// than a heap when the runs interleave record by record (writers busy at the same time).
-const FEW_RUNS: usize = 8;
+/// Up to this many threads, the merge finds the next one by looking at every head:
+/// cheaper than a heap when threads interleave record by record (writers busy at once).
+const FEW_LANES: usize = 8;
 
-/// The merge for a few runs: the leading run gives records until another run's head is
+/// The merge for a few threads: the leading one gives records until another's head is
 /// ahead of its next one.
 fn merge_few<'s, E>(
-    runs: &[Run<'s>],
-    mut heads: Vec<Option<(RecordView<'s>, &'s [u8])>>,
-    mut visit: impl FnMut(usize, RecordView<'s>) -> Result<(), E>,
+    mut lanes: Vec<Lane<'_, 's>>,
+    mut visit: impl FnMut(Author, RecordView<'s>) -> Result<(), E>,
 ) -> Result<(), E> {
-    let mut keys: Vec<Option<Key>> = heads
-        .iter()
-        .zip(runs)
-        .map(|(head, run)| head.as_ref().map(|(r, _)| key(r, run.thread_index)))
-        .collect();
+    let mut keys: Vec<Option<Key>> = lanes.iter().map(Lane::key).collect();
     loop {
         // The least key, and the least of the others (the rival to beat).
         let mut lead: Option<(Key, usize)> = None;
@@ -168,11 +231,10 @@ fn merge_few<'s, E>(
         let Some((_, i)) = lead else {
             return Ok(());
         };
-        let run = &runs[i];
-        while let Some((record, tail)) = heads[i].take() {
-            visit(run.thread, record)?;
-            heads[i] = RecordView::parse(tail);
-            keys[i] = heads[i].as_ref().map(|(r, _)| key(r, run.thread_index));
+        let lane = &mut lanes[i];
+        while let Some(record) = lane.pop() {
+            visit(lane.author(), record)?;
+            keys[i] = lane.key();
             match (keys[i], rival) {
                 (Some(next), Some(r)) if next > r => break,
                 _ => {}
@@ -227,36 +289,40 @@ mod tests {
             Run {
                 thread: 0,
                 thread_index: 4,
+                os_tid: 40,
                 bytes: &a,
             },
             Run {
                 thread: 1,
                 thread_index: 2,
+                os_tid: 0,
                 bytes: &b,
             },
             Run {
                 thread: 2,
                 thread_index: 3,
+                os_tid: 0,
                 bytes: &c,
             },
         ];
         let mut seen = Vec::new();
-        for_each_in_order::<()>(&runs, |thread, r| {
-            seen.push((r.timestamp, thread, r.seq));
+        for_each_in_order::<()>(&runs, |author, r| {
+            seen.push((r.timestamp, author.index, r.seq));
             Ok(())
         })
         .unwrap();
+        // (timestamp, thread index, sequence number); the runs' threads are 4, 2 and 3.
         let expected = vec![
-            (1, 0, 1),
-            (2, 1, 1),
-            (3, 1, 2),
-            (5, 1, 3),
-            (5, 2, 1),
-            (5, 0, 2),
-            (5, 0, 3),
-            (9, 0, 4),
-            (20, 0, 5),
-            (30, 1, 4),
+            (1, 4, 1),
+            (2, 2, 1),
+            (3, 2, 2),
+            (5, 2, 3),
+            (5, 3, 1),
+            (5, 4, 2),
+            (5, 4, 3),
+            (9, 4, 4),
+            (20, 4, 5),
+            (30, 2, 4),
         ];
         assert_eq!(seen, expected);
     }
@@ -271,31 +337,36 @@ mod tests {
             seed ^= seed << 17;
             seed
         };
-        for runs in [1, 2, 3, FEW_RUNS, FEW_RUNS + 1, 40] {
-            let bytes: Vec<Vec<u8>> = (0..runs)
-                .map(|_| {
-                    let mut t = 0;
-                    let stamps: Vec<i64> = (0..next() % 50)
-                        .map(|_| {
-                            t += (next() % 4) as i64;
-                            t
-                        })
-                        .collect();
-                    run_of(&stamps)
-                })
-                .collect();
+        for runs in [1, 2, 3, 3 * FEW_LANES, 3 * FEW_LANES + 3, 120] {
+            // Threads of three runs each (its buffers), stamps and numbers continuing from
+            // one run to the next.
+            let mut bytes: Vec<Vec<u8>> = Vec::new();
+            let (mut t, mut seq) = (0i64, 0u32);
+            for i in 0..runs {
+                if i % 3 == 0 {
+                    (t, seq) = ((next() % 8) as i64, 0);
+                }
+                let mut run = Vec::new();
+                for _ in 0..next() % 40 {
+                    t += (next() % 4) as i64;
+                    seq += 1;
+                    run.extend(record(seq, t, &[seq as u8; 3]));
+                }
+                bytes.push(run);
+            }
             let runs: Vec<Run<'_>> = bytes
                 .iter()
                 .enumerate()
                 .map(|(i, b)| Run {
-                    thread: i,
-                    thread_index: (i as u64 * 7) % 11,
+                    thread: i / 3,
+                    thread_index: (i as u64 / 3 * 7) % 1000,
+                    os_tid: 0,
                     bytes: b,
                 })
                 .collect();
             let mut seen = Vec::new();
-            for_each_in_order::<()>(&runs, |thread, r| {
-                seen.push((r.timestamp, runs[thread].thread_index, r.seq));
+            for_each_in_order::<()>(&runs, |author, r| {
+                seen.push((r.timestamp, author.index, r.seq));
                 Ok(())
             })
             .unwrap();
@@ -315,11 +386,13 @@ mod tests {
             Run {
                 thread: 0,
                 thread_index: 0,
+                os_tid: 0,
                 bytes: &a,
             },
             Run {
                 thread: 1,
                 thread_index: 1,
+                os_tid: 0,
                 bytes: &b,
             },
         ];

@@ -297,6 +297,7 @@ impl Drain {
                 thread.consumed_bytes(sizes).map(move |bytes| Run {
                     thread: at,
                     thread_index: thread.state.index,
+                    os_tid: thread.state.os_tid,
                     bytes,
                 })
             })
@@ -309,10 +310,10 @@ impl Drain {
         let encoder = &mut self.encoder;
         let mut remaining = records;
         let mut last_timestamp = None;
-        merge::for_each_in_order(&runs, |at, record| {
+        merge::for_each_in_order(&runs, |author, record| {
             remaining -= 1;
             last_timestamp = Some(record.timestamp);
-            encoder.record(writer, &snapshot[at].state, record, remaining == 0)
+            encoder.record(writer, author, record, remaining == 0)
         })?;
         encoder.flush(writer)?;
         self.progress
