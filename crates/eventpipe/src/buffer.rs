@@ -233,7 +233,7 @@ impl Buffer {
 unsafe fn copy_small(src: &[u8], dst: *mut u8) {
     let len = src.len();
     let s = src.as_ptr();
-    // SAFETY (every arm): each read lies within `src` (offsets + widths <= len) and each
+    // SAFETY: in every arm, each read lies within `src` (offsets + widths <= len) and each
     // write within `dst[..len]` (the caller's contract); unaligned accesses are used
     // throughout; an overlap of the two stores of one arm writes the same bytes twice.
     unsafe {
