@@ -13,7 +13,7 @@
 //!
 //! Ordering: `rdtsc` is not serializing, so it may execute before an earlier store is
 //! visible to other cores. The drain's cutoff trails its clock by a margin
-//! ([`ticks_from_nanos`] of 50 µs) far longer than that window; see `drain.rs`.
+//! ([`ticks_from_nanos`] of 50 µs) far longer than that window; see `drain/mod.rs`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;

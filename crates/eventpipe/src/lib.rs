@@ -182,7 +182,7 @@ pub mod loom_model {
                     crate::manager::NoBuffer::SessionEnded => NoBuffer::SessionEnded,
                 })
         }
-        /// Drain: one pass as `drain.rs` makes it, without the output: snapshot, read
+        /// Drain: one pass as `drain/mod.rs` makes it, without the output: snapshot, read
         /// each thread's one-byte records, apply (free emptied buffers, remove finished
         /// threads). At most `quota` records of each thread are read, the rest left for a
         /// later pass as the drain leaves records past its cutoff; at most `max_buffers` of

@@ -84,7 +84,7 @@ impl ThreadSessionState {
     #[inline]
     pub(crate) fn begin_record(&self) {
         // Relaxed: the drain only waits for the flag to clear; a store that becomes visible
-        // after the clock read is covered by the drain's cutoff margin (drain.rs).
+        // after the clock read is covered by the drain's cutoff margin (drain/mod.rs).
         self.hot.in_flight.store(true, Ordering::Relaxed);
     }
 
