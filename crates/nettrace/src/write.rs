@@ -196,37 +196,27 @@ fn block_header(out: &mut Vec<u8>, min: i64, max: i64, events: usize) {
     out.extend_from_slice(&max.to_le_bytes());
 }
 
-/// An encoded event header, built on the stack and appended in one copy.
-struct HeaderBytes {
-    bytes: [u8; HeaderBytes::CAPACITY],
-    len: usize,
+/// Appends header bytes to a vector with room reserved for a whole header up front, so
+/// each byte is a store (the capacity checks never fail).
+struct HeaderBytes<'a> {
+    out: &'a mut Vec<u8>,
 }
 
-impl HeaderBytes {
+impl HeaderBytes<'_> {
     /// Flags, seven varints of at most 10 bytes and two GUIDs: 103 bytes at most.
     const CAPACITY: usize = 112;
 
     #[inline]
     fn var(&mut self, mut v: u64) {
         while v >= 0x80 {
-            self.byte(v as u8 | 0x80);
+            self.out.push(v as u8 | 0x80);
             v >>= 7;
         }
-        self.byte(v as u8);
-    }
-
-    #[inline]
-    fn byte(&mut self, b: u8) {
-        if let Some(slot) = self.bytes.get_mut(self.len) {
-            *slot = b;
-            self.len += 1;
-        }
+        self.out.push(v as u8);
     }
 
     fn guid(&mut self, g: &Guid) {
-        for &b in &g.0 {
-            self.byte(b);
-        }
+        self.out.extend_from_slice(&g.0);
     }
 }
 
@@ -239,10 +229,10 @@ fn encode_header(
     payload_size: u32,
     v6: bool,
 ) {
-    let mut e = HeaderBytes {
-        bytes: [0; HeaderBytes::CAPACITY],
-        len: 1,
-    };
+    out.reserve(HeaderBytes::CAPACITY);
+    let flags_at = out.len();
+    out.push(0);
+    let mut e = HeaderBytes { out };
     let mut flags = 0u8;
     if h.metadata_id != prev.metadata_id {
         flags |= 1;
@@ -298,8 +288,9 @@ fn encode_header(
         flags |= 128;
         e.var(u64::from(payload_size));
     }
-    e.bytes[0] = flags;
-    out.extend_from_slice(&e.bytes[..e.len]);
+    if let Some(slot) = e.out.get_mut(flags_at) {
+        *slot = flags;
+    }
 }
 
 /// Writes a trace block by block.
