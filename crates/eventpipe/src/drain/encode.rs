@@ -30,6 +30,10 @@ pub(super) type TraceOutput = TraceWriter<Box<dyn Write + Send>>;
 pub(super) struct Encoder {
     v6: bool,
     block: EventBlockBuilder,
+    /// The header of the event being encoded, kept from one to the next.
+    header: EventHeader,
+    /// Whether `header` holds activity ids.
+    header_has_activity: bool,
     /// Whether the metadata of registered event `i` (a dense registry index) was written;
     /// a bit per event, not a hash set: this is checked once per event drained.
     written_metadata: Vec<bool>,
@@ -54,6 +58,8 @@ impl Encoder {
         Encoder {
             v6: version == FormatVersion::V6,
             block: EventBlockBuilder::new(version),
+            header: EventHeader::default(),
+            header_has_activity: false,
             written_metadata: Vec::new(),
             new_metadata: Vec::new(),
             region_stacks: HashMap::new(),
@@ -129,28 +135,37 @@ impl Encoder {
             Some(tid) if !v6 => tid,
             Some(tid) => self.subject_index(tid).unwrap_or(capture_thread),
         };
-        let mut header = EventHeader {
-            metadata_id: record.event_index + 1,
-            sequence_number: record.seq,
-            thread: event_thread,
-            capture_thread,
-            timestamp: record.timestamp,
-            stack_id,
-            is_sorted,
-            ..EventHeader::default()
-        };
-        if let Some((a, r)) = activity {
-            if v6 {
+        // One header, updated field by field: built afresh, its zeroed ids were read back
+        // as whole 16-byte words straight after their 8-byte stores, which stalls.
+        let header = &mut self.header;
+        header.metadata_id = record.event_index + 1;
+        header.sequence_number = record.seq;
+        header.thread = event_thread;
+        header.capture_thread = capture_thread;
+        header.timestamp = record.timestamp;
+        header.stack_id = stack_id;
+        header.is_sorted = is_sorted;
+        header.label_list_id = 0;
+        match activity {
+            Some((a, r)) if v6 => {
                 header.label_list_id = self.next_label_id;
                 self.next_label_id += 1;
                 self.new_labels
                     .push(vec![Label::ActivityId(a), Label::RelatedActivityId(r)]);
-            } else {
+            }
+            Some((a, r)) => {
                 header.activity_id = a;
                 header.related_activity_id = r;
+                self.header_has_activity = true;
             }
+            None if self.header_has_activity => {
+                header.activity_id = Guid::default();
+                header.related_activity_id = Guid::default();
+                self.header_has_activity = false;
+            }
+            None => {}
         }
-        self.block.push(&header, body);
+        self.block.push(&self.header, body);
         if self.block.encoded_len() >= EVENT_BLOCK_TARGET {
             self.flush(out)?;
         }
