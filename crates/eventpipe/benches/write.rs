@@ -164,7 +164,11 @@ fn bench_single(c: &mut Criterion, samples: &Samples) {
 
     for (drain, name, label) in [
         (Drain::Live, "enabled", "write/enabled"),
-        (Drain::BetweenSamples, "enabled-quiet", "write/enabled-quiet"),
+        (
+            Drain::BetweenSamples,
+            "enabled-quiet",
+            "write/enabled-quiet",
+        ),
     ] {
         let session = sink_session(drain);
         let mut issued = 0u64;
