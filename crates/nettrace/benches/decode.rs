@@ -1,11 +1,17 @@
 //! Decode throughput of the nettrace reader.
 //!
-//! Two benches per input:
+//! Four benches per input, two per API:
 //!
-//! * `header_only`: `TraceReader::next_event` over the whole trace (block framing, header
-//!   decompression, metadata/stack/thread resolution, sequence tracking), touching each
-//!   event's header and metadata.
-//! * `full_decode`: the same plus `Event::decode_payload` and a walk of `stack_ips`.
+//! * `header_only`: `TraceReader::next_event_ref` over the whole trace (block framing, header
+//!   decompression, metadata and stack resolution, sequence tracking), touching each event's
+//!   header, metadata, payload length and OS thread id (a thread-table look-up in V6).
+//! * `full_decode`: the same plus `EventRef::for_each_field`, which decodes every payload
+//!   field into a typed `ValueRef` (integers, floats and GUIDs by value, UTF-16 strings
+//!   located and borrowed, not transcoded), folded into the tally, and a walk of
+//!   `stack_ips`.
+//! * `next_event`: `header_only` through `TraceReader::next_event` (a resolved `Event`).
+//! * `decode_payload`: `full_decode` through `next_event` and `Event::decode_payload` (owned
+//!   values: a `Vec` per event and a `String` per string field).
 //!
 //! Inputs: the 4.8 MB .NET Core 3.0 trace from `../shared/traces` (skipped when absent) and
 //! two large traces generated in memory with the crate's own writer (V6 and V5): typed
@@ -24,7 +30,7 @@ use criterion::{BenchmarkGroup, Criterion, Throughput};
 use nettrace::write::{EventBlockBuilder, TraceWriter};
 use nettrace::{
     EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, ThreadInfo, TraceInfo,
-    TraceReader,
+    TraceReader, ValueRef,
 };
 
 const DOTNET3_TRACE: &str = concat!(
@@ -59,10 +65,63 @@ struct Tally {
 fn header_only(data: &[u8]) -> Tally {
     let mut t = Tally::default();
     let mut r = TraceReader::from_slice(data).expect("trace header");
+    while let Some(e) = r.next_event_ref().expect("event") {
+        t.events += 1;
+        t.timestamp_sum = t.timestamp_sum.wrapping_add(e.header().timestamp);
+        // Metadata resolution: the row the reader looked up for this event.
+        let md = black_box(e.metadata());
+        t.per_metadata[(md.metadata_id as usize) & 15] += 1;
+        t.ip_xor ^= u64::from(md.event_id) ^ e.payload().len() as u64 ^ e.thread_id();
+    }
+    t
+}
+
+/// Folds one decoded field into the tally, so that no decoding is optimised away.
+#[inline]
+fn fold_value(t: &mut Tally, v: &ValueRef<'_>) {
+    t.fields += 1;
+    let bits = match *v {
+        ValueRef::I32(x) => x as u64,
+        ValueRef::U32(x) => u64::from(x),
+        ValueRef::I64(x) => x as u64,
+        ValueRef::U64(x) => x,
+        ValueRef::U16(x) => u64::from(x),
+        ValueRef::F64(x) => x.to_bits(),
+        ValueRef::Guid(g) => u64::from_le_bytes([
+            g.0[0], g.0[1], g.0[2], g.0[3], g.0[4], g.0[5], g.0[6], g.0[7],
+        ]),
+        ValueRef::Utf16(s) => s.len_units() as u64,
+        ref other => other.as_u64().unwrap_or(1),
+    };
+    t.ip_xor ^= bits;
+}
+
+fn full_decode(data: &[u8]) -> Tally {
+    let mut t = Tally::default();
+    let mut r = TraceReader::from_slice(data).expect("trace header");
+    while let Some(e) = r.next_event_ref().expect("event") {
+        t.events += 1;
+        t.timestamp_sum = t.timestamp_sum.wrapping_add(e.header().timestamp);
+        let md = black_box(e.metadata());
+        t.per_metadata[(md.metadata_id as usize) & 15] += 1;
+        if e.for_each_field(|_, v| fold_value(&mut t, &v)).is_err() {
+            t.payload_errors += 1;
+        }
+        for ip in e.stack_ips() {
+            t.frames += 1;
+            t.ip_xor ^= ip;
+        }
+    }
+    t
+}
+
+/// `header_only` through `next_event`, which resolves every reference into an `Event`.
+fn next_event(data: &[u8]) -> Tally {
+    let mut t = Tally::default();
+    let mut r = TraceReader::from_slice(data).expect("trace header");
     while let Some(e) = r.next_event().expect("event") {
         t.events += 1;
         t.timestamp_sum = t.timestamp_sum.wrapping_add(e.header.timestamp);
-        // Metadata resolution: the row the reader looked up for this event.
         let md = black_box(e.metadata);
         t.per_metadata[(md.metadata_id as usize) & 15] += 1;
         t.ip_xor ^= u64::from(md.event_id) ^ e.payload.len() as u64 ^ e.thread_id();
@@ -70,7 +129,9 @@ fn header_only(data: &[u8]) -> Tally {
     t
 }
 
-fn full_decode(data: &[u8]) -> Tally {
+/// `full_decode` through `next_event` and `decode_payload`, which builds owned values
+/// (a `Vec` per event and a `String` per string field).
+fn decode_payload(data: &[u8]) -> Tally {
     let mut t = Tally::default();
     let mut r = TraceReader::from_slice(data).expect("trace header");
     while let Some(e) = r.next_event().expect("event") {
@@ -363,6 +424,18 @@ fn bench_input(c: &mut Criterion, label: &str, data: &[u8]) {
     let headers = header_only(data);
     let full = full_decode(data);
     assert_eq!(headers.events, full.events);
+    // The fast and the owned APIs see the same events, fields and stacks.
+    let (owned_headers, owned_full) = (next_event(data), decode_payload(data));
+    assert_eq!(headers, owned_headers);
+    assert_eq!(
+        (full.events, full.fields, full.payload_errors, full.frames),
+        (
+            owned_full.events,
+            owned_full.fields,
+            owned_full.payload_errors,
+            owned_full.frames
+        )
+    );
     println!(
         "{label}: {} bytes, {} events, {} payload fields, {} payload decode errors, {} stack frames",
         data.len(),
@@ -377,6 +450,8 @@ fn bench_input(c: &mut Criterion, label: &str, data: &[u8]) {
     for (name, f) in [
         ("header_only", header_only as fn(&[u8]) -> Tally),
         ("full_decode", full_decode),
+        ("next_event", next_event),
+        ("decode_payload", decode_payload),
     ] {
         let median = timed_bench(&mut group, name, data, f);
         if median > Duration::ZERO {

@@ -19,6 +19,16 @@ impl<'a> Cursor<'a> {
         Cursor { data, pos: 0, base }
     }
 
+    /// A cursor at position `pos` of `data` (clamped to its end).
+    #[inline]
+    pub(crate) fn at(data: &'a [u8], base: u64, pos: usize) -> Self {
+        Cursor {
+            data,
+            pos: pos.min(data.len()),
+            base,
+        }
+    }
+
     /// Absolute stream offset of the next byte.
     pub(crate) fn offset(&self) -> u64 {
         self.base + self.pos as u64
@@ -36,6 +46,7 @@ impl<'a> Cursor<'a> {
         self.pos >= self.data.len()
     }
 
+    #[inline]
     pub(crate) fn rest(&self) -> &'a [u8] {
         &self.data[self.pos..]
     }

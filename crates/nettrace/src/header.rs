@@ -6,7 +6,7 @@
 
 use crate::cursor::Cursor;
 use crate::error::{Error, Result};
-use crate::model::EventHeader;
+use crate::model::{EventHeader, Guid};
 
 const FLAG_METADATA_ID: u8 = 1;
 const FLAG_CAPTURE_THREAD_AND_SEQUENCE: u8 = 2;
@@ -16,6 +16,79 @@ const FLAG_ACTIVITY_ID: u8 = 16; // V6: label list id
 const FLAG_RELATED_ACTIVITY_ID: u8 = 32;
 const FLAG_SORTED: u8 = 64;
 const FLAG_PAYLOAD_SIZE: u8 = 128;
+
+/// Bytes a compressed header must have after its start for the fast decoder: more than
+/// the longest valid header (1 flags byte, eight varints of at most 10 bytes, two GUIDs)
+/// plus the 8 bytes a varint load reads.
+const FAST_WINDOW: usize = 128;
+
+/// The varint at `pos`, which moves past it; `None` when it is malformed or above `max`.
+#[inline(always)]
+fn var(window: &[u8; FAST_WINDOW], pos: &mut usize, max: u64) -> Option<u64> {
+    let (value, len) = match window.get(*pos) {
+        Some(&b) if b < 0x80 => (u64::from(b), 1),
+        _ => varint_in(window, *pos)?,
+    };
+    *pos += len;
+    (value <= max).then_some(value)
+}
+
+/// The varint at `pos` of `window` (at least 2 bytes long): its value and length, or
+/// `None` when it is malformed.
+#[inline(always)]
+fn varint_in(window: &[u8; FAST_WINDOW], pos: usize) -> Option<(u64, usize)> {
+    let word = window.get(pos..).and_then(<[u8]>::first_chunk::<8>)?;
+    match varint8(u64::from_le_bytes(*word)) {
+        (value, len) if len <= 8 => Some((value, len)),
+        _ => varint_long(window.get(pos..)?),
+    }
+}
+
+/// A varint of 9 or 10 bytes (or a malformed one: `None`).
+#[cold]
+#[inline(never)]
+fn varint_long(bytes: &[u8]) -> Option<(u64, usize)> {
+    let mut c = Cursor::new(bytes, 0);
+    let value = c.varu64("varint").ok()?;
+    Some((value, c.position()))
+}
+
+/// The V4/V5 activity ids of a compressed header.
+#[cold]
+#[inline(never)]
+fn guids(
+    h: &mut EventHeader,
+    flags: u8,
+    window: &[u8; FAST_WINDOW],
+    pos: &mut usize,
+) -> Option<()> {
+    if flags & FLAG_ACTIVITY_ID != 0 {
+        h.activity_id = Guid(*window.get(*pos..)?.first_chunk::<16>()?);
+        *pos += 16;
+    }
+    if flags & FLAG_RELATED_ACTIVITY_ID != 0 {
+        h.related_activity_id = Guid(*window.get(*pos..)?.first_chunk::<16>()?);
+        *pos += 16;
+    }
+    Some(())
+}
+
+/// Decodes the LEB128 value at the start of `word` without branches: its value and length
+/// in bytes. A value longer than 8 bytes reports a length of 9.
+#[inline(always)]
+fn varint8(word: u64) -> (u64, usize) {
+    // The first byte without a continuation bit ends the value.
+    let stops = !word & 0x8080_8080_8080_8080;
+    let last_bit = stops.trailing_zeros(); // 64 when there is none
+    let len = (last_bit / 8 + 1) as usize;
+    let keep = 2u64.wrapping_shl(last_bit).wrapping_sub(1);
+    // Squeeze out the continuation bits: 7-bit groups to 14, 28, then 56 bits.
+    let x = word & keep & 0x7f7f_7f7f_7f7f_7f7f;
+    let x = ((x & 0x7f00_7f00_7f00_7f00) >> 1) | (x & 0x007f_007f_007f_007f);
+    let x = ((x & 0x3fff_0000_3fff_0000) >> 2) | (x & 0x0000_3fff_0000_3fff);
+    let x = ((x & 0x0fff_ffff_0000_0000) >> 4) | (x & 0x0000_0000_0fff_ffff);
+    (x, len)
+}
 
 /// Flag in a block header: events use header compression.
 pub(crate) const BLOCK_FLAG_COMPRESSED: u16 = 1;
@@ -46,7 +119,15 @@ impl HeaderDecoder {
     #[inline]
     pub(crate) fn decode(&mut self, c: &mut Cursor<'_>) -> Result<&EventHeader> {
         if self.compressed {
-            self.decode_compressed(c)?;
+            let fast = c
+                .rest()
+                .first_chunk::<FAST_WINDOW>()
+                .and_then(|window| self.decode_compressed_fast(window));
+            match fast {
+                Some(used) => c.skip(used, "event header")?,
+                // Not enough bytes left for the fast decoder, or a malformed header.
+                None => self.decode_compressed(c)?,
+            }
         } else {
             self.previous = self.decode_uncompressed(c)?;
         }
@@ -56,6 +137,58 @@ impl HeaderDecoder {
     /// The header decoded last.
     pub(crate) fn header(&self) -> &EventHeader {
         &self.previous
+    }
+
+    /// [`HeaderDecoder::decode_compressed`] for a header with at least [`FAST_WINDOW`]
+    /// bytes after it (all but the last few of a block): no bounds check per byte, one-byte
+    /// varints inline and longer ones decoded from one 8-byte load. Returns the header's
+    /// length, or `None` when a field is malformed, for the checked decoder to report.
+    ///
+    /// Like the checked decoder it updates the header in place, so after `None` the header
+    /// is as undefined as after an error (the checked decoder fails on the same bytes: it
+    /// rejects exactly the values this one does, and the window holds every byte a valid
+    /// header can use).
+    #[inline]
+    fn decode_compressed_fast(&mut self, window: &[u8; FAST_WINDOW]) -> Option<usize> {
+        let v6 = self.v6;
+        let h = &mut self.previous;
+        let flags = window[0];
+        let mut pos = 1usize;
+        let u32_max = u64::from(u32::MAX);
+        if flags & FLAG_METADATA_ID != 0 {
+            h.metadata_id = var(window, &mut pos, u32_max)? as u32;
+        }
+        if flags & FLAG_CAPTURE_THREAD_AND_SEQUENCE != 0 {
+            let delta = var(window, &mut pos, u32_max)? as u32;
+            h.sequence_number = h.sequence_number.wrapping_add(delta);
+            h.capture_thread = var(window, &mut pos, u64::MAX)?;
+            h.processor = var(window, &mut pos, u32_max)? as u32;
+        }
+        // V4/V5 count only real events (metadata rows have id 0); V6 counts every row.
+        h.sequence_number = h
+            .sequence_number
+            .wrapping_add(u32::from(v6 || h.metadata_id != 0));
+        if flags & FLAG_THREAD != 0 {
+            h.thread = var(window, &mut pos, u64::MAX)?;
+        }
+        if flags & FLAG_STACK != 0 {
+            h.stack_id = var(window, &mut pos, u32_max)? as u32;
+        }
+        h.timestamp = h
+            .timestamp
+            .wrapping_add(var(window, &mut pos, u64::MAX)? as i64);
+        if v6 {
+            if flags & FLAG_ACTIVITY_ID != 0 {
+                h.label_list_id = var(window, &mut pos, u32_max)? as u32;
+            }
+        } else if flags & (FLAG_ACTIVITY_ID | FLAG_RELATED_ACTIVITY_ID) != 0 {
+            guids(h, flags, window, &mut pos)?;
+        }
+        h.is_sorted = flags & FLAG_SORTED != 0;
+        if flags & FLAG_PAYLOAD_SIZE != 0 {
+            h.payload_size = var(window, &mut pos, u32_max)? as u32;
+        }
+        Some(pos)
     }
 
     #[inline]
@@ -144,11 +277,89 @@ impl HeaderDecoder {
 
     /// Moves past the rest of an uncompressed event: any bytes its size field covers beyond
     /// the payload. Like TraceEvent, no alignment padding is assumed between events.
+    #[inline]
     pub(crate) fn finish_event(&self, c: &mut Cursor<'_>) -> Result<()> {
         if !self.compressed {
             let extra = self.uncompressed_end.saturating_sub(c.position());
             c.skip(extra, "event trailer")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rng(x: &mut u64) -> u64 {
+        *x ^= *x >> 12;
+        *x ^= *x << 25;
+        *x ^= *x >> 27;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    #[test]
+    fn varint8_agrees_with_the_cursor() {
+        let mut x = 0x1234_5678_9abc_def1u64;
+        for i in 0..20_000 {
+            let v = match i % 4 {
+                0 => rng(&mut x) >> (rng(&mut x) % 64),
+                1 => i,
+                _ => rng(&mut x),
+            };
+            let mut buf = Vec::new();
+            crate::write::varu64(&mut buf, v);
+            buf.resize(16, 0xff);
+            let word = u64::from_le_bytes(buf[..8].try_into().unwrap());
+            let (fast, len) = varint8(word);
+            let mut c = Cursor::new(&buf, 0);
+            assert_eq!(c.varu64("v").unwrap(), v);
+            if c.position() <= 8 {
+                assert_eq!((fast, len), (v, c.position()), "{v}");
+            } else {
+                assert_eq!(len, 9, "{v}");
+            }
+        }
+    }
+
+    /// The fast decoder and the checked one agree on every header, valid or not: the fast
+    /// one either matches the checked one or declines.
+    #[test]
+    fn fast_header_decoder_agrees_with_the_checked_one() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut compared = 0;
+        for round in 0..20_000 {
+            let v6 = round % 2 == 0;
+            let mut bytes = Vec::with_capacity(2 * FAST_WINDOW);
+            for _ in 0..2 * FAST_WINDOW {
+                let r = rng(&mut x);
+                // Mostly short varints, with some long and invalid ones.
+                bytes.push(match r % 16 {
+                    0..=9 => (r >> 8) as u8 & 0x7f,
+                    10..=13 => 0x80 | (r >> 8) as u8,
+                    _ => 0xff,
+                });
+            }
+            bytes[0] = rng(&mut x) as u8;
+            let mut fast = HeaderDecoder::new(true, v6);
+            fast.previous.metadata_id = (round % 3) as u32;
+            fast.previous.timestamp = rng(&mut x) as i64;
+            let mut checked = fast.clone();
+            let window = bytes.first_chunk::<FAST_WINDOW>().unwrap();
+            let mut c = Cursor::new(&bytes, 0);
+            let slow = checked.decode_compressed(&mut c).map(|()| c.position());
+            match fast.decode_compressed_fast(window) {
+                Some(used) => {
+                    assert_eq!(slow.ok(), Some(used), "round {round}");
+                    assert_eq!(fast.previous, checked.previous, "round {round}");
+                    compared += 1;
+                }
+                None => assert!(slow.is_err(), "round {round}: only the fast decoder failed"),
+            }
+        }
+        assert!(
+            compared > 5_000,
+            "only {compared} headers took the fast path"
+        );
     }
 }

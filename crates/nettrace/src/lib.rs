@@ -9,10 +9,13 @@
 //! bytes ─▶ Input (SliceInput: borrowed, zero-copy │ ReadInput: any io::Read, one block held)
 //!       ─▶ BlockReader (FastSerialization objects or V6 block headers → typed blocks)
 //!       ─▶ TraceReader (metadata/stack/thread/label caches, header decompression,
-//!                       lost-event accounting) ─▶ Event<'_>
+//!                       lost-event accounting) ─▶ EventRef<'_> (next_event_ref: the fast
+//!                       way) or Event<'_> (next_event: every reference resolved)
 //!       ─▶ SortedReader (optional: timestamp order within sequence-point regions)
-//! Event::decode_payload ─▶ Vec<(name, Value)> from the metadata, or for native runtime
-//!                          events from the manifest table in [`manifest`].
+//! for_each_field ─▶ (field, ValueRef) per field, strings and bytes borrowed (fast)
+//! decode_payload ─▶ Vec<(name, Value)>, owned
+//!                   (fields from the metadata, or for native runtime events from the
+//!                   manifest table in [`manifest`])
 //! ```
 //!
 //! The writer ([`write::TraceWriter`]) is the reverse: it is driven block by block so a
@@ -46,7 +49,7 @@ pub use model::{
     EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, Guid, Label, LabelList,
     SystemTime, ThreadInfo, TraceInfo,
 };
-pub use payload::Value;
-pub use reader::{Event, OwnedEvent, ReadStats, TraceReader};
+pub use payload::{Utf16Str, Value, ValueRef};
+pub use reader::{Event, EventRef, OwnedEvent, ReadStats, TraceReader};
 pub use sorted::SortedReader;
 pub use time::format_unix_nanos;

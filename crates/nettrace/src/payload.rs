@@ -153,6 +153,176 @@ fn filetime_to_rfc3339(ticks: i64) -> String {
     crate::time::format_unix_nanos(nanos)
 }
 
+/// A UTF-16LE string borrowed from a payload, decoded only when asked.
+///
+/// Unpaired surrogates decode to U+FFFD, as in [`Value::String`]; an odd trailing byte (a
+/// string cut off by the end of the payload) is ignored.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Utf16Str<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Utf16Str<'a> {
+    /// The raw little-endian bytes, without the terminator.
+    pub fn as_bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// Number of UTF-16 code units.
+    pub fn len_units(&self) -> usize {
+        self.bytes.len() / 2
+    }
+
+    /// Whether the string is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len_units() == 0
+    }
+
+    /// The code units.
+    pub fn units(&self) -> impl Iterator<Item = u16> + 'a {
+        self.bytes
+            .chunks_exact(2)
+            .map(|p| u16::from_le_bytes([p[0], p[1]]))
+    }
+
+    /// The characters; unpaired surrogates become U+FFFD.
+    pub fn chars(&self) -> impl Iterator<Item = char> + 'a {
+        char::decode_utf16(self.units()).map(|c| c.unwrap_or(char::REPLACEMENT_CHARACTER))
+    }
+
+    /// The string, decoded into a `String` (what [`Value::String`] holds).
+    pub fn to_string_lossy(&self) -> String {
+        utf16_to_string(self.bytes)
+    }
+}
+
+impl fmt::Display for Utf16Str<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use fmt::Write;
+        self.chars().try_for_each(|c| f.write_char(c))
+    }
+}
+
+impl fmt::Debug for Utf16Str<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.to_string_lossy())
+    }
+}
+
+impl PartialEq<str> for Utf16Str<'_> {
+    fn eq(&self, other: &str) -> bool {
+        self.units().eq(other.encode_utf16())
+    }
+}
+
+/// A decoded payload value that borrows strings and byte arrays from the payload instead of
+/// copying them; see [`crate::Event::for_each_field`].
+///
+/// Scalars are decoded as in [`Value`]. Strings and byte arrays stay borrowed. Arrays of
+/// other element types and nested objects are decoded into an owned [`Value`]
+/// ([`ValueRef::Compound`]). [`ValueRef::to_value`] gives exactly what
+/// [`crate::Event::decode_payload`] gives for the same field.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)] // scalar variants are named after their types, as in `Value`
+pub enum ValueRef<'a> {
+    Bool(bool),
+    I8(i8),
+    U8(u8),
+    I16(i16),
+    U16(u16),
+    I32(i32),
+    U32(u32),
+    I64(i64),
+    U64(u64),
+    F32(f32),
+    F64(f64),
+    /// A single character (a UTF-16 or UTF-8 code unit that maps to one).
+    Char(char),
+    Guid(Guid),
+    /// A UTF-16 string: a `Utf16String` field or an array of `Char16`.
+    Utf16(Utf16Str<'a>),
+    /// 8-bit text, as stored (an `AnsiString`, a `Utf8U16Len` string or an array of
+    /// `Char8`); [`ValueRef::to_value`] converts it with `String::from_utf8_lossy`.
+    Str8(&'a [u8]),
+    /// A .NET `DateTime` written by EventSource: FILETIME ticks (100 ns since 1601, UTC).
+    DateTime(i64),
+    /// A manifest FILETIME.
+    FileTime(u64),
+    /// A manifest SYSTEMTIME.
+    SystemTime(SystemTime),
+    /// A System.Decimal's 16 raw bytes.
+    Decimal([u8; 16]),
+    /// A pointer-sized unsigned value.
+    Pointer(u64),
+    /// A byte array.
+    Bytes(&'a [u8]),
+    /// Any other array, or a nested object, decoded into owned values.
+    Compound(Value),
+}
+
+impl ValueRef<'_> {
+    /// The owned value, as [`crate::Event::decode_payload`] returns it.
+    pub fn to_value(&self) -> Value {
+        self.clone().into_value()
+    }
+
+    /// The owned value, as [`crate::Event::decode_payload`] returns it.
+    pub fn into_value(self) -> Value {
+        match self {
+            ValueRef::Bool(v) => Value::Bool(v),
+            ValueRef::I8(v) => Value::I8(v),
+            ValueRef::U8(v) => Value::U8(v),
+            ValueRef::I16(v) => Value::I16(v),
+            ValueRef::U16(v) => Value::U16(v),
+            ValueRef::I32(v) => Value::I32(v),
+            ValueRef::U32(v) => Value::U32(v),
+            ValueRef::I64(v) => Value::I64(v),
+            ValueRef::U64(v) => Value::U64(v),
+            ValueRef::F32(v) => Value::F32(v),
+            ValueRef::F64(v) => Value::F64(v),
+            ValueRef::Char(v) => Value::Char(v),
+            ValueRef::Guid(v) => Value::Guid(v),
+            ValueRef::Utf16(s) => Value::String(s.to_string_lossy()),
+            ValueRef::Str8(b) => Value::String(String::from_utf8_lossy(b).into_owned()),
+            ValueRef::DateTime(v) => Value::DateTime(v),
+            ValueRef::FileTime(v) => Value::FileTime(v),
+            ValueRef::SystemTime(v) => Value::SystemTime(v),
+            ValueRef::Decimal(v) => Value::Decimal(v),
+            ValueRef::Pointer(v) => Value::Pointer(v),
+            ValueRef::Bytes(b) => Value::Bytes(b.to_vec()),
+            ValueRef::Compound(v) => v,
+        }
+    }
+
+    /// The value as an unsigned integer, when it is a non-negative integer of any width
+    /// (as [`Value::as_u64`]).
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            ValueRef::U8(v) => Some(u64::from(v)),
+            ValueRef::U16(v) => Some(u64::from(v)),
+            ValueRef::U32(v) => Some(u64::from(v)),
+            ValueRef::U64(v) | ValueRef::Pointer(v) | ValueRef::FileTime(v) => Some(v),
+            ValueRef::I8(v) => u64::try_from(v).ok(),
+            ValueRef::I16(v) => u64::try_from(v).ok(),
+            ValueRef::I32(v) => u64::try_from(v).ok(),
+            ValueRef::I64(v) => u64::try_from(v).ok(),
+            ValueRef::Bool(b) => Some(u64::from(b)),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for ValueRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ValueRef::Utf16(s) => write!(f, "{s}"),
+            ValueRef::Str8(b) => write!(f, "{}", String::from_utf8_lossy(b)),
+            ValueRef::Compound(v) => write!(f, "{v}"),
+            other => write!(f, "{}", other.to_value()),
+        }
+    }
+}
+
 /// Why a payload did not match its field descriptions.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct DecodeError {
@@ -169,26 +339,39 @@ struct PayloadCursor<'a> {
 type Decoded<T> = std::result::Result<T, String>;
 
 impl<'a> PayloadCursor<'a> {
+    #[inline]
     fn take(&mut self, n: usize) -> Decoded<&'a [u8]> {
         let end = self.pos.checked_add(n).filter(|&e| e <= self.data.len());
-        let Some(end) = end else {
-            return Err(format!(
-                "needs {n} bytes at payload offset {}, only {} remain",
-                self.pos,
-                self.data.len() - self.pos
-            ));
-        };
-        let out = &self.data[self.pos..end];
-        self.pos = end;
-        Ok(out)
+        match end.and_then(|end| self.data.get(self.pos..end).map(|b| (end, b))) {
+            Some((end, out)) => {
+                self.pos = end;
+                Ok(out)
+            }
+            None => Err(self.short(n)),
+        }
     }
+    #[cold]
+    #[inline(never)]
+    fn short(&self, n: usize) -> String {
+        format!(
+            "needs {n} bytes at payload offset {}, only {} remain",
+            self.pos,
+            self.remaining()
+        )
+    }
+    #[inline]
     fn arr<const N: usize>(&mut self) -> Decoded<[u8; N]> {
         let mut out = [0u8; N];
         out.copy_from_slice(self.take(N)?);
         Ok(out)
     }
+    #[inline]
+    fn rest(&self) -> &'a [u8] {
+        self.data.get(self.pos..).unwrap_or(&[])
+    }
+    #[inline]
     fn remaining(&self) -> usize {
-        self.data.len() - self.pos
+        self.data.len().saturating_sub(self.pos)
     }
     fn varu64(&mut self) -> Decoded<u64> {
         let mut value = 0u64;
@@ -203,29 +386,162 @@ impl<'a> PayloadCursor<'a> {
     }
 }
 
-/// Decodes `payload` against `fields`. A payload that ends cleanly between two top-level
-/// fields yields the fields decoded so far: older event versions write fewer fields.
-pub(crate) fn decode<'m>(
+/// Earlier fields at the same level, which counted arrays take their length from.
+trait Siblings {
+    /// The value of field `index` as an element count.
+    fn count(&self, index: usize) -> Decoded<usize>;
+}
+
+impl Siblings for Vec<(String, Value)> {
+    fn count(&self, index: usize) -> Decoded<usize> {
+        let (name, v) = self
+            .get(index)
+            .ok_or_else(|| format!("count field #{index} is missing"))?;
+        v.as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| format!("count field `{name}` is not a count: {v}"))
+    }
+}
+
+/// Array elements have no siblings.
+struct NoSiblings;
+
+impl Siblings for NoSiblings {
+    fn count(&self, index: usize) -> Decoded<usize> {
+        Err(format!("count field #{index} is missing"))
+    }
+}
+
+/// The top-level fields decoded so far, kept as counts only (a counted array needs nothing
+/// else), on the stack for the first few fields.
+struct TopLevel<'m> {
     fields: &'m [FieldDesc],
-    payload: &[u8],
+    decoded: usize,
+    small: [Option<u64>; 16],
+    spill: Vec<Option<u64>>,
+}
+
+impl<'m> TopLevel<'m> {
+    fn new(fields: &'m [FieldDesc]) -> Self {
+        TopLevel {
+            fields,
+            decoded: 0,
+            small: [None; 16],
+            spill: Vec::new(),
+        }
+    }
+
+    #[inline]
+    fn push(&mut self, count: Option<u64>) {
+        match self.small.get_mut(self.decoded) {
+            Some(slot) => *slot = count,
+            None => self.spill.push(count),
+        }
+        self.decoded += 1;
+    }
+}
+
+impl Siblings for TopLevel<'_> {
+    fn count(&self, index: usize) -> Decoded<usize> {
+        if index >= self.decoded {
+            return Err(format!("count field #{index} is missing"));
+        }
+        let n = match self.small.get(index) {
+            Some(n) => *n,
+            None => self.spill.get(index - self.small.len()).copied().flatten(),
+        };
+        let name = self.fields.get(index).map_or("?", |f| f.name.as_str());
+        n.and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| format!("count field `{name}` is not a count"))
+    }
+}
+
+/// Decodes `payload` against `fields`, handing each top-level field to `visit` with its
+/// value borrowed from `payload`; returns how many fields were decoded. A payload that ends
+/// cleanly between two top-level fields yields the fields decoded so far: older event
+/// versions write fewer fields.
+#[inline]
+pub(crate) fn for_each_field<'m, 'a>(
+    fields: &'m [FieldDesc],
+    payload: &'a [u8],
     pointer_size: u32,
-) -> std::result::Result<Vec<(&'m str, Value)>, DecodeError> {
+    mut visit: impl FnMut(&'m FieldDesc, ValueRef<'a>),
+) -> std::result::Result<usize, DecodeError> {
+    let counted = fields.iter().any(|f| {
+        matches!(
+            f.ty,
+            FieldType::CountedArray(..) | FieldType::CountedBytes(_)
+        )
+    });
+    if counted {
+        return for_each_counted(fields, payload, pointer_size, visit);
+    }
+    // No field takes its length from another, so nothing needs to be remembered.
     let mut c = PayloadCursor {
         data: payload,
         pos: 0,
         pointer_size,
     };
-    let mut out: Vec<(&'m str, Value)> = Vec::with_capacity(fields.len());
+    let mut decoded = 0;
     for f in fields {
-        if c.remaining() == 0 && !out.is_empty() {
+        if c.remaining() == 0 && decoded > 0 {
             break;
         }
-        let value = decode_value(&f.ty, &mut c, &out, 0).map_err(|detail| DecodeError {
-            field: f.name.clone(),
-            detail,
-        })?;
-        out.push((&f.name, value));
+        match decode_ref(&f.ty, &mut c, &NoSiblings, 0) {
+            Ok(v) => visit(f, v),
+            Err(detail) => return Err(field_error(f, detail)),
+        }
+        decoded += 1;
     }
+    Ok(decoded)
+}
+
+/// [`for_each_field`] for field lists with counted arrays: keeps each field's count.
+#[inline(never)]
+fn for_each_counted<'m, 'a>(
+    fields: &'m [FieldDesc],
+    payload: &'a [u8],
+    pointer_size: u32,
+    mut visit: impl FnMut(&'m FieldDesc, ValueRef<'a>),
+) -> std::result::Result<usize, DecodeError> {
+    let mut c = PayloadCursor {
+        data: payload,
+        pos: 0,
+        pointer_size,
+    };
+    let mut top = TopLevel::new(fields);
+    for f in fields {
+        if c.remaining() == 0 && top.decoded > 0 {
+            break;
+        }
+        let value = match decode_ref(&f.ty, &mut c, &top, 0) {
+            Ok(v) => v,
+            Err(detail) => return Err(field_error(f, detail)),
+        };
+        top.push(value.as_u64());
+        visit(f, value);
+    }
+    Ok(top.decoded)
+}
+
+#[cold]
+fn field_error(f: &FieldDesc, detail: String) -> DecodeError {
+    DecodeError {
+        field: f.name.clone(),
+        detail,
+    }
+}
+
+/// Decodes `payload` against `fields` into owned values; see [`for_each_field`].
+pub(crate) fn decode<'m>(
+    fields: &'m [FieldDesc],
+    payload: &[u8],
+    pointer_size: u32,
+) -> std::result::Result<Vec<(&'m str, Value)>, DecodeError> {
+    let mut out: Vec<(&'m str, Value)> = Vec::with_capacity(fields.len());
+    for_each_field(fields, payload, pointer_size, |f, v| {
+        out.push((&f.name, v.into_value()))
+    })?;
     Ok(out)
 }
 
@@ -243,40 +559,42 @@ fn utf16_to_string(bytes: &[u8]) -> String {
 
 const MAX_DEPTH: u32 = 32;
 
-fn decode_value<N: AsRef<str>>(
+/// Decodes one value of type `ty`, borrowing strings and byte arrays.
+#[inline]
+fn decode_ref<'a>(
     ty: &FieldType,
-    c: &mut PayloadCursor<'_>,
-    siblings: &[(N, Value)],
+    c: &mut PayloadCursor<'a>,
+    siblings: &dyn Siblings,
     depth: u32,
-) -> Decoded<Value> {
+) -> Decoded<ValueRef<'a>> {
     if depth > MAX_DEPTH {
         return Err("nesting too deep".into());
     }
     Ok(match ty {
-        FieldType::Boolean32 => Value::Bool(u32::from_le_bytes(c.arr()?) != 0),
-        FieldType::Boolean8 => Value::Bool(c.arr::<1>()?[0] != 0),
+        FieldType::Boolean32 => ValueRef::Bool(u32::from_le_bytes(c.arr()?) != 0),
+        FieldType::Boolean8 => ValueRef::Bool(c.arr::<1>()?[0] != 0),
         FieldType::Char16 => {
             let u = u16::from_le_bytes(c.arr()?);
-            Value::Char(char::from_u32(u32::from(u)).unwrap_or(char::REPLACEMENT_CHARACTER))
+            ValueRef::Char(char::from_u32(u32::from(u)).unwrap_or(char::REPLACEMENT_CHARACTER))
         }
-        FieldType::Char8 => Value::Char(char::from(c.arr::<1>()?[0])),
-        FieldType::SByte => Value::I8(i8::from_le_bytes(c.arr()?)),
-        FieldType::Byte => Value::U8(c.arr::<1>()?[0]),
-        FieldType::Int16 => Value::I16(i16::from_le_bytes(c.arr()?)),
-        FieldType::UInt16 => Value::U16(u16::from_le_bytes(c.arr()?)),
-        FieldType::Int32 => Value::I32(i32::from_le_bytes(c.arr()?)),
-        FieldType::UInt32 => Value::U32(u32::from_le_bytes(c.arr()?)),
-        FieldType::Int64 => Value::I64(i64::from_le_bytes(c.arr()?)),
-        FieldType::UInt64 => Value::U64(u64::from_le_bytes(c.arr()?)),
-        FieldType::Single => Value::F32(f32::from_le_bytes(c.arr()?)),
-        FieldType::Double => Value::F64(f64::from_le_bytes(c.arr()?)),
-        FieldType::Decimal => Value::Decimal(c.arr()?),
-        FieldType::DateTime => Value::DateTime(i64::from_le_bytes(c.arr()?)),
-        FieldType::FileTime => Value::FileTime(u64::from_le_bytes(c.arr()?)),
+        FieldType::Char8 => ValueRef::Char(char::from(c.arr::<1>()?[0])),
+        FieldType::SByte => ValueRef::I8(i8::from_le_bytes(c.arr()?)),
+        FieldType::Byte => ValueRef::U8(c.arr::<1>()?[0]),
+        FieldType::Int16 => ValueRef::I16(i16::from_le_bytes(c.arr()?)),
+        FieldType::UInt16 => ValueRef::U16(u16::from_le_bytes(c.arr()?)),
+        FieldType::Int32 => ValueRef::I32(i32::from_le_bytes(c.arr()?)),
+        FieldType::UInt32 => ValueRef::U32(u32::from_le_bytes(c.arr()?)),
+        FieldType::Int64 => ValueRef::I64(i64::from_le_bytes(c.arr()?)),
+        FieldType::UInt64 => ValueRef::U64(u64::from_le_bytes(c.arr()?)),
+        FieldType::Single => ValueRef::F32(f32::from_le_bytes(c.arr()?)),
+        FieldType::Double => ValueRef::F64(f64::from_le_bytes(c.arr()?)),
+        FieldType::Decimal => ValueRef::Decimal(c.arr()?),
+        FieldType::DateTime => ValueRef::DateTime(i64::from_le_bytes(c.arr()?)),
+        FieldType::FileTime => ValueRef::FileTime(u64::from_le_bytes(c.arr()?)),
         FieldType::SystemTime => {
             let b: [u8; 16] = c.arr()?;
             let w = |i: usize| i16::from_le_bytes([b[2 * i], b[2 * i + 1]]);
-            Value::SystemTime(SystemTime {
+            ValueRef::SystemTime(SystemTime {
                 year: w(0),
                 month: w(1),
                 day_of_week: w(2),
@@ -287,51 +605,63 @@ fn decode_value<N: AsRef<str>>(
                 millisecond: w(7),
             })
         }
-        FieldType::Guid => Value::Guid(Guid(c.arr()?)),
+        FieldType::Guid => ValueRef::Guid(Guid(c.arr()?)),
         FieldType::Pointer => match c.pointer_size {
-            4 => Value::Pointer(u64::from(u32::from_le_bytes(c.arr()?))),
-            _ => Value::Pointer(u64::from_le_bytes(c.arr()?)),
+            4 => ValueRef::Pointer(u64::from(u32::from_le_bytes(c.arr()?))),
+            _ => ValueRef::Pointer(u64::from_le_bytes(c.arr()?)),
         },
-        FieldType::VarInt => Value::I64(crate::cursor::zigzag_decode(c.varu64()?)),
-        FieldType::VarUInt => Value::U64(c.varu64()?),
+        FieldType::VarInt => ValueRef::I64(crate::cursor::zigzag_decode(c.varu64()?)),
+        FieldType::VarUInt => ValueRef::U64(c.varu64()?),
         FieldType::Utf16String => {
-            let rest = &c.data[c.pos..];
+            let rest = c.rest();
             // The terminator is the first aligned zero unit; TraceEvent also accepts a string
             // cut off by the end of the payload.
-            let len = rest
-                .chunks_exact(2)
-                .position(|p| p == [0, 0])
-                .map(|units| 2 * units);
-            match len {
-                Some(n) => {
-                    c.pos += n + 2;
-                    Value::String(utf16_to_string(&rest[..n]))
-                }
-                None => {
-                    c.pos = c.data.len();
-                    Value::String(utf16_to_string(rest))
-                }
-            }
+            let units = rest.chunks_exact(2).position(|p| p == [0, 0]);
+            let (bytes, used) = match units {
+                Some(n) => (rest.get(..2 * n).unwrap_or(&[]), 2 * n + 2),
+                None => (rest, rest.len()),
+            };
+            c.pos = c.pos.saturating_add(used).min(c.data.len());
+            ValueRef::Utf16(Utf16Str { bytes })
         }
         FieldType::AnsiString => {
-            let rest = &c.data[c.pos..];
+            let rest = c.rest();
             let len = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
-            let s = String::from_utf8_lossy(&rest[..len]).into_owned();
-            c.pos += (len + 1).min(rest.len());
-            Value::String(s)
+            let bytes = rest.get(..len).unwrap_or(&[]);
+            c.pos = c.pos.saturating_add(len + 1).min(c.data.len());
+            ValueRef::Str8(bytes)
         }
         FieldType::Utf8U16Len => {
             let n = usize::from(u16::from_le_bytes(c.arr()?));
-            Value::String(String::from_utf8_lossy(c.take(n)?).into_owned())
+            ValueRef::Str8(c.take(n)?)
         }
+        FieldType::Object(_)
+        | FieldType::Array(_)
+        | FieldType::FixedArray(..)
+        | FieldType::CountedArray(..)
+        | FieldType::CountedBytes(_)
+        | FieldType::RelLoc(_)
+        | FieldType::DataLoc(_) => decode_compound(ty, c, siblings, depth)?,
+    })
+}
+
+/// The part of [`decode_ref`] for arrays and objects.
+#[inline(never)]
+fn decode_compound<'a>(
+    ty: &FieldType,
+    c: &mut PayloadCursor<'a>,
+    siblings: &dyn Siblings,
+    depth: u32,
+) -> Decoded<ValueRef<'a>> {
+    Ok(match ty {
         FieldType::Object(fields) => {
             let mut members: Vec<(String, Value)> = Vec::with_capacity(fields.len());
             for f in fields {
-                let v = decode_value(&f.ty, c, &members, depth + 1)
+                let v = decode_ref(&f.ty, c, &members, depth + 1)
                     .map_err(|e| format!("{}: {e}", f.name))?;
-                members.push((f.name.clone(), v));
+                members.push((f.name.clone(), v.into_value()));
             }
-            Value::Object(members)
+            ValueRef::Compound(Value::Object(members))
         }
         FieldType::Array(elem) => {
             let n = usize::from(u16::from_le_bytes(c.arr()?));
@@ -339,19 +669,19 @@ fn decode_value<N: AsRef<str>>(
         }
         FieldType::FixedArray(elem, n) => decode_elements(elem, usize::from(*n), c, depth)?,
         FieldType::CountedArray(elem, index) => {
-            let n = sibling_count(siblings, *index)?;
+            let n = siblings.count(*index)?;
             decode_elements(elem, n, c, depth)?
         }
         FieldType::CountedBytes(index) => {
-            let n = sibling_count(siblings, *index)?;
-            Value::Bytes(c.take(n)?.to_vec())
+            let n = siblings.count(*index)?;
+            ValueRef::Bytes(c.take(n)?)
         }
         FieldType::RelLoc(elem) | FieldType::DataLoc(elem) => {
             let loc = u32::from_le_bytes(c.arr()?);
             let size = (loc >> 16) as usize;
             let offset = (loc & 0xffff) as usize;
             let start = if matches!(ty, FieldType::RelLoc(_)) {
-                c.pos + offset
+                c.pos.saturating_add(offset)
             } else {
                 offset
             };
@@ -367,24 +697,16 @@ fn decode_value<N: AsRef<str>>(
             };
             decode_elements(elem, size / elem_size, &mut sub, depth)?
         }
+        _ => decode_ref(ty, c, siblings, depth)?,
     })
 }
 
-fn sibling_count<N: AsRef<str>>(siblings: &[(N, Value)], index: usize) -> Decoded<usize> {
-    let (name, v) = siblings
-        .get(index)
-        .ok_or_else(|| format!("count field #{index} is missing"))?;
-    v.as_u64()
-        .and_then(|n| usize::try_from(n).ok())
-        .ok_or_else(|| format!("count field `{}` is not a count: {v}", name.as_ref()))
-}
-
-fn decode_elements(
+fn decode_elements<'a>(
     elem: &FieldType,
     n: usize,
-    c: &mut PayloadCursor<'_>,
+    c: &mut PayloadCursor<'a>,
     depth: u32,
-) -> Decoded<Value> {
+) -> Decoded<ValueRef<'a>> {
     let least = min_size(elem, c.pointer_size);
     if least > 0 && n.saturating_mul(least) > c.remaining() {
         return Err(format!(
@@ -396,28 +718,19 @@ fn decode_elements(
         return Err(format!("{n} elements of a zero-size type"));
     }
     match elem {
-        FieldType::Byte => return Ok(Value::Bytes(c.take(n)?.to_vec())),
+        FieldType::Byte => return Ok(ValueRef::Bytes(c.take(n)?)),
         FieldType::Char16 => {
-            let b = c.take(2 * n)?;
-            let units: Vec<u16> = b
-                .chunks_exact(2)
-                .map(|p| u16::from_le_bytes([p[0], p[1]]))
-                .collect();
-            return Ok(Value::String(String::from_utf16_lossy(&units)));
+            let bytes = c.take(n.saturating_mul(2))?;
+            return Ok(ValueRef::Utf16(Utf16Str { bytes }));
         }
-        FieldType::Char8 => {
-            return Ok(Value::String(
-                String::from_utf8_lossy(c.take(n)?).into_owned(),
-            ))
-        }
+        FieldType::Char8 => return Ok(ValueRef::Str8(c.take(n)?)),
         _ => {}
     }
     let mut items = Vec::with_capacity(n.min(c.remaining().max(1)));
-    let none: &[(&str, Value)] = &[];
     for _ in 0..n {
-        items.push(decode_value(elem, c, none, depth + 1)?);
+        items.push(decode_ref(elem, c, &NoSiblings, depth + 1)?.into_value());
     }
-    Ok(Value::Array(items))
+    Ok(ValueRef::Compound(Value::Array(items)))
 }
 
 /// The fewest bytes any value of `ty` occupies; used to reject impossible element counts.

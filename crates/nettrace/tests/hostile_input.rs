@@ -36,8 +36,40 @@ unsafe impl GlobalAlloc for LargestAllocation {
 #[global_allocator]
 static ALLOCATOR: LargestAllocation = LargestAllocation;
 
-/// Reads everything, decoding every payload; returns the error, if any.
+/// Reads everything through the fast API, decoding every field; returns the error, if any.
+fn read_fully_borrowed(bytes: &[u8]) -> Option<Error> {
+    let mut reader = match TraceReader::from_slice(bytes) {
+        Ok(r) => r,
+        Err(e) => return Some(e),
+    };
+    loop {
+        match reader.next_event_ref() {
+            Ok(Some(e)) => {
+                let _ = e.for_each_field(|_, v| {
+                    let _ = v.to_value();
+                });
+                let _ = e.stack_ips().count();
+                let _ = (e.thread_id(), e.capture_thread_id(), e.activity_id());
+            }
+            Ok(None) => return None,
+            Err(e) => return Some(e),
+        }
+    }
+}
+
+/// Reads everything, decoding every payload; returns the error, if any. Also reads through
+/// the fast API, which must stop at the same error.
 fn read_fully(bytes: &[u8]) -> Option<Error> {
+    let owned = read_fully_owned(bytes);
+    let borrowed = read_fully_borrowed(bytes);
+    assert_eq!(
+        owned.as_ref().map(ToString::to_string),
+        borrowed.as_ref().map(ToString::to_string)
+    );
+    owned
+}
+
+fn read_fully_owned(bytes: &[u8]) -> Option<Error> {
     let mut reader = match TraceReader::from_slice(bytes) {
         Ok(r) => r,
         Err(e) => return Some(e),
