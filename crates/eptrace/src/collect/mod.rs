@@ -97,15 +97,15 @@ fn read_stream<R: Read>(mut tee: Tee<R>, began: Instant) -> (StreamSummary, Resu
     let counters = Arc::clone(&tee.counters);
     match nettrace::TraceReader::from_read(&mut tee) {
         Ok(mut reader) => loop {
-            match reader.next_event() {
+            // The borrowed view: only the provider is needed here, per event.
+            match reader.next_event_ref() {
                 Ok(Some(e)) => {
                     // A lookup by &str first: no allocation per event.
-                    match summary.by_provider.get_mut(e.metadata.provider.as_str()) {
+                    let provider = e.metadata().provider.as_str();
+                    match summary.by_provider.get_mut(provider) {
                         Some(count) => *count += 1,
                         None => {
-                            summary
-                                .by_provider
-                                .insert(e.metadata.provider.to_string(), 1);
+                            summary.by_provider.insert(provider.to_string(), 1);
                         }
                     }
                     let n = counters.events.fetch_add(1, Ordering::Relaxed) + 1;
