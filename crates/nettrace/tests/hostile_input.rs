@@ -5,20 +5,40 @@
 mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::Cell;
 
 use nettrace::{Error, ErrorKind, TraceReader};
 
-/// Records the largest single allocation made while `TRACKING` is set.
+/// Records the largest single allocation made by this thread. Per thread because the test
+/// harness runs the tests of this file in parallel: a neighbour's large (legitimate)
+/// allocation must not be blamed on the input under test.
 struct LargestAllocation;
 
-static LARGEST: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    // A const-initialised `Cell` has no destructor and never allocates, so the allocator may
+    // touch it at any point of the thread's life.
+    static LARGEST: Cell<usize> = const { Cell::new(0) };
+}
+
+fn note_allocation(size: usize) {
+    let _ = LARGEST.try_with(|largest| largest.set(largest.get().max(size)));
+}
+
+/// Forgets what this thread allocated so far.
+fn reset_largest() {
+    LARGEST.with(|largest| largest.set(0));
+}
+
+/// The largest single allocation this thread made since `reset_largest`.
+fn largest() -> usize {
+    LARGEST.with(Cell::get)
+}
 
 // SAFETY: forwards every call unchanged to the system allocator; the only addition is a
-// relaxed atomic max, which allocates nothing and cannot fail.
+// thread-local max, which allocates nothing and cannot fail.
 unsafe impl GlobalAlloc for LargestAllocation {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
+        note_allocation(layout.size());
         // SAFETY: the caller's contract for `alloc` is passed through.
         unsafe { System.alloc(layout) }
     }
@@ -27,7 +47,7 @@ unsafe impl GlobalAlloc for LargestAllocation {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LARGEST.fetch_max(new_size, Ordering::Relaxed);
+        note_allocation(new_size);
         // SAFETY: the caller's contract for `realloc` is passed through.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -176,10 +196,10 @@ fn bit_flips_never_panic_or_over_allocate() {
                     _ => mutated[i] = rng.next() as u8,
                 }
             }
-            LARGEST.store(0, Ordering::Relaxed);
+            reset_largest();
             let _ = read_fully(&mutated);
             let _ = read_streaming(&mutated);
-            let largest = LARGEST.load(Ordering::Relaxed);
+            let largest = largest();
             // Streaming holds a 64 KiB read buffer; nothing else may exceed a few times the input.
             let bound = 4 * mutated.len() + (1 << 20);
             assert!(
@@ -210,23 +230,23 @@ fn hostile_size_fields_are_rejected_without_allocating_them() {
     trace_block.extend_from_slice(&u32::MAX.to_le_bytes()); // absurd key/value count
     v6.extend_from_slice(&((trace_block.len() as u32) | 1 << 24).to_le_bytes());
     v6.extend_from_slice(&trace_block);
-    LARGEST.store(0, Ordering::Relaxed);
+    reset_largest();
     let err = read_fully(&v6).expect("absurd key/value count must fail");
     assert!(err.to_string().contains("key/value count"), "{err}");
-    assert!(LARGEST.load(Ordering::Relaxed) < 1 << 20);
+    assert!(largest() < 1 << 20);
 
     let mut streaming = v6.clone();
     let kv_at = streaming.len() - 4;
     streaming[kv_at..].copy_from_slice(&0u32.to_le_bytes());
     streaming.extend_from_slice(&(0x00ff_ffffu32 | 2 << 24).to_le_bytes());
-    LARGEST.store(0, Ordering::Relaxed);
+    reset_largest();
     let err = read_streaming(&streaming).expect("missing block must fail");
     assert!(
         matches!(err.kind(), ErrorKind::UnexpectedEof { .. }),
         "{err}"
     );
     assert!(
-        LARGEST.load(Ordering::Relaxed) < 1 << 20,
+        largest() < 1 << 20,
         "streaming reader allocated the declared block size"
     );
 }
