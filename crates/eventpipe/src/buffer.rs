@@ -9,7 +9,7 @@
 //! the drain. This is the rtrb/Lamport SPSC queue without wrap-around: buffers are used once.
 
 #[cfg(not(eventpipe_loom))]
-use std::alloc::{alloc, dealloc, Layout};
+use std::alloc::{alloc_zeroed, dealloc, Layout};
 #[cfg(not(eventpipe_loom))]
 use std::ptr::NonNull;
 
@@ -58,8 +58,11 @@ impl Buffer {
     #[cfg(not(eventpipe_loom))]
     pub(crate) fn new(capacity: usize) -> Option<Buffer> {
         let layout = Layout::from_size_align(capacity.max(1), 8).ok()?;
+        // Zeroed, so every byte is initialised from the start and the writer may hand out
+        // the unpublished space as a `&mut [u8]` (`append_record_with`). Buffers are reused
+        // (`reset`), so only fresh ones pay for it.
         // SAFETY: the layout has a non-zero size.
-        let ptr = NonNull::new(unsafe { alloc(layout) })?;
+        let ptr = NonNull::new(unsafe { alloc_zeroed(layout) })?;
         Some(Buffer {
             ptr,
             capacity: layout.size(),
@@ -123,6 +126,49 @@ impl Buffer {
             self.write_bytes(at + HEADER, payload);
         }
         let end = at + HEADER + payload.len();
+        // Release: publishes the bytes written above; pairs with the Acquire in `readable`.
+        self.committed.store(end, Ordering::Release);
+        end
+    }
+
+    /// Writer side: a record of a three-word header and a payload of `payload_len` bytes
+    /// that `write_payload` encodes straight into the buffer (no staging copy), published
+    /// once it returns. Returns the new end.
+    ///
+    /// # Safety
+    /// As for `append`, with 24 bytes of header.
+    #[cfg_attr(eventpipe_loom, allow(dead_code))] // the writer is not modelled
+    #[inline(always)]
+    pub(crate) unsafe fn append_record_with(
+        &self,
+        at: usize,
+        header: [u64; 3],
+        payload_len: usize,
+        write_payload: impl FnOnce(&mut [u8]),
+    ) -> usize {
+        const HEADER: usize = 24;
+        debug_assert!(at + HEADER + payload_len <= self.capacity);
+        // SAFETY: within the buffer (caller's contract) at or beyond `committed`.
+        unsafe { self.write_words(at, header) };
+        #[cfg(not(eventpipe_loom))]
+        {
+            // SAFETY: the range lies within the allocation (caller's contract) and at or
+            // beyond `committed`, so the drain holds no reference into it and only this
+            // writer touches it until the store below; every byte of the allocation is
+            // initialised (zeroed when allocated, only ever overwritten with bytes).
+            let payload = unsafe {
+                std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(at + HEADER), payload_len)
+            };
+            write_payload(payload);
+        }
+        #[cfg(eventpipe_loom)]
+        {
+            let mut payload = vec![0; payload_len];
+            write_payload(&mut payload);
+            // SAFETY: as above.
+            unsafe { self.write_bytes(at + HEADER, &payload) };
+        }
+        let end = at + HEADER + payload_len;
         // Release: publishes the bytes written above; pairs with the Acquire in `readable`.
         self.committed.store(end, Ordering::Release);
         end

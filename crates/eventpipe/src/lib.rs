@@ -53,6 +53,8 @@ mod guid;
 mod listener;
 mod manager;
 #[cfg(not(eventpipe_loom))]
+mod payload;
+#[cfg(not(eventpipe_loom))]
 mod provider;
 #[cfg(not(eventpipe_loom))]
 mod registry;
@@ -72,10 +74,9 @@ pub use config::{
     BufferingMode, ListenerCallback, Output, ProviderConfig, SessionConfig, MIN_BUDGET,
 };
 #[cfg(not(eventpipe_loom))]
-pub use provider::{
-    EnableChange, EventDescriptor, FieldKind, FieldSpec, Level, PayloadField, PayloadWriter,
-    Provider,
-};
+pub use payload::{PayloadField, PayloadWriter};
+#[cfg(not(eventpipe_loom))]
+pub use provider::{EnableChange, EventDescriptor, FieldKind, FieldSpec, Level, Provider};
 #[cfg(not(eventpipe_loom))]
 pub use registry::MAX_SESSIONS;
 #[cfg(not(eventpipe_loom))]

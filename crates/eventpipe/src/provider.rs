@@ -11,6 +11,7 @@
 
 use std::mem::MaybeUninit;
 
+use crate::payload::PayloadWriter;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// Verbosity of an event (the ETW/EventPipe scale).
@@ -281,6 +282,40 @@ impl EventDescriptor {
         }
     }
 
+    /// `write_event!`'s entry: writes the event if enabled, with `values` (a tuple of
+    /// references) as its fields. A payload whose fields all have a fixed size is encoded
+    /// straight into the trace buffer.
+    #[doc(hidden)]
+    #[inline]
+    pub fn write_values<V: crate::payload::PayloadValues>(&'static self, values: V) {
+        let mask = self.mask.load(Ordering::Relaxed);
+        if mask == 0 {
+            return;
+        }
+        match V::FIXED_SIZE {
+            Some(size) if size <= crate::writer::MAX_FIXED_PAYLOAD => {
+                self.write_fixed(mask, &values);
+            }
+            _ => self.write_enabled(mask, None, |w| values.encode(w)),
+        }
+    }
+
+    /// One copy per payload type, so the payload's size is a constant to the compiler and
+    /// every field is a fixed-size store, not a `memcpy` of a length known at run time.
+    #[inline(never)]
+    fn write_fixed<V: crate::payload::PayloadValues>(&'static self, mut mask: u64, values: &V) {
+        if mask == UNREGISTERED {
+            mask = crate::registry::register_event(self);
+            if mask == 0 {
+                return;
+            }
+        }
+        let size = V::FIXED_SIZE
+            .unwrap_or(0)
+            .min(crate::writer::MAX_FIXED_PAYLOAD);
+        crate::writer::write_fixed_event(self, mask, size, |dst| values.encode_fixed(dst));
+    }
+
     /// Like [`write_with`](Self::write_with), with a stack the caller captured (instruction
     /// pointers, leaf first) instead of one the runtime would capture. Every session that
     /// records the event gets this stack, whether or not it asked for stacks: the stack is
@@ -425,241 +460,6 @@ impl EventDescriptor {
     }
 }
 
-/// Encodes payload fields; backed by a 1 KiB stack buffer that spills to the heap only for
-/// larger payloads. The inline buffer is left uninitialised: zeroing 1 KiB per write cost a
-/// fifth of an enabled write.
-pub struct PayloadWriter {
-    inline: [MaybeUninit<u8>; INLINE],
-    /// Bytes of `inline` written so far; `inline[..len]` is initialised.
-    len: usize,
-    spill: Vec<u8>,
-}
-
-const INLINE: usize = 1024;
-
-impl std::fmt::Debug for PayloadWriter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PayloadWriter")
-            .field("bytes", &self.as_bytes())
-            .finish()
-    }
-}
-
-impl PayloadWriter {
-    /// Initialises a writer in place. Building one by value and moving it made the
-    /// compiler zero the whole 1 KiB inline buffer on every write; in place, only `len` and
-    /// `spill` are written and the buffer stays uninitialised.
-    #[inline]
-    fn init_in(slot: &mut MaybeUninit<PayloadWriter>) -> &mut PayloadWriter {
-        let p = slot.as_mut_ptr();
-        // SAFETY: `p` points to writable memory for a `PayloadWriter`; both fields written
-        // are initialised here, and `inline` holds `MaybeUninit<u8>`, for which any
-        // contents (including none) are valid, so the whole value is initialised after.
-        unsafe {
-            std::ptr::addr_of_mut!((*p).len).write(0);
-            std::ptr::addr_of_mut!((*p).spill).write(Vec::new());
-            slot.assume_init_mut()
-        }
-    }
-
-    /// Appends raw bytes.
-    #[inline]
-    pub fn bytes(&mut self, b: &[u8]) {
-        if self.spill.is_empty() && self.len + b.len() <= INLINE {
-            // SAFETY: `len + b.len() <= INLINE`, so the destination is inside `inline`; the
-            // source is a distinct borrowed slice, so they do not overlap.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    b.as_ptr(),
-                    self.inline.as_mut_ptr().add(self.len).cast::<u8>(),
-                    b.len(),
-                );
-            }
-            self.len += b.len();
-        } else {
-            self.spill_slow(b);
-        }
-    }
-
-    #[cold]
-    fn spill_slow(&mut self, b: &[u8]) {
-        if self.spill.is_empty() {
-            let written = self.inline_bytes().to_vec();
-            self.spill = written;
-        }
-        self.spill.extend_from_slice(b);
-    }
-
-    /// Appends one field value.
-    #[inline]
-    pub fn put<T: PayloadField + ?Sized>(&mut self, value: &T) {
-        value.encode(self);
-    }
-
-    #[inline]
-    fn inline_bytes(&self) -> &[u8] {
-        // SAFETY: `inline[..len]` was initialised by `bytes`, and `MaybeUninit<u8>` has the
-        // layout of `u8`.
-        unsafe { std::slice::from_raw_parts(self.inline.as_ptr().cast::<u8>(), self.len) }
-    }
-
-    fn as_bytes(&self) -> &[u8] {
-        if self.spill.is_empty() {
-            self.inline_bytes()
-        } else {
-            &self.spill
-        }
-    }
-}
-
-/// A value that can be a payload field.
-pub trait PayloadField {
-    /// The field type this value encodes as.
-    const KIND: FieldKind;
-    /// Appends the encoded value.
-    fn encode(&self, w: &mut PayloadWriter);
-}
-
-macro_rules! le_field {
-    ($($t:ty => $k:ident),*) => {$(
-        impl PayloadField for $t {
-            const KIND: FieldKind = FieldKind::$k;
-            #[inline]
-            fn encode(&self, w: &mut PayloadWriter) {
-                w.bytes(&self.to_le_bytes());
-            }
-        }
-    )*};
-}
-le_field!(u8 => U8, i8 => I8, u16 => U16, i16 => I16, u32 => U32, i32 => I32, u64 => U64, i64 => I64, f32 => F32, f64 => F64);
-
-impl PayloadField for bool {
-    const KIND: FieldKind = FieldKind::Bool;
-    #[inline]
-    fn encode(&self, w: &mut PayloadWriter) {
-        w.bytes(&u32::from(*self).to_le_bytes());
-    }
-}
-
-impl PayloadField for str {
-    const KIND: FieldKind = FieldKind::Str;
-    #[inline]
-    fn encode(&self, w: &mut PayloadWriter) {
-        let mut units = [0u8; 64];
-        if self.is_ascii() {
-            // Each byte is its own UTF-16 unit: widen 32 at a time, no decoding.
-            let bytes = self.as_bytes();
-            let mut chunks = bytes.chunks_exact(32);
-            for chunk in &mut chunks {
-                for (pair, &b) in units.chunks_exact_mut(2).zip(chunk) {
-                    pair[0] = b;
-                    pair[1] = 0;
-                }
-                w.bytes(&units);
-            }
-            let rest = chunks.remainder();
-            for (pair, &b) in units.chunks_exact_mut(2).zip(rest) {
-                pair[0] = b;
-                pair[1] = 0;
-            }
-            // The terminator: two more zero bytes.
-            let n = 2 * rest.len();
-            units[n] = 0;
-            units[n + 1] = 0;
-            w.bytes(&units[..n + 2]);
-            return;
-        }
-        let mut n = 0;
-        for unit in self.encode_utf16().chain(std::iter::once(0)) {
-            if n == units.len() {
-                w.bytes(&units);
-                n = 0;
-            }
-            units[n..n + 2].copy_from_slice(&unit.to_le_bytes());
-            n += 2;
-        }
-        w.bytes(&units[..n]);
-    }
-}
-
-impl PayloadField for &str {
-    const KIND: FieldKind = FieldKind::Str;
-    #[inline]
-    fn encode(&self, w: &mut PayloadWriter) {
-        (**self).encode(w);
-    }
-}
-
-impl PayloadField for String {
-    const KIND: FieldKind = FieldKind::Str;
-    #[inline]
-    fn encode(&self, w: &mut PayloadWriter) {
-        self.as_str().encode(w);
-    }
-}
-
-impl PayloadField for nettrace::Guid {
-    const KIND: FieldKind = FieldKind::Guid;
-    #[inline]
-    fn encode(&self, w: &mut PayloadWriter) {
-        w.bytes(&self.0);
-    }
-}
-
-/// Slices are written as u16-counted arrays; longer slices are truncated to 65535 elements.
-macro_rules! slice_field {
-    ($($t:ty => $k:ident),*) => {$(
-        impl PayloadField for [$t] {
-            const KIND: FieldKind = FieldKind::$k;
-            #[inline]
-            fn encode(&self, w: &mut PayloadWriter) {
-                let n = self.len().min(usize::from(u16::MAX));
-                w.bytes(&(n as u16).to_le_bytes());
-                // Staged through a stack chunk: one `bytes` call per element made a 16 KiB
-                // array cost ~17 ns a byte.
-                let mut chunk = [0u8; 512];
-                let mut len = 0;
-                for v in &self[..n] {
-                    let b = v.to_le_bytes();
-                    if len + b.len() > chunk.len() {
-                        w.bytes(&chunk[..len]);
-                        len = 0;
-                    }
-                    chunk[len..len + b.len()].copy_from_slice(&b);
-                    len += b.len();
-                }
-                w.bytes(&chunk[..len]);
-            }
-        }
-        impl PayloadField for &[$t] {
-            const KIND: FieldKind = FieldKind::$k;
-            #[inline]
-            fn encode(&self, w: &mut PayloadWriter) {
-                (**self).encode(w);
-            }
-        }
-    )*};
-}
-
-impl PayloadField for [u8] {
-    const KIND: FieldKind = FieldKind::Bytes;
-    #[inline]
-    fn encode(&self, w: &mut PayloadWriter) {
-        let n = self.len().min(usize::from(u16::MAX));
-        w.bytes(&(n as u16).to_le_bytes());
-        w.bytes(&self[..n]);
-    }
-}
-
-impl PayloadField for &[u8] {
-    const KIND: FieldKind = FieldKind::Bytes;
-    #[inline]
-    fn encode(&self, w: &mut PayloadWriter) {
-        (**self).encode(w);
-    }
-}
-slice_field!(u32 => U32Array, u64 => U64Array, i64 => I64Array, f64 => F64Array);
-
 /// Declares a provider's event as a `static` and a function-like way to write it.
 ///
 /// ```
@@ -707,7 +507,7 @@ macro_rules! define_event {
 macro_rules! write_event {
     ($event:expr $(, $value:expr)* $(,)?) => {
         if $event.is_enabled() {
-            $event.write_with(|__payload| { $( __payload.put(&$value); )* });
+            $event.write_values(($(&$value,)*));
         }
     };
 }
@@ -715,73 +515,6 @@ macro_rules! write_event {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn payloads_past_the_inline_buffer_spill_intact() {
-        let mut slot = MaybeUninit::uninit();
-        let w = PayloadWriter::init_in(&mut slot);
-        let a: Vec<u8> = (0..700u32).map(|i| i as u8).collect();
-        let b: Vec<u8> = (0..700u32).map(|i| (i * 7) as u8).collect();
-        w.bytes(&a);
-        assert_eq!(w.as_bytes(), &a[..]);
-        w.bytes(&b);
-        assert_eq!(w.as_bytes(), [a, b].concat());
-        // SAFETY: initialised by `init_in`, dropped once.
-        unsafe { slot.assume_init_drop() };
-        let mut slot = MaybeUninit::uninit();
-        let s = PayloadWriter::init_in(&mut slot);
-        s.put("x".repeat(2000).as_str());
-        assert_eq!(s.as_bytes().len(), 2 * 2001);
-        // SAFETY: as above.
-        unsafe { slot.assume_init_drop() };
-    }
-
-    fn encoded<T: PayloadField + ?Sized>(value: &T) -> Vec<u8> {
-        let mut slot = MaybeUninit::uninit();
-        let w = PayloadWriter::init_in(&mut slot);
-        w.put(value);
-        let out = w.as_bytes().to_vec();
-        // SAFETY: initialised by `init_in`, dropped once.
-        unsafe { slot.assume_init_drop() };
-        out
-    }
-
-    #[test]
-    fn strings_encode_as_nul_terminated_utf16_at_every_length() {
-        for len in [0, 1, 5, 31, 32, 33, 63, 64, 65, 100, 1000] {
-            for text in [
-                "abcdefghij".repeat(100)[..len].to_string(),
-                "é€𝄞x".repeat(len),
-            ] {
-                let expected: Vec<u8> = text
-                    .encode_utf16()
-                    .chain(std::iter::once(0))
-                    .flat_map(u16::to_le_bytes)
-                    .collect();
-                assert_eq!(encoded(text.as_str()), expected, "{text:?}");
-            }
-        }
-    }
-
-    #[test]
-    fn arrays_encode_as_a_count_then_their_little_endian_elements() {
-        // Long enough to cross the staging chunk and the inline buffer several times.
-        let bytes: Vec<u8> = (0..20_000u32).map(|i| (i * 31) as u8).collect();
-        let words: Vec<u64> = (0..3_000u64)
-            .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
-            .collect();
-        let floats: Vec<f64> = (0..777).map(|i| f64::from(i) * 0.5 - 100.0).collect();
-        let count = |n: usize| (n as u16).to_le_bytes().to_vec();
-        assert_eq!(encoded(&bytes[..]), [count(20_000), bytes.clone()].concat());
-        let le_words: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        assert_eq!(encoded(&words[..]), [count(3_000), le_words].concat());
-        let le_floats: Vec<u8> = floats.iter().flat_map(|f| f.to_le_bytes()).collect();
-        assert_eq!(encoded(&floats[..]), [count(777), le_floats].concat());
-        // Longer than a u16 count can say: cut at 65535 elements.
-        let huge = vec![7u8; 70_000];
-        assert_eq!(encoded(&huge[..]).len(), 2 + 65_535);
-        assert_eq!(encoded(&[0u32; 0][..]), count(0));
-    }
 
     static REGISTER_CALLS: AtomicU32 = AtomicU32::new(0);
     static REGISTER_ENABLED: AtomicU32 = AtomicU32::new(0);

@@ -166,18 +166,80 @@ pub(crate) fn write_plain_event(event: &'static EventDescriptor, mask: u64, payl
     write_event(event, mask, payload, None, None);
 }
 
+/// [`write_plain_event`] of a payload of `size` bytes that `encode` writes (the fields of
+/// `write_event!` when all have a fixed size): on the short path `encode` writes straight
+/// into the buffer, with no staging copy.
+#[inline(always)]
+pub(crate) fn write_fixed_event(
+    event: &'static EventDescriptor,
+    mask: u64,
+    size: usize,
+    encode: impl Fn(&mut [u8]),
+) {
+    if mask.is_power_of_two() {
+        let done = WRITER.try_with(|w| {
+            let Some(index) = event.index() else {
+                return true;
+            };
+            let Ok(mut slots) = w.slots.try_borrow_mut() else {
+                return true;
+            };
+            match slots.get_mut(mask.trailing_zeros() as usize) {
+                Some(Some(s)) => append_encoded(s, index, size, &encode),
+                _ => false,
+            }
+        });
+        if done == Ok(true) {
+            return;
+        }
+    }
+    let mut staged = [0u8; MAX_FIXED_PAYLOAD];
+    let payload = &mut staged[..size.min(MAX_FIXED_PAYLOAD)];
+    encode(payload);
+    write_event(event, mask, payload, None, None);
+}
+
+/// The largest payload [`write_fixed_event`] takes.
+pub(crate) const MAX_FIXED_PAYLOAD: usize = 256;
+
 /// The common case, kept short: a record with nothing but a payload, into a buffer with
 /// room, for a session that wants no stacks. Returns false, having done nothing, when the
 /// general path must handle the record.
 #[inline(always)]
 fn append_plain(s: &mut WriterSlot, index: u32, payload: &[u8]) -> bool {
+    append_short(s, index, payload.len(), |buffer, at, header| {
+        // SAFETY: `append_short` calls this on the buffer's only writer, with `at` its
+        // published end and room for the record.
+        unsafe { buffer.append_record(at, header, payload) }
+    })
+}
+
+/// [`append_plain`] of a payload of `size` bytes that `encode` writes in place.
+#[inline(always)]
+fn append_encoded(s: &mut WriterSlot, index: u32, size: usize, encode: impl Fn(&mut [u8])) -> bool {
+    append_short(s, index, size, |buffer, at, header| {
+        // SAFETY: as in `append_plain`.
+        unsafe { buffer.append_record_with(at, header, size, encode) }
+    })
+}
+
+/// The short path's checks and bookkeeping around `append`, which writes the record (its
+/// header words and `payload_len` bytes of payload) at the buffer's published end, where
+/// there is room for it, and returns the new end.
+#[inline(always)]
+fn append_short(
+    s: &mut WriterSlot,
+    index: u32,
+    payload_len: usize,
+    append: impl FnOnce(&Buffer, usize, [u64; 3]) -> usize,
+) -> bool {
     if !s.session.active.load(Ordering::Relaxed) || s.session.stacks {
         return false;
     }
     let Some(buffer) = s.buffer.as_deref() else {
         return false;
     };
-    let len = RECORD_HEADER + payload.len();
+    let len = RECORD_HEADER + payload_len;
     if s.end + len > buffer.capacity() {
         return false;
     }
@@ -185,9 +247,7 @@ fn append_plain(s: &mut WriterSlot, index: u32, payload: &[u8]) -> bool {
     s.seq = seq;
     s.state.begin_record();
     let header = record_head(len, index, seq, 0, clock::now());
-    // SAFETY: this thread is the buffer's only writer, `s.end` is its published end, and
-    // the record fits (checked above).
-    s.end = unsafe { buffer.append_record(s.end, header, payload) };
+    s.end = append(buffer, s.end, header);
     s.state.commit_record(seq);
     true
 }

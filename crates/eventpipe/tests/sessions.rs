@@ -130,6 +130,94 @@ fn typed_payloads_round_trip_in_both_formats() {
     }
 }
 
+static FIXED: Provider = Provider::new("Test-Fixed");
+define_event! {
+    /// Every field has a fixed size: `write_event!` encodes it straight into the buffer.
+    static ALL_FIXED = FIXED { id: 1, name: "AllFixed", level: Level::Informational, keywords: 0 }
+        (n: u32, a: u8, b: i16, c: u64, d: f64, e: bool, g: nettrace::Guid);
+}
+
+/// Every `Test-Fixed/AllFixed` payload of the trace, as `n` and the other values.
+fn fixed_payloads(bytes: &[u8]) -> Vec<Vec<Value>> {
+    let mut r = TraceReader::from_slice(bytes).unwrap();
+    let mut out = Vec::new();
+    while let Some(e) = r.next_event().unwrap() {
+        if e.qualified_name() == "Test-Fixed/AllFixed" {
+            let fields = e.decode_payload().unwrap();
+            out.push(fields.into_iter().map(|(_, v)| v).collect());
+        }
+    }
+    assert_eq!(r.stats().lost_events, 0);
+    out
+}
+
+#[test]
+fn fixed_size_payloads_read_back_on_every_write_path() {
+    // One session without stacks: the short path, encoding in place (and the general path
+    // each time a buffer fills: small buffers make that often). Two sessions at once, and a
+    // session that wants stacks: the general path, from the staged copy.
+    let guid = nettrace::Guid([0x5A; 16]);
+    let expected = |n: u32| {
+        vec![
+            Value::U32(n),
+            Value::U8(n as u8),
+            Value::I16(-(n as i16)),
+            Value::U64(u64::from(n) << 40 | 7),
+            Value::F64(f64::from(n) / 4.0),
+            Value::Bool(n % 2 == 1),
+            Value::Guid(guid),
+        ]
+    };
+    let start = |name: &str, stacks: bool| {
+        let path = temp(name);
+        let config = SessionConfig::new(
+            vec![ProviderConfig::new("Test-Fixed")],
+            Output::File(path.clone()),
+        )
+        .mode(BufferingMode::Block)
+        .buffer_budget(64 << 10)
+        .stacks(stacks);
+        (Session::start(config).unwrap(), path)
+    };
+    const EVENTS: u32 = 20_000;
+    let write_all = || {
+        for n in 0..EVENTS {
+            write_event!(
+                ALL_FIXED,
+                n,
+                n as u8,
+                -(n as i16),
+                u64::from(n) << 40 | 7,
+                f64::from(n) / 4.0,
+                n % 2 == 1,
+                guid
+            );
+        }
+    };
+    let check = |path: &std::path::Path, what: &str| {
+        let bytes = std::fs::read(path).unwrap();
+        std::fs::remove_file(path).ok();
+        let payloads = fixed_payloads(&bytes);
+        assert_eq!(payloads.len(), EVENTS as usize, "{what}");
+        for (n, payload) in (0..EVENTS).zip(&payloads) {
+            assert_eq!(payload, &expected(n), "{what}: event {n}");
+        }
+    };
+
+    let (alone, alone_path) = start("fixed-alone", false);
+    write_all();
+    assert_eq!(alone.stop().unwrap().events_written, u64::from(EVENTS));
+    check(&alone_path, "one session");
+
+    let (first, first_path) = start("fixed-first", false);
+    let (stacked, stacked_path) = start("fixed-stacked", true);
+    write_all();
+    assert_eq!(first.stop().unwrap().events_written, u64::from(EVENTS));
+    assert_eq!(stacked.stop().unwrap().events_written, u64::from(EVENTS));
+    check(&first_path, "two sessions");
+    check(&stacked_path, "a session with stacks");
+}
+
 static MULTI: Provider = Provider::new("Test-Listener");
 define_event! { static PING = MULTI { id: 1, name: "Ping", level: Level::Informational, keywords: 0 } (n: u64); }
 

@@ -1,0 +1,116 @@
+//! A quick, repeatable look at the cost of one enabled write, beside the floor it is judged
+//! against: rounds of a million writes of the `write` bench's event (16-byte payload, one
+//! thread, a Drop-mode session writing to `io::sink()`, its drain idle while a round runs),
+//! interleaved with rounds of the floor (a clock read plus a 40-byte copy) and of an event
+//! without payload. Prints min and median ns per operation over the rounds.
+//!
+//! Criterion (`cargo bench -p eventpipe --bench write`) is the recorded measurement; this
+//! probe is for working on the path: it runs in seconds and under `perf stat`/`perf record`.
+//!
+//! `cargo run --release -p eventpipe --example write_probe [ROUNDS]`
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use eventpipe::{
+    define_event, write_event, BufferingMode, Level, Output, Provider, ProviderConfig, Session,
+    SessionConfig,
+};
+
+static PROBE: Provider = Provider::new("Probe-Write");
+
+define_event! {
+    /// The `write` bench's event: 16 bytes of payload.
+    static PAIR = PROBE { id: 1, name: "Pair", level: Level::Informational, keywords: 0 }
+        (a: u64, b: u64);
+}
+define_event! {
+    /// No payload: the fixed cost of a write.
+    static EMPTY = PROBE { id: 2, name: "Empty", level: Level::Informational, keywords: 0 } ();
+}
+
+const WRITES_PER_ROUND: u32 = 1_000_000;
+
+fn ns_per_op(start: Instant) -> f64 {
+    start.elapsed().as_nanos() as f64 / f64::from(WRITES_PER_ROUND)
+}
+
+fn summary(name: &str, mut rounds: Vec<f64>) {
+    rounds.sort_by(f64::total_cmp);
+    println!(
+        "{name:<10} min {:6.2} ns   median {:6.2} ns",
+        rounds[0],
+        rounds[rounds.len() / 2]
+    );
+}
+
+/// Waits until the drain has written or dropped `issued` events.
+fn catch_up(session: &Session, issued: u64) {
+    loop {
+        let stats = session.stats();
+        if stats.events_written + stats.events_dropped >= issued {
+            return;
+        }
+        session.flush();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn main() {
+    let rounds: usize = std::env::args()
+        .nth(1)
+        .map(|a| a.parse().expect("ROUNDS is a number"))
+        .unwrap_or(30);
+    let session = Session::start(
+        SessionConfig::new(
+            vec![ProviderConfig::new(PROBE.name())],
+            Output::Stream(Box::new(std::io::sink())),
+        )
+        .mode(BufferingMode::Drop)
+        .buffer_budget(1 << 30)
+        .flush_interval(Duration::from_secs(3600)),
+    )
+    .expect("start the probe session");
+
+    let mut buf = vec![0u8; 64 << 10];
+    let (mut write, mut empty, mut floor) = (Vec::new(), Vec::new(), Vec::new());
+    let mut issued = 0;
+    for _ in 0..rounds {
+        let start = Instant::now();
+        for i in 0..WRITES_PER_ROUND {
+            write_event!(PAIR, black_box(u64::from(i)), black_box(2u64));
+        }
+        write.push(ns_per_op(start));
+
+        let start = Instant::now();
+        for _ in 0..WRITES_PER_ROUND {
+            write_event!(EMPTY);
+        }
+        empty.push(ns_per_op(start));
+
+        let start = Instant::now();
+        let mut at = 0;
+        for i in 0..WRITES_PER_ROUND {
+            let mut record = [0u8; 40];
+            record[16..24].copy_from_slice(&eventpipe::clock::now().to_le_bytes());
+            record[24..32].copy_from_slice(&black_box(u64::from(i)).to_le_bytes());
+            record[32..40].copy_from_slice(&black_box(2u64).to_le_bytes());
+            black_box(&mut buf[at..at + 40]).copy_from_slice(&record);
+            at = if at + 80 > buf.len() { 0 } else { at + 40 };
+        }
+        floor.push(ns_per_op(start));
+
+        // Untimed: let the drain empty the buffers, so the budget never runs out and the
+        // next round's writes do not race the drain for the cores and the cache lines.
+        issued += 2 * u64::from(WRITES_PER_ROUND);
+        catch_up(&session, issued);
+    }
+    let stats = session.stop().expect("stop the probe session");
+    summary("write", write);
+    summary("empty", empty);
+    summary("floor", floor);
+    println!(
+        "session wrote {} events, dropped {}",
+        stats.events_written, stats.events_dropped
+    );
+}
