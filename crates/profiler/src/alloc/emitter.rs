@@ -104,6 +104,9 @@ pub(crate) enum Message {
 /// `events_dropped`): the allocator never waits for the emitter, which may itself be waiting
 /// for a Block-mode session's drain, whose allocations may be sampled.
 const QUEUE_CAPACITY: usize = 8192;
+/// How long a queued message may wait for the emitter when nobody wakes it: events reach
+/// the session this much later (the session's drain itself runs every 100 ms by default).
+const EMIT_INTERVAL: Duration = Duration::from_millis(10);
 
 /// The hand-off from allocating threads to the emitter. Each message owns what it carries
 /// (its stack included); crossbeam's `push` publishes a slot with a Release store of its
@@ -165,7 +168,14 @@ pub(crate) fn send(message: Message) {
         return;
     };
     match queue.push(message) {
-        Ok(()) => wake(),
+        // The emitter looks at the queue every `EMIT_INTERVAL` anyway; waking it for each
+        // sample cost a futex call (and a context switch) per sample. It is woken only once
+        // the queue is half full, so a burst never fills it before it runs.
+        Ok(()) => {
+            if queue.len() >= QUEUE_CAPACITY / 2 {
+                wake();
+            }
+        }
         Err(dropped) => {
             DROPPED.fetch_add(1, Ordering::Relaxed);
             drop(dropped);
@@ -177,7 +187,9 @@ pub(crate) fn send(message: Message) {
 /// Ordering: `unpark` synchronises-with the `park` it ends (std guarantees that memory
 /// operations before `unpark` are visible to the thread consuming the token), and the token
 /// is sticky: a push made after the emitter's last empty `pop` but before it parks leaves a
-/// token, so `park` returns at once and the message is not stranded.
+/// token, so `park` returns at once. A message pushed without a wake is not stranded either:
+/// the emitter pops again at the latest `EMIT_INTERVAL` later (the queue's own SeqCst
+/// operations make the push visible to that `pop`).
 fn wake() {
     if let Some(Some(emitter)) = EMITTER.get() {
         emitter.unpark();
@@ -199,7 +211,7 @@ fn run() {
             write(message);
         }
         BUSY.store(false, Ordering::SeqCst);
-        std::thread::park();
+        std::thread::park_timeout(EMIT_INTERVAL);
     }
 }
 

@@ -25,6 +25,8 @@ pub(crate) struct ThreadState {
     pub(crate) rng: Cell<u64>,
     /// The OS thread id (0 = not asked yet).
     pub(crate) tid: Cell<u64>,
+    /// The highest address of this thread's stack (0 = not asked yet, 1 = unknown).
+    pub(crate) stack_top: Cell<usize>,
 }
 
 thread_local! {
@@ -36,6 +38,7 @@ thread_local! {
             remaining: Cell::new(0),
             rng: Cell::new(0),
             tid: Cell::new(0),
+            stack_top: Cell::new(0),
         }
     };
 }
@@ -75,4 +78,37 @@ pub(crate) fn os_tid(t: &ThreadState) -> u64 {
     let tid = (unsafe { libc::gettid() }) as u64;
     t.tid.set(tid);
     tid
+}
+
+/// The highest address of the calling thread's stack, asked of the C library once per
+/// thread (for the main thread glibc reads `/proc/self/maps`, allocating: call this only
+/// under the re-entrancy guard).
+#[cfg(target_os = "linux")]
+pub(crate) fn stack_top() -> Option<usize> {
+    let known = THREAD.try_with(|t| t.stack_top.get()).ok()?;
+    let top = if known == 0 {
+        let top = ask_stack_top().unwrap_or(1);
+        let _ = THREAD.try_with(|t| t.stack_top.set(top));
+        top
+    } else {
+        known
+    };
+    (top > 1).then_some(top)
+}
+
+#[cfg(target_os = "linux")]
+fn ask_stack_top() -> Option<usize> {
+    let mut attr = std::mem::MaybeUninit::<libc::pthread_attr_t>::uninit();
+    // SAFETY: `attr` is written by pthread_getattr_np before it is read, and destroyed
+    // exactly once after a successful call; the out-pointers are valid locals.
+    unsafe {
+        if libc::pthread_getattr_np(libc::pthread_self(), attr.as_mut_ptr()) != 0 {
+            return None;
+        }
+        let mut base: *mut libc::c_void = std::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let found = libc::pthread_attr_getstack(attr.as_ptr(), &mut base, &mut size) == 0;
+        libc::pthread_attr_destroy(attr.as_mut_ptr());
+        found.then(|| (base as usize).saturating_add(size))
+    }
 }

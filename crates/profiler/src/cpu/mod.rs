@@ -297,6 +297,12 @@ mod tests {
         let gone = std::thread::spawn(|| unsafe { libc::gettid() })
             .join()
             .unwrap();
+        // `join` returns once the kernel has cleared the thread's id word, which it does
+        // a moment before the thread is gone from the process: allow that moment.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while thread_cpu_ns(gone).is_some() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         assert_eq!(thread_cpu_ns(gone), None);
     }
 
