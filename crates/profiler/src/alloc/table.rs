@@ -370,12 +370,8 @@ mod tests {
             .map(|c| usize::from(c.load(Ordering::Relaxed)))
             .sum();
         assert_eq!(total, len());
-        for b in 0..BUCKETS {
-            assert_eq!(
-                present(b),
-                COUNTS[b].load(Ordering::Relaxed) != 0,
-                "bucket {b}"
-            );
+        for (b, count) in COUNTS.iter().enumerate() {
+            assert_eq!(present(b), count.load(Ordering::Relaxed) != 0, "bucket {b}");
         }
         assert!(addrs.iter().skip(1).step_by(2).all(|&a| maybe_tracked(a)));
         assert_eq!(clear(), addrs.len() / 2);
