@@ -145,25 +145,9 @@ pub(crate) fn write_event(
 /// own, which the general one's argument handling and stack frame would otherwise slow.
 #[inline]
 pub(crate) fn write_plain_event(event: &'static EventDescriptor, mask: u64, payload: &[u8]) {
-    if mask.is_power_of_two() {
-        let done = WRITER.try_with(|w| {
-            let Some(index) = event.index() else {
-                return true;
-            };
-            let Ok(mut slots) = w.slots.try_borrow_mut() else {
-                // A write from inside a write: dropped, as `write_event` would.
-                return true;
-            };
-            match slots.get_mut(mask.trailing_zeros() as usize) {
-                Some(Some(s)) => append_plain(s, index, payload),
-                _ => false,
-            }
-        });
-        if done == Ok(true) {
-            return;
-        }
+    if !on_short_path(event, mask, |s, index| append_plain(s, index, payload)) {
+        write_event(event, mask, payload, None, None);
     }
-    write_event(event, mask, payload, None, None);
 }
 
 /// [`write_plain_event`] of a payload of `size` bytes that `encode` writes (the fields of
@@ -176,27 +160,43 @@ pub(crate) fn write_fixed_event(
     size: usize,
     encode: impl Fn(&mut [u8]),
 ) {
-    if mask.is_power_of_two() {
-        let done = WRITER.try_with(|w| {
-            let Some(index) = event.index() else {
-                return true;
-            };
-            let Ok(mut slots) = w.slots.try_borrow_mut() else {
-                return true;
-            };
-            match slots.get_mut(mask.trailing_zeros() as usize) {
-                Some(Some(s)) => append_encoded(s, index, size, &encode),
-                _ => false,
-            }
-        });
-        if done == Ok(true) {
-            return;
-        }
+    if on_short_path(event, mask, |s, index| {
+        append_encoded(s, index, size, &encode)
+    }) {
+        return;
     }
     let mut staged = [0u8; MAX_FIXED_PAYLOAD];
     let payload = &mut staged[..size.min(MAX_FIXED_PAYLOAD)];
     encode(payload);
     write_event(event, mask, payload, None, None);
+}
+
+/// Offers the event to `append` with this thread's slot for the one session in `mask`;
+/// returns whether the event is dealt with (appended, or dropped as a write from inside a
+/// write or from a dying thread would be). False: the general path must take it.
+#[inline(always)]
+fn on_short_path(
+    event: &'static EventDescriptor,
+    mask: u64,
+    append: impl FnOnce(&mut WriterSlot, u32) -> bool,
+) -> bool {
+    if !mask.is_power_of_two() {
+        return false;
+    }
+    let done = WRITER.try_with(|w| {
+        let Some(index) = event.index() else {
+            return true;
+        };
+        let Ok(mut slots) = w.slots.try_borrow_mut() else {
+            // A write from inside a write: dropped, as `write_event` would.
+            return true;
+        };
+        match slots.get_mut(mask.trailing_zeros() as usize) {
+            Some(Some(s)) => append(s, index),
+            _ => false,
+        }
+    });
+    done == Ok(true)
 }
 
 /// The largest payload [`write_fixed_event`] takes.
