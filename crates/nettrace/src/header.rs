@@ -20,7 +20,7 @@ const FLAG_PAYLOAD_SIZE: u8 = 128;
 /// Bytes a compressed header must have after its start for the fast decoder: more than
 /// the longest valid header (1 flags byte, eight varints of at most 10 bytes, two GUIDs)
 /// plus the 8 bytes a varint load reads.
-const FAST_WINDOW: usize = 128;
+pub(crate) const FAST_WINDOW: usize = 128;
 
 /// The varint at `pos`, which moves past it; `None` when it is malformed or above `max`.
 #[inline(always)]
@@ -31,6 +31,45 @@ fn var(window: &[u8; FAST_WINDOW], pos: &mut usize, max: u64) -> Option<u64> {
     };
     *pos += len;
     (value <= max).then_some(value)
+}
+
+/// An optional varint field at `pos`: its value when `present` (moving past it), else
+/// `old`. A one-byte value costs no branch on `present`; `None` when the value is malformed
+/// or above `max`.
+#[inline(always)]
+fn opt(
+    window: &[u8; FAST_WINDOW],
+    pos: &mut usize,
+    present: bool,
+    old: u64,
+    max: u64,
+) -> Option<u64> {
+    let b = u64::from(*window.get(*pos)?);
+    let present = u64::from(present);
+    // Arithmetic rather than `present && b >= 0x80`, which compiles to a branch on
+    // `present` first.
+    if b & (present << 7) != 0 {
+        return var(window, pos, max);
+    }
+    *pos += present as usize;
+    let mask = 0u64.wrapping_sub(present);
+    Some((b & mask) | (old & !mask))
+}
+
+/// The timestamp delta at `pos`, which moves past it. Deltas of one or two bytes (up to
+/// 16383 ticks) are the common case and are decoded inline.
+#[inline(always)]
+fn timestamp_delta(window: &[u8; FAST_WINDOW], pos: &mut usize) -> Option<u64> {
+    let &[b0, b1] = window.get(*pos..)?.first_chunk::<2>()?;
+    if b0 < 0x80 {
+        *pos += 1;
+        return Some(u64::from(b0));
+    }
+    if b1 < 0x80 {
+        *pos += 2;
+        return Some(u64::from(b0 & 0x7f) | u64::from(b1) << 7);
+    }
+    var(window, pos, u64::MAX)
 }
 
 /// The varint at `pos` of `window` (at least 2 bytes long): its value and length, or
@@ -135,30 +174,58 @@ impl HeaderDecoder {
     }
 
     /// The header decoded last.
+    #[inline]
     pub(crate) fn header(&self) -> &EventHeader {
         &self.previous
     }
 
+    /// Decodes the next header from `window`, the bytes from its start on, when the block
+    /// is compressed; returns the header's length. `None` leaves the header to
+    /// [`HeaderDecoder::decode`] on the same bytes: for an uncompressed block (untouched),
+    /// or for a malformed header (see [`HeaderDecoder::decode_compressed_fast`]).
+    #[inline(always)]
+    pub(crate) fn decode_window(&mut self, window: &[u8; FAST_WINDOW]) -> Option<usize> {
+        if self.compressed {
+            self.decode_compressed_fast(window)
+        } else {
+            None
+        }
+    }
+
     /// [`HeaderDecoder::decode_compressed`] for a header with at least [`FAST_WINDOW`]
-    /// bytes after it (all but the last few of a block): no bounds check per byte, one-byte
+    /// bytes after it (all but the last few of a block): no bounds check per byte, short
     /// varints inline and longer ones decoded from one 8-byte load. Returns the header's
     /// length, or `None` when a field is malformed, for the checked decoder to report.
+    ///
+    /// Which optional fields are present varies from event to event (often at random: an
+    /// event has a stack or not, a payload size like the previous one or not), so the
+    /// one-byte values of the metadata id, thread, stack id and payload size are selected
+    /// and skipped without a branch on their flag; only a longer value branches.
     ///
     /// Like the checked decoder it updates the header in place, so after `None` the header
     /// is as undefined as after an error (the checked decoder fails on the same bytes: it
     /// rejects exactly the values this one does, and the window holds every byte a valid
     /// header can use).
-    #[inline]
+    #[inline(always)]
     fn decode_compressed_fast(&mut self, window: &[u8; FAST_WINDOW]) -> Option<usize> {
         let v6 = self.v6;
         let h = &mut self.previous;
         let flags = window[0];
         let mut pos = 1usize;
         let u32_max = u64::from(u32::MAX);
-        if flags & FLAG_METADATA_ID != 0 {
-            h.metadata_id = var(window, &mut pos, u32_max)? as u32;
-        }
-        if flags & FLAG_CAPTURE_THREAD_AND_SEQUENCE != 0 {
+        let has = |flag: u8| flags & flag != 0;
+        let md = opt(
+            window,
+            &mut pos,
+            has(FLAG_METADATA_ID),
+            h.metadata_id.into(),
+            u32_max,
+        )?;
+        h.metadata_id = md as u32;
+        // A branch: this group comes with a change of thread, which is bursty, and its
+        // sequence number delta is rarely one byte (it is relative to the previous event,
+        // which came from another thread).
+        if has(FLAG_CAPTURE_THREAD_AND_SEQUENCE) {
             let delta = var(window, &mut pos, u32_max)? as u32;
             h.sequence_number = h.sequence_number.wrapping_add(delta);
             h.capture_thread = var(window, &mut pos, u64::MAX)?;
@@ -168,26 +235,33 @@ impl HeaderDecoder {
         h.sequence_number = h
             .sequence_number
             .wrapping_add(u32::from(v6 || h.metadata_id != 0));
-        if flags & FLAG_THREAD != 0 {
-            h.thread = var(window, &mut pos, u64::MAX)?;
-        }
-        if flags & FLAG_STACK != 0 {
-            h.stack_id = var(window, &mut pos, u32_max)? as u32;
-        }
+        h.thread = opt(window, &mut pos, has(FLAG_THREAD), h.thread, u64::MAX)?;
+        let stack = opt(
+            window,
+            &mut pos,
+            has(FLAG_STACK),
+            h.stack_id.into(),
+            u32_max,
+        )?;
+        h.stack_id = stack as u32;
         h.timestamp = h
             .timestamp
-            .wrapping_add(var(window, &mut pos, u64::MAX)? as i64);
+            .wrapping_add(timestamp_delta(window, &mut pos)? as i64);
         if v6 {
-            if flags & FLAG_ACTIVITY_ID != 0 {
+            if has(FLAG_ACTIVITY_ID) {
                 h.label_list_id = var(window, &mut pos, u32_max)? as u32;
             }
         } else if flags & (FLAG_ACTIVITY_ID | FLAG_RELATED_ACTIVITY_ID) != 0 {
             guids(h, flags, window, &mut pos)?;
         }
-        h.is_sorted = flags & FLAG_SORTED != 0;
-        if flags & FLAG_PAYLOAD_SIZE != 0 {
-            h.payload_size = var(window, &mut pos, u32_max)? as u32;
-        }
+        h.is_sorted = has(FLAG_SORTED);
+        h.payload_size = opt(
+            window,
+            &mut pos,
+            has(FLAG_PAYLOAD_SIZE),
+            h.payload_size.into(),
+            u32_max,
+        )? as u32;
         Some(pos)
     }
 

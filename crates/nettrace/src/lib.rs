@@ -37,10 +37,12 @@ pub mod manifest;
 mod metadata;
 mod model;
 mod payload;
+mod plan;
 mod reader;
 pub mod salvage;
 mod sorted;
 pub mod source;
+mod stacks;
 mod time;
 pub mod write;
 

@@ -465,7 +465,7 @@ pub(crate) fn for_each_field<'m, 'a>(
     fields: &'m [FieldDesc],
     payload: &'a [u8],
     pointer_size: u32,
-    mut visit: impl FnMut(&'m FieldDesc, ValueRef<'a>),
+    visit: impl FnMut(&'m FieldDesc, ValueRef<'a>),
 ) -> std::result::Result<usize, DecodeError> {
     let counted = fields.iter().any(|f| {
         matches!(
@@ -476,14 +476,29 @@ pub(crate) fn for_each_field<'m, 'a>(
     if counted {
         return for_each_counted(fields, payload, pointer_size, visit);
     }
+    for_each_from(fields, payload, pointer_size, 0, 0, visit)
+}
+
+/// [`for_each_field`] for field lists without counted arrays, from top-level field `first`
+/// at payload offset `pos` on (the fields before it were decoded already): a field plan
+/// hands over here what it does not decode itself.
+#[inline]
+pub(crate) fn for_each_from<'m, 'a>(
+    fields: &'m [FieldDesc],
+    payload: &'a [u8],
+    pointer_size: u32,
+    first: usize,
+    pos: usize,
+    mut visit: impl FnMut(&'m FieldDesc, ValueRef<'a>),
+) -> std::result::Result<usize, DecodeError> {
     // No field takes its length from another, so nothing needs to be remembered.
     let mut c = PayloadCursor {
         data: payload,
-        pos: 0,
+        pos: pos.min(payload.len()),
         pointer_size,
     };
-    let mut decoded = 0;
-    for f in fields {
+    let mut decoded = first;
+    for f in fields.get(first..).unwrap_or(&[]) {
         if c.remaining() == 0 && decoded > 0 {
             break;
         }
@@ -559,6 +574,72 @@ fn utf16_to_string(bytes: &[u8]) -> String {
 
 const MAX_DEPTH: u32 = 32;
 
+/// A `Char16` field's value.
+#[inline]
+pub(crate) fn char16(b: [u8; 2]) -> char {
+    char::from_u32(u32::from(u16::from_le_bytes(b))).unwrap_or(char::REPLACEMENT_CHARACTER)
+}
+
+/// A manifest SYSTEMTIME's value.
+#[inline]
+pub(crate) fn system_time(b: [u8; 16]) -> SystemTime {
+    let w = |i: usize| i16::from_le_bytes([b[2 * i], b[2 * i + 1]]);
+    SystemTime {
+        year: w(0),
+        month: w(1),
+        day_of_week: w(2),
+        day: w(3),
+        hour: w(4),
+        minute: w(5),
+        second: w(6),
+        millisecond: w(7),
+    }
+}
+
+/// The NUL-terminated UTF-16 string at the start of `rest` and the bytes it occupies. The
+/// terminator is the first aligned zero unit; like TraceEvent, a string cut off by the end
+/// of the payload is accepted (it then runs to the end).
+#[inline]
+pub(crate) fn utf16_field(rest: &[u8]) -> (Utf16Str<'_>, usize) {
+    match find_zero_unit(rest) {
+        Some(n) => (
+            Utf16Str {
+                bytes: rest.get(..2 * n).unwrap_or(&[]),
+            },
+            2 * n + 2,
+        ),
+        None => (Utf16Str { bytes: rest }, rest.len()),
+    }
+}
+
+/// Index of the first aligned zero 16-bit unit of `bytes`, four units per step.
+#[inline]
+fn find_zero_unit(bytes: &[u8]) -> Option<usize> {
+    const LOW15: u64 = 0x7fff_7fff_7fff_7fff;
+    const HIGH: u64 = 0x8000_8000_8000_8000;
+    let mut chunks = bytes.chunks_exact(8);
+    let mut units = 0;
+    for chunk in chunks.by_ref() {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let x = u64::from_le_bytes(word);
+        // A unit's bit 15 in `t` is set iff its low 15 bits are not all zero; no carry
+        // crosses into the next unit (0x7fff + 0x7fff < 0x10000). So a unit is zero iff
+        // bit 15 is clear in both `t` and `x`.
+        let t = (x & LOW15).wrapping_add(LOW15);
+        let zero = !(t | x) & HIGH;
+        if zero != 0 {
+            return Some(units + zero.trailing_zeros() as usize / 16);
+        }
+        units += 4;
+    }
+    chunks
+        .remainder()
+        .chunks_exact(2)
+        .position(|p| p == [0, 0])
+        .map(|n| units + n)
+}
+
 /// Decodes one value of type `ty`, borrowing strings and byte arrays.
 #[inline]
 fn decode_ref<'a>(
@@ -573,10 +654,7 @@ fn decode_ref<'a>(
     Ok(match ty {
         FieldType::Boolean32 => ValueRef::Bool(u32::from_le_bytes(c.arr()?) != 0),
         FieldType::Boolean8 => ValueRef::Bool(c.arr::<1>()?[0] != 0),
-        FieldType::Char16 => {
-            let u = u16::from_le_bytes(c.arr()?);
-            ValueRef::Char(char::from_u32(u32::from(u)).unwrap_or(char::REPLACEMENT_CHARACTER))
-        }
+        FieldType::Char16 => ValueRef::Char(char16(c.arr()?)),
         FieldType::Char8 => ValueRef::Char(char::from(c.arr::<1>()?[0])),
         FieldType::SByte => ValueRef::I8(i8::from_le_bytes(c.arr()?)),
         FieldType::Byte => ValueRef::U8(c.arr::<1>()?[0]),
@@ -591,20 +669,7 @@ fn decode_ref<'a>(
         FieldType::Decimal => ValueRef::Decimal(c.arr()?),
         FieldType::DateTime => ValueRef::DateTime(i64::from_le_bytes(c.arr()?)),
         FieldType::FileTime => ValueRef::FileTime(u64::from_le_bytes(c.arr()?)),
-        FieldType::SystemTime => {
-            let b: [u8; 16] = c.arr()?;
-            let w = |i: usize| i16::from_le_bytes([b[2 * i], b[2 * i + 1]]);
-            ValueRef::SystemTime(SystemTime {
-                year: w(0),
-                month: w(1),
-                day_of_week: w(2),
-                day: w(3),
-                hour: w(4),
-                minute: w(5),
-                second: w(6),
-                millisecond: w(7),
-            })
-        }
+        FieldType::SystemTime => ValueRef::SystemTime(system_time(c.arr()?)),
         FieldType::Guid => ValueRef::Guid(Guid(c.arr()?)),
         FieldType::Pointer => match c.pointer_size {
             4 => ValueRef::Pointer(u64::from(u32::from_le_bytes(c.arr()?))),
@@ -613,16 +678,9 @@ fn decode_ref<'a>(
         FieldType::VarInt => ValueRef::I64(crate::cursor::zigzag_decode(c.varu64()?)),
         FieldType::VarUInt => ValueRef::U64(c.varu64()?),
         FieldType::Utf16String => {
-            let rest = c.rest();
-            // The terminator is the first aligned zero unit; TraceEvent also accepts a string
-            // cut off by the end of the payload.
-            let units = rest.chunks_exact(2).position(|p| p == [0, 0]);
-            let (bytes, used) = match units {
-                Some(n) => (rest.get(..2 * n).unwrap_or(&[]), 2 * n + 2),
-                None => (rest, rest.len()),
-            };
+            let (s, used) = utf16_field(c.rest());
             c.pos = c.pos.saturating_add(used).min(c.data.len());
-            ValueRef::Utf16(Utf16Str { bytes })
+            ValueRef::Utf16(s)
         }
         FieldType::AnsiString => {
             let rest = c.rest();

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::cursor::Cursor;
 use crate::error::{Error, ErrorKind, Result, StreamOffset};
-use crate::header::{HeaderDecoder, BLOCK_FLAG_COMPRESSED};
+use crate::header::{HeaderDecoder, BLOCK_FLAG_COMPRESSED, FAST_WINDOW};
 use crate::idmap::DenseMap;
 use crate::metadata;
 use crate::model::{
@@ -17,7 +17,9 @@ use crate::model::{
     TraceInfo,
 };
 use crate::payload::{self, Value, ValueRef};
+use crate::plan::FieldPlan;
 use crate::source::{BlockKind, BlockReader, Input, ReadInput, SliceInput};
+use crate::stacks::StackTable;
 
 /// Counters the reader keeps while it reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -119,7 +121,7 @@ impl<'r> Event<'r> {
 
     /// The stack's instruction pointers, leaf first.
     pub fn stack_ips(&self) -> impl Iterator<Item = u64> + 'r {
-        stack_ips(self.stack, self.trace.pointer_size)
+        stack_ips(self.stack.unwrap_or(&[]), self.trace.pointer_size)
     }
 
     /// Decodes the payload into named, typed values.
@@ -173,8 +175,10 @@ impl<'r> Event<'r> {
 pub struct EventRef<'r> {
     header: &'r EventHeader,
     metadata: &'r EventMetadata,
+    plan: &'r FieldPlan,
     payload: &'r [u8],
-    stack: Option<&'r [u8]>,
+    /// Empty when the event has no stack (or an empty one, which reads the same).
+    stack: &'r [u8],
     offset: StreamOffset,
     tables: &'r Tables,
     trace: &'r TraceInfo,
@@ -202,7 +206,7 @@ impl<'r> EventRef<'r> {
     /// Raw stack bytes (pointer-sized IPs, leaf first), if the event has a stack.
     #[inline]
     pub fn stack(&self) -> Option<&'r [u8]> {
-        self.stack
+        (!self.stack.is_empty()).then_some(self.stack)
     }
 
     /// Absolute stream offset of the event's header.
@@ -293,10 +297,18 @@ impl<'r> EventRef<'r> {
     }
 
     /// Decodes the payload field by field without copying it; see
-    /// [`Event::for_each_field`].
+    /// [`Event::for_each_field`]. This one runs the metadata row's precompiled field plan.
     #[inline]
     pub fn for_each_field(&self, visit: impl FnMut(&'r FieldDesc, ValueRef<'r>)) -> Result<usize> {
-        for_each_field(self.metadata, self.payload, self.trace.pointer_size, visit)
+        let metadata = self.metadata;
+        self.plan
+            .for_each_field(
+                &metadata.fields,
+                self.payload,
+                self.trace.pointer_size,
+                visit,
+            )
+            .map_err(|e| payload_error(metadata, e))
     }
 
     /// The event with every reference resolved.
@@ -306,7 +318,7 @@ impl<'r> EventRef<'r> {
             header: *self.header,
             metadata: self.metadata,
             payload: self.payload,
-            stack: self.stack,
+            stack: self.stack(),
             thread: self.thread(),
             capture_thread: self.capture_thread(),
             labels: self.labels(),
@@ -353,8 +365,8 @@ fn related_activity_id(labels: Option<&[Label]>, header: Guid) -> Guid {
 }
 
 #[inline]
-fn stack_ips(stack: Option<&[u8]>, pointer_size: u32) -> impl Iterator<Item = u64> + '_ {
-    let mut rest = stack.unwrap_or(&[]);
+fn stack_ips(stack: &[u8], pointer_size: u32) -> impl Iterator<Item = u64> + '_ {
+    let mut rest = stack;
     // The pointer size is 4 or 8 (checked when the trace is opened). Constant-size chunks
     // keep a division by the pointer size out of the walk; a partial trailing IP is ignored.
     let wide = pointer_size != 4;
@@ -441,24 +453,21 @@ impl OwnedEvent {
 /// Ids are dense in practice, so each table is a [`DenseMap`].
 #[derive(Debug, Default)]
 pub(crate) struct Tables {
-    metadata: DenseMap<Arc<EventMetadata>>,
-    /// The bytes of every stack of the current sequence-point region.
-    stack_arena: Vec<u8>,
-    /// Stack id to its range in `stack_arena`.
-    stacks: DenseMap<(usize, usize)>,
+    metadata: DenseMap<MetadataRow>,
+    /// The stacks of the current sequence-point region.
+    stacks: StackTable,
     threads: DenseMap<ThreadInfo>,
     label_lists: DenseMap<LabelList>,
 }
 
-impl Tables {
-    /// Stack `id`'s bytes: `None` when the id names no stack, `Some(&[])` for an empty one.
-    #[inline]
-    fn stack(&self, id: u32) -> Option<&[u8]> {
-        self.stacks
-            .get(u64::from(id))
-            .and_then(|&(s, e)| self.stack_arena.get(s..e))
-    }
+/// A metadata row and its payload decoder.
+#[derive(Debug)]
+struct MetadataRow {
+    metadata: Arc<EventMetadata>,
+    plan: FieldPlan,
+}
 
+impl Tables {
     /// V6 thread row `index`.
     #[inline]
     fn thread(&self, trace: &TraceInfo, index: u64) -> Option<&ThreadInfo> {
@@ -580,12 +589,15 @@ impl<I: Input> TraceReader<I> {
 
     /// Metadata rows currently known.
     pub fn metadata(&self) -> impl Iterator<Item = &Arc<EventMetadata>> {
-        self.tables.metadata.values()
+        self.tables.metadata.values().map(|row| &row.metadata)
     }
 
     /// Metadata row `id`, shared.
     pub fn metadata_by_id(&self, id: u32) -> Option<&Arc<EventMetadata>> {
-        self.tables.metadata.get(u64::from(id))
+        self.tables
+            .metadata
+            .get(u64::from(id))
+            .map(|row| &row.metadata)
     }
 
     /// Whether the end-of-stream marker has been read.
@@ -613,8 +625,19 @@ impl<I: Input> TraceReader<I> {
     /// }
     /// # Ok(()) }
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn next_event_ref(&mut self) -> Result<Option<EventRef<'_>>> {
+        match self.next_in_block_fast() {
+            Some(Ok(loc)) => self.event_ref(loc).map(Some),
+            Some(Err(e)) => Err(e),
+            None => self.next_event_ref_slow(),
+        }
+    }
+
+    /// [`TraceReader::next_event_ref`] for what the fast path leaves: block boundaries, the
+    /// last few events of a block, uncompressed headers and malformed input.
+    #[inline(never)]
+    fn next_event_ref_slow(&mut self) -> Result<Option<EventRef<'_>>> {
         loop {
             match self.step()? {
                 Step::Event(loc) => return self.event_ref(loc).map(Some),
@@ -624,11 +647,49 @@ impl<I: Input> TraceReader<I> {
         }
     }
 
+    /// The next event of the current block, when it lies in the bulk of a block with
+    /// compressed headers: at least [`FAST_WINDOW`] bytes remain, so the header decodes
+    /// from a fixed window. `None` hands everything else to [`TraceReader::step`], which
+    /// starts from the same position.
+    ///
+    /// This is [`TraceReader::next_in_block`] without its checked cursor; the errors it
+    /// reports are the same.
+    #[inline(always)]
+    fn next_in_block_fast(&mut self) -> Option<Result<EventLoc>> {
+        let state = self.current.as_mut()?;
+        let data = self.blocks.input().block();
+        let window = data.get(state.pos..)?.first_chunk::<FAST_WINDOW>()?;
+        let used = state.decoder.decode_window(window)?;
+        let header = state.decoder.header();
+        let offset = state.base + state.pos as u64;
+        let start = state.pos + used;
+        // Cannot overflow: `start` is within the block and the size is a u32.
+        let end = start + header.payload_size as usize;
+        if end > data.len() {
+            return Some(Err(Error::eof(state.base + start as u64, "event payload")));
+        }
+        state.pos = end;
+        let (metadata_id, capture_thread, sequence_number) = (
+            header.metadata_id,
+            header.capture_thread,
+            header.sequence_number,
+        );
+        if metadata_id == 0 {
+            return Some(Err(metadata_id_zero(offset)));
+        }
+        self.track_sequence(capture_thread, sequence_number);
+        self.stats.events += 1;
+        Some(Ok(EventLoc {
+            payload: (start, end),
+            offset,
+        }))
+    }
+
     pub(crate) fn event_at(&self, loc: EventLoc) -> Result<Event<'_>> {
         self.event_ref(loc).map(|e| e.to_event())
     }
 
-    #[inline]
+    #[inline(always)]
     fn event_ref(&self, loc: EventLoc) -> Result<EventRef<'_>> {
         let Some(state) = &self.current else {
             return Err(Error::malformed(
@@ -638,7 +699,7 @@ impl<I: Input> TraceReader<I> {
             ));
         };
         let header = state.decoder.header();
-        let Some(metadata) = self.tables.metadata.get(u64::from(header.metadata_id)) else {
+        let Some(row) = self.tables.metadata.get(u64::from(header.metadata_id)) else {
             return Err(Error::undefined(
                 StreamOffset(loc.offset),
                 "metadata",
@@ -647,19 +708,14 @@ impl<I: Input> TraceReader<I> {
         };
         let block = self.blocks.input().block();
         let payload = block.get(loc.payload.0..loc.payload.1).unwrap_or(&[]);
-        let stack = match header.stack_id {
-            0 => None,
-            id => {
-                let stack = self.tables.stack(id);
-                if stack.is_none() {
-                    self.unresolved_stacks.set(self.unresolved_stacks.get() + 1);
-                }
-                stack.filter(|s| !s.is_empty())
-            }
-        };
+        // Branch-free: whether an event has a stack is close to random (see `stacks`).
+        let (stack, resolved) = self.tables.stacks.get(header.stack_id);
+        self.unresolved_stacks
+            .set(self.unresolved_stacks.get() + u64::from(!resolved));
         Ok(EventRef {
             header,
-            metadata,
+            metadata: &row.metadata,
+            plan: &row.plan,
             payload,
             stack,
             offset: StreamOffset(loc.offset),
@@ -740,11 +796,7 @@ impl<I: Input> TraceReader<I> {
         state.decoder.finish_event(&mut c)?;
         state.pos = c.position();
         if metadata_id == 0 {
-            return Err(Error::malformed(
-                offset,
-                "event",
-                "event refers to metadata id 0",
-            ));
+            return Err(metadata_id_zero(offset));
         }
         // Metadata and stack ids are resolved once, in `event_ref`.
         self.track_sequence(capture_thread, sequence_number);
@@ -886,11 +938,16 @@ impl<I: Input> TraceReader<I> {
         if saw_tags && self.trace().version == FormatVersion::V4 {
             self.blocks.trace_mut().version = FormatVersion::V5;
         }
+        let pointer_size = self.trace().pointer_size;
         for mut md in rows {
             metadata::resolve_names(&mut md);
+            let row = MetadataRow {
+                plan: FieldPlan::new(&md.fields, pointer_size),
+                metadata: Arc::new(md),
+            };
             self.tables
                 .metadata
-                .insert(u64::from(md.metadata_id), Arc::new(md));
+                .insert(u64::from(row.metadata.metadata_id), row);
         }
         Ok(())
     }
@@ -910,13 +967,7 @@ impl<I: Input> TraceReader<I> {
         for i in 0..count {
             let len = c.len_u32("stack size")?;
             let bytes = c.bytes(len, "stack")?;
-            let t = &mut self.tables;
-            let start = t.stack_arena.len();
-            t.stack_arena.extend_from_slice(bytes);
-            t.stacks.insert(
-                u64::from(first.wrapping_add(i)),
-                (start, t.stack_arena.len()),
-            );
+            self.tables.stacks.insert(first.wrapping_add(i), bytes);
         }
         Ok(())
     }
@@ -954,7 +1005,6 @@ impl<I: Input> TraceReader<I> {
             self.check_sequence_bound(thread, seq);
         }
         self.tables.stacks.clear();
-        self.tables.stack_arena.clear();
         self.tables.label_lists.clear();
         if flags & 1 != 0 {
             self.flush_sequence_cache();
@@ -1079,6 +1129,12 @@ impl<I: Input> TraceReader<I> {
     }
 }
 
+#[cold]
+#[inline(never)]
+fn metadata_id_zero(offset: u64) -> Error {
+    Error::malformed(offset, "event", "event refers to metadata id 0")
+}
+
 /// Reads an event or metadata block header; returns whether events are compressed and the
 /// block-relative position of the first event.
 fn read_block_header(c: &mut Cursor<'_>) -> Result<(bool, usize)> {
@@ -1094,4 +1150,134 @@ fn read_block_header(c: &mut Cursor<'_>) -> Result<(bool, usize)> {
     }
     c.skip(header_size - 4, "block header")?;
     Ok((flags & BLOCK_FLAG_COMPRESSED != 0, c.position()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::FieldType;
+    use crate::write::{EventBlockBuilder, TraceWriter};
+
+    fn rng(x: &mut u64) -> u64 {
+        *x ^= *x >> 12;
+        *x ^= *x << 25;
+        *x ^= *x >> 27;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A small trace whose headers vary every optional field: metadata id, thread, stack
+    /// (present, absent, unknown), payload size, long and short varints.
+    fn trace(version: FormatVersion) -> Vec<u8> {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let info = TraceInfo::new(version, 8);
+        let mut w = TraceWriter::new(Vec::new(), &info).unwrap();
+        let rows: Vec<EventMetadata> = (1..=3)
+            .map(|id| EventMetadata {
+                metadata_id: id,
+                provider: "P".into(),
+                event_id: id,
+                fields: vec![FieldDesc {
+                    name: "A".into(),
+                    ty: FieldType::UInt32,
+                }],
+                ..Default::default()
+            })
+            .collect();
+        w.write_metadata_block(&rows).unwrap();
+        let mut seq = [0u32; 4];
+        let mut timestamp = 1000i64;
+        for block in 0..6 {
+            if block % 2 == 0 {
+                let stacks: Vec<Vec<u8>> = (0..8u8).map(|i| vec![i; 8 * usize::from(i)]).collect();
+                let refs: Vec<&[u8]> = stacks.iter().map(Vec::as_slice).collect();
+                w.write_stack_block(1, &refs).unwrap();
+            }
+            let mut b = EventBlockBuilder::new(version);
+            for _ in 0..60 {
+                let r = rng(&mut x);
+                let thread = (r % 4) as usize;
+                seq[thread] += 1 + u32::from(r % 29 == 0);
+                timestamp += (r >> 8) as i64 % 40_000;
+                let payload = vec![7u8; (r >> 20) as usize % 300];
+                let header = EventHeader {
+                    metadata_id: 1 + (r >> 30) as u32 % 3,
+                    sequence_number: seq[thread],
+                    thread: 0x1000 + thread as u64 * 0x1234,
+                    capture_thread: 0x1000 + thread as u64 * 0x1234,
+                    processor: thread as u32,
+                    stack_id: (r >> 40) as u32 % 10,
+                    timestamp,
+                    ..Default::default()
+                };
+                b.push(&header, &payload);
+            }
+            w.write_event_block(&b).unwrap();
+            if block % 2 == 1 {
+                w.write_sequence_point(timestamp, 0, &[]).unwrap();
+            }
+        }
+        w.finish().unwrap()
+    }
+
+    /// What a pass saw, event by event, and how it ended.
+    fn summary(
+        r: &mut TraceReader<SliceInput<'_>>,
+        mut next: impl FnMut(&mut TraceReader<SliceInput<'_>>) -> Result<Option<String>>,
+    ) -> (Vec<String>, String, ReadStats) {
+        let mut seen = Vec::new();
+        let end = loop {
+            match next(r) {
+                Ok(Some(e)) => seen.push(e),
+                Ok(None) => break "end".to_string(),
+                Err(e) => break e.to_string(),
+            }
+        };
+        (seen, end, r.stats())
+    }
+
+    fn describe(e: &Event<'_>) -> String {
+        format!(
+            "{:?} {:?} {} {:?} {:?}",
+            e.offset, e.header, e.metadata.metadata_id, e.payload, e.stack
+        )
+    }
+
+    /// `next_event_ref` (whose fast path decodes most events) and `step` + `event_at`
+    /// (the checked path `SortedReader` uses) read the same events, stop with the same
+    /// error and keep the same counters, on a valid trace and on corrupted copies.
+    #[test]
+    fn fast_path_reads_what_the_checked_path_reads() {
+        let mut x = 0x1234_5678_9abc_def1u64;
+        for version in [FormatVersion::V5, FormatVersion::V6] {
+            let bytes = trace(version);
+            for round in 0..300 {
+                let mut b = bytes.clone();
+                if round > 0 {
+                    let at = (rng(&mut x) % b.len() as u64) as usize;
+                    b[at] ^= 1 << (rng(&mut x) % 8);
+                }
+                let (Ok(mut fast), Ok(mut checked)) =
+                    (TraceReader::from_slice(&b), TraceReader::from_slice(&b))
+                else {
+                    continue;
+                };
+                let fast = summary(&mut fast, |r| {
+                    Ok(r.next_event_ref()?.map(|e| describe(&e.to_event())))
+                });
+                let checked = summary(&mut checked, |r| loop {
+                    match r.step()? {
+                        Step::Event(loc) => return Ok(Some(describe(&r.event_at(loc)?))),
+                        Step::SequencePoint => continue,
+                        Step::End => return Ok(None),
+                    }
+                });
+                assert_eq!(fast, checked, "{version:?} round {round}");
+                if round == 0 {
+                    assert_eq!(fast.0.len(), 360);
+                    assert_eq!(fast.1, "end");
+                    assert!(fast.2.unresolved_stacks > 0 && fast.2.lost_events > 0);
+                }
+            }
+        }
+    }
 }

@@ -77,7 +77,8 @@ pub trait Input {
 pub struct SliceInput<'a> {
     data: &'a [u8],
     pos: usize,
-    block: (usize, usize),
+    /// The current block, kept as a slice: the reader asks for it on every event.
+    block: &'a [u8],
 }
 
 impl<'a> SliceInput<'a> {
@@ -86,14 +87,14 @@ impl<'a> SliceInput<'a> {
         SliceInput {
             data,
             pos: 0,
-            block: (0, 0),
+            block: &[],
         }
     }
 
     /// The bytes of the current block, with the input's lifetime.
     #[inline]
     pub fn block_slice(&self) -> &'a [u8] {
-        &self.data[self.block.0..self.block.1]
+        self.block
     }
 }
 
@@ -119,7 +120,7 @@ impl Input for SliceInput<'_> {
         let Some(end) = end else {
             return Err(Error::eof(self.pos as u64, what));
         };
-        self.block = (self.pos, end);
+        self.block = &self.data[self.pos..end];
         self.pos = end;
         Ok(())
     }
