@@ -7,7 +7,8 @@
 //!   header, metadata, payload length and OS thread id (a thread-table look-up in V6).
 //! * `full_decode`: the same plus `EventRef::for_each_field`, which decodes every payload
 //!   field into a typed `ValueRef` (integers, floats and GUIDs by value, UTF-16 strings
-//!   located and borrowed, not transcoded), folded into the tally, and a walk of
+//!   located and borrowed, not transcoded; arrays and nested objects borrowed and then
+//!   iterated, every element and member decoded), folded into the tally, and a walk of
 //!   `stack_ips`.
 //! * `next_event`: `header_only` through `TraceReader::next_event` (a resolved `Event`).
 //! * `decode_payload`: `full_decode` through `next_event` and `Event::decode_payload` (owned
@@ -91,6 +92,15 @@ fn fold_value(t: &mut Tally, v: &ValueRef<'_>) {
             g.0[0], g.0[1], g.0[2], g.0[3], g.0[4], g.0[5], g.0[6], g.0[7],
         ]),
         ValueRef::Utf16(s) => s.len_units() as u64,
+        // Arrays and objects come borrowed: decode every element and member.
+        ValueRef::Array(a) => {
+            a.iter().for_each(|item| fold_value(t, &item));
+            a.len() as u64
+        }
+        ValueRef::Object(o) => {
+            o.fields().for_each(|(_, member)| fold_value(t, &member));
+            o.as_bytes().len() as u64
+        }
         ref other => other.as_u64().unwrap_or(1),
     };
     t.ip_xor ^= bits;

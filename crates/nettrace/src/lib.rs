@@ -12,7 +12,8 @@
 //!                       lost-event accounting) ─▶ EventRef<'_> (next_event_ref: the fast
 //!                       way) or Event<'_> (next_event: every reference resolved)
 //!       ─▶ SortedReader (optional: timestamp order within sequence-point regions)
-//! for_each_field ─▶ (field, ValueRef) per field, strings and bytes borrowed (fast)
+//! for_each_field ─▶ (field, ValueRef) per field, strings, bytes, arrays and objects
+//!                   borrowed (fast, no allocation)
 //! decode_payload ─▶ Vec<(name, Value)>, owned
 //!                   (fields from the metadata, or for native runtime events from the
 //!                   manifest table in [`manifest`])
@@ -43,6 +44,8 @@ pub mod salvage;
 mod sorted;
 pub mod source;
 mod stacks;
+#[cfg(test)]
+mod test_rng;
 mod time;
 pub mod write;
 
@@ -51,7 +54,7 @@ pub use model::{
     EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, Guid, Label, LabelList,
     SystemTime, ThreadInfo, TraceInfo,
 };
-pub use payload::{Utf16Str, Value, ValueRef};
+pub use payload::{ArrayIter, ArrayRef, ObjectFields, ObjectRef, Utf16Str, Value, ValueRef};
 pub use reader::{Event, EventRef, OwnedEvent, ReadStats, TraceReader};
 pub use sorted::SortedReader;
 pub use time::format_unix_nanos;

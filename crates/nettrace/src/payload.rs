@@ -218,11 +218,12 @@ impl PartialEq<str> for Utf16Str<'_> {
 /// A decoded payload value that borrows strings and byte arrays from the payload instead of
 /// copying them; see [`crate::Event::for_each_field`].
 ///
-/// Scalars are decoded as in [`Value`]. Strings and byte arrays stay borrowed. Arrays of
-/// other element types and nested objects are decoded into an owned [`Value`]
-/// ([`ValueRef::Compound`]). [`ValueRef::to_value`] gives exactly what
-/// [`crate::Event::decode_payload`] gives for the same field.
-#[derive(Debug, Clone, PartialEq)]
+/// Scalars are decoded as in [`Value`]. Strings and byte arrays stay borrowed, and so do
+/// arrays of other element types and nested objects ([`ArrayRef`], [`ObjectRef`]): they
+/// were checked when the field was decoded and are decoded again, element by element, as
+/// they are iterated, so a payload is decoded without allocating. [`ValueRef::to_value`]
+/// gives exactly what [`crate::Event::decode_payload`] gives for the same field.
+#[derive(Debug, Clone, Copy, PartialEq)]
 #[allow(missing_docs)] // scalar variants are named after their types, as in `Value`
 pub enum ValueRef<'a> {
     Bool(bool),
@@ -256,14 +257,16 @@ pub enum ValueRef<'a> {
     Pointer(u64),
     /// A byte array.
     Bytes(&'a [u8]),
-    /// Any other array, or a nested object, decoded into owned values.
-    Compound(Value),
+    /// An array of any other element type.
+    Array(ArrayRef<'a>),
+    /// A nested object.
+    Object(ObjectRef<'a>),
 }
 
 impl ValueRef<'_> {
     /// The owned value, as [`crate::Event::decode_payload`] returns it.
     pub fn to_value(&self) -> Value {
-        self.clone().into_value()
+        self.into_value()
     }
 
     /// The owned value, as [`crate::Event::decode_payload`] returns it.
@@ -290,7 +293,12 @@ impl ValueRef<'_> {
             ValueRef::Decimal(v) => Value::Decimal(v),
             ValueRef::Pointer(v) => Value::Pointer(v),
             ValueRef::Bytes(b) => Value::Bytes(b.to_vec()),
-            ValueRef::Compound(v) => v,
+            ValueRef::Array(a) => Value::Array(a.iter().map(ValueRef::into_value).collect()),
+            ValueRef::Object(o) => Value::Object(
+                o.fields()
+                    .map(|(f, v)| (f.name.clone(), v.into_value()))
+                    .collect(),
+            ),
         }
     }
 
@@ -317,8 +325,179 @@ impl fmt::Display for ValueRef<'_> {
         match self {
             ValueRef::Utf16(s) => write!(f, "{s}"),
             ValueRef::Str8(b) => write!(f, "{}", String::from_utf8_lossy(b)),
-            ValueRef::Compound(v) => write!(f, "{v}"),
+            ValueRef::Array(a) => {
+                write!(f, "[")?;
+                for (i, item) in a.iter().enumerate() {
+                    if i > 0 {
+                        write!(f, ",")?;
+                    }
+                    write!(f, "{item}")?;
+                }
+                write!(f, "]")
+            }
+            ValueRef::Object(o) => {
+                write!(f, "{{")?;
+                for (i, (field, v)) in o.fields().enumerate() {
+                    if i > 0 {
+                        write!(f, ", ")?;
+                    }
+                    write!(f, "{}={v}", field.name)?;
+                }
+                write!(f, "}}")
+            }
             other => write!(f, "{}", other.to_value()),
+        }
+    }
+}
+
+/// An array in a payload, borrowed: its element type, its length and its bytes, checked when
+/// the field was decoded; [`ArrayRef::iter`] decodes the elements.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ArrayRef<'a> {
+    elem: &'a FieldType,
+    len: usize,
+    bytes: &'a [u8],
+    pointer_size: u32,
+    depth: u32,
+}
+
+impl<'a> ArrayRef<'a> {
+    /// The elements' type.
+    pub fn element_type(&self) -> &'a FieldType {
+        self.elem
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the array has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes the elements occupy in the payload.
+    pub fn as_bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// The elements, decoded one by one.
+    pub fn iter(&self) -> ArrayIter<'a> {
+        ArrayIter {
+            elem: self.elem,
+            remaining: self.len,
+            cursor: PayloadCursor {
+                data: self.bytes,
+                pos: 0,
+                pointer_size: self.pointer_size,
+            },
+            depth: self.depth,
+        }
+    }
+}
+
+impl<'a> IntoIterator for ArrayRef<'a> {
+    type Item = ValueRef<'a>;
+    type IntoIter = ArrayIter<'a>;
+    fn into_iter(self) -> ArrayIter<'a> {
+        self.iter()
+    }
+}
+
+/// The elements of an [`ArrayRef`].
+#[derive(Debug, Clone)]
+pub struct ArrayIter<'a> {
+    elem: &'a FieldType,
+    remaining: usize,
+    cursor: PayloadCursor<'a>,
+    depth: u32,
+}
+
+impl<'a> Iterator for ArrayIter<'a> {
+    type Item = ValueRef<'a>;
+
+    fn next(&mut self) -> Option<ValueRef<'a>> {
+        self.remaining = self.remaining.checked_sub(1)?;
+        // The array was decoded in full when its field was, so this cannot fail; if it
+        // did, the iteration would end rather than yield something else.
+        match decode_ref(self.elem, &mut self.cursor, &NoSiblings, self.depth) {
+            Ok(v) => Some(v),
+            Err(_) => {
+                self.remaining = 0;
+                None
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, Some(self.remaining))
+    }
+}
+
+/// A nested object in a payload, borrowed: its fields' descriptions and its bytes, checked
+/// when the field was decoded; [`ObjectRef::fields`] decodes the members.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ObjectRef<'a> {
+    fields: &'a [FieldDesc],
+    bytes: &'a [u8],
+    pointer_size: u32,
+    depth: u32,
+}
+
+impl<'a> ObjectRef<'a> {
+    /// The members' descriptions.
+    pub fn descriptions(&self) -> &'a [FieldDesc] {
+        self.fields
+    }
+
+    /// The bytes the object occupies in the payload.
+    pub fn as_bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// The members with their values, decoded one by one.
+    pub fn fields(&self) -> ObjectFields<'a> {
+        ObjectFields {
+            cursor: PayloadCursor {
+                data: self.bytes,
+                pos: 0,
+                pointer_size: self.pointer_size,
+            },
+            counts: Counts::new(self.fields),
+            depth: self.depth,
+        }
+    }
+
+    /// The value of the first member named `name`.
+    pub fn get(&self, name: &str) -> Option<ValueRef<'a>> {
+        self.fields().find(|(f, _)| f.name == name).map(|(_, v)| v)
+    }
+}
+
+/// The members of an [`ObjectRef`].
+#[derive(Debug, Clone)]
+pub struct ObjectFields<'a> {
+    cursor: PayloadCursor<'a>,
+    counts: Counts<'a>,
+    depth: u32,
+}
+
+impl<'a> Iterator for ObjectFields<'a> {
+    type Item = (&'a FieldDesc, ValueRef<'a>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let f = self.counts.fields.get(self.counts.decoded)?;
+        // Cannot fail (see `ArrayIter::next`).
+        match decode_ref(&f.ty, &mut self.cursor, &self.counts, self.depth) {
+            Ok(v) => {
+                self.counts.push(v.as_u64());
+                Some((f, v))
+            }
+            Err(_) => {
+                self.counts.decoded = self.counts.fields.len();
+                None
+            }
         }
     }
 }
@@ -330,6 +509,7 @@ pub(crate) struct DecodeError {
     pub(crate) detail: String,
 }
 
+#[derive(Debug, Clone)]
 struct PayloadCursor<'a> {
     data: &'a [u8],
     pos: usize,
@@ -392,17 +572,6 @@ trait Siblings {
     fn count(&self, index: usize) -> Decoded<usize>;
 }
 
-impl Siblings for Vec<(String, Value)> {
-    fn count(&self, index: usize) -> Decoded<usize> {
-        let (name, v) = self
-            .get(index)
-            .ok_or_else(|| format!("count field #{index} is missing"))?;
-        v.as_u64()
-            .and_then(|n| usize::try_from(n).ok())
-            .ok_or_else(|| format!("count field `{name}` is not a count: {v}"))
-    }
-}
-
 /// Array elements have no siblings.
 struct NoSiblings;
 
@@ -412,18 +581,19 @@ impl Siblings for NoSiblings {
     }
 }
 
-/// The top-level fields decoded so far, kept as counts only (a counted array needs nothing
-/// else), on the stack for the first few fields.
-struct TopLevel<'m> {
+/// The fields of one level (the payload's or an object's) decoded so far, kept as counts
+/// only (a counted array needs nothing else), on the stack for the first few fields.
+#[derive(Debug, Clone)]
+struct Counts<'m> {
     fields: &'m [FieldDesc],
     decoded: usize,
     small: [Option<u64>; 16],
     spill: Vec<Option<u64>>,
 }
 
-impl<'m> TopLevel<'m> {
+impl<'m> Counts<'m> {
     fn new(fields: &'m [FieldDesc]) -> Self {
-        TopLevel {
+        Counts {
             fields,
             decoded: 0,
             small: [None; 16],
@@ -441,7 +611,7 @@ impl<'m> TopLevel<'m> {
     }
 }
 
-impl Siblings for TopLevel<'_> {
+impl Siblings for Counts<'_> {
     fn count(&self, index: usize) -> Decoded<usize> {
         if index >= self.decoded {
             return Err(format!("count field #{index} is missing"));
@@ -466,7 +636,10 @@ pub(crate) fn for_each_field<'m, 'a>(
     payload: &'a [u8],
     pointer_size: u32,
     visit: impl FnMut(&'m FieldDesc, ValueRef<'a>),
-) -> std::result::Result<usize, DecodeError> {
+) -> std::result::Result<usize, DecodeError>
+where
+    'm: 'a,
+{
     let counted = fields.iter().any(|f| {
         matches!(
             f.ty,
@@ -490,7 +663,10 @@ pub(crate) fn for_each_from<'m, 'a>(
     first: usize,
     pos: usize,
     mut visit: impl FnMut(&'m FieldDesc, ValueRef<'a>),
-) -> std::result::Result<usize, DecodeError> {
+) -> std::result::Result<usize, DecodeError>
+where
+    'm: 'a,
+{
     // No field takes its length from another, so nothing needs to be remembered.
     let mut c = PayloadCursor {
         data: payload,
@@ -518,13 +694,16 @@ fn for_each_counted<'m, 'a>(
     payload: &'a [u8],
     pointer_size: u32,
     mut visit: impl FnMut(&'m FieldDesc, ValueRef<'a>),
-) -> std::result::Result<usize, DecodeError> {
+) -> std::result::Result<usize, DecodeError>
+where
+    'm: 'a,
+{
     let mut c = PayloadCursor {
         data: payload,
         pos: 0,
         pointer_size,
     };
-    let mut top = TopLevel::new(fields);
+    let mut top = Counts::new(fields);
     for f in fields {
         if c.remaining() == 0 && top.decoded > 0 {
             break;
@@ -643,7 +822,7 @@ fn find_zero_unit(bytes: &[u8]) -> Option<usize> {
 /// Decodes one value of type `ty`, borrowing strings and byte arrays.
 #[inline]
 fn decode_ref<'a>(
-    ty: &FieldType,
+    ty: &'a FieldType,
     c: &mut PayloadCursor<'a>,
     siblings: &dyn Siblings,
     depth: u32,
@@ -703,23 +882,38 @@ fn decode_ref<'a>(
     })
 }
 
-/// The part of [`decode_ref`] for arrays and objects.
+/// The part of [`decode_ref`] for arrays and objects: each is checked in full here (so that
+/// the next field's position is known and a malformed one is an error now), and handed out
+/// borrowed.
 #[inline(never)]
 fn decode_compound<'a>(
-    ty: &FieldType,
+    ty: &'a FieldType,
     c: &mut PayloadCursor<'a>,
     siblings: &dyn Siblings,
     depth: u32,
 ) -> Decoded<ValueRef<'a>> {
     Ok(match ty {
         FieldType::Object(fields) => {
-            let mut members: Vec<(String, Value)> = Vec::with_capacity(fields.len());
-            for f in fields {
-                let v = decode_ref(&f.ty, c, &members, depth + 1)
-                    .map_err(|e| format!("{}: {e}", f.name))?;
-                members.push((f.name.clone(), v.into_value()));
+            let start = c.pos;
+            match fixed_size(ty, c.pointer_size, depth) {
+                Some(size) => {
+                    c.take(size)?;
+                }
+                None => {
+                    let mut members = Counts::new(fields);
+                    for f in fields {
+                        let v = decode_ref(&f.ty, c, &members, depth + 1)
+                            .map_err(|e| format!("{}: {e}", f.name))?;
+                        members.push(v.as_u64());
+                    }
+                }
             }
-            ValueRef::Compound(Value::Object(members))
+            ValueRef::Object(ObjectRef {
+                fields,
+                bytes: c.data.get(start..c.pos).unwrap_or(&[]),
+                pointer_size: c.pointer_size,
+                depth: depth + 1,
+            })
         }
         FieldType::Array(elem) => {
             let n = usize::from(u16::from_le_bytes(c.arr()?));
@@ -760,7 +954,7 @@ fn decode_compound<'a>(
 }
 
 fn decode_elements<'a>(
-    elem: &FieldType,
+    elem: &'a FieldType,
     n: usize,
     c: &mut PayloadCursor<'a>,
     depth: u32,
@@ -784,11 +978,54 @@ fn decode_elements<'a>(
         FieldType::Char8 => return Ok(ValueRef::Str8(c.take(n)?)),
         _ => {}
     }
-    let mut items = Vec::with_capacity(n.min(c.remaining().max(1)));
-    for _ in 0..n {
-        items.push(decode_ref(elem, c, &NoSiblings, depth + 1)?.into_value());
+    let start = c.pos;
+    match fixed_size(elem, c.pointer_size, depth + 1) {
+        // Checked above to fit.
+        Some(size) => {
+            c.take(n.saturating_mul(size))?;
+        }
+        None => {
+            for _ in 0..n {
+                decode_ref(elem, c, &NoSiblings, depth + 1)?;
+            }
+        }
     }
-    Ok(ValueRef::Compound(Value::Array(items)))
+    Ok(ValueRef::Array(ArrayRef {
+        elem,
+        len: n,
+        bytes: c.data.get(start..c.pos).unwrap_or(&[]),
+        pointer_size: c.pointer_size,
+        depth: depth + 1,
+    }))
+}
+
+/// The size of every value of `ty`, decoded at nesting `depth`, when it is always the same
+/// and any bytes of that size decode without error (so an array or object of such values is
+/// checked by its length). `None` also when the nesting is too deep, so that the value is
+/// walked and the error reported.
+fn fixed_size(ty: &FieldType, pointer_size: u32, depth: u32) -> Option<usize> {
+    if depth > MAX_DEPTH {
+        return None;
+    }
+    Some(match ty {
+        FieldType::Boolean8 | FieldType::SByte | FieldType::Byte | FieldType::Char8 => 1,
+        FieldType::Char16 | FieldType::Int16 | FieldType::UInt16 => 2,
+        FieldType::Boolean32 | FieldType::Int32 | FieldType::UInt32 | FieldType::Single => 4,
+        FieldType::Int64
+        | FieldType::UInt64
+        | FieldType::Double
+        | FieldType::DateTime
+        | FieldType::FileTime => 8,
+        FieldType::Decimal | FieldType::Guid | FieldType::SystemTime => 16,
+        FieldType::Pointer => pointer_size as usize,
+        FieldType::Object(fields) => fields.iter().try_fold(0usize, |sum, f| {
+            sum.checked_add(fixed_size(&f.ty, pointer_size, depth + 1)?)
+        })?,
+        FieldType::FixedArray(elem, n) => {
+            fixed_size(elem, pointer_size, depth + 1)?.checked_mul(usize::from(*n))?
+        }
+        _ => return None,
+    })
 }
 
 /// The fewest bytes any value of `ty` occupies; used to reject impossible element counts.
@@ -812,5 +1049,249 @@ fn min_size(ty: &FieldType, pointer_size: u32) -> usize {
             min_size(elem, pointer_size).saturating_mul(usize::from(*n))
         }
         FieldType::CountedArray(..) | FieldType::CountedBytes(_) => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_rng;
+
+    fn field(name: &str, ty: FieldType) -> FieldDesc {
+        FieldDesc {
+            name: name.into(),
+            ty,
+        }
+    }
+
+    fn utf16z(s: &str) -> Vec<u8> {
+        s.encode_utf16()
+            .chain([0])
+            .flat_map(u16::to_le_bytes)
+            .collect()
+    }
+
+    fn decode_all(
+        fields: &[FieldDesc],
+        payload: &[u8],
+    ) -> Result<Vec<(String, Value)>, DecodeError> {
+        let mut out = Vec::new();
+        for_each_field(fields, payload, 8, |f, v| {
+            out.push((f.name.clone(), v.to_value()))
+        })?;
+        Ok(out)
+    }
+
+    /// `Count`, then that many `{Id, Name, Pairs: [{A, B}]}` objects, then a GUID: a counted
+    /// array of objects with strings (walked to find its end) holding arrays of fixed-size
+    /// objects (measured by length).
+    fn nested_row() -> Vec<FieldDesc> {
+        let pair = FieldType::Object(vec![
+            field("A", FieldType::Byte),
+            field("B", FieldType::Int64),
+        ]);
+        let item = FieldType::Object(vec![
+            field("Id", FieldType::UInt32),
+            field("Name", FieldType::Utf16String),
+            field("Pairs", FieldType::Array(Box::new(pair))),
+        ]);
+        vec![
+            field("Count", FieldType::UInt16),
+            field("Items", FieldType::CountedArray(Box::new(item), 0)),
+            field("Tail", FieldType::Guid),
+        ]
+    }
+
+    fn nested_payload() -> Vec<u8> {
+        let mut p = 2u16.to_le_bytes().to_vec();
+        p.extend(7u32.to_le_bytes());
+        p.extend(utf16z("seven"));
+        p.extend(2u16.to_le_bytes());
+        p.extend([1u8]);
+        p.extend((-1i64).to_le_bytes());
+        p.extend([2u8]);
+        p.extend(2i64.to_le_bytes());
+        p.extend(8u32.to_le_bytes());
+        p.extend(utf16z(""));
+        p.extend(0u16.to_le_bytes());
+        p.extend([0xab; 16]);
+        p
+    }
+
+    #[test]
+    fn nested_arrays_and_objects_are_borrowed_and_decode_to_the_owned_values() {
+        let fields = nested_row();
+        let payload = nested_payload();
+        let pair = |a: u8, b: i64| {
+            Value::Object(vec![
+                ("A".into(), Value::U8(a)),
+                ("B".into(), Value::I64(b)),
+            ])
+        };
+        let item = |id: u32, name: &str, pairs: Vec<Value>| {
+            Value::Object(vec![
+                ("Id".into(), Value::U32(id)),
+                ("Name".into(), Value::String(name.into())),
+                ("Pairs".into(), Value::Array(pairs)),
+            ])
+        };
+        let expected = vec![
+            ("Count".to_string(), Value::U16(2)),
+            (
+                "Items".to_string(),
+                Value::Array(vec![
+                    item(7, "seven", vec![pair(1, -1), pair(2, 2)]),
+                    item(8, "", vec![]),
+                ]),
+            ),
+            ("Tail".to_string(), Value::Guid(Guid([0xab; 16]))),
+        ];
+        assert_eq!(decode_all(&fields, &payload).unwrap(), expected);
+
+        let mut items = None;
+        for_each_field(&fields, &payload, 8, |f, v| {
+            if f.name == "Items" {
+                items = Some(v);
+            }
+        })
+        .unwrap();
+        let Some(ValueRef::Array(items)) = items else {
+            panic!("Items is not an array: {items:?}");
+        };
+        assert_eq!(items.len(), 2);
+        assert!(matches!(items.element_type(), FieldType::Object(_)));
+        let first = items.iter().next().unwrap();
+        let ValueRef::Object(first) = first else {
+            panic!("{first:?}");
+        };
+        assert_eq!(first.get("Id"), Some(ValueRef::U32(7)));
+        assert!(matches!(first.get("Name"), Some(ValueRef::Utf16(s)) if s == *"seven"));
+        let Some(ValueRef::Array(pairs)) = first.get("Pairs") else {
+            panic!("Pairs");
+        };
+        // Fixed-size elements: the array is exactly their bytes.
+        assert_eq!(pairs.as_bytes().len(), 2 * 9);
+        assert_eq!(pairs.iter().count(), 2);
+        assert_eq!(first.get("Missing"), None);
+        // The borrowed value prints as the owned one does.
+        assert_eq!(
+            ValueRef::Array(items).to_string(),
+            expected[1].1.to_string()
+        );
+    }
+
+    #[test]
+    fn malformed_nested_values_fail_when_their_field_is_decoded() {
+        let fields = nested_row();
+        let payload = nested_payload();
+        // Cut anywhere inside `Items`: the error names it at once (not when iterated).
+        let items_end = payload.len() - 16;
+        for cut in 3..items_end {
+            let err = decode_all(&fields, &payload[..cut]).unwrap_err();
+            assert_eq!(err.field, "Items", "cut at {cut}: {err:?}");
+        }
+        // A count larger than the bytes can hold.
+        let mut too_many = payload.clone();
+        too_many[0] = 200;
+        let err = decode_all(&fields, &too_many).unwrap_err();
+        assert_eq!(err.field, "Items");
+        // Too deep, even where every level has a fixed size.
+        let mut ty = FieldType::UInt32;
+        for _ in 0..(MAX_DEPTH + 2) {
+            ty = FieldType::Object(vec![field("x", ty)]);
+        }
+        let err = decode_all(&[field("deep", ty)], &[0; 4]).unwrap_err();
+        assert!(err.detail.contains("nesting too deep"), "{err:?}");
+    }
+
+    fn random_type(x: &mut u64, depth: u32, siblings: usize) -> FieldType {
+        let leaf = [
+            FieldType::Boolean8,
+            FieldType::Char16,
+            FieldType::UInt16,
+            FieldType::Int32,
+            FieldType::UInt64,
+            FieldType::Guid,
+            FieldType::Pointer,
+            FieldType::Utf16String,
+            FieldType::AnsiString,
+            FieldType::VarUInt,
+        ];
+        let r = test_rng::next(x);
+        if depth >= 3 || r % 3 != 0 {
+            return leaf[(r >> 8) as usize % leaf.len()].clone();
+        }
+        let elem = Box::new(random_type(x, depth + 1, 0));
+        match (r >> 8) % 4 {
+            0 => FieldType::Array(elem),
+            1 => FieldType::FixedArray(elem, (r >> 16) as u16 % 4),
+            2 if siblings > 0 => FieldType::CountedArray(elem, (r >> 16) as usize % siblings),
+            _ => {
+                let n = 1 + (r >> 16) as usize % 4;
+                let mut members = Vec::new();
+                for i in 0..n {
+                    members.push(field(&format!("m{i}"), random_type(x, depth + 1, i)));
+                }
+                FieldType::Object(members)
+            }
+        }
+    }
+
+    /// Counts every value reachable from `v` by iterating it; panics if an array or object
+    /// yields fewer items than it holds (the iterators stop on an error that checking the
+    /// field beforehand rules out).
+    fn walk(v: ValueRef<'_>) -> usize {
+        match v {
+            ValueRef::Array(a) => {
+                let items: Vec<_> = a.iter().collect();
+                assert_eq!(items.len(), a.len(), "{a:?}");
+                1 + items.into_iter().map(walk).sum::<usize>()
+            }
+            ValueRef::Object(o) => {
+                let members: Vec<_> = o.fields().collect();
+                assert_eq!(members.len(), o.descriptions().len(), "{o:?}");
+                1 + members.into_iter().map(|(_, v)| walk(v)).sum::<usize>()
+            }
+            _ => 1,
+        }
+    }
+
+    /// On random nested rows and payloads, whatever decodes without error iterates in full.
+    #[test]
+    fn checked_compounds_always_iterate_in_full() {
+        let mut x = 0x0ddc_0ffe_e15e_a5e5u64;
+        let mut compounds = 0;
+        for round in 0..20_000 {
+            let n = 1 + test_rng::next(&mut x) as usize % 4;
+            let fields: Vec<FieldDesc> = (0..n)
+                .map(|i| field(&format!("f{i}"), random_type(&mut x, 0, i)))
+                .collect();
+            let len = test_rng::next(&mut x) as usize % 96;
+            let payload: Vec<u8> = (0..len)
+                .map(|_| {
+                    let r = test_rng::next(&mut x);
+                    // Small bytes, so that counts are small and strings end.
+                    if r % 3 == 0 {
+                        0
+                    } else {
+                        (r >> 8) as u8 % 4
+                    }
+                })
+                .collect();
+            let pointer_size = if round % 2 == 0 { 8 } else { 4 };
+            let mut values = Vec::new();
+            if for_each_field(&fields, &payload, pointer_size, |_, v| values.push(v)).is_ok() {
+                for v in values {
+                    if matches!(v, ValueRef::Array(_) | ValueRef::Object(_)) {
+                        compounds += 1;
+                    }
+                    walk(v);
+                }
+            }
+        }
+        assert!(
+            compounds > 1_000,
+            "only {compounds} compound values decoded"
+        );
     }
 }

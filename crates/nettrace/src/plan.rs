@@ -105,7 +105,10 @@ impl FieldPlan {
         payload: &'a [u8],
         pointer_size: u32,
         mut visit: impl FnMut(&'m FieldDesc, ValueRef<'a>),
-    ) -> Result<usize, DecodeError> {
+    ) -> Result<usize, DecodeError>
+    where
+        'm: 'a,
+    {
         let Some(ops) = self.ops.as_deref() else {
             return payload::for_each_field(fields, payload, pointer_size, visit);
         };
@@ -174,7 +177,10 @@ fn resume<'m, 'a>(
     first: usize,
     pos: usize,
     visit: impl FnMut(&'m FieldDesc, ValueRef<'a>),
-) -> Result<usize, DecodeError> {
+) -> Result<usize, DecodeError>
+where
+    'm: 'a,
+{
     payload::for_each_from(fields, payload, pointer_size, first, pos, visit)
 }
 

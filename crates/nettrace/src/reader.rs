@@ -130,8 +130,9 @@ impl<'r> Event<'r> {
     }
 
     /// Decodes the payload field by field without copying it: `visit` gets each top-level
-    /// field's description and its value, with strings and byte arrays borrowed from the
-    /// payload. Returns the number of fields decoded. The values are the ones
+    /// field's description and its value, with strings, byte arrays, other arrays
+    /// ([`ValueRef::Array`]) and nested objects ([`ValueRef::Object`]) borrowed from the
+    /// payload: nothing is allocated. Returns the number of fields decoded. The values are the ones
     /// [`Event::decode_payload`] returns ([`ValueRef::to_value`]); this is the faster way to
     /// read them.
     ///
