@@ -31,7 +31,7 @@ use criterion::{BenchmarkGroup, Criterion, Throughput};
 use nettrace::write::{EventBlockBuilder, TraceWriter};
 use nettrace::{
     EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, ThreadInfo, TraceInfo,
-    TraceReader, ValueRef,
+    TraceReader, Value, ValueRef,
 };
 
 const DOTNET3_TRACE: &str = concat!(
@@ -151,7 +151,7 @@ fn decode_payload(data: &[u8]) -> Tally {
         t.per_metadata[(md.metadata_id as usize) & 15] += 1;
         match e.decode_payload() {
             Ok(values) => {
-                t.fields += values.len() as u64;
+                t.fields += values.iter().map(|(_, v)| count_values(v)).sum::<u64>();
                 black_box(values);
             }
             Err(_) => t.payload_errors += 1,
@@ -162,6 +162,15 @@ fn decode_payload(data: &[u8]) -> Tally {
         }
     }
     t
+}
+
+/// Values in `v`, nested ones included, as `fold_value` counts them.
+fn count_values(v: &Value) -> u64 {
+    1 + match v {
+        Value::Array(items) => items.iter().map(count_values).sum(),
+        Value::Object(members) => members.iter().map(|(_, m)| count_values(m)).sum(),
+        _ => 0,
+    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -355,6 +355,8 @@ impl fmt::Display for ValueRef<'_> {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ArrayRef<'a> {
     elem: &'a FieldType,
+    /// Every element's size, when it is fixed ([`fixed_size`]).
+    elem_size: Option<usize>,
     len: usize,
     bytes: &'a [u8],
     pointer_size: u32,
@@ -386,6 +388,7 @@ impl<'a> ArrayRef<'a> {
     pub fn iter(&self) -> ArrayIter<'a> {
         ArrayIter {
             elem: self.elem,
+            elem_size: self.elem_size,
             remaining: self.len,
             cursor: PayloadCursor {
                 data: self.bytes,
@@ -409,6 +412,7 @@ impl<'a> IntoIterator for ArrayRef<'a> {
 #[derive(Debug, Clone)]
 pub struct ArrayIter<'a> {
     elem: &'a FieldType,
+    elem_size: Option<usize>,
     remaining: usize,
     cursor: PayloadCursor<'a>,
     depth: u32,
@@ -421,7 +425,13 @@ impl<'a> Iterator for ArrayIter<'a> {
         self.remaining = self.remaining.checked_sub(1)?;
         // The array was decoded in full when its field was, so this cannot fail; if it
         // did, the iteration would end rather than yield something else.
-        match decode_ref(self.elem, &mut self.cursor, &NoSiblings, self.depth) {
+        let item = match self.elem {
+            FieldType::Object(fields) => {
+                object_ref(fields, &mut self.cursor, self.elem_size, self.depth)
+            }
+            elem => decode_ref(elem, &mut self.cursor, &NoSiblings, self.depth),
+        };
+        match item {
             Ok(v) => Some(v),
             Err(_) => {
                 self.remaining = 0;
@@ -894,26 +904,7 @@ fn decode_compound<'a>(
 ) -> Decoded<ValueRef<'a>> {
     Ok(match ty {
         FieldType::Object(fields) => {
-            let start = c.pos;
-            match fixed_size(ty, c.pointer_size, depth) {
-                Some(size) => {
-                    c.take(size)?;
-                }
-                None => {
-                    let mut members = Counts::new(fields);
-                    for f in fields {
-                        let v = decode_ref(&f.ty, c, &members, depth + 1)
-                            .map_err(|e| format!("{}: {e}", f.name))?;
-                        members.push(v.as_u64());
-                    }
-                }
-            }
-            ValueRef::Object(ObjectRef {
-                fields,
-                bytes: c.data.get(start..c.pos).unwrap_or(&[]),
-                pointer_size: c.pointer_size,
-                depth: depth + 1,
-            })
+            object_ref(fields, c, fixed_size(ty, c.pointer_size, depth), depth)?
         }
         FieldType::Array(elem) => {
             let n = usize::from(u16::from_le_bytes(c.arr()?));
@@ -953,6 +944,39 @@ fn decode_compound<'a>(
     })
 }
 
+/// An object of `fields` at nesting `depth`: `size` bytes when its size is fixed
+/// ([`fixed_size`]), else as far as its members reach, each checked.
+fn object_ref<'a>(
+    fields: &'a [FieldDesc],
+    c: &mut PayloadCursor<'a>,
+    size: Option<usize>,
+    depth: u32,
+) -> Decoded<ValueRef<'a>> {
+    if depth > MAX_DEPTH {
+        return Err("nesting too deep".into());
+    }
+    let start = c.pos;
+    match size {
+        Some(size) => {
+            c.take(size)?;
+        }
+        None => {
+            let mut members = Counts::new(fields);
+            for f in fields {
+                let v = decode_ref(&f.ty, c, &members, depth + 1)
+                    .map_err(|e| format!("{}: {e}", f.name))?;
+                members.push(v.as_u64());
+            }
+        }
+    }
+    Ok(ValueRef::Object(ObjectRef {
+        fields,
+        bytes: c.data.get(start..c.pos).unwrap_or(&[]),
+        pointer_size: c.pointer_size,
+        depth: depth + 1,
+    }))
+}
+
 fn decode_elements<'a>(
     elem: &'a FieldType,
     n: usize,
@@ -979,12 +1003,18 @@ fn decode_elements<'a>(
         _ => {}
     }
     let start = c.pos;
-    match fixed_size(elem, c.pointer_size, depth + 1) {
+    let elem_size = fixed_size(elem, c.pointer_size, depth + 1);
+    match (elem_size, elem) {
         // Checked above to fit.
-        Some(size) => {
+        (Some(size), _) => {
             c.take(n.saturating_mul(size))?;
         }
-        None => {
+        (None, FieldType::Object(fields)) => {
+            for _ in 0..n {
+                object_ref(fields, c, None, depth + 1)?;
+            }
+        }
+        (None, _) => {
             for _ in 0..n {
                 decode_ref(elem, c, &NoSiblings, depth + 1)?;
             }
@@ -992,6 +1022,7 @@ fn decode_elements<'a>(
     }
     Ok(ValueRef::Array(ArrayRef {
         elem,
+        elem_size,
         len: n,
         bytes: c.data.get(start..c.pos).unwrap_or(&[]),
         pointer_size: c.pointer_size,
