@@ -91,7 +91,6 @@ pub use control::{parse_sample_interval, DEFAULT_SAMPLE_INTERVAL};
 pub use emitter::{ALLOCATION_SAMPLE_ID, FREE_SAMPLE_ID, LIVE_ALLOCATION_ID, PROVIDER_NAME};
 pub use sampler::sample_weight;
 
-use control::STATE;
 use emitter::Message;
 use sampler::{next_distance, Counter, Rng};
 use thread::{ThreadState, THREAD};
@@ -120,29 +119,36 @@ impl<A> ProfiledAllocator<A> {
 // and returns its result unchanged; the bookkeeping around it never touches the memory
 // returned and never fails the allocation (a profiler failure only skips a sample).
 unsafe impl<A: GlobalAlloc> GlobalAlloc for ProfiledAllocator<A> {
+    // Each method is the load, the branch and a tail call: to the inner allocator, or while
+    // sampling to a method that does the accounting (a thread-local counter on allocation,
+    // a bitset test on free) and in the common case tail-calls the inner allocator.
+    // Keeping the sampling side out of line keeps the disabled side free of a stack frame.
+
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if STATE.load(Ordering::Relaxed) == 0 {
+        let epoch = control::epoch();
+        if epoch == 0 {
             // SAFETY: the caller's contract for `alloc` is the inner allocator's.
             return unsafe { self.inner.alloc(layout) };
         }
         // SAFETY: as above.
-        unsafe { self.alloc_sampling(layout, false) }
+        unsafe { self.alloc_sampling(layout, epoch) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if STATE.load(Ordering::Relaxed) == 0 {
+        let epoch = control::epoch();
+        if epoch == 0 {
             // SAFETY: the caller's contract for `alloc_zeroed` is the inner allocator's.
             return unsafe { self.inner.alloc_zeroed(layout) };
         }
         // SAFETY: as above.
-        unsafe { self.alloc_sampling(layout, true) }
+        unsafe { self.alloc_zeroed_sampling(layout, epoch) }
     }
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if STATE.load(Ordering::Relaxed) != 0 {
+        if control::epoch() != 0 {
             // SAFETY: the caller's contract for `dealloc`, forwarded.
             return unsafe { self.dealloc_sampling(ptr, layout) };
         }
@@ -152,22 +158,49 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for ProfiledAllocator<A> {
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if STATE.load(Ordering::Relaxed) == 0 {
+        let epoch = control::epoch();
+        if epoch == 0 {
             // SAFETY: the caller's contract for `realloc` is the inner allocator's.
             return unsafe { self.inner.realloc(ptr, layout, new_size) };
         }
         // SAFETY: as above.
-        unsafe { self.realloc_sampling(ptr, layout, new_size) }
+        unsafe { self.realloc_sampling(ptr, layout, new_size, epoch) }
     }
 }
 
 impl<A: GlobalAlloc> ProfiledAllocator<A> {
-    /// The allocation path while sampling. Not inlined: its frame marks where the profiler's
-    /// frames end in a captured stack (`stack::capture`). Cold, so the disabled path stays
-    /// a load, a branch and the inner call.
+    /// An allocation while the profiler is in `epoch` (not 0). The common case counts the
+    /// bytes first and then tail-calls the inner allocator: no stack frame, nothing kept
+    /// across the call. (Bytes of an allocation that then fails are counted anyway: a
+    /// sample comes a little early, once, when memory has run out.)
+    #[inline(never)]
+    unsafe fn alloc_sampling(&self, layout: Layout, epoch: u64) -> *mut u8 {
+        if take_bytes(layout.size() as u64, epoch) {
+            // SAFETY: forwarded from `GlobalAlloc::alloc`.
+            return unsafe { self.inner.alloc(layout) };
+        }
+        // SAFETY: as above.
+        unsafe { self.alloc_slow(layout, false, epoch) }
+    }
+
+    /// [`Self::alloc_sampling`] for `alloc_zeroed`.
+    #[inline(never)]
+    unsafe fn alloc_zeroed_sampling(&self, layout: Layout, epoch: u64) -> *mut u8 {
+        if take_bytes(layout.size() as u64, epoch) {
+            // SAFETY: forwarded from `GlobalAlloc::alloc_zeroed`.
+            return unsafe { self.inner.alloc_zeroed(layout) };
+        }
+        // SAFETY: as above.
+        unsafe { self.alloc_slow(layout, true, epoch) }
+    }
+
+    /// An allocation that may be sampled (or is the profiler's own, or the thread's first
+    /// in this epoch). Its frame marks where the profiler's frames end in a captured stack:
+    /// `stack::capture` keeps the frames above `marker`, starting with this function's
+    /// return address (the sampling entry points reach it by tail calls).
     #[cold]
     #[inline(never)]
-    unsafe fn alloc_sampling(&self, layout: Layout, zeroed: bool) -> *mut u8 {
+    unsafe fn alloc_slow(&self, layout: Layout, zeroed: bool, epoch: u64) -> *mut u8 {
         let marker = 0u8;
         let marker = std::hint::black_box(&marker) as *const u8 as usize;
         let ptr = if zeroed {
@@ -178,33 +211,71 @@ impl<A: GlobalAlloc> ProfiledAllocator<A> {
             unsafe { self.inner.alloc(layout) }
         };
         if !ptr.is_null() {
-            after_alloc(ptr as usize, layout.size() as u64, marker);
+            after_alloc(ptr as usize, layout.size() as u64, epoch, marker);
         }
         ptr
     }
 
-    /// A free while sampling: first untracked, since once freed the address may be handed
-    /// out (and sampled) again on another thread.
-    #[cold]
+    /// A free while sampling. The common case (the address is certainly not tracked) is a
+    /// bitset test and a tail call.
     #[inline(never)]
     unsafe fn dealloc_sampling(&self, ptr: *mut u8, layout: Layout) {
-        before_free(ptr as usize);
+        if table::maybe_tracked(ptr as usize) {
+            // SAFETY: forwarded from `GlobalAlloc::dealloc`.
+            return unsafe { self.dealloc_tracked(ptr, layout) };
+        }
+        // SAFETY: forwarded from `GlobalAlloc::dealloc`.
+        unsafe { self.inner.dealloc(ptr, layout) }
+    }
+
+    /// A free of an address that may be tracked: first untracked, since once freed the
+    /// address may be handed out (and sampled) again on another thread.
+    #[cold]
+    #[inline(never)]
+    unsafe fn dealloc_tracked(&self, ptr: *mut u8, layout: Layout) {
+        free_tracked(ptr as usize);
         // SAFETY: forwarded from `GlobalAlloc::dealloc`.
         unsafe { self.inner.dealloc(ptr, layout) }
     }
 
     /// A reallocation is a free of the old block and an allocation of `new_size` bytes.
-    /// If the inner `realloc` fails, the old block (still live) is no longer tracked.
+    /// The common case (old block not tracked, new one not sampled) counts the bytes and
+    /// tail-calls the inner allocator.
+    #[inline(never)]
+    unsafe fn realloc_sampling(
+        &self,
+        ptr: *mut u8,
+        layout: Layout,
+        new_size: usize,
+        epoch: u64,
+    ) -> *mut u8 {
+        if !table::maybe_tracked(ptr as usize) && take_bytes(new_size as u64, epoch) {
+            // SAFETY: forwarded from `GlobalAlloc::realloc`.
+            return unsafe { self.inner.realloc(ptr, layout, new_size) };
+        }
+        // SAFETY: as above.
+        unsafe { self.realloc_slow(ptr, layout, new_size, epoch) }
+    }
+
+    /// [`Self::realloc_sampling`] off its common path; marks the end of the profiler's
+    /// frames as [`Self::alloc_slow`] does. If the inner `realloc` fails, the old block
+    /// (still live) is no longer tracked.
     #[cold]
     #[inline(never)]
-    unsafe fn realloc_sampling(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+    unsafe fn realloc_slow(
+        &self,
+        ptr: *mut u8,
+        layout: Layout,
+        new_size: usize,
+        epoch: u64,
+    ) -> *mut u8 {
         let marker = 0u8;
         let marker = std::hint::black_box(&marker) as *const u8 as usize;
         before_free(ptr as usize);
         // SAFETY: forwarded from `GlobalAlloc::realloc`.
         let new = unsafe { self.inner.realloc(ptr, layout, new_size) };
         if !new.is_null() {
-            after_alloc(new as usize, new_size as u64, marker);
+            after_alloc(new as usize, new_size as u64, epoch, marker);
         }
         new
     }
@@ -227,25 +298,40 @@ static UNDER_LOCK: AtomicU64 = AtomicU64::new(0);
 /// Seeds the per-thread generators (`Relaxed`: only distinctness matters).
 static SEEDS: AtomicU64 = AtomicU64::new(0);
 
-/// Accounts an allocation of `size` bytes at `addr`; samples it if its bytes contain the
-/// thread's next sampled byte. The common case (same epoch, not sampled) is a thread-local
-/// subtraction; everything else is in [`after_alloc_slow`].
+/// The common case of accounting an allocation of `size` bytes made while the profiler is
+/// in `epoch` (not 0): not the profiler's own, this thread's counter drawn in this epoch,
+/// and the thread's next sampled byte not among these. Then the bytes are counted and it
+/// returns true; otherwise it changes nothing and the allocation goes to [`after_alloc`].
+#[inline(always)]
+fn take_bytes(size: u64, epoch: u64) -> bool {
+    THREAD
+        .try_with(|t| {
+            if t.guard.get() || t.epoch.get() != epoch {
+                return false;
+            }
+            match t.remaining.get().checked_sub(size) {
+                Some(remaining) => {
+                    t.remaining.set(remaining);
+                    true
+                }
+                None => false,
+            }
+        })
+        .unwrap_or(false)
+}
+
+/// Accounts an allocation of `size` bytes at `addr` that [`take_bytes`] did not: the
+/// profiler's own, a thread's first in this epoch, or one to sample. `marker` is the
+/// address of a local in the allocator's frame (see `stack::capture`).
+#[cold]
 #[inline(never)]
-fn after_alloc(addr: usize, size: u64, marker: usize) {
+fn after_alloc(addr: usize, size: u64, epoch: u64, marker: usize) {
     let _ = THREAD.try_with(|t| {
         if t.guard.get() {
             internal_alloc(t);
-            return;
+        } else {
+            after_alloc_slow(t, addr, size, marker, epoch);
         }
-        let epoch = control::epoch();
-        if epoch != 0 && t.epoch.get() == epoch {
-            let remaining = t.remaining.get();
-            if size <= remaining {
-                t.remaining.set(remaining - size);
-                return;
-            }
-        }
-        after_alloc_slow(t, addr, size, marker, epoch);
     });
 }
 
@@ -356,6 +442,7 @@ fn before_free(addr: usize) {
     free_tracked(addr);
 }
 
+#[cold]
 #[inline(never)]
 fn free_tracked(addr: usize) {
     if thread::holding_lock() {

@@ -45,7 +45,7 @@ pub(crate) fn pooled() -> usize {
 
 /// Walks the calling thread's stack and returns an exact-size copy, leaf first, starting at
 /// the caller of the frame that holds `marker` (the address of a local in the allocator's
-/// sampling entry point): every frame below it belongs to the profiler. `None` if memory for
+/// `alloc_slow` or `realloc_slow`): every frame below it belongs to the profiler. `None` if memory for
 /// the copy is short.
 #[inline(never)]
 pub(crate) fn capture(marker: usize) -> Option<Box<[usize]>> {

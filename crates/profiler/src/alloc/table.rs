@@ -65,6 +65,7 @@ impl Hasher for AddrHasher {
     }
 }
 
+#[inline]
 fn mix(x: u64) -> u64 {
     let x = (x ^ (x >> 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     x ^ (x >> 29)
@@ -104,6 +105,7 @@ static COUNTS: [AtomicU8; BUCKETS] = [const { AtomicU8::new(0) }; BUCKETS];
 /// entry is removed, so a free of a tracked address reads it set.
 static PRESENT: [AtomicU64; BUCKETS / 64] = [const { AtomicU64::new(0) }; BUCKETS / 64];
 
+#[inline]
 fn present(b: usize) -> bool {
     PRESENT[b / 64].load(Ordering::Relaxed) & (1 << (b % 64)) != 0
 }
@@ -131,6 +133,7 @@ fn count_down(b: usize) {
     }
 }
 
+#[inline]
 fn bucket(addr: usize) -> usize {
     (mix(addr as u64) >> (64 - BUCKET_BITS)) as usize
 }
