@@ -7,8 +7,8 @@
 //!
 //! - [`alloc`]: the allocation and live-heap profiler, a [`GlobalAlloc`](std::alloc::GlobalAlloc)
 //!   wrapper behind the provider `EventPipeRs-Allocations`.
-//!
-//! A CPU sampler (`cpu`) will join it.
+//! - [`cpu`]: the CPU sampler, per-thread CPU-time timers whose signal handler captures the
+//!   thread's stack, behind the provider `EventPipeRs-CpuSampler`.
 
 pub mod alloc;
 pub mod cpu;

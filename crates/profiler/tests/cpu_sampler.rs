@@ -51,34 +51,43 @@ fn a_three_to_one_split_of_work_shows_as_three_to_one() {
     let _one = one_session();
     cpu::register().unwrap();
     let stop = Arc::new(AtomicBool::new(false));
+    // Two busy threads, one per core of a 2-core machine: the sampler's captures come at the
+    // scheduler tick (at most HZ per thread-second), so the count of captures, not of
+    // samples, sets the sampling error.
     let (tx, rx) = std::sync::mpsc::channel();
-    let worker = {
-        let stop = Arc::clone(&stop);
-        std::thread::Builder::new()
-            .name("busy".into())
-            .spawn(move || {
-                // SAFETY: gettid has no preconditions.
-                tx.send(unsafe { libc::gettid() } as u64).unwrap();
-                let mut x = 1;
-                while !stop.load(Ordering::Relaxed) {
-                    x = busy_one_part(busy_three_parts(x));
-                }
-                std::hint::black_box(x);
-            })
-            .unwrap()
-    };
-    let busy_tid = rx.recv().unwrap();
-    // Sampling error shrinks with the sample count: gather at least 8000 samples (the 3:1
-    // ratio's standard error is then about 2.5%, a quarter of the ±10% allowed), one
-    // one-second session after another, since a loaded machine delays ticks.
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = Arc::clone(&stop);
+            let tx = tx.clone();
+            std::thread::Builder::new()
+                .name("busy".into())
+                .spawn(move || {
+                    // SAFETY: gettid has no preconditions.
+                    tx.send(unsafe { libc::gettid() } as u64).unwrap();
+                    let mut x = 1;
+                    while !stop.load(Ordering::Relaxed) {
+                        x = busy_one_part(busy_three_parts(x));
+                    }
+                    std::hint::black_box(x);
+                })
+                .unwrap()
+        })
+        .collect();
+    let busy_tids: Vec<u64> = (0..2).map(|_| rx.recv().unwrap()).collect();
+    // Sampling error shrinks with the number of captures: gather at least 4800 (the 3:1
+    // ratio's standard error is then about 3.3%, a third of the ±10% allowed), one
+    // one-second session after another, since a loaded machine delays ticks. At 250 Hz
+    // (at most the kernel's tick rate, CONFIG_HZ) each capture is one sample; at a higher
+    // rate a capture stands for several samples of one stack (module docs of `cpu`), which
+    // would count the same captures several times over.
     let (mut three, mut one, mut attributed) = (0u64, 0u64, 0u64);
-    for round in 0..20 {
-        if three + one >= 8000 {
+    for round in 0..40 {
+        if three + one >= 4800 {
             break;
         }
         let path = trace_path(&format!("split-{round}"));
         let session = Session::start(SessionConfig::new(
-            vec![ProviderConfig::parse("EventPipeRs-CpuSampler:0:5:Rate=2000").unwrap()],
+            vec![ProviderConfig::parse("EventPipeRs-CpuSampler:0:5:Rate=250").unwrap()],
             Output::File(path.clone()),
         ))
         .unwrap();
@@ -86,11 +95,11 @@ fn a_three_to_one_split_of_work_shows_as_three_to_one() {
         session.stop().unwrap();
         let bytes = std::fs::read(&path).unwrap();
         std::fs::remove_file(&path).ok();
-        // Every sample of the busy thread is attributed to it and captured by another.
+        // Every sample of the busy threads is attributed to them and captured by another.
         let mut reader = TraceReader::from_slice(&bytes).unwrap();
         while let Some(e) = reader.next_event().unwrap() {
-            if e.metadata.provider == cpu::PROVIDER_NAME && e.thread_id() == busy_tid {
-                assert_ne!(e.capture_thread_id(), busy_tid);
+            if e.metadata.provider == cpu::PROVIDER_NAME && busy_tids.contains(&e.thread_id()) {
+                assert!(!busy_tids.contains(&e.capture_thread_id()));
                 attributed += 1;
             }
         }
@@ -116,8 +125,10 @@ fn a_three_to_one_split_of_work_shows_as_three_to_one() {
         one += weight_in("busy_one_part");
     }
     stop.store(true, Ordering::Relaxed);
-    worker.join().unwrap();
-    assert!(three + one >= 8000, "only {} samples in 20 s", three + one);
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    assert!(three + one >= 4800, "only {} samples in 40 s", three + one);
     assert!(attributed >= three + one);
     let ratio = three as f64 / one as f64;
     eprintln!("busy_three_parts {three}, busy_one_part {one}: {ratio:.3}");
@@ -212,4 +223,171 @@ fn sessions_can_start_and_stop_the_sampler_while_threads_run() {
     for w in workers {
         w.join().unwrap();
     }
+}
+
+/// The threads that have a CPU sampler timer now, as the kernel lists the process's POSIX
+/// timers (`/proc/self/timers`: a `signal: 27/…` line, SIGPROF, then `notify: signal/tid.N`).
+fn threads_with_sampler_timers() -> Vec<u64> {
+    let timers = std::fs::read_to_string("/proc/self/timers").unwrap();
+    let mut tids = Vec::new();
+    let mut sigprof = false;
+    for line in timers.lines() {
+        if let Some(signal) = line.strip_prefix("signal: ") {
+            sigprof = signal.split('/').next() == Some(&libc::SIGPROF.to_string());
+        } else if let Some(notify) = line.strip_prefix("notify: ") {
+            if let (true, Some((_, tid))) = (sigprof, notify.split_once("tid.")) {
+                tids.push(tid.trim().parse().unwrap());
+            }
+        }
+    }
+    tids
+}
+
+/// Waits up to five seconds for `done`.
+fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A thread spinning in `busy_one_part` until told to stop, and its OS id.
+fn spinner(stop: &Arc<AtomicBool>) -> (std::thread::JoinHandle<()>, u64) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stop = Arc::clone(stop);
+    let handle = std::thread::spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        tx.send(unsafe { libc::gettid() } as u64).unwrap();
+        let mut x = 0;
+        while !stop.load(Ordering::Relaxed) {
+            x = busy_one_part(x);
+        }
+        std::hint::black_box(x);
+    });
+    (handle, rx.recv().unwrap())
+}
+
+/// Each sample of thread `tid` in the trace: (State, whether it has a stack).
+fn samples_of(bytes: &[u8], tid: u64) -> Vec<(u64, bool)> {
+    let mut reader = TraceReader::from_slice(bytes).unwrap();
+    let mut samples = Vec::new();
+    while let Some(e) = reader.next_event().unwrap() {
+        if e.metadata.provider == cpu::PROVIDER_NAME && e.thread_id() == tid {
+            let state = e.decode_payload().unwrap()[0].1.as_u64().unwrap();
+            samples.push((state, e.stack.is_some_and(|s| !s.is_empty())));
+        }
+    }
+    samples
+}
+
+#[test]
+fn a_thread_started_during_the_session_gets_a_timer_and_is_sampled() {
+    let _one = one_session();
+    cpu::register().unwrap();
+    let path = trace_path("late-thread");
+    let session = Session::start(SessionConfig::new(
+        vec![ProviderConfig::parse("EventPipeRs-CpuSampler:0:5:Rate=1000").unwrap()],
+        Output::File(path.clone()),
+    ))
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (late, tid) = spinner(&stop);
+    // The collector notices the new thread by the thread count, within an interval or two.
+    eventually("a timer for the new thread", || {
+        threads_with_sampler_timers().contains(&tid)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    session.stop().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    late.join().unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&path).ok();
+    let samples = samples_of(&bytes, tid);
+    let running = samples
+        .iter()
+        .filter(|&&(state, stack)| state == u64::from(cpu::STATE_RUNNING) && stack)
+        .count();
+    // ~300 ms of CPU at 1 kHz, less what a loaded machine takes from it.
+    assert!(
+        running >= 50,
+        "{running} running samples of {}",
+        samples.len()
+    );
+}
+
+#[test]
+fn timers_are_deleted_when_threads_exit_and_when_the_session_stops() {
+    let _one = one_session();
+    cpu::register().unwrap();
+    let path = trace_path("timers");
+    let stop = Arc::new(AtomicBool::new(false));
+    let (early, early_tid) = spinner(&stop);
+    let session = Session::start(SessionConfig::new(
+        vec![ProviderConfig::parse("EventPipeRs-CpuSampler:0:5:Rate=1000").unwrap()],
+        Output::File(path.clone()),
+    ))
+    .unwrap();
+    eventually("a timer for the running thread", || {
+        threads_with_sampler_timers().contains(&early_tid)
+    });
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { libc::gettid() } as u64;
+    assert!(threads_with_sampler_timers().contains(&me));
+    stop.store(true, Ordering::Relaxed);
+    early.join().unwrap();
+    // While the session goes on, the exited thread's timer goes.
+    eventually("the exited thread's timer deleted", || {
+        !threads_with_sampler_timers().contains(&early_tid)
+    });
+    assert!(threads_with_sampler_timers().contains(&me));
+    session.stop().unwrap();
+    eventually("every timer deleted after the session stopped", || {
+        threads_with_sampler_timers().is_empty()
+    });
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn an_idle_thread_gets_only_blocked_samples_in_proportion_to_wall_time() {
+    let _one = one_session();
+    cpu::register().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (wake, wait) = std::sync::mpsc::channel::<()>();
+    let idle = std::thread::spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        tx.send(unsafe { libc::gettid() } as u64).unwrap();
+        wait.recv().ok();
+    });
+    let tid = rx.recv().unwrap();
+    let path = trace_path("idle");
+    let started = std::time::Instant::now();
+    let session = Session::start(SessionConfig::new(
+        vec![ProviderConfig::parse("EventPipeRs-CpuSampler:0:5:Rate=1000").unwrap()],
+        Output::File(path.clone()),
+    ))
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    session.stop().unwrap();
+    let wall_ms = started.elapsed().as_millis() as usize;
+    wake.send(()).unwrap();
+    idle.join().unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&path).ok();
+    let samples = samples_of(&bytes, tid);
+    // Never interrupted: every sample is blocked and has no stack.
+    assert!(
+        samples
+            .iter()
+            .all(|&(state, stack)| state == u64::from(cpu::STATE_BLOCKED) && !stack),
+        "{samples:?}"
+    );
+    // One per millisecond of wall time at 1 kHz, less the collector's last interval or
+    // two before the session stopped.
+    assert!(
+        (350..=wall_ms + 5).contains(&samples.len()),
+        "{} blocked samples in {wall_ms} ms",
+        samples.len()
+    );
 }

@@ -1,98 +1,288 @@
-//! Capturing other threads' stacks: the sampler thread signals them, and the signal
-//! handler, running on each interrupted thread, walks that thread's frame-pointer chain into
-//! a preallocated slot of its own.
+//! What runs in the signal handler, and the per-thread records it hands to the collector.
 //!
-//! Each of the [`SLOTS`] slots is a four-state machine on `Slot::state`; the sampler owns
-//! the assignment of slots to threads, so several captures are outstanding at once and the
-//! sampler never waits for one thread before asking the next:
+//! Each sampled thread owns a [`ThreadSlot`] while it has a CPU-time timer: a ring of
+//! [`RING`] capture records written by that thread's signal handler (the one producer) and
+//! read by the collector thread (the one consumer). Slots come from a pool that only grows
+//! (at most [`MAX_THREADS`]): a slot is allocated once, published in `SLOTS` and never
+//! freed, so a signal that arrives late — after its timer was deleted and its slot given back
+//! or handed to another thread — reads valid memory and finds, by the ownership word, that
+//! the slot is not its thread's.
+//!
+//! A timer's signal carries the slot's index (with a tag) in `si_value`. The handler:
 //!
 //! ```text
-//! IDLE ──sampler: target_tid, then Release──▶ REQUESTED ──handler: CAS(Acquire)──▶ CAPTURING
-//!   ▲                                            │                                     │
-//!   │                       sampler gives up: CAS REQUESTED→IDLE          handler: frames, len,
-//!   │                                            ▼                         then Release
-//!   └────────────sampler: frames read (after Acquire of DONE)───────────── DONE ◀──────┘
+//! owner: tid ──handler: CAS tid → tid|BUSY (Acquire)──▶ tid|BUSY
+//!                                                        │ record at head % RING (Relaxed
+//!                                                        │ stores), head + 1 (Release)
+//!   ◀──────────────handler: owner = tid (Release)─────────┘
+//!
+//! collector, to take the slot back: CAS owner tid → FREE (AcqRel), retried while BUSY
+//! collector, to give it out:        reset head/tail while FREE, then owner = tid (Release)
 //! ```
 //!
-//! Only the handler that wins REQUESTED→CAPTURING on a slot writes its frames, and only the
-//! sampler reads them after seeing DONE, so a frame array is never written and read at once.
-//! A handler looks for the slot whose `target_tid` is its own thread; a signal that arrives
-//! late (after the sampler gave up) finds none in REQUESTED, or a new request for the same
-//! thread, which it then answers — either way it touches no other thread's slot.
+//! The ring is a single-producer single-consumer queue of indices that only count up
+//! (wrapping u32): the handler writes record `head % RING` only while `head - tail < RING`,
+//! having read `tail` with Acquire (the collector's Release store of `tail` comes after its
+//! reads of the records it consumed, so they are done before the handler overwrites one);
+//! it publishes the record with a Release store of `head`, which the collector reads with
+//! Acquire before reading the records. A full ring drops the capture and counts its periods
+//! in `lost`.
+//!
+//! Only a handler running on thread `tid` can win `tid → tid|BUSY`, and SIGPROF is masked
+//! while its own handler runs, so there is at most one producer per slot. Once the collector
+//! has moved `owner` to FREE, no handler can write the slot again until it is given out anew.
 //!
 //! Every memory read of the walk goes through `process_vm_readv` on our own process: a
 //! frame-pointer chain through code built without frame pointers holds garbage, and a read
-//! of an unmapped address must fail with an error, not fault in a signal handler. The
-//! handler makes no allocation and takes no lock: it uses only atomics and system calls.
+//! of an unmapped address must fail with an error, not fault in a signal handler.
+//!
+//! Async-signal-safety: the handler uses only atomics on memory that is never freed, a
+//! const thread-local without destructor (the async context), and the system calls
+//! `gettid` and `process_vm_readv`; it saves and restores `errno`. It allocates nothing and
+//! takes no lock.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Deepest stack captured; deeper stacks are cut at the root end.
 pub(crate) const MAX_FRAMES: usize = 256;
-/// Captures that can be outstanding at once (threads sampled per tick, at most).
-pub(crate) const SLOTS: usize = 32;
+/// Captures a thread can hold before the collector drains them. CPU-time timers fire at
+/// the scheduler tick at most (250 or 1000 per second), so 16 covers 16-64 ms, several
+/// collector intervals.
+pub(crate) const RING: usize = 16;
+/// Threads sampled at once, at most; further threads are not sampled.
+pub(crate) const MAX_THREADS: usize = 1024;
 
-const IDLE: u32 = 0;
-const REQUESTED: u32 = 1;
-const CAPTURING: u32 = 2;
-const DONE: u32 = 3;
-
-/// The signal used to interrupt a thread for a sample.
+/// The signal a thread's CPU-time timer sends it.
 pub(crate) const SAMPLE_SIGNAL: libc::c_int = libc::SIGPROF;
 
-struct Slot {
-    state: AtomicU32,
-    target_tid: AtomicI32,
-    len: AtomicUsize,
+/// `owner` of a slot no thread owns.
+const FREE: u64 = 0;
+/// Set in `owner` while the owner's handler writes.
+const BUSY: u64 = 1 << 32;
+/// The tag in a signal value's high bits (15 bits, so it fits a 32-bit `usize`): a SIGPROF
+/// with a timer code but another value (someone else's timer) is ignored.
+const TAG: usize = 0x5A3C << 16;
+const TAG_MASK: usize = 0x7FFF << 16;
+
+const _: () = assert!(
+    MAX_THREADS <= 1 << 16,
+    "a slot index fits the value's low 16 bits"
+);
+
+/// One capture: a stack and what the handler saw.
+struct Record {
+    /// Timer periods this capture stands for: 1 + the timer's overrun.
+    periods: AtomicU32,
     /// The thread was interrupted in (or restarting) a system call: waiting, not running.
     in_syscall: AtomicBool,
     /// The async profiler's innermost context on the interrupted thread (0: none).
     async_context: AtomicU64,
+    len: AtomicUsize,
     frames: [AtomicUsize; MAX_FRAMES],
 }
 
-static SLOT_ARRAY: [Slot; SLOTS] = [const {
-    Slot {
-        state: AtomicU32::new(IDLE),
-        target_tid: AtomicI32::new(0),
-        len: AtomicUsize::new(0),
-        in_syscall: AtomicBool::new(false),
-        async_context: AtomicU64::new(0),
-        frames: [const { AtomicUsize::new(0) }; MAX_FRAMES],
-    }
-}; SLOTS];
-
-/// Which slots are taken (bit i: slot i). A sampler of an ending generation may overlap its
-/// successor for a tick, so slots are handed out here, never assumed free.
-static TAKEN: Mutex<u32> = Mutex::new(0);
-
-const _: () = assert!(SLOTS <= 32, "TAKEN has a bit per slot");
-
-/// The right to use the slots: one sampler at a time, each with the slots it took.
-pub(crate) struct Turn(MutexGuard<'static, u32>);
-
-/// Waits for the turn to use slots.
-pub(crate) fn sampler_turn() -> Turn {
-    Turn(TAKEN.lock().unwrap_or_else(|p| p.into_inner()))
+/// A thread's ring of captures (see the module docs for the protocol).
+pub(crate) struct ThreadSlot {
+    /// FREE, or the owning thread's id, with BUSY while its handler writes.
+    owner: AtomicU64,
+    /// Records written (wrapping); stored by the handler only.
+    head: AtomicU32,
+    /// Records read (wrapping); stored by the collector only.
+    tail: AtomicU32,
+    /// Periods dropped because the ring was full; stored by the handler only.
+    lost: AtomicU64,
+    records: [Record; RING],
 }
 
-impl Turn {
-    /// A free slot, now the caller's.
-    pub(crate) fn take_slot(&mut self) -> Option<usize> {
-        let free = !*self.0;
-        if free == 0 {
-            return None;
+impl ThreadSlot {
+    fn new() -> Self {
+        ThreadSlot {
+            owner: AtomicU64::new(FREE),
+            head: AtomicU32::new(0),
+            tail: AtomicU32::new(0),
+            lost: AtomicU64::new(0),
+            records: std::array::from_fn(|_| Record {
+                periods: AtomicU32::new(0),
+                in_syscall: AtomicBool::new(false),
+                async_context: AtomicU64::new(0),
+                len: AtomicUsize::new(0),
+                frames: [const { AtomicUsize::new(0) }; MAX_FRAMES],
+            }),
         }
-        let slot = free.trailing_zeros() as usize;
-        *self.0 |= 1 << slot;
-        Some(slot)
+    }
+}
+
+/// Every slot ever allocated, by index; a pointer, once set, never changes and its slot is
+/// never freed.
+static SLOTS: [AtomicPtr<ThreadSlot>; MAX_THREADS] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_THREADS];
+
+/// Slots given back, and how many were allocated. Taken by the collector (and tests), never
+/// by the handler.
+struct Pool {
+    free: Vec<usize>,
+    allocated: usize,
+}
+
+static POOL: Mutex<Pool> = Mutex::new(Pool {
+    free: Vec::new(),
+    allocated: 0,
+});
+
+/// A slot owned by one thread: the only way to read its records or give it back.
+#[derive(Debug)]
+pub(crate) struct Claim {
+    index: usize,
+    slot: &'static ThreadSlot,
+    tid: i32,
+}
+
+impl std::fmt::Debug for ThreadSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadSlot")
+            .field("owner", &self.owner)
+            .field("head", &self.head)
+            .field("tail", &self.tail)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Takes a slot for thread `tid`: its handler writes there from now on. `None` when
+/// [`MAX_THREADS`] slots are in use.
+pub(crate) fn claim(tid: i32) -> Option<Claim> {
+    let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
+    let index = match pool.free.pop() {
+        Some(index) => index,
+        None if pool.allocated < MAX_THREADS => {
+            let index = pool.allocated;
+            let slot: &'static ThreadSlot = Box::leak(Box::new(ThreadSlot::new()));
+            // Release: the slot's initial contents are visible to a handler that loads the
+            // pointer with Acquire.
+            SLOTS[index].store(std::ptr::from_ref(slot).cast_mut(), Ordering::Release);
+            pool.allocated += 1;
+            index
+        }
+        None => return None,
+    };
+    drop(pool);
+    // Acquire: pairs with the Release store above (possibly by an earlier claim).
+    let ptr = SLOTS[index].load(Ordering::Acquire);
+    // SAFETY: the pointer was set from a leaked Box before the index entered the pool, and
+    // slots are never freed.
+    let slot: &'static ThreadSlot = unsafe { &*ptr };
+    // The slot is FREE: no handler reads these until `owner` names a thread again.
+    slot.head.store(0, Ordering::Relaxed);
+    slot.tail.store(0, Ordering::Relaxed);
+    slot.lost.store(0, Ordering::Relaxed);
+    // Release: the reset above happens-before the owner's handler wins its Acquire CAS.
+    slot.owner.store(tid as u32 as u64, Ordering::Release);
+    Some(Claim { index, slot, tid })
+}
+
+/// What [`Claim::drain`] hands out for each capture.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Capture<'a> {
+    /// Timer periods this capture stands for (at least 1).
+    pub(crate) periods: u32,
+    /// The thread was waiting in a system call.
+    pub(crate) in_syscall: bool,
+    /// The async profiler's innermost context (0: none).
+    pub(crate) async_context: u64,
+    /// The stack, leaf first.
+    pub(crate) stack: &'a [usize],
+}
+
+impl Claim {
+    /// The value the thread's timer signal carries (`sigev_value`): the slot's index, tagged.
+    pub(crate) fn signal_value(&self) -> usize {
+        TAG | self.index
     }
 
-    /// Gives back a slot whose capture was collected or withdrawn.
-    pub(crate) fn free_slot(&mut self, slot: usize) {
-        *self.0 &= !(1u32 << slot);
+    /// Periods dropped so far because the ring was full.
+    #[cfg(test)]
+    pub(crate) fn lost(&self) -> u64 {
+        // Relaxed: a statistic; a value a moment old is as good.
+        self.slot.lost.load(Ordering::Relaxed)
+    }
+
+    /// Hands every capture published so far to `each`, oldest first, reading its stack into
+    /// `scratch`; returns how many.
+    pub(crate) fn drain(
+        &self,
+        scratch: &mut Vec<usize>,
+        mut each: impl FnMut(Capture<'_>),
+    ) -> usize {
+        let s = self.slot;
+        // Acquire: pairs with the handler's Release store of `head`; the records below it
+        // are complete.
+        let head = s.head.load(Ordering::Acquire);
+        // Relaxed: only this side stores `tail`.
+        let mut tail = s.tail.load(Ordering::Relaxed);
+        let mut n = 0;
+        while tail != head {
+            let r = &s.records[tail as usize % RING];
+            // Relaxed, all: ordered by the Acquire of `head` above.
+            let len = r.len.load(Ordering::Relaxed).min(MAX_FRAMES);
+            scratch.clear();
+            scratch.extend(r.frames[..len].iter().map(|f| f.load(Ordering::Relaxed)));
+            each(Capture {
+                periods: r.periods.load(Ordering::Relaxed).max(1),
+                in_syscall: r.in_syscall.load(Ordering::Relaxed),
+                async_context: r.async_context.load(Ordering::Relaxed),
+                stack: scratch,
+            });
+            tail = tail.wrapping_add(1);
+            n += 1;
+        }
+        // Release: our reads of the records happen-before the handler, having loaded `tail`
+        // with Acquire, overwrites them.
+        s.tail.store(tail, Ordering::Release);
+        n
+    }
+
+    /// Takes the slot back from its thread (whose timer must be deleted first), drains what
+    /// the handler left into `each`, and returns the slot to the pool. A handler writing
+    /// right now is waited for; one that has not finished after a second (the thread is
+    /// stopped) keeps the slot, which is then never reused.
+    pub(crate) fn release(self, scratch: &mut Vec<usize>, each: impl FnMut(Capture<'_>)) -> usize {
+        let owner = self.tid as u32 as u64;
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let mut spins = 0u32;
+        loop {
+            // AcqRel: Acquire pairs with the handler's Release store ending its write (the
+            // records and `head` it published are visible to the drain below); Release
+            // orders this before the slot is reset by the next claim.
+            match self
+                .slot
+                .owner
+                .compare_exchange(owner, FREE, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(busy) if busy == owner | BUSY => {
+                    if Instant::now() >= deadline {
+                        return 0;
+                    }
+                    spins += 1;
+                    if spins < 100 {
+                        std::hint::spin_loop();
+                    } else {
+                        // The handler's thread may be waiting for our core.
+                        std::thread::yield_now();
+                    }
+                }
+                // Not ours (cannot happen: only the claim's holder changes a non-BUSY
+                // owner); never reuse it.
+                Err(_) => return 0,
+            }
+        }
+        let n = self.drain(scratch, each);
+        POOL.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .free
+            .push(self.index);
+        n
     }
 }
 
@@ -101,9 +291,9 @@ pub(crate) fn install_handler() -> std::io::Result<()> {
     static INSTALLED: std::sync::OnceLock<Result<(), i32>> = std::sync::OnceLock::new();
     let result = INSTALLED.get_or_init(|| {
         // SAFETY: a zeroed sigaction is a valid starting value; the handler is an
-        // `extern "C"` fn with the SA_SIGINFO signature, which only touches atomics and
-        // makes system calls (async-signal-safe); SA_RESTART keeps the interrupted thread's
-        // blocking calls from failing with EINTR.
+        // `extern "C"` fn with the SA_SIGINFO signature and is async-signal-safe (module
+        // docs); SA_RESTART keeps the interrupted thread's blocking calls from failing with
+        // EINTR.
         unsafe {
             let mut action: libc::sigaction = std::mem::zeroed();
             action.sa_sigaction = on_sample_signal as *const () as usize;
@@ -118,93 +308,71 @@ pub(crate) fn install_handler() -> std::io::Result<()> {
     result.map_err(std::io::Error::from_raw_os_error)
 }
 
-/// What a capture found.
+/// The head of the kernel's `siginfo_t` for a POSIX timer's signal (`_sifields._timer`):
+/// the union of fields starts at pointer alignment after the three ints.
+#[repr(C)]
+struct TimerSigInfo {
+    signo: libc::c_int,
+    errno: libc::c_int,
+    code: libc::c_int,
+    timer: TimerFields,
+}
+
+#[repr(C)]
+struct TimerFields {
+    timer_id: libc::c_int,
+    overrun: libc::c_int,
+    value: libc::sigval,
+    private: libc::c_int,
+}
+
+const _: () = assert!(
+    std::mem::size_of::<TimerSigInfo>() <= std::mem::size_of::<libc::siginfo_t>(),
+    "the timer view lies within siginfo_t"
+);
+
+/// Sends thread `tid` the signal its timer would, carrying `value` and `overrun`, as if a
+/// timer had fired (`rt_tgsigqueueinfo` lets a process queue any negative code to its own
+/// threads). Sent to the calling thread, the handler has run when this returns. Returns
+/// false when the thread does not exist.
+#[cfg(test)]
+pub(crate) fn send_as_timer(tid: i32, value: usize, overrun: i32) -> bool {
+    // SAFETY: a zeroed siginfo_t is valid; the timer view lies within it (asserted above)
+    // and has its layout.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let view = std::ptr::from_mut(&mut info).cast::<TimerSigInfo>();
+        (*view).signo = SAMPLE_SIGNAL;
+        (*view).code = libc::SI_TIMER;
+        (*view).timer.overrun = overrun;
+        (*view).timer.value = libc::sigval {
+            sival_ptr: value as *mut libc::c_void,
+        };
+        libc::syscall(
+            libc::SYS_rt_tgsigqueueinfo,
+            libc::getpid(),
+            tid,
+            SAMPLE_SIGNAL,
+            &info,
+        ) == 0
+    }
+}
+
+/// What a one-off capture found (tests).
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Captured {
     /// The thread was running code: its stack is in `out`.
     Running,
     /// The thread was waiting in a system call: its stack is in `out`.
     InSyscall,
-    /// The thread has not answered yet (the request stays outstanding).
-    Pending,
     /// The thread did not answer in time (it exited, or has the signal blocked), or the
-    /// signal could not be sent; the slot is free again.
+    /// signal could not be sent.
     NoAnswer,
 }
 
-/// Asks thread `tid` for its stack into slot `slot`, which must be idle (the caller holds
-/// [`sampler_turn`] and assigns slots). Returns false, leaving the slot idle, when the
-/// signal cannot be sent (the thread exited).
-pub(crate) fn request(slot: usize, tid: i32) -> bool {
-    let s = &SLOT_ARRAY[slot];
-    s.target_tid.store(tid, Ordering::Relaxed);
-    // Release: the handler's Acquire CAS on REQUESTED sees `target_tid`.
-    s.state.store(REQUESTED, Ordering::Release);
-    // SAFETY: tgkill has no memory preconditions; a signal to a thread that has exited
-    // fails with ESRCH.
-    let sent = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, SAMPLE_SIGNAL) } == 0;
-    if !sent {
-        // No handler can be on its way: nothing was delivered.
-        s.state.store(IDLE, Ordering::Relaxed);
-    }
-    sent
-}
-
-/// Collects slot `slot`'s answer into `out` and `async_context`. A handler in progress is
-/// waited for (it takes microseconds); one not started yet is left pending, or, with
-/// `give_up`, withdrawn.
-pub(crate) fn collect(
-    slot: usize,
-    give_up: bool,
-    out: &mut Vec<usize>,
-    async_context: &mut u64,
-) -> Captured {
-    let s = &SLOT_ARRAY[slot];
-    out.clear();
-    let deadline = Instant::now() + Duration::from_millis(20);
-    let mut spins = 0u32;
-    loop {
-        match s.state.load(Ordering::Acquire) {
-            DONE => break,
-            IDLE => return Captured::NoAnswer,
-            REQUESTED if !give_up => return Captured::Pending,
-            REQUESTED => {
-                // Withdraw, unless the handler has just started (then it finishes quickly).
-                if s.state
-                    .compare_exchange(REQUESTED, IDLE, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
-                    return Captured::NoAnswer;
-                }
-            }
-            // CAPTURING: the handler is walking right now, on another core or (if it was
-            // interrupted on ours) once we yield.
-            _ if Instant::now() >= deadline => return Captured::Pending,
-            _ => {
-                spins += 1;
-                if spins < 200 {
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
-            }
-        }
-    }
-    // Acquire of DONE above: the handler's frame stores happen-before these loads.
-    let len = s.len.load(Ordering::Relaxed).min(MAX_FRAMES);
-    out.extend(s.frames[..len].iter().map(|f| f.load(Ordering::Relaxed)));
-    let in_syscall = s.in_syscall.load(Ordering::Relaxed);
-    *async_context = s.async_context.load(Ordering::Relaxed);
-    s.state.store(IDLE, Ordering::Release);
-    if in_syscall {
-        Captured::InSyscall
-    } else {
-        Captured::Running
-    }
-}
-
-/// Interrupts thread `tid` and waits up to `timeout` for its stack (leaf first) in `out`
-/// and its async context: one capture, start to end.
+/// Interrupts thread `tid` once, as its timer would, and waits up to `timeout` for its
+/// stack (leaf first) in `out` and its async context.
 #[cfg(test)]
 pub(crate) fn capture(
     tid: i32,
@@ -212,66 +380,102 @@ pub(crate) fn capture(
     out: &mut Vec<usize>,
     async_context: &mut u64,
 ) -> Captured {
-    let mut turn = sampler_turn();
-    let Some(slot) = turn.take_slot() else {
+    let Some(claim) = claim(tid) else {
         return Captured::NoAnswer;
     };
-    let found = if request(slot, tid) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let give_up = Instant::now() >= deadline;
-            match collect(slot, give_up, out, async_context) {
-                Captured::Pending => std::thread::sleep(Duration::from_micros(100)),
-                found => break found,
-            }
-        }
-    } else {
-        Captured::NoAnswer
+    let mut found = Captured::NoAnswer;
+    let mut scratch = Vec::new();
+    let mut take = |c: Capture<'_>| {
+        out.clear();
+        out.extend_from_slice(c.stack);
+        *async_context = c.async_context;
+        found = if c.in_syscall {
+            Captured::InSyscall
+        } else {
+            Captured::Running
+        };
     };
-    turn.free_slot(slot);
+    if send_as_timer(tid, claim.signal_value(), 0) {
+        let deadline = Instant::now() + timeout;
+        while claim.drain(&mut scratch, &mut take) == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+    claim.release(&mut scratch, &mut take);
     found
 }
 
 extern "C" fn on_sample_signal(
     _signal: libc::c_int,
-    _info: *mut libc::siginfo_t,
+    info: *mut libc::siginfo_t,
     context: *mut libc::c_void,
 ) {
-    // SAFETY: gettid has no preconditions and is async-signal-safe.
-    let me = unsafe { libc::gettid() };
-    let Some(s) = SLOT_ARRAY.iter().find(|s| {
-        s.target_tid.load(Ordering::Relaxed) == me && s.state.load(Ordering::Relaxed) == REQUESTED
-    }) else {
+    // SAFETY: for an SA_SIGINFO handler the kernel passes a valid siginfo_t, alive for the
+    // handler's duration; the timer view lies within it (asserted above). For a code other
+    // than SI_TIMER only the head is read.
+    let info = unsafe { &*info.cast::<TimerSigInfo>() };
+    if info.code != libc::SI_TIMER {
         return;
-    };
-    if s.state
-        .compare_exchange(REQUESTED, CAPTURING, Ordering::Acquire, Ordering::Relaxed)
+    }
+    // With SI_TIMER the kernel filled the `_timer` fields: plain integers and a
+    // pointer-sized value, any bit pattern valid.
+    let (value, overrun) = (info.timer.value.sival_ptr as usize, info.timer.overrun);
+    if value & TAG_MASK != TAG || value & !(TAG_MASK) >= MAX_THREADS {
+        return;
+    }
+    // Acquire: pairs with the Release store of a new slot's pointer in `claim`.
+    let ptr = SLOTS[value & !TAG_MASK].load(Ordering::Acquire);
+    if ptr.is_null() {
+        return;
+    }
+    // SAFETY: set from a leaked Box, never freed.
+    let slot = unsafe { &*ptr };
+    // SAFETY: gettid has no preconditions and is async-signal-safe.
+    let me = unsafe { libc::gettid() } as u32 as u64;
+    // Acquire: pairs with the Release store of `owner` in `claim` (the reset ring is
+    // visible) and with the collector's Release of `tail` through it. Fails for a slot that
+    // is not this thread's: a late signal after the slot was taken back.
+    if slot
+        .owner
+        .compare_exchange(me, me | BUSY, Ordering::Acquire, Ordering::Relaxed)
         .is_err()
     {
         return;
     }
-    // Re-check under CAPTURING: the sampler may have withdrawn this request and given the
-    // slot to another thread between our first check and the CAS. Then the request is that
-    // thread's: put it back for its own handler.
-    if s.target_tid.load(Ordering::Relaxed) != me {
-        s.state.store(REQUESTED, Ordering::Release);
-        return;
+    let periods = 1 + u32::try_from(overrun).unwrap_or(0);
+    // Relaxed: only this handler stores `head`.
+    let head = slot.head.load(Ordering::Relaxed);
+    // Acquire: pairs with the collector's Release store of `tail`; it is done reading the
+    // records below `tail`.
+    let tail = slot.tail.load(Ordering::Acquire);
+    if head.wrapping_sub(tail) as usize >= RING {
+        // Relaxed, load then store: only this handler stores `lost`.
+        let lost = slot.lost.load(Ordering::Relaxed);
+        slot.lost
+            .store(lost + u64::from(periods), Ordering::Relaxed);
+    } else {
+        // The system calls below may set errno, which belongs to the interrupted code.
+        // SAFETY: __errno_location returns this thread's errno slot, valid for the thread.
+        let errno = unsafe { *libc::__errno_location() };
+        let r = &slot.records[head as usize % RING];
+        // Relaxed, all: published by the Release store of `head` below.
+        r.periods.store(periods, Ordering::Relaxed);
+        r.in_syscall
+            .store(interrupted_in_syscall(context), Ordering::Relaxed);
+        // A const thread-local without destructor and a relaxed load: async-signal-safe.
+        r.async_context
+            .store(crate::futures::current_context(), Ordering::Relaxed);
+        let len = walk(registers_of(context), &r.frames);
+        r.len.store(len, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = errno };
+        // Release: the record is complete before the collector's Acquire load of `head`
+        // sees it.
+        slot.head.store(head.wrapping_add(1), Ordering::Release);
     }
-    // The system calls below may set errno, which belongs to the interrupted code.
-    // SAFETY: __errno_location returns this thread's errno slot, valid for the thread.
-    let errno = unsafe { *libc::__errno_location() };
-    let registers = registers_of(context);
-    s.in_syscall
-        .store(interrupted_in_syscall(context), Ordering::Relaxed);
-    // A const thread-local without destructor and a relaxed load: async-signal-safe.
-    s.async_context
-        .store(crate::futures::current_context(), Ordering::Relaxed);
-    let len = walk(registers, &s.frames);
-    // SAFETY: as above.
-    unsafe { *libc::__errno_location() = errno };
-    s.len.store(len, Ordering::Relaxed);
-    // Release: the frames and length are visible to the sampler's Acquire of DONE.
-    s.state.store(DONE, Ordering::Release);
+    // Release: everything written above is visible to the collector's AcqRel CAS that
+    // takes the slot back.
+    slot.owner.store(me, Ordering::Release);
 }
 
 /// The interrupted thread's (pc, sp, fp).
@@ -380,4 +584,116 @@ fn read_into(address: usize, out: &mut [usize]) -> usize {
     // faulting.
     let read = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
     usize::try_from(read).unwrap_or(0)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// Tests that claim slots or send timer signals run one at a time, so a slot one test
+    /// gave back is not claimed by another while the first still looks at it.
+    pub(crate) static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+    pub(crate) fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+        ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn my_tid() -> i32 {
+        // SAFETY: gettid has no preconditions.
+        unsafe { libc::gettid() }
+    }
+
+    fn slot_of(claim: &Claim) -> &'static ThreadSlot {
+        claim.slot
+    }
+
+    #[test]
+    fn records_pass_from_the_handler_to_the_collector_in_order() {
+        let _one = one_at_a_time();
+        install_handler().unwrap();
+        let me = my_tid();
+        let claim = claim(me).unwrap();
+        // Sent to the calling thread, each signal has been handled when the call returns.
+        for overrun in [0, 2, 5] {
+            assert!(send_as_timer(me, claim.signal_value(), overrun));
+        }
+        let mut scratch = Vec::new();
+        let mut seen = Vec::new();
+        let n = claim.drain(&mut scratch, |c| {
+            assert!(!c.stack.is_empty() && c.stack[0] != 0);
+            assert_eq!(c.async_context, 0);
+            seen.push(c.periods);
+        });
+        assert_eq!(n, 3);
+        assert_eq!(seen, [1, 3, 6]);
+        // Drained records are not handed out again; new ones are.
+        assert_eq!(claim.drain(&mut scratch, |_| panic!("drained twice")), 0);
+        assert!(send_as_timer(me, claim.signal_value(), 0));
+        seen.clear();
+        assert_eq!(claim.release(&mut scratch, |c| seen.push(c.periods)), 1);
+        assert_eq!(seen, [1]);
+    }
+
+    #[test]
+    fn a_full_ring_drops_captures_and_counts_their_periods() {
+        let _one = one_at_a_time();
+        install_handler().unwrap();
+        let me = my_tid();
+        let claim = claim(me).unwrap();
+        for _ in 0..RING + 2 {
+            assert!(send_as_timer(me, claim.signal_value(), 1));
+        }
+        assert_eq!(claim.lost(), 4);
+        let mut scratch = Vec::new();
+        let mut periods = 0;
+        assert_eq!(claim.drain(&mut scratch, |c| periods += c.periods), RING);
+        assert_eq!(periods as usize, 2 * RING);
+        // Room again, across the wrap of the ring.
+        for _ in 0..RING {
+            assert!(send_as_timer(me, claim.signal_value(), 0));
+        }
+        assert_eq!(claim.release(&mut scratch, |_| {}), RING);
+    }
+
+    #[test]
+    fn a_signal_for_a_slot_that_is_not_its_threads_writes_nothing() {
+        let _one = one_at_a_time();
+        install_handler().unwrap();
+        let me = my_tid();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || {
+            tx.send(my_tid()).unwrap();
+            done_rx.recv().ok();
+        });
+        let other_tid = rx.recv().unwrap();
+        let mut scratch = Vec::new();
+
+        // Another thread's slot: our handler leaves it alone.
+        let theirs = claim(other_tid).unwrap();
+        assert!(send_as_timer(me, theirs.signal_value(), 0));
+        assert_eq!(slot_of(&theirs).head.load(Ordering::Relaxed), 0);
+        assert_eq!(theirs.release(&mut scratch, |_| {}), 0);
+
+        // A late signal: its slot was taken back (its timer deleted) before it arrived.
+        let mine = claim(me).unwrap();
+        let (value, slot) = (mine.signal_value(), slot_of(&mine));
+        assert_eq!(mine.release(&mut scratch, |_| {}), 0);
+        assert!(send_as_timer(me, value, 0));
+        assert_eq!(slot.owner.load(Ordering::Relaxed), FREE);
+        assert_eq!(slot.head.load(Ordering::Relaxed), 0);
+
+        // Values that are not ours (no tag, an index out of range) and signals that are
+        // not a timer's are ignored.
+        let mine = claim(me).unwrap();
+        let index = mine.signal_value() & !TAG_MASK;
+        assert!(send_as_timer(me, index, 0));
+        assert!(send_as_timer(me, TAG | MAX_THREADS, 0));
+        // SAFETY: tgkill to our own thread; the handler is installed.
+        unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), me, SAMPLE_SIGNAL) };
+        assert_eq!(slot_of(&mine).head.load(Ordering::Relaxed), 0);
+        assert_eq!(mine.release(&mut scratch, |_| {}), 0);
+        done_tx.send(()).unwrap();
+        other.join().unwrap();
+    }
 }

@@ -1,26 +1,45 @@
 //! The CPU sampling profiler, behind the provider `EventPipeRs-CpuSampler`.
 //!
-//! While a session enables the provider, a sampler thread wakes at the configured rate
-//! (default 1 kHz; the session's filter argument `Rate=N` in Hz changes it) and visits every
-//! thread of the process in turn:
+//! While a session enables the provider, every thread of the process (except the
+//! profiler's collector) has a **CPU-time timer** (`timer_create` on the thread's own CPU
+//! clock, `SIGEV_THREAD_ID`) with a period of 1/rate of CPU time (default rate 1 kHz; the
+//! session's filter argument `Rate=N` in Hz changes it). The kernel signals a thread only
+//! after it has used that much CPU, on that thread, while it runs: no thread is woken and
+//! none is preempted for sampling, and a thread that does not run costs nothing. The
+//! signal handler walks the thread's own stack into a ring of capture records the thread
+//! owns (`capture`, which documents the hand-off and its orderings).
 //!
-//! * a thread that used (almost) no CPU time since the previous visit — less than 20 µs, what
-//!   answering a sampling signal costs — is **blocked** (or waiting for a CPU); it is not
-//!   interrupted, and its sample says so (`State` = [`STATE_BLOCKED`], no stack);
-//! * a thread that ran is **interrupted** with a signal; its handler walks its own stack
-//!   into a capture slot of its own (`capture`), and at its next tick the sampler writes a
-//!   `Sample` with that stack, attributed to the sampled thread and captured by the sampler
-//!   (the format's ThreadIndex vs CaptureThreadIndex): `State` = [`STATE_RUNNING`], or
-//!   [`STATE_BLOCKED`] when the signal found it waiting in a system call (it ran, then went
-//!   back to waiting), so profiles of CPU time leave it out while the stack still shows where
-//!   it waits.
+//! **Granularity.** The kernel checks CPU timers at the scheduler tick (CONFIG_HZ: 250 on
+//! the machine this was built on), so at 1 kHz a timer expires only every ~4 ms of CPU time
+//! and its signal carries `si_overrun` ≈ 3, the periods that passed meanwhile. A capture
+//! stands for 1 + overrun periods: the collector writes that many `Sample` events with the
+//! same stack, so every event still stands for one period and profiles weigh stacks
+//! correctly; but at rates above HZ the distinct stacks come at HZ per thread-second, not
+//! at the rate.
 //!
-//! The sampler signals every running thread at once and collects the answers a tick later:
-//! it never waits for, or yields to, a thread it interrupted. Waiting made it fight its
-//! targets for the CPU on a busy machine (a thread interrupted on the sampler's own core can
-//! answer only once the sampler gives the core up), which cost 4–14% of a 2-core machine's
-//! throughput at 1 kHz; collecting a tick later costs 1.6–5% (BENCHMARKS.md). The price:
-//! a sample's timestamp is when it was written, up to one period after the capture.
+//! A **collector** thread (`eventpipe-cpu-sampler`) wakes every 10 ms — 100 wakeups a
+//! second instead of the rate — and
+//!
+//! * drains every thread's records and writes their `Sample` events, attributed to the
+//!   sampled thread and captured by the collector (the format's ThreadIndex vs
+//!   CaptureThreadIndex): `State` = [`STATE_RUNNING`], or [`STATE_BLOCKED`] when the signal
+//!   found the thread in a system call (it used CPU in the kernel, or was about to wait), so
+//!   profiles of CPU time leave it out while the stack still shows where it waits;
+//! * reports **off-CPU time**: it reads each thread's CPU clock and writes one
+//!   [`STATE_BLOCKED`] sample without a stack per period of wall time the thread did *not*
+//!   run (wall time minus CPU time since the previous visit, the remainder carried to the
+//!   next). A thread that used no CPU over an interval gets rate × interval blocked samples
+//!   (10 at 1 kHz), one that ran throughout gets none. So every thread gets `rate` samples
+//!   per second of wall time in all — running ones from its timer, blocked ones from the
+//!   collector — the same total the earlier tick-by-tick sampler wrote, and wall-clock
+//!   profiles (every state) stay proportional across threads while CPU profiles (running
+//!   only) count CPU time alone;
+//! * re-lists `/proc/self/task` every 100 ms, and sooner when the thread count (the
+//!   directory's link count, one `stat`) changed: new threads get a timer and a record
+//!   ring, exited ones have theirs deleted and given back.
+//!
+//! The price of collecting in batches: a sample's timestamp is when the collector wrote it,
+//! up to one interval (plus the tick) after the capture.
 //!
 //! Stacks follow frame pointers. The leaf (the interrupted instruction) is always exact;
 //! the frames above it are only as good as the frame-pointer chain, so build the program
@@ -28,18 +47,27 @@
 //! pointers ends the walk early, never crashes it: every read is checked by the kernel).
 //!
 //! Enabling and disabling go through the provider's enable callback: the first session
-//! starts the sampler thread, the last one to stop ends it. Call [`register`] once at
-//! startup so the provider exists before any session names it.
+//! starts the collector thread, the last one to stop ends it, and it deletes every timer as
+//! it goes. A signal still in flight then finds its record ring taken back and writes
+//! nothing; rings are never freed, so it never touches freed memory. Call [`register`]
+//! once at startup so the provider exists before any session names it.
+//!
+//! Limits: at most 1,024 threads are sampled at once (each ring is ~33 KiB, allocated the
+//! first time a thread needs one and kept for reuse); a thread that exits and whose id is
+//! taken by a new thread before the collector notices is caught by its CPU clock going
+//! back, and the new thread gets a timer of its own at the next listing.
 
 mod capture;
+mod threads;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use capture::Captured;
+use capture::{Capture, Claim};
 use eventpipe::{define_event, EnableChange, Level, Provider};
+use threads::CpuTimer;
 
 /// The provider's name.
 pub const PROVIDER_NAME: &str = "EventPipeRs-CpuSampler";
@@ -49,7 +77,8 @@ pub const DEFAULT_RATE_HZ: u32 = 1000;
 pub const MAX_RATE_HZ: u32 = 10_000;
 /// `State` of a thread that was running: the sample carries its stack.
 pub const STATE_RUNNING: u32 = 1;
-/// `State` of a thread that was blocked (used no CPU since the previous sample).
+/// `State` of a thread that was blocked: off the CPU (no stack), or caught in a system
+/// call (with the stack it waits in).
 pub const STATE_BLOCKED: u32 = 2;
 
 /// The CPU sampler's provider.
@@ -82,9 +111,12 @@ struct Control {
 static CONTROL: Mutex<Control> = Mutex::new(Control {
     sessions: Vec::new(),
 });
-/// Bumped whenever the set of sessions changes; a sampler thread runs while the generation
-/// it was started for is current (Relaxed: a stale read only delays its exit by one tick).
+/// Bumped whenever the set of sessions changes; a collector runs while the generation it
+/// was started for is current (Relaxed: a stale read only delays its exit by one interval).
 static GENERATION: AtomicU64 = AtomicU64::new(0);
+/// Held by the running collector for its whole life: the collector of a new generation
+/// starts only once its predecessor has deleted its timers and given back its rings.
+static COLLECTOR: Mutex<()> = Mutex::new(());
 
 fn on_enable_change(change: &EnableChange<'_>) {
     if change.ending {
@@ -101,13 +133,14 @@ fn on_enable_change(change: &EnableChange<'_>) {
             .push((change.session_slot, parse_rate(change.filter_args)));
     }
     let generation = GENERATION.fetch_add(1, Ordering::Relaxed) + 1;
-    // The sampler thread is never joined here: it may be writing to the session that is
-    // being stopped; it sees the new generation and exits on its own within one period.
+    // The collector is never joined here: it may be writing to the session that is being
+    // stopped; it sees the new generation and exits on its own within one interval,
+    // deleting its timers.
     if let Some(rate) = control.sessions.iter().map(|&(_, rate)| rate).max() {
         if capture::install_handler().is_ok() {
             let _ = std::thread::Builder::new()
                 .name("eventpipe-cpu-sampler".into())
-                .spawn(move || run_sampler(generation, rate));
+                .spawn(move || run_collector(generation, rate));
         }
     }
 }
@@ -124,152 +157,176 @@ pub fn parse_rate(filter_args: Option<&str>) -> u32 {
         .map_or(DEFAULT_RATE_HZ, |r| r.clamp(1, MAX_RATE_HZ))
 }
 
-/// The least CPU time since the previous visit that counts a thread as running.
-const BUSY_THRESHOLD_NS: u64 = 20_000;
-/// How long the sampler waits for an interrupted thread to answer.
-const ANSWER_TIMEOUT: Duration = Duration::from_millis(5);
-/// How often the list of threads is re-read.
+/// How often the collector drains the records and accounts off-CPU time.
+const COLLECT_INTERVAL: Duration = Duration::from_millis(10);
+/// How often the list of threads is re-read even when their count did not change (a thread
+/// that exited while another started).
 const THREAD_LIST_REFRESH: Duration = Duration::from_millis(100);
+/// The most `Sample` events one capture turns into (a timer whose signal the thread kept
+/// blocked for long carries a large overrun).
+const MAX_PERIODS_PER_CAPTURE: u32 = 1000;
 
-/// A capture asked for and not yet collected.
-struct Outstanding {
-    slot: usize,
-    tid: i32,
-    /// Ticks since it was asked for.
-    age: u32,
+/// A thread being sampled: its timer and its ring of records.
+struct Tracked {
+    /// Declared before `claim`: the timer is deleted before its ring is given back.
+    timer: CpuTimer,
+    claim: Claim,
+    /// The thread's CPU clock and the wall clock at the previous visit.
+    cpu_ns: u64,
+    at: Instant,
+    /// Off-CPU time not yet reported as blocked samples (less than one period).
+    off_cpu_ns: u64,
 }
 
-fn run_sampler(generation: u64, rate: u32) {
-    // SAFETY: gettid has no preconditions.
-    let me = unsafe { libc::gettid() };
-    let period = Duration::from_secs_f64(1.0 / f64::from(rate));
-    let busy_threshold_ns = (period.as_nanos() as u64 / 50).max(BUSY_THRESHOLD_NS);
-    // A thread that has not answered within this many ticks (it exited, or blocks the
-    // signal) is given up on.
-    let patience = u32::try_from(ANSWER_TIMEOUT.as_nanos() / period.as_nanos().max(1))
-        .unwrap_or(u32::MAX)
-        .max(1);
-    let mut threads: Vec<i32> = Vec::new();
+/// The collector's state: one per generation, on its own thread.
+struct Collector {
+    me: i32,
+    period: Duration,
+    tracked: HashMap<i32, Tracked>,
+    /// A stack read out of a ring.
+    scratch: Vec<usize>,
+}
+
+fn run_collector(generation: u64, rate: u32) {
+    let _only = COLLECTOR.lock().unwrap_or_else(|p| p.into_inner());
+    let mut c = Collector {
+        // SAFETY: gettid has no preconditions.
+        me: unsafe { libc::gettid() },
+        period: Duration::from_nanos(1_000_000_000 / u64::from(rate.max(1))),
+        tracked: HashMap::new(),
+        scratch: Vec::with_capacity(capture::MAX_FRAMES),
+    };
     let mut listed_at: Option<Instant> = None;
-    let mut last_cpu: HashMap<i32, u64> = HashMap::new();
-    let mut stack: Vec<usize> = Vec::with_capacity(capture::MAX_FRAMES);
-    let mut outstanding: Vec<Outstanding> = Vec::with_capacity(capture::SLOTS);
-    let mut next = Instant::now();
+    let mut count = None;
     while GENERATION.load(Ordering::Relaxed) == generation {
-        if listed_at.is_none_or(|t| t.elapsed() >= THREAD_LIST_REFRESH) {
-            threads = list_threads(me);
-            last_cpu.retain(|tid, _| threads.contains(tid));
+        let now_count = threads::thread_count();
+        if now_count != count || listed_at.is_none_or(|t| t.elapsed() >= THREAD_LIST_REFRESH) {
+            c.track(&threads::list_threads(c.me));
             listed_at = Some(Instant::now());
+            count = now_count;
         }
-        let mut turn = capture::sampler_turn();
-        // The answers to last tick's signals: the interrupted threads answered as soon as
-        // they ran, so the sampler never waits on (or yields to) a thread it signalled.
-        outstanding.retain_mut(|o| {
-            o.age += 1;
-            let mut async_context = 0;
-            let found = capture::collect(o.slot, o.age > patience, &mut stack, &mut async_context);
-            let state = match found {
-                Captured::Pending => return true,
-                Captured::NoAnswer => None,
-                Captured::Running => Some(STATE_RUNNING),
-                // It ran since the previous visit but is waiting now: blocked, with the
-                // stack it waits in.
-                Captured::InSyscall => Some(STATE_BLOCKED),
-            };
-            if let Some(state) = state {
-                SAMPLE.write_about_thread(o.tid as u64, &stack, |p| {
-                    p.put(&state);
-                    p.put(&async_context);
-                });
-            }
-            // Read after the capture: the signal handler ran on that thread, and its CPU
-            // time must not make a blocked thread look as if it had run.
-            if let Some(after) = thread_cpu_ns(o.tid) {
-                last_cpu.insert(o.tid, after);
-            }
-            turn.free_slot(o.slot);
-            false
-        });
-        for &tid in &threads {
-            if outstanding.iter().any(|o| o.tid == tid) {
+        c.collect();
+        std::thread::sleep(COLLECT_INTERVAL);
+    }
+    c.untrack_all();
+}
+
+impl Collector {
+    /// Starts sampling the threads in `threads` not yet sampled, and stops sampling those
+    /// no longer in it.
+    fn track(&mut self, threads: &[i32]) {
+        let listed: HashSet<i32> = threads.iter().copied().collect();
+        let gone: Vec<i32> = self
+            .tracked
+            .keys()
+            .copied()
+            .filter(|tid| !listed.contains(tid))
+            .collect();
+        for tid in gone {
+            self.untrack(tid);
+        }
+        for &tid in threads {
+            if self.tracked.contains_key(&tid) {
                 continue;
             }
-            let Some(cpu) = thread_cpu_ns(tid) else {
+            // Pool exhausted: the thread goes unsampled (retried at the next listing).
+            let Some(claim) = capture::claim(tid) else {
+                break;
+            };
+            let started = threads::thread_cpu_ns(tid).and_then(|cpu| {
+                Some((
+                    cpu,
+                    CpuTimer::start(tid, claim.signal_value(), self.period)?,
+                ))
+            });
+            let Some((cpu_ns, timer)) = started else {
+                // It exited meanwhile.
+                claim.release(&mut self.scratch, |_| {});
                 continue;
             };
-            // Running means more CPU time than waking up for our signal costs (a blocked
-            // thread interrupted last time re-enters its wait, which uses a few µs).
-            let ran = last_cpu
-                .get(&tid)
-                .is_none_or(|&before| cpu.saturating_sub(before) >= busy_threshold_ns);
-            if !ran {
+            self.tracked.insert(
+                tid,
+                Tracked {
+                    timer,
+                    claim,
+                    cpu_ns,
+                    at: Instant::now(),
+                    off_cpu_ns: 0,
+                },
+            );
+        }
+    }
+
+    /// Writes every thread's captures, and blocked samples for the time it spent off the
+    /// CPU; stops sampling threads that have exited.
+    fn collect(&mut self) {
+        let period_ns = self.period.as_nanos() as u64;
+        let mut gone = Vec::new();
+        for (&tid, t) in &mut self.tracked {
+            t.claim
+                .drain(&mut self.scratch, |capture| write_capture(tid, capture));
+            // Gone, or its id now names a new thread (whose clock starts again at 0).
+            let Some(cpu_ns) = threads::thread_cpu_ns(tid).filter(|&cpu| cpu >= t.cpu_ns) else {
+                gone.push(tid);
+                continue;
+            };
+            let now = Instant::now();
+            let wall_ns = now.duration_since(t.at).as_nanos() as u64;
+            let ran_ns = cpu_ns.saturating_sub(t.cpu_ns);
+            t.off_cpu_ns += wall_ns.saturating_sub(ran_ns);
+            let blocked = t.off_cpu_ns / period_ns;
+            t.off_cpu_ns -= blocked * period_ns;
+            for _ in 0..blocked {
                 SAMPLE.write_about_thread(tid as u64, &[], |p| {
                     p.put(&STATE_BLOCKED);
                     p.put(&0u64);
                 });
-                continue;
             }
-            // More running threads than slots: the rest wait for a later tick.
-            let Some(slot) = turn.take_slot() else {
-                break;
-            };
-            if capture::request(slot, tid) {
-                outstanding.push(Outstanding { slot, tid, age: 0 });
-            } else {
-                turn.free_slot(slot);
-            }
+            t.cpu_ns = cpu_ns;
+            t.at = now;
         }
-        drop(turn);
-        next += period;
-        let now = Instant::now();
-        if next > now {
-            std::thread::sleep(next - now);
-        } else {
-            // Fell behind (a slow tick): skip the missed ticks rather than burst.
-            next = now;
+        for tid in gone {
+            self.untrack(tid);
         }
     }
-    // Withdraw what is still outstanding, so the next sampler starts with free slots.
-    let mut turn = capture::sampler_turn();
-    for o in outstanding {
-        let mut async_context = 0;
-        // A handler still walking (Pending even when giving up) keeps its slot: reusing it
-        // under the handler would mix two captures.
-        if capture::collect(o.slot, true, &mut stack, &mut async_context) != Captured::Pending {
-            turn.free_slot(o.slot);
+
+    /// Deletes thread `tid`'s timer, writes what its ring still holds and gives it back.
+    fn untrack(&mut self, tid: i32) {
+        if let Some(Tracked { timer, claim, .. }) = self.tracked.remove(&tid) {
+            drop(timer);
+            claim.release(&mut self.scratch, |capture| write_capture(tid, capture));
+        }
+    }
+
+    fn untrack_all(&mut self) {
+        let all: Vec<i32> = self.tracked.keys().copied().collect();
+        for tid in all {
+            self.untrack(tid);
         }
     }
 }
 
-/// The OS ids of this process's threads, except `except`.
-fn list_threads(except: i32) -> Vec<i32> {
-    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
-        return Vec::new();
+/// Writes one capture of thread `tid` as one `Sample` per period it stands for.
+fn write_capture(tid: i32, capture: Capture<'_>) {
+    let state = if capture.in_syscall {
+        // It ran, then went back to waiting (or was caught on its way): blocked, with the
+        // stack it waits in.
+        STATE_BLOCKED
+    } else {
+        STATE_RUNNING
     };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&tid| tid != except)
-        .collect()
-}
-
-/// CPU time thread `tid` has used, in nanoseconds; `None` once it has exited.
-fn thread_cpu_ns(tid: i32) -> Option<u64> {
-    // Linux encodes a thread's CPU-time clock as (!tid << 3) | CPUCLOCK_PERTHREAD (4) |
-    // CPUCLOCK_SCHED (2).
-    let clock: libc::clockid_t = ((!tid) << 3) | 6;
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; an invalid clock (an exited thread) is
-    // reported as an error.
-    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
-        return None;
+    for _ in 0..capture.periods.min(MAX_PERIODS_PER_CAPTURE) {
+        SAMPLE.write_about_thread(tid as u64, capture.stack, |p| {
+            p.put(&state);
+            p.put(&capture.async_context);
+        });
     }
-    Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
 #[cfg(test)]
 mod tests {
+    use super::capture::Captured;
+    use super::threads::thread_cpu_ns;
     use super::*;
 
     #[test]
@@ -308,6 +365,7 @@ mod tests {
 
     #[test]
     fn capturing_another_thread_yields_its_stack_and_whether_it_waits() {
+        let _one = capture::tests::one_at_a_time();
         capture::install_handler().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -347,5 +405,78 @@ mod tests {
         sleeper.join().unwrap();
         stop.store(true, Ordering::Relaxed);
         spinning.join().unwrap();
+    }
+
+    #[test]
+    fn a_cpu_timer_signals_a_busy_thread_by_its_cpu_time_and_an_idle_one_never() {
+        let _one = capture::tests::one_at_a_time();
+        capture::install_handler().unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let spawn = |busy: bool| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let stop = std::sync::Arc::clone(&stop);
+            let handle = std::thread::spawn(move || {
+                // SAFETY: gettid has no preconditions.
+                tx.send(unsafe { libc::gettid() }).unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    if busy {
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                }
+            });
+            (handle, rx.recv().unwrap())
+        };
+        let (spinner, busy_tid) = spawn(true);
+        let (sleeper, idle_tid) = spawn(false);
+        let alive_before = threads::timers_alive();
+        let period = Duration::from_millis(1);
+        let mut sampled = Vec::new();
+        for tid in [busy_tid, idle_tid] {
+            let claim = capture::claim(tid).unwrap();
+            let cpu = thread_cpu_ns(tid).unwrap();
+            let timer = CpuTimer::start(tid, claim.signal_value(), period).unwrap();
+            sampled.push((tid, claim, timer, cpu));
+        }
+        assert_eq!(threads::timers_alive(), alive_before + 2);
+        let mut scratch = Vec::new();
+        let (mut captures, mut periods) = ([0u32; 2], [0u32; 2]);
+        for _ in 0..30 {
+            std::thread::sleep(Duration::from_millis(10));
+            for (i, (_, claim, _, _)) in sampled.iter().enumerate() {
+                claim.drain(&mut scratch, |c| {
+                    assert!(!c.stack.is_empty());
+                    captures[i] += 1;
+                    periods[i] += c.periods;
+                });
+            }
+        }
+        let used_ms = (thread_cpu_ns(busy_tid).unwrap() - sampled[0].3) / 1_000_000;
+        for (tid, claim, timer, _) in sampled {
+            drop(timer);
+            claim.release(&mut scratch, |c| {
+                let i = usize::from(tid == idle_tid);
+                captures[i] += 1;
+                periods[i] += c.periods;
+            });
+        }
+        assert_eq!(threads::timers_alive(), alive_before);
+        stop.store(true, Ordering::Relaxed);
+        spinner.join().unwrap();
+        sleeper.join().unwrap();
+        eprintln!(
+            "busy thread: {} ms of CPU, {} captures standing for {} periods",
+            used_ms, captures[0], periods[0]
+        );
+        // One period per millisecond of CPU, less what the timer holds back (at most a
+        // tick's worth) — however few signals the tick granularity allowed.
+        assert!(
+            u64::from(periods[0]) * 10 >= used_ms * 7 && u64::from(periods[0]) <= used_ms + 2,
+            "{} periods for {used_ms} ms of CPU",
+            periods[0]
+        );
+        // A thread that sleeps uses microseconds of CPU: its timer never expires.
+        assert_eq!(captures[1], 0, "the idle thread was sampled");
     }
 }
