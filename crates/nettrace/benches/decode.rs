@@ -92,7 +92,18 @@ fn fold_value(t: &mut Tally, v: &ValueRef<'_>) {
             g.0[0], g.0[1], g.0[2], g.0[3], g.0[4], g.0[5], g.0[6], g.0[7],
         ]),
         ValueRef::Utf16(s) => s.len_units() as u64,
-        // Arrays and objects come borrowed: decode every element and member.
+        // Arrays and objects come borrowed: decode every element and member (out of line,
+        // so that this function, not recursive, inlines into the plan's calls and each
+        // call's `match` folds away).
+        ValueRef::Array(_) | ValueRef::Object(_) => fold_compound(t, v),
+        ref other => other.as_u64().unwrap_or(1),
+    };
+    t.ip_xor ^= bits;
+}
+
+#[inline(never)]
+fn fold_compound(t: &mut Tally, v: &ValueRef<'_>) -> u64 {
+    match *v {
         ValueRef::Array(a) => {
             a.iter().for_each(|item| fold_value(t, &item));
             a.len() as u64
@@ -101,9 +112,8 @@ fn fold_value(t: &mut Tally, v: &ValueRef<'_>) {
             o.fields().for_each(|(_, member)| fold_value(t, &member));
             o.as_bytes().len() as u64
         }
-        ref other => other.as_u64().unwrap_or(1),
-    };
-    t.ip_xor ^= bits;
+        _ => 0,
+    }
 }
 
 fn full_decode(data: &[u8]) -> Tally {

@@ -350,17 +350,21 @@ impl fmt::Display for ValueRef<'_> {
     }
 }
 
+// Handed to the caller's closure for every field: keep it five words.
+const _: () = assert!(std::mem::size_of::<ValueRef<'static>>() <= 40);
+
 /// An array in a payload, borrowed: its element type, its length and its bytes, checked when
 /// the field was decoded; [`ArrayRef::iter`] decodes the elements.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ArrayRef<'a> {
     elem: &'a FieldType,
-    /// Every element's size, when it is fixed ([`fixed_size`]).
-    elem_size: Option<usize>,
-    len: usize,
     bytes: &'a [u8],
-    pointer_size: u32,
-    depth: u32,
+    // Small fields, so that a `ValueRef` stays five words: it is handed to the caller's
+    // closure for every field. `len` fits: every element takes at least a byte, or the
+    // count is at most `u16::MAX` (`decode_elements`).
+    len: u32,
+    pointer_size: u8,
+    depth: u8,
 }
 
 impl<'a> ArrayRef<'a> {
@@ -371,7 +375,7 @@ impl<'a> ArrayRef<'a> {
 
     /// Number of elements.
     pub fn len(&self) -> usize {
-        self.len
+        self.len as usize
     }
 
     /// Whether the array has no elements.
@@ -386,16 +390,17 @@ impl<'a> ArrayRef<'a> {
 
     /// The elements, decoded one by one.
     pub fn iter(&self) -> ArrayIter<'a> {
+        let depth = u32::from(self.depth);
         ArrayIter {
             elem: self.elem,
-            elem_size: self.elem_size,
-            remaining: self.len,
+            elem_size: fixed_size(self.elem, u32::from(self.pointer_size), depth),
+            remaining: self.len as usize,
             cursor: PayloadCursor {
                 data: self.bytes,
                 pos: 0,
-                pointer_size: self.pointer_size,
+                pointer_size: u32::from(self.pointer_size),
             },
-            depth: self.depth,
+            depth,
         }
     }
 }
@@ -449,10 +454,11 @@ impl<'a> Iterator for ArrayIter<'a> {
 /// when the field was decoded; [`ObjectRef::fields`] decodes the members.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ObjectRef<'a> {
-    fields: &'a [FieldDesc],
+    // A thin reference, for the size of `ValueRef` (see `ArrayRef`).
+    fields: &'a Vec<FieldDesc>,
     bytes: &'a [u8],
-    pointer_size: u32,
-    depth: u32,
+    pointer_size: u8,
+    depth: u8,
 }
 
 impl<'a> ObjectRef<'a> {
@@ -472,10 +478,10 @@ impl<'a> ObjectRef<'a> {
             cursor: PayloadCursor {
                 data: self.bytes,
                 pos: 0,
-                pointer_size: self.pointer_size,
+                pointer_size: u32::from(self.pointer_size),
             },
             counts: Counts::new(self.fields),
-            depth: self.depth,
+            depth: u32::from(self.depth),
         }
     }
 
@@ -947,7 +953,7 @@ fn decode_compound<'a>(
 /// An object of `fields` at nesting `depth`: `size` bytes when its size is fixed
 /// ([`fixed_size`]), else as far as its members reach, each checked.
 fn object_ref<'a>(
-    fields: &'a [FieldDesc],
+    fields: &'a Vec<FieldDesc>,
     c: &mut PayloadCursor<'a>,
     size: Option<usize>,
     depth: u32,
@@ -972,8 +978,9 @@ fn object_ref<'a>(
     Ok(ValueRef::Object(ObjectRef {
         fields,
         bytes: c.data.get(start..c.pos).unwrap_or(&[]),
-        pointer_size: c.pointer_size,
-        depth: depth + 1,
+        pointer_size: c.pointer_size as u8,
+        // At most MAX_DEPTH + 1.
+        depth: (depth + 1) as u8,
     }))
 }
 
@@ -1022,11 +1029,11 @@ fn decode_elements<'a>(
     }
     Ok(ValueRef::Array(ArrayRef {
         elem,
-        elem_size,
-        len: n,
         bytes: c.data.get(start..c.pos).unwrap_or(&[]),
-        pointer_size: c.pointer_size,
-        depth: depth + 1,
+        len: u32::try_from(n).map_err(|_| format!("{n} elements are too many"))?,
+        pointer_size: c.pointer_size as u8,
+        // At most MAX_DEPTH + 1.
+        depth: (depth + 1) as u8,
     }))
 }
 
