@@ -365,12 +365,7 @@ impl HeaderDecoder {
 mod tests {
     use super::*;
 
-    fn rng(x: &mut u64) -> u64 {
-        *x ^= *x >> 12;
-        *x ^= *x << 25;
-        *x ^= *x >> 27;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
+    use crate::test_rng::next as rng;
 
     #[test]
     fn varint8_agrees_with_the_cursor() {

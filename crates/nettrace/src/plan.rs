@@ -189,12 +189,7 @@ mod tests {
     use super::*;
     use crate::payload::Value;
 
-    fn rng(x: &mut u64) -> u64 {
-        *x ^= *x >> 12;
-        *x ^= *x << 25;
-        *x ^= *x >> 27;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
+    use crate::test_rng::next as rng;
 
     fn types() -> Vec<FieldType> {
         vec![

@@ -1159,12 +1159,7 @@ mod tests {
     use crate::model::FieldType;
     use crate::write::{EventBlockBuilder, TraceWriter};
 
-    fn rng(x: &mut u64) -> u64 {
-        *x ^= *x >> 12;
-        *x ^= *x << 25;
-        *x ^= *x >> 27;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
+    use crate::test_rng::next as rng;
 
     /// A small trace whose headers vary every optional field: metadata id, thread, stack
     /// (present, absent, unknown), payload size, long and short varints.

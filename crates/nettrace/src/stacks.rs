@@ -148,10 +148,7 @@ mod tests {
         let mut model: HashMap<u32, Vec<u8>> = HashMap::new();
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for step in 0..20_000u32 {
-            x ^= x >> 12;
-            x ^= x << 25;
-            x ^= x >> 27;
-            let r = x.wrapping_mul(0x2545_f491_4f6c_dd1d);
+            let r = crate::test_rng::next(&mut x);
             let id = match r % 8 {
                 0..=3 => step % 300,
                 4 => (r >> 40) as u32,
