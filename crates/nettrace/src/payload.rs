@@ -123,28 +123,40 @@ impl fmt::Display for Value {
                 }
                 Ok(())
             }
-            Value::Array(items) => {
-                write!(f, "[")?;
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        write!(f, ",")?;
-                    }
-                    write!(f, "{item}")?;
-                }
-                write!(f, "]")
-            }
-            Value::Object(fields) => {
-                write!(f, "{{")?;
-                for (i, (name, v)) in fields.iter().enumerate() {
-                    if i > 0 {
-                        write!(f, ", ")?;
-                    }
-                    write!(f, "{name}={v}")?;
-                }
-                write!(f, "}}")
-            }
+            Value::Array(items) => write_array(f, items.iter()),
+            Value::Object(fields) => write_object(f, fields.iter().map(|(n, v)| (n.as_str(), v))),
         }
     }
+}
+
+/// `[a,b,c]`: how [`Value`] and [`ValueRef`] print arrays.
+fn write_array<T: fmt::Display>(
+    f: &mut fmt::Formatter<'_>,
+    items: impl Iterator<Item = T>,
+) -> fmt::Result {
+    write!(f, "[")?;
+    for (i, item) in items.enumerate() {
+        if i > 0 {
+            write!(f, ",")?;
+        }
+        write!(f, "{item}")?;
+    }
+    write!(f, "]")
+}
+
+/// `{a=1, b=2}`: how [`Value`] and [`ValueRef`] print objects.
+fn write_object<'n, T: fmt::Display>(
+    f: &mut fmt::Formatter<'_>,
+    members: impl Iterator<Item = (&'n str, T)>,
+) -> fmt::Result {
+    write!(f, "{{")?;
+    for (i, (name, v)) in members.enumerate() {
+        if i > 0 {
+            write!(f, ", ")?;
+        }
+        write!(f, "{name}={v}")?;
+    }
+    write!(f, "}}")
 }
 
 fn filetime_to_rfc3339(ticks: i64) -> String {
@@ -325,26 +337,8 @@ impl fmt::Display for ValueRef<'_> {
         match self {
             ValueRef::Utf16(s) => write!(f, "{s}"),
             ValueRef::Str8(b) => write!(f, "{}", String::from_utf8_lossy(b)),
-            ValueRef::Array(a) => {
-                write!(f, "[")?;
-                for (i, item) in a.iter().enumerate() {
-                    if i > 0 {
-                        write!(f, ",")?;
-                    }
-                    write!(f, "{item}")?;
-                }
-                write!(f, "]")
-            }
-            ValueRef::Object(o) => {
-                write!(f, "{{")?;
-                for (i, (field, v)) in o.fields().enumerate() {
-                    if i > 0 {
-                        write!(f, ", ")?;
-                    }
-                    write!(f, "{}={v}", field.name)?;
-                }
-                write!(f, "}}")
-            }
+            ValueRef::Array(a) => write_array(f, a.iter()),
+            ValueRef::Object(o) => write_object(f, o.fields().map(|(d, v)| (d.name.as_str(), v))),
             other => write!(f, "{}", other.to_value()),
         }
     }
