@@ -2,11 +2,11 @@
 //! program is running, suspended in and waiting on, cheaply enough to leave on.
 //!
 //! Instrument futures with [`FutureExt::profiled`], the [`profiled`] attribute on an async
-//! fn, or (with `--cfg tokio_unstable` and the `tokio` feature) tokio's task hooks
-//! ([`tokio_hooks`]). While a session enables the provider, each instrumented future's
-//! creation, polls (resume, then suspend, complete or unwind) and cancellation become
-//! records of a few bytes in its thread's buffer (`thread_buffer`, encoded as
-//! `encode` says); a full buffer is one `AsyncBuffer` event. The poll stack of a
+//! fn, or (with `--cfg tokio_unstable` and the `tokio` feature) tokio's task hooks (the
+//! `tokio_hooks` module, built only then). While a session enables the provider, each
+//! instrumented future's creation, polls (resume, then suspend, complete or unwind) and
+//! cancellation become records of a few bytes in its thread's buffer (`thread_buffer`,
+//! encoded as `encode` says); a full buffer is one `AsyncBuffer` event. The poll stack of a
 //! thread — polls nest — is the async callstack of its innermost future, so records need not
 //! repeat it. The format is specified in `docs/async-profiler-format.md`; `eptrace report`
 //! and `convert` read it.
