@@ -1031,14 +1031,8 @@ fn decode_elements<'a>(
     }))
 }
 
-/// The size of every value of `ty`, decoded at nesting `depth`, when it is always the same
-/// and any bytes of that size decode without error (so an array or object of such values is
-/// checked by its length). `None` also when the nesting is too deep, so that the value is
-/// walked and the error reported.
-fn fixed_size(ty: &FieldType, pointer_size: u32, depth: u32) -> Option<usize> {
-    if depth > MAX_DEPTH {
-        return None;
-    }
+/// The size of a fixed-size scalar type (every value the same size); `None` for the others.
+fn scalar_size(ty: &FieldType, pointer_size: u32) -> Option<usize> {
     Some(match ty {
         FieldType::Boolean8 | FieldType::SByte | FieldType::Byte | FieldType::Char8 => 1,
         FieldType::Char16 | FieldType::Int16 | FieldType::UInt16 => 2,
@@ -1050,6 +1044,22 @@ fn fixed_size(ty: &FieldType, pointer_size: u32, depth: u32) -> Option<usize> {
         | FieldType::FileTime => 8,
         FieldType::Decimal | FieldType::Guid | FieldType::SystemTime => 16,
         FieldType::Pointer => pointer_size as usize,
+        _ => return None,
+    })
+}
+
+/// The size of every value of `ty`, decoded at nesting `depth`, when it is always the same
+/// and any bytes of that size decode without error (so an array or object of such values is
+/// checked by its length). `None` also when the nesting is too deep, so that the value is
+/// walked and the error reported.
+fn fixed_size(ty: &FieldType, pointer_size: u32, depth: u32) -> Option<usize> {
+    if depth > MAX_DEPTH {
+        return None;
+    }
+    if let Some(size) = scalar_size(ty, pointer_size) {
+        return Some(size);
+    }
+    Some(match ty {
         FieldType::Object(fields) => fields.iter().try_fold(0usize, |sum, f| {
             sum.checked_add(fixed_size(&f.ty, pointer_size, depth + 1)?)
         })?,
@@ -1062,25 +1072,20 @@ fn fixed_size(ty: &FieldType, pointer_size: u32, depth: u32) -> Option<usize> {
 
 /// The fewest bytes any value of `ty` occupies; used to reject impossible element counts.
 fn min_size(ty: &FieldType, pointer_size: u32) -> usize {
+    if let Some(size) = scalar_size(ty, pointer_size) {
+        return size;
+    }
     match ty {
-        FieldType::Boolean8 | FieldType::SByte | FieldType::Byte | FieldType::Char8 => 1,
         FieldType::VarInt | FieldType::VarUInt | FieldType::AnsiString => 1,
-        FieldType::Char16 | FieldType::Int16 | FieldType::UInt16 | FieldType::Utf16String => 2,
-        FieldType::Array(_) | FieldType::Utf8U16Len => 2,
-        FieldType::Boolean32 | FieldType::Int32 | FieldType::UInt32 | FieldType::Single => 4,
+        FieldType::Utf16String | FieldType::Array(_) | FieldType::Utf8U16Len => 2,
         FieldType::RelLoc(_) | FieldType::DataLoc(_) => 4,
-        FieldType::Int64
-        | FieldType::UInt64
-        | FieldType::Double
-        | FieldType::DateTime
-        | FieldType::FileTime => 8,
-        FieldType::Decimal | FieldType::Guid | FieldType::SystemTime => 16,
-        FieldType::Pointer => pointer_size as usize,
         FieldType::Object(fields) => fields.iter().map(|f| min_size(&f.ty, pointer_size)).sum(),
         FieldType::FixedArray(elem, n) => {
             min_size(elem, pointer_size).saturating_mul(usize::from(*n))
         }
-        FieldType::CountedArray(..) | FieldType::CountedBytes(_) => 0,
+        // Counted arrays may be empty; scalars were answered above. 0 is always safe here:
+        // it only gives up the early rejection of impossible counts.
+        _ => 0,
     }
 }
 
