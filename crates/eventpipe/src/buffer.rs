@@ -59,7 +59,7 @@ impl Buffer {
     pub(crate) fn new(capacity: usize) -> Option<Buffer> {
         let layout = Layout::from_size_align(capacity.max(1), 8).ok()?;
         // Zeroed, so every byte is initialised from the start and the writer may hand out
-        // the unpublished space as a `&mut [u8]` (`append_record_with`). Buffers are reused
+        // the unpublished space as a `&mut [u8]` (`write_record`). Buffers are reused
         // (`reset`), so only fresh ones pay for it.
         // SAFETY: the layout has a non-zero size.
         let ptr = NonNull::new(unsafe { alloc_zeroed(layout) })?;
@@ -103,99 +103,24 @@ impl Buffer {
         end
     }
 
-    /// Writer side: [`append`](Self::append) of a header of three little-endian words and
-    /// a payload, the common record. The words go straight from registers to the buffer: a
-    /// header assembled byte-wise on the stack and then copied stalls on store forwarding.
-    ///
-    /// # Safety
-    /// As for `append`, with 24 bytes of header.
-    #[cfg_attr(eventpipe_loom, allow(dead_code))] // the writer is not modelled
-    #[inline(always)]
-    pub(crate) unsafe fn append_record(
-        &self,
-        at: usize,
-        header: [u64; 3],
-        payload: &[u8],
-    ) -> usize {
-        const HEADER: usize = 24;
-        debug_assert!(at + HEADER + payload.len() <= self.capacity);
-        // SAFETY: both ranges lie within the buffer (caller's contract) at or beyond
-        // `committed`, so the drain does not read them until we publish.
-        unsafe {
-            self.write_words(at, header);
-            self.write_bytes(at + HEADER, payload);
-        }
-        let end = at + HEADER + payload.len();
-        // Release: publishes the bytes written above; pairs with the Acquire in `readable`.
-        self.committed.store(end, Ordering::Release);
-        end
+    /// Where the bytes start. The short write path keeps it beside its write position, so
+    /// a record needs no pointer chase through the buffer (see [`write_record`]).
+    #[cfg(not(eventpipe_loom))]
+    pub(crate) fn base(&self) -> NonNull<u8> {
+        self.ptr
     }
 
-    /// Writer side: a record of a three-word header and a payload of `payload_len` bytes
-    /// that `write_payload` encodes straight into the buffer (no staging copy), published
-    /// once it returns. Returns the new end.
+    /// Writer side: publishes every record written below `end`.
     ///
     /// # Safety
-    /// As for `append`, with 24 bytes of header.
-    #[cfg_attr(eventpipe_loom, allow(dead_code))] // the writer is not modelled
-    #[inline(always)]
-    pub(crate) unsafe fn append_record_with(
-        &self,
-        at: usize,
-        header: [u64; 3],
-        payload_len: usize,
-        write_payload: impl FnOnce(&mut [u8]),
-    ) -> usize {
-        const HEADER: usize = 24;
-        debug_assert!(at + HEADER + payload_len <= self.capacity);
-        // SAFETY: within the buffer (caller's contract) at or beyond `committed`.
-        unsafe { self.write_words(at, header) };
-        #[cfg(not(eventpipe_loom))]
-        {
-            // SAFETY: the range lies within the allocation (caller's contract) and at or
-            // beyond `committed`, so the drain holds no reference into it and only this
-            // writer touches it until the store below; every byte of the allocation is
-            // initialised (zeroed when allocated, only ever overwritten with bytes).
-            let payload = unsafe {
-                std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(at + HEADER), payload_len)
-            };
-            write_payload(payload);
-        }
-        #[cfg(eventpipe_loom)]
-        {
-            let mut payload = vec![0; payload_len];
-            write_payload(&mut payload);
-            // SAFETY: as above.
-            unsafe { self.write_bytes(at + HEADER, &payload) };
-        }
-        let end = at + HEADER + payload_len;
-        // Release: publishes the bytes written above; pairs with the Acquire in `readable`.
-        self.committed.store(end, Ordering::Release);
-        end
-    }
-
-    /// # Safety
-    /// As `write_bytes`, for 24 bytes.
+    /// Only the buffer's single writer may call this, with `end` at or beyond the end it
+    /// last published and within the capacity, and every byte below `end` written.
     #[cfg(not(eventpipe_loom))]
     #[inline(always)]
-    unsafe fn write_words(&self, at: usize, words: [u64; 3]) {
-        // SAFETY: forwarded from the caller; unaligned stores.
-        unsafe {
-            let dst = self.ptr.as_ptr().add(at).cast::<u64>();
-            for (i, w) in words.into_iter().enumerate() {
-                dst.add(i).write_unaligned(w.to_le());
-            }
-        }
-    }
-
-    /// # Safety
-    /// As the std version.
-    #[cfg(eventpipe_loom)]
-    unsafe fn write_words(&self, at: usize, words: [u64; 3]) {
-        for (i, w) in words.into_iter().enumerate() {
-            // SAFETY: forwarded from the caller.
-            unsafe { self.write_bytes(at + 8 * i, &w.to_le_bytes()) };
-        }
+    pub(crate) unsafe fn publish(&self, end: usize) {
+        debug_assert!(end <= self.capacity);
+        // Release: publishes the bytes written before; pairs with the Acquire in `readable`.
+        self.committed.store(end, Ordering::Release);
     }
 
     /// Writer side: no more records will be appended.
@@ -266,6 +191,52 @@ impl Buffer {
         // `committed` again, and lies within the allocation.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(from), end - from) }
     }
+}
+
+/// Writer side: writes, unpublished, a record at `base + at` of a header of three
+/// little-endian words and a payload of `payload_len` bytes that `write_payload` encodes in
+/// place (no staging copy). Returns the record's end, for [`Buffer::publish`]. The words go
+/// straight from registers to the buffer: a header assembled byte-wise on the stack and then
+/// copied stalls on store forwarding.
+///
+/// # Safety
+/// `base` is [`Buffer::base`] of a buffer whose single writer is the caller, `at` is at or
+/// beyond its published end, and `at + 24 + payload_len` is within its capacity.
+#[cfg(not(eventpipe_loom))]
+#[inline(always)]
+pub(crate) unsafe fn write_record(
+    base: NonNull<u8>,
+    at: usize,
+    header: [u64; 3],
+    payload_len: usize,
+    write_payload: impl FnOnce(&mut [u8]),
+) -> usize {
+    const HEADER: usize = 24;
+    // SAFETY: the record lies within the allocation and at or beyond the published end
+    // (caller's contract), so the drain holds no reference into it and only this writer
+    // touches it until it publishes; every byte of the allocation is initialised (zeroed
+    // when allocated, only ever overwritten with bytes), so the payload may be a `&mut`.
+    unsafe {
+        let record = base.as_ptr().add(at);
+        for (i, word) in header.into_iter().enumerate() {
+            record.cast::<u64>().add(i).write_unaligned(word.to_le());
+        }
+        write_payload(std::slice::from_raw_parts_mut(
+            record.add(HEADER),
+            payload_len,
+        ));
+    }
+    at + HEADER + payload_len
+}
+
+/// Copies `src` into `dst`, which is as long: [`copy_small`] for a payload in a record.
+#[cfg(not(eventpipe_loom))]
+#[inline(always)]
+pub(crate) fn copy_payload(dst: &mut [u8], src: &[u8]) {
+    assert_eq!(dst.len(), src.len(), "a payload copy of a different length");
+    // SAFETY: `dst` is valid for `src.len()` bytes (asserted) and, being a `&mut`, does not
+    // overlap `src`.
+    unsafe { copy_small(src, dst.as_mut_ptr()) }
 }
 
 /// Copies `src` to `dst`. Payloads are mostly a few words: up to 32 bytes the copy is two

@@ -294,7 +294,7 @@ impl EventDescriptor {
         }
         match V::FIXED_SIZE {
             Some(size) if size <= crate::writer::MAX_FIXED_PAYLOAD => {
-                self.write_fixed(mask, &values);
+                self.write_fixed(mask, values);
             }
             _ => self.write_enabled(mask, None, |w| values.encode(w)),
         }
@@ -302,18 +302,39 @@ impl EventDescriptor {
 
     /// One copy per payload type, so the payload's size is a constant to the compiler and
     /// every field is a fixed-size store, not a `memcpy` of a length known at run time.
+    /// Only the short path is here; everything else (registration on first use, a new
+    /// buffer, several sessions, stacks) is in `write_fixed_general`, so this function
+    /// needs no stack frame for the general path's staging buffer.
     #[inline(never)]
-    fn write_fixed<V: crate::payload::PayloadValues>(&'static self, mut mask: u64, values: &V) {
+    fn write_fixed<V: crate::payload::PayloadValues>(&'static self, mask: u64, values: V) {
+        // An unregistered event's mask (all ones) is never taken by the short path.
+        let size = Self::fixed_size::<V>();
+        if !crate::writer::write_fixed_short(self, mask, size, |dst| values.encode_fixed(dst)) {
+            self.write_fixed_general(mask, values);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn write_fixed_general<V: crate::payload::PayloadValues>(
+        &'static self,
+        mut mask: u64,
+        values: V,
+    ) {
         if mask == UNREGISTERED {
             mask = crate::registry::register_event(self);
             if mask == 0 {
                 return;
             }
         }
-        let size = V::FIXED_SIZE
-            .unwrap_or(0)
-            .min(crate::writer::MAX_FIXED_PAYLOAD);
+        let size = Self::fixed_size::<V>();
         crate::writer::write_fixed_event(self, mask, size, |dst| values.encode_fixed(dst));
+    }
+
+    fn fixed_size<V: crate::payload::PayloadValues>() -> usize {
+        V::FIXED_SIZE
+            .unwrap_or(0)
+            .min(crate::writer::MAX_FIXED_PAYLOAD)
     }
 
     /// Like [`write_with`](Self::write_with), with a stack the caller captured (instruction

@@ -9,9 +9,10 @@
 //! timestamp: i64`, then 32 bytes of activity ids when `flags & 1`, then (when `flags & 2`)
 //! a u32 byte length and the stack's pointer-sized IPs, then the payload.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::ptr::NonNull;
 
-use crate::buffer::Buffer;
+use crate::buffer::{self, Buffer};
 use crate::clock;
 use crate::manager::NoBuffer;
 use crate::provider::EventDescriptor;
@@ -31,6 +32,14 @@ struct WriterSlot {
     session: Arc<SessionShared>,
     state: Arc<ThreadSessionState>,
     buffer: Option<Arc<Buffer>>,
+    /// `buffer`'s first byte, kept here so the short path reaches it without going through
+    /// the `Arc` (dangling while there is no buffer, when `short_limit` is 0).
+    base: NonNull<u8>,
+    /// How far into `buffer` the short path may write: its capacity, or 0 when the short
+    /// path must not write at all (no buffer, a session that wants stacks, which only the
+    /// general path captures, or timestamps that are not the TSC, which the short path
+    /// reads with no check). One comparison rules out every case it cannot take.
+    short_limit: usize,
     /// Where the next record goes in `buffer` (equals its published end).
     end: usize,
     /// The last sequence number assigned (committed or dropped).
@@ -40,9 +49,44 @@ struct WriterSlot {
 }
 
 impl WriterSlot {
+    fn new(session: Arc<SessionShared>, state: Arc<ThreadSessionState>) -> WriterSlot {
+        WriterSlot {
+            session,
+            state,
+            buffer: None,
+            base: NonNull::dangling(),
+            short_limit: 0,
+            end: 0,
+            seq: 0,
+            buffers_acquired: 0,
+        }
+    }
+
+    /// Moves on to `fresh` (none: to no buffer), retiring the current buffer.
+    fn replace_buffer(&mut self, fresh: Option<Arc<Buffer>>) {
+        if let Some(full) = self.buffer.take() {
+            full.retire();
+        }
+        self.end = 0;
+        match fresh {
+            Some(b) => {
+                self.base = b.base();
+                let short = !self.session.stacks && clock::is_tsc();
+                self.short_limit = if short { b.capacity() } else { 0 };
+                self.buffers_acquired += 1;
+                self.buffer = Some(b);
+            }
+            None => {
+                self.base = NonNull::dangling();
+                self.short_limit = 0;
+            }
+        }
+    }
+
     /// This thread is done with the session: the drain may reclaim the state once it has
     /// read the remaining records.
     fn release(&mut self) {
+        self.short_limit = 0;
         self.state.exit(self.buffer.take());
     }
 }
@@ -55,6 +99,7 @@ struct WriterThread {
 
 impl Drop for WriterThread {
     fn drop(&mut self) {
+        SHORT_PATH_WRITER.set(std::ptr::null());
         for slot in self.slots.get_mut().iter_mut().flatten() {
             slot.release();
         }
@@ -67,6 +112,15 @@ thread_local! {
         os_tid: current_os_tid(),
         name: std::thread::current().name().map(str::to_string),
     };
+}
+
+thread_local! {
+    /// This thread's `WRITER` from its first write until its destructor starts, null
+    /// otherwise: the short path's way to it. A constant-initialised pointer with no
+    /// destructor is one `%fs`-relative load; `WRITER` itself, having a destructor, also
+    /// checks its state and may call out to register it, and a call would cost the short
+    /// path its leaf-function shape (no stack frame, no saved registers).
+    static SHORT_PATH_WRITER: Cell<*const WriterThread> = const { Cell::new(std::ptr::null()) };
 }
 
 /// The calling thread's OS thread id.
@@ -96,6 +150,7 @@ pub(crate) fn write_event(
     // A write from a thread-local destructor after ours is gone, or a write from inside a
     // write (an allocator hook, say), is dropped rather than recursing or panicking.
     let _ = WRITER.try_with(|w| {
+        SHORT_PATH_WRITER.set(w);
         let Ok(mut slots) = w.slots.try_borrow_mut() else {
             return;
         };
@@ -150,6 +205,19 @@ pub(crate) fn write_plain_event(event: &'static EventDescriptor, mask: u64, payl
     }
 }
 
+/// The short path of [`write_fixed_event`]: returns whether the event is dealt with. Kept
+/// apart so that a caller can inline it alone and leave the general path, with its staging
+/// buffer and stack frame, in a cold function of its own.
+#[inline(always)]
+pub(crate) fn write_fixed_short(
+    event: &'static EventDescriptor,
+    mask: u64,
+    size: usize,
+    encode: impl FnOnce(&mut [u8]),
+) -> bool {
+    on_short_path(event, mask, |s, index| append_short(s, index, size, encode))
+}
+
 /// [`write_plain_event`] of a payload of `size` bytes that `encode` writes (the fields of
 /// `write_event!` when all have a fixed size): on the short path `encode` writes straight
 /// into the buffer, with no staging copy.
@@ -160,9 +228,7 @@ pub(crate) fn write_fixed_event(
     size: usize,
     encode: impl Fn(&mut [u8]),
 ) {
-    if on_short_path(event, mask, |s, index| {
-        append_encoded(s, index, size, &encode)
-    }) {
+    if write_fixed_short(event, mask, size, &encode) {
         return;
     }
     let mut staged = [0u8; MAX_FIXED_PAYLOAD];
@@ -183,20 +249,26 @@ fn on_short_path(
     if !mask.is_power_of_two() {
         return false;
     }
-    let done = WRITER.try_with(|w| {
-        let Some(index) = event.index() else {
-            return true;
-        };
-        let Ok(mut slots) = w.slots.try_borrow_mut() else {
-            // A write from inside a write: dropped, as `write_event` would.
-            return true;
-        };
-        match slots.get_mut(mask.trailing_zeros() as usize) {
-            Some(Some(s)) => append(s, index),
-            _ => false,
-        }
-    });
-    done == Ok(true)
+    let writer = SHORT_PATH_WRITER.get();
+    if writer.is_null() {
+        return false;
+    }
+    // SAFETY: a non-null `SHORT_PATH_WRITER` points to this thread's `WRITER`: set by
+    // `write_event` from inside `WRITER.try_with` (so it is initialised, at the address it
+    // keeps until the thread ends) and cleared first thing in its destructor, so it is live
+    // now. Only this thread reads it, and `WriterThread` is used through `&` only.
+    let w = unsafe { &*writer };
+    let Some(index) = event.index() else {
+        return true;
+    };
+    let Ok(mut slots) = w.slots.try_borrow_mut() else {
+        // A write from inside a write: dropped, as `write_event` would.
+        return true;
+    };
+    match slots.get_mut(mask.trailing_zeros() as usize) {
+        Some(Some(s)) => append(s, index),
+        _ => false,
+    }
 }
 
 /// The largest payload [`write_fixed_event`] takes.
@@ -207,47 +279,40 @@ pub(crate) const MAX_FIXED_PAYLOAD: usize = 256;
 /// general path must handle the record.
 #[inline(always)]
 fn append_plain(s: &mut WriterSlot, index: u32, payload: &[u8]) -> bool {
-    append_short(s, index, payload.len(), |buffer, at, header| {
-        // SAFETY: `append_short` calls this on the buffer's only writer, with `at` its
-        // published end and room for the record.
-        unsafe { buffer.append_record(at, header, payload) }
+    append_short(s, index, payload.len(), |dst| {
+        buffer::copy_payload(dst, payload)
     })
 }
 
-/// [`append_plain`] of a payload of `size` bytes that `encode` writes in place.
-#[inline(always)]
-fn append_encoded(s: &mut WriterSlot, index: u32, size: usize, encode: impl Fn(&mut [u8])) -> bool {
-    append_short(s, index, size, |buffer, at, header| {
-        // SAFETY: as in `append_plain`.
-        unsafe { buffer.append_record_with(at, header, size, encode) }
-    })
-}
-
-/// The short path's checks and bookkeeping around `append`, which writes the record (its
-/// header words and `payload_len` bytes of payload) at the buffer's published end, where
-/// there is room for it, and returns the new end.
+/// The short path's checks and bookkeeping around a record of a header and `payload_len`
+/// bytes of payload, which `write_payload` writes in place.
 #[inline(always)]
 fn append_short(
     s: &mut WriterSlot,
     index: u32,
     payload_len: usize,
-    append: impl FnOnce(&Buffer, usize, [u64; 3]) -> usize,
+    write_payload: impl FnOnce(&mut [u8]),
 ) -> bool {
-    if !s.session.active.load(Ordering::Relaxed) || s.session.stacks {
+    let len = RECORD_HEADER + payload_len;
+    let at = s.end;
+    if at + len > s.short_limit || !s.session.active.load(Ordering::Relaxed) {
         return false;
     }
     let Some(buffer) = s.buffer.as_deref() else {
         return false;
     };
-    let len = RECORD_HEADER + payload_len;
-    if s.end + len > buffer.capacity() {
-        return false;
-    }
     let seq = s.seq.wrapping_add(1);
     s.seq = seq;
     s.state.begin_record();
-    let header = record_head(len, index, seq, 0, clock::now());
-    s.end = append(buffer, s.end, header);
+    // A non-zero `short_limit` also means the timestamps are the TSC.
+    let header = record_head(len, index, seq, 0, clock::now_tsc());
+    // SAFETY: this thread is the buffer's only writer, `s.base` is its base (kept with
+    // `s.buffer` by `replace_buffer`), `at` its published end, and the record fits: a
+    // non-zero `short_limit` is the buffer's capacity.
+    let end = unsafe { buffer::write_record(s.base, at, header, payload_len, write_payload) };
+    // SAFETY: as above; every byte below `end` is written.
+    unsafe { buffer.publish(end) };
+    s.end = end;
     s.state.commit_record(seq);
     true
 }
@@ -328,18 +393,12 @@ fn write_to_slot(
         .as_ref()
         .is_some_and(|b| s.end + len <= b.capacity());
     if !fits {
-        if let Some(full) = s.buffer.take() {
-            full.retire();
-        }
+        s.replace_buffer(None);
         match s
             .session
             .acquire_buffer(&s.state, len, s.buffers_acquired, seq)
         {
-            Ok(fresh) => {
-                s.buffer = Some(fresh);
-                s.end = 0;
-                s.buffers_acquired += 1;
-            }
+            Ok(fresh) => s.replace_buffer(Some(fresh)),
             // Counted and published by `acquire_buffer`.
             Err(NoBuffer::Dropped) => return,
             Err(NoBuffer::SessionEnded) => {
@@ -397,12 +456,5 @@ fn attach(entry: &mut Option<WriterSlot>, slot: usize, thread: &WriterThread) {
         return;
     }
     let state = session.add_thread(thread.os_tid, thread.name.clone());
-    *entry = Some(WriterSlot {
-        session,
-        state,
-        buffer: None,
-        end: 0,
-        seq: 0,
-        buffers_acquired: 0,
-    });
+    *entry = Some(WriterSlot::new(session, state));
 }
