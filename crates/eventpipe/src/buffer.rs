@@ -14,6 +14,8 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
 
 use crate::sync::{AtomicBool, AtomicUsize, Ordering};
+#[cfg(not(eventpipe_loom))]
+use crate::writer::RECORD_HEADER;
 
 /// One append-only buffer.
 #[derive(Debug)]
@@ -59,7 +61,7 @@ impl Buffer {
     pub(crate) fn new(capacity: usize) -> Option<Buffer> {
         let layout = Layout::from_size_align(capacity.max(1), 8).ok()?;
         // Zeroed, so every byte is initialised from the start and the writer may hand out
-        // the unpublished space as a `&mut [u8]` (`write_record`). Buffers are reused
+        // the unpublished space as a `&mut [u8]` (`write_payload`). Buffers are reused
         // (`reset`), so only fresh ones pay for it.
         // SAFETY: the layout has a non-zero size.
         let ptr = NonNull::new(unsafe { alloc_zeroed(layout) })?;
@@ -193,40 +195,49 @@ impl Buffer {
     }
 }
 
-/// Writer side: writes, unpublished, a record at `base + at` of a header of three
-/// little-endian words and a payload of `payload_len` bytes that `write_payload` encodes in
-/// place (no staging copy). Returns the record's end, for [`Buffer::publish`]. The words go
-/// straight from registers to the buffer: a header assembled byte-wise on the stack and then
-/// copied stalls on store forwarding.
+/// Writer side: encodes, unpublished, the `payload_len` bytes of payload of the record at
+/// `base + at` in place (no staging copy), through `write_payload`. Returns the record's end,
+/// for [`Buffer::publish`] once [`write_header`] has written the rest.
 ///
 /// # Safety
 /// `base` is [`Buffer::base`] of a buffer whose single writer is the caller, `at` is at or
-/// beyond its published end, and `at + 24 + payload_len` is within its capacity.
+/// beyond its published end, and `at + RECORD_HEADER + payload_len` is within its capacity.
 #[cfg(not(eventpipe_loom))]
 #[inline(always)]
-pub(crate) unsafe fn write_record(
+pub(crate) unsafe fn write_payload(
     base: NonNull<u8>,
     at: usize,
-    header: [u64; 3],
     payload_len: usize,
     write_payload: impl FnOnce(&mut [u8]),
 ) -> usize {
-    const HEADER: usize = 24;
-    // SAFETY: the record lies within the allocation and at or beyond the published end
+    // SAFETY: the payload lies within the allocation and at or beyond the published end
     // (caller's contract), so the drain holds no reference into it and only this writer
     // touches it until it publishes; every byte of the allocation is initialised (zeroed
-    // when allocated, only ever overwritten with bytes), so the payload may be a `&mut`.
+    // when allocated, only ever overwritten with bytes), so it may be a `&mut`.
+    let payload = unsafe {
+        std::slice::from_raw_parts_mut(base.as_ptr().add(at + RECORD_HEADER), payload_len)
+    };
+    write_payload(payload);
+    at + RECORD_HEADER + payload_len
+}
+
+/// Writer side: writes, unpublished, the header of the record at `base + at`: three
+/// little-endian words, straight from registers (a header assembled byte-wise on the stack
+/// and then copied stalls on store forwarding).
+///
+/// # Safety
+/// As for [`write_payload`].
+#[cfg(not(eventpipe_loom))]
+#[inline(always)]
+pub(crate) unsafe fn write_header(base: NonNull<u8>, at: usize, header: [u64; 3]) {
+    // SAFETY: within the allocation, at or beyond the published end (caller's contract);
+    // unaligned stores.
     unsafe {
-        let record = base.as_ptr().add(at);
+        let record = base.as_ptr().add(at).cast::<u64>();
         for (i, word) in header.into_iter().enumerate() {
-            record.cast::<u64>().add(i).write_unaligned(word.to_le());
+            record.add(i).write_unaligned(word.to_le());
         }
-        write_payload(std::slice::from_raw_parts_mut(
-            record.add(HEADER),
-            payload_len,
-        ));
     }
-    at + HEADER + payload_len
 }
 
 /// Copies `src` into `dst`, which is as long: [`copy_small`] for a payload in a record.
