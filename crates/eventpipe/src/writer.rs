@@ -301,17 +301,19 @@ fn append_short(
     let Some(buffer) = s.buffer.as_deref() else {
         return false;
     };
-    // SAFETY (both): this thread is the buffer's only writer, `s.base` is its base (kept
-    // with `s.buffer` by `replace_buffer`), `at` its published end, and the record fits: a
-    // non-zero `short_limit` is the buffer's capacity. The payload goes first, before the
-    // write counts as begun: its sources are then dead by the clock read (`rdtsc` takes two
-    // registers), and the drain has nothing to wait for while it is encoded.
+    // The payload goes first, before the write counts as begun: its sources are then dead
+    // by the clock read (`rdtsc` takes two registers), and the drain has nothing to wait
+    // for while it is encoded.
+    // SAFETY: this thread is the buffer's only writer, `s.base` is its base (kept with
+    // `s.buffer` by `replace_buffer`), `at` its published end, and the record fits: a
+    // non-zero `short_limit` is the buffer's capacity.
     let end = unsafe { buffer::write_payload(s.base, at, payload_len, write_payload) };
     let seq = s.seq.wrapping_add(1);
     s.seq = seq;
     s.state.begin_record();
     // A non-zero `short_limit` also means the timestamps are the TSC.
     let header = record_head(len, index, seq, 0, clock::now_tsc());
+    // SAFETY: as for the payload, the header of the same record.
     unsafe { buffer::write_header(s.base, at, header) };
     // SAFETY: as above; every byte below `end` is written.
     unsafe { buffer.publish(end) };
