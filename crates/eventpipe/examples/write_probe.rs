@@ -7,7 +7,9 @@
 //! Criterion (`cargo bench -p eventpipe --bench write`) is the recorded measurement; this
 //! probe is for working on the path: it runs in seconds and under `perf stat`/`perf record`.
 //!
-//! `cargo run --release -p eventpipe --example write_probe [ROUNDS]`
+//! `cargo run --release -p eventpipe --example write_probe [ROUNDS [WRITES_PER_ROUND]]`
+//! (defaults 30 and 1,000,000; rounds of 10 million outgrow the spare buffers a 1 GiB
+//! session keeps, so their writes also pay for faulting in fresh pages)
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -29,10 +31,8 @@ define_event! {
     static EMPTY = PROBE { id: 2, name: "Empty", level: Level::Informational, keywords: 0 } ();
 }
 
-const WRITES_PER_ROUND: u32 = 1_000_000;
-
-fn ns_per_op(start: Instant) -> f64 {
-    start.elapsed().as_nanos() as f64 / f64::from(WRITES_PER_ROUND)
+fn ns_per_op(start: Instant, writes: u32) -> f64 {
+    start.elapsed().as_nanos() as f64 / f64::from(writes)
 }
 
 fn summary(name: &str, mut rounds: Vec<f64>) {
@@ -61,6 +61,10 @@ fn main() {
         .nth(1)
         .map(|a| a.parse().expect("ROUNDS is a number"))
         .unwrap_or(30);
+    let writes_per_round: u32 = std::env::args()
+        .nth(2)
+        .map(|a| a.parse().expect("WRITES is a number"))
+        .unwrap_or(1_000_000);
     let session = Session::start(
         SessionConfig::new(
             vec![ProviderConfig::new(PROBE.name())],
@@ -77,20 +81,20 @@ fn main() {
     let mut issued = 0;
     for _ in 0..rounds {
         let start = Instant::now();
-        for i in 0..WRITES_PER_ROUND {
+        for i in 0..writes_per_round {
             write_event!(PAIR, black_box(u64::from(i)), black_box(2u64));
         }
-        write.push(ns_per_op(start));
+        write.push(ns_per_op(start, writes_per_round));
 
         let start = Instant::now();
-        for _ in 0..WRITES_PER_ROUND {
+        for _ in 0..writes_per_round {
             write_event!(EMPTY);
         }
-        empty.push(ns_per_op(start));
+        empty.push(ns_per_op(start, writes_per_round));
 
         let start = Instant::now();
         let mut at = 0;
-        for i in 0..WRITES_PER_ROUND {
+        for i in 0..writes_per_round {
             let mut record = [0u8; 40];
             record[16..24].copy_from_slice(&eventpipe::clock::now().to_le_bytes());
             record[24..32].copy_from_slice(&black_box(u64::from(i)).to_le_bytes());
@@ -98,11 +102,11 @@ fn main() {
             black_box(&mut buf[at..at + 40]).copy_from_slice(&record);
             at = if at + 80 > buf.len() { 0 } else { at + 40 };
         }
-        floor.push(ns_per_op(start));
+        floor.push(ns_per_op(start, writes_per_round));
 
         // Untimed: let the drain empty the buffers, so the budget never runs out and the
         // next round's writes do not race the drain for the cores and the cache lines.
-        issued += 2 * u64::from(WRITES_PER_ROUND);
+        issued += 2 * u64::from(writes_per_round);
         catch_up(&session, issued);
     }
     let stats = session.stop().expect("stop the probe session");
