@@ -31,17 +31,47 @@ define_event! {
     static EMPTY = PROBE { id: 2, name: "Empty", level: Level::Informational, keywords: 0 } ();
 }
 
-fn ns_per_op(start: Instant, writes: u32) -> f64 {
-    start.elapsed().as_nanos() as f64 / f64::from(writes)
+/// This thread's CPU time in ns: unlike the wall clock, it leaves out the time the thread
+/// was descheduled, and the hypervisor's steal time, which the guest kernel accounts apart.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant Linux supports.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-fn summary(name: &str, mut rounds: Vec<f64>) {
-    rounds.sort_by(f64::total_cmp);
-    println!(
-        "{name:<10} min {:6.2} ns   median {:6.2} ns",
-        rounds[0],
-        rounds[rounds.len() / 2]
-    );
+/// Wall and thread CPU time of one round, per operation.
+#[derive(Default)]
+struct Rounds {
+    wall: Vec<f64>,
+    cpu: Vec<f64>,
+}
+
+impl Rounds {
+    fn time(&mut self, ops: u32, f: impl FnOnce()) {
+        let (wall, cpu) = (Instant::now(), thread_cpu_ns());
+        f();
+        let cpu = thread_cpu_ns() - cpu;
+        self.wall
+            .push(wall.elapsed().as_nanos() as f64 / f64::from(ops));
+        self.cpu.push(cpu as f64 / f64::from(ops));
+    }
+
+    fn summary(mut self, name: &str) {
+        self.wall.sort_by(f64::total_cmp);
+        self.cpu.sort_by(f64::total_cmp);
+        let (w, c) = (&self.wall, &self.cpu);
+        println!(
+            "{name:<6} wall min {:6.2} median {:6.2} ns | thread CPU min {:6.2} median {:6.2} ns",
+            w[0],
+            w[w.len() / 2],
+            c[0],
+            c[c.len() / 2]
+        );
+    }
 }
 
 /// Waits until the drain has written or dropped `issued` events.
@@ -77,32 +107,31 @@ fn main() {
     .expect("start the probe session");
 
     let mut buf = vec![0u8; 64 << 10];
-    let (mut write, mut empty, mut floor) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut write, mut empty, mut floor) =
+        (Rounds::default(), Rounds::default(), Rounds::default());
     let mut issued = 0;
     for _ in 0..rounds {
-        let start = Instant::now();
-        for i in 0..writes_per_round {
-            write_event!(PAIR, black_box(u64::from(i)), black_box(2u64));
-        }
-        write.push(ns_per_op(start, writes_per_round));
-
-        let start = Instant::now();
-        for _ in 0..writes_per_round {
-            write_event!(EMPTY);
-        }
-        empty.push(ns_per_op(start, writes_per_round));
-
-        let start = Instant::now();
-        let mut at = 0;
-        for i in 0..writes_per_round {
-            let mut record = [0u8; 40];
-            record[16..24].copy_from_slice(&eventpipe::clock::now().to_le_bytes());
-            record[24..32].copy_from_slice(&black_box(u64::from(i)).to_le_bytes());
-            record[32..40].copy_from_slice(&black_box(2u64).to_le_bytes());
-            black_box(&mut buf[at..at + 40]).copy_from_slice(&record);
-            at = if at + 80 > buf.len() { 0 } else { at + 40 };
-        }
-        floor.push(ns_per_op(start, writes_per_round));
+        write.time(writes_per_round, || {
+            for i in 0..writes_per_round {
+                write_event!(PAIR, black_box(u64::from(i)), black_box(2u64));
+            }
+        });
+        empty.time(writes_per_round, || {
+            for _ in 0..writes_per_round {
+                write_event!(EMPTY);
+            }
+        });
+        floor.time(writes_per_round, || {
+            let mut at = 0;
+            for i in 0..writes_per_round {
+                let mut record = [0u8; 40];
+                record[16..24].copy_from_slice(&eventpipe::clock::now().to_le_bytes());
+                record[24..32].copy_from_slice(&black_box(u64::from(i)).to_le_bytes());
+                record[32..40].copy_from_slice(&black_box(2u64).to_le_bytes());
+                black_box(&mut buf[at..at + 40]).copy_from_slice(&record);
+                at = if at + 80 > buf.len() { 0 } else { at + 40 };
+            }
+        });
 
         // Untimed: let the drain empty the buffers, so the budget never runs out and the
         // next round's writes do not race the drain for the cores and the cache lines.
@@ -110,9 +139,9 @@ fn main() {
         catch_up(&session, issued);
     }
     let stats = session.stop().expect("stop the probe session");
-    summary("write", write);
-    summary("empty", empty);
-    summary("floor", floor);
+    write.summary("write");
+    empty.summary("empty");
+    floor.summary("floor");
     println!(
         "session wrote {} events, dropped {}",
         stats.events_written, stats.events_dropped
