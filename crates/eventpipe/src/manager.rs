@@ -44,7 +44,7 @@ struct Manager {
     spare: Spares,
 }
 
-/// The spare buffers and their bytes.
+/// The spare buffers and their bytes, the most recently emptied last.
 #[derive(Debug, Default)]
 struct Spares {
     buffers: Vec<Buffer>,
@@ -52,22 +52,23 @@ struct Spares {
 }
 
 impl Spares {
-    /// A spare of exactly `size` bytes, if there is one.
+    /// The most recently emptied spare of exactly `size` bytes, if there is one: the drain
+    /// has just read it, so its lines are likelier still in a shared cache than those of a
+    /// buffer emptied long ago.
     fn take(&mut self, size: usize) -> Option<Buffer> {
-        let i = self.buffers.iter().position(|b| b.capacity() == size)?;
+        let i = self.buffers.iter().rposition(|b| b.capacity() == size)?;
         self.bytes -= size;
-        Some(self.buffers.swap_remove(i))
+        Some(self.buffers.remove(i))
     }
 
-    /// Frees one spare; false when there is none.
+    /// Frees the least recently emptied spare; false when there is none.
     fn free_one(&mut self) -> bool {
-        match self.buffers.pop() {
-            Some(b) => {
-                self.bytes -= b.capacity();
-                true
-            }
-            None => false,
+        if self.buffers.is_empty() {
+            return false;
         }
+        let b = self.buffers.remove(0);
+        self.bytes -= b.capacity();
+        true
     }
 
     fn push(&mut self, buffer: Buffer) {
@@ -255,5 +256,49 @@ impl BufferManager {
             bytes: m.used,
             spare_buffers: m.spare.len(),
         }
+    }
+}
+
+#[cfg(all(test, not(eventpipe_loom)))]
+mod tests {
+    use super::*;
+
+    fn spare(size: usize) -> (Buffer, usize) {
+        let b = Buffer::new(size).expect("allocate a buffer");
+        let at = b.base().as_ptr() as usize;
+        (b, at)
+    }
+
+    #[test]
+    fn spares_are_reused_most_recent_first_and_freed_oldest_first() {
+        let mut spares = Spares::default();
+        let (a, _) = spare(4096);
+        let (b, b_at) = spare(8192);
+        let (c, c_at) = spare(4096);
+        let (d, d_at) = spare(4096);
+        for buffer in [a, b, c, d] {
+            spares.push(buffer);
+        }
+        assert_eq!(spares.bytes, 3 * 4096 + 8192);
+        let taken = spares.take(4096).expect("a 4 KiB spare");
+        assert_eq!(
+            taken.base().as_ptr() as usize,
+            d_at,
+            "the last emptied first"
+        );
+        assert!(spares.free_one());
+        assert_eq!(spares.len(), 2, "the oldest, `a`, is freed");
+        let left: Vec<usize> = spares
+            .buffers
+            .iter()
+            .map(|b| b.base().as_ptr() as usize)
+            .collect();
+        assert_eq!(left, vec![b_at, c_at]);
+        assert_eq!(spares.bytes, 8192 + 4096);
+        assert_eq!(
+            spares.take(4096).map(|b| b.base().as_ptr() as usize),
+            Some(c_at)
+        );
+        assert!(spares.take(4096).is_none());
     }
 }
