@@ -1,5 +1,5 @@
 //! A quick, repeatable look at the cost of one enabled write, beside the floor it is judged
-//! against: rounds of a million writes of the `write` bench's event (16-byte payload, one
+//! against: rounds of writes of the `write` bench's event (16-byte payload, one
 //! thread, a Drop-mode session writing to `io::sink()`, its drain idle while a round runs),
 //! interleaved with rounds of the floor (a clock read plus a 40-byte copy) and of an event
 //! without payload. Prints min and median ns per operation over the rounds.
@@ -8,8 +8,10 @@
 //! probe is for working on the path: it runs in seconds and under `perf stat`/`perf record`.
 //!
 //! `cargo run --release -p eventpipe --example write_probe [ROUNDS [WRITES_PER_ROUND]]`
-//! (defaults 30 and 1,000,000; rounds of 10 million outgrow the spare buffers a 1 GiB
-//! session keeps, so their writes also pay for faulting in fresh pages)
+//! (defaults 30 and 1,000,000). The bench's rounds are 100,000 writes, 4 MB of records that
+//! stay in the last-level cache; a million (40 MB) run at the pace of the memory; rounds of
+//! 10 million outgrow the spare buffers a 1 GiB session keeps, so their writes also pay for
+//! faulting in fresh pages.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
