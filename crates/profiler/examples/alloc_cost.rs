@@ -1,8 +1,10 @@
 //! The allocation profiler's cost per allocation, for an instruction counter: runs the
 //! benches' `program` workload (strings, a growing vector, a map) ten times through
 //! `ProfiledAllocator<System>`, with a session sampling at the default interval (`on`) or a
-//! session on another provider (`off`, so that the process has the same threads). Compare
-//! the main thread's instructions:
+//! session on another provider (`off`, so that the process has the same threads). With
+//! `ring` as a second argument it runs the `alloc` bench's pure ring instead (a million
+//! allocator calls, nothing else). Compare the main thread's instructions (add
+//! `--cache-sim=yes` for first-level cache misses):
 //!
 //! ```sh
 //! cargo build --release -p eventpipe-profiler --example alloc_cost
@@ -29,7 +31,7 @@ fn main() {
         Some("on") => true,
         Some("off") => false,
         _ => {
-            eprintln!("usage: alloc_cost on|off");
+            eprintln!("usage: alloc_cost on|off [program|ring]");
             std::process::exit(2);
         }
     };
@@ -43,9 +45,15 @@ fn main() {
         Output::Stream(Box::new(std::io::sink())),
     ))
     .expect("session");
+    let ring = std::env::args().nth(2).as_deref() == Some("ring");
     let start = std::time::Instant::now();
     for _ in 0..10 {
-        black_box(common::program(black_box(20_000)));
+        if ring {
+            // The `alloc` bench's pure ring, through the profiled allocator directly.
+            black_box(common::ring(&ALLOC, black_box(100_000), false));
+        } else {
+            black_box(common::program(black_box(20_000)));
+        }
     }
     println!(
         "profiler {}: {:?}, {} samples",
