@@ -31,8 +31,21 @@ use eventpipe_ipc::{
 
 /// How long the live session runs before StopTracing.
 const SESSION: Duration = Duration::from_millis(2500);
-/// How long the startup session runs after ResumeRuntime.
-const STARTUP_SESSION: Duration = Duration::from_secs(2);
+/// How long the startup session runs after ResumeRuntime: long enough for the app to pass
+/// its 1,000th iteration (its first induced GC) after the runtime has loaded and compiled
+/// it, on a loaded 2-core machine too (a 2 s session of eptrace's launch test there once
+/// ended at iteration 94).
+const STARTUP_SESSION: Duration = Duration::from_secs(4);
+
+/// The .NET tests run one at a time: several runtimes starting and compiling at once on a
+/// 2-core machine starve the app under test.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 /// How long the stream may take to end after StopTracing was answered.
 const END_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -41,6 +54,7 @@ const END_TIMEOUT: Duration = Duration::from_secs(15);
 
 #[test]
 fn live_session_on_dotnet_core_3_1() {
+    let _serial = one_at_a_time();
     let Some(dotnet) = Dotnet::locate() else {
         return;
     };
@@ -49,6 +63,7 @@ fn live_session_on_dotnet_core_3_1() {
 
 #[test]
 fn live_session_on_dotnet_8() {
+    let _serial = one_at_a_time();
     let Some(dotnet) = Dotnet::locate() else {
         return;
     };
@@ -57,6 +72,7 @@ fn live_session_on_dotnet_8() {
 
 #[test]
 fn startup_tracing_through_a_reverse_port_on_dotnet_8() {
+    let _serial = one_at_a_time();
     let Some(dotnet) = Dotnet::locate() else {
         return;
     };
