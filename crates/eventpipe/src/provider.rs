@@ -328,7 +328,7 @@ impl EventDescriptor {
             }
         }
         let size = Self::fixed_size::<V>();
-        crate::writer::write_fixed_event(self, mask, size, |dst| values.encode_fixed(dst));
+        crate::writer::write_fixed_general(self, mask, size, |dst| values.encode_fixed(dst));
     }
 
     fn fixed_size<V: crate::payload::PayloadValues>() -> usize {

@@ -205,9 +205,10 @@ pub(crate) fn write_plain_event(event: &'static EventDescriptor, mask: u64, payl
     }
 }
 
-/// The short path of [`write_fixed_event`]: returns whether the event is dealt with. Kept
-/// apart so that a caller can inline it alone and leave the general path, with its staging
-/// buffer and stack frame, in a cold function of its own.
+/// The short path of a `write_event!` whose fields all have a fixed size: `encode` writes
+/// the `size` bytes of payload straight into the buffer, with no staging copy. Returns
+/// whether the event is dealt with; if not, the caller takes [`write_fixed_general`],
+/// which it keeps in a cold function of its own with its staging buffer and stack frame.
 #[inline(always)]
 pub(crate) fn write_fixed_short(
     event: &'static EventDescriptor,
@@ -218,19 +219,16 @@ pub(crate) fn write_fixed_short(
     on_short_path(event, mask, |s, index| append_short(s, index, size, encode))
 }
 
-/// [`write_plain_event`] of a payload of `size` bytes that `encode` writes (the fields of
-/// `write_event!` when all have a fixed size): on the short path `encode` writes straight
-/// into the buffer, with no staging copy.
+/// What [`write_fixed_short`] left: the payload staged on the stack, then the general
+/// path (which still appends straight to a session's buffer where it can). The short path
+/// is not tried again: it has just declined this event.
 #[inline(always)]
-pub(crate) fn write_fixed_event(
+pub(crate) fn write_fixed_general(
     event: &'static EventDescriptor,
     mask: u64,
     size: usize,
-    encode: impl Fn(&mut [u8]),
+    encode: impl FnOnce(&mut [u8]),
 ) {
-    if write_fixed_short(event, mask, size, &encode) {
-        return;
-    }
     let mut staged = [0u8; MAX_FIXED_PAYLOAD];
     let payload = &mut staged[..size.min(MAX_FIXED_PAYLOAD)];
     encode(payload);
@@ -271,7 +269,7 @@ fn on_short_path(
     }
 }
 
-/// The largest payload [`write_fixed_event`] takes.
+/// The largest payload [`write_fixed_general`] stages.
 pub(crate) const MAX_FIXED_PAYLOAD: usize = 256;
 
 /// The common case, kept short: a record with nothing but a payload, into a buffer with
