@@ -119,85 +119,65 @@ impl<A> ProfiledAllocator<A> {
 // and returns its result unchanged; the bookkeeping around it never touches the memory
 // returned and never fails the allocation (a profiler failure only skips a sample).
 unsafe impl<A: GlobalAlloc> GlobalAlloc for ProfiledAllocator<A> {
-    // Each method is the load, the branch and a tail call: to the inner allocator, or while
-    // sampling to a method that does the accounting (a thread-local counter on allocation,
-    // a bitset test on free) and in the common case tail-calls the inner allocator.
-    // Keeping the sampling side out of line keeps the disabled side free of a stack frame.
+    // Each method is the load, the branch and a tail call to the inner allocator while no
+    // session samples. While one does, the common case adds only the accounting, inline (a
+    // thread-local counter on allocation, a bitset test on free), before the same tail
+    // call: no call of the profiler's own, no stack frame. Everything else (a sample, the
+    // profiler's own allocations, a tracked free) is out of line and cold.
 
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let epoch = control::epoch();
-        if epoch == 0 {
+        if epoch == 0 || take_bytes(layout.size() as u64, epoch) {
             // SAFETY: the caller's contract for `alloc` is the inner allocator's.
-            return unsafe { self.inner.alloc(layout) };
-        }
-        // SAFETY: as above.
-        unsafe { self.alloc_sampling(layout, epoch) }
-    }
-
-    #[inline]
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let epoch = control::epoch();
-        if epoch == 0 {
-            // SAFETY: the caller's contract for `alloc_zeroed` is the inner allocator's.
-            return unsafe { self.inner.alloc_zeroed(layout) };
-        }
-        // SAFETY: as above.
-        unsafe { self.alloc_zeroed_sampling(layout, epoch) }
-    }
-
-    #[inline]
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if control::epoch() != 0 {
-            // SAFETY: the caller's contract for `dealloc`, forwarded.
-            return unsafe { self.dealloc_sampling(ptr, layout) };
-        }
-        // SAFETY: the caller's contract for `dealloc` is the inner allocator's.
-        unsafe { self.inner.dealloc(ptr, layout) }
-    }
-
-    #[inline]
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let epoch = control::epoch();
-        if epoch == 0 {
-            // SAFETY: the caller's contract for `realloc` is the inner allocator's.
-            return unsafe { self.inner.realloc(ptr, layout, new_size) };
-        }
-        // SAFETY: as above.
-        unsafe { self.realloc_sampling(ptr, layout, new_size, epoch) }
-    }
-}
-
-impl<A: GlobalAlloc> ProfiledAllocator<A> {
-    /// An allocation while the profiler is in `epoch` (not 0). The common case counts the
-    /// bytes first and then tail-calls the inner allocator: no stack frame, nothing kept
-    /// across the call. (Bytes of an allocation that then fails are counted anyway: a
-    /// sample comes a little early, once, when memory has run out.)
-    #[inline(never)]
-    unsafe fn alloc_sampling(&self, layout: Layout, epoch: u64) -> *mut u8 {
-        if take_bytes(layout.size() as u64, epoch) {
-            // SAFETY: forwarded from `GlobalAlloc::alloc`.
             return unsafe { self.inner.alloc(layout) };
         }
         // SAFETY: as above.
         unsafe { self.alloc_slow(layout, false, epoch) }
     }
 
-    /// [`Self::alloc_sampling`] for `alloc_zeroed`.
-    #[inline(never)]
-    unsafe fn alloc_zeroed_sampling(&self, layout: Layout, epoch: u64) -> *mut u8 {
-        if take_bytes(layout.size() as u64, epoch) {
-            // SAFETY: forwarded from `GlobalAlloc::alloc_zeroed`.
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let epoch = control::epoch();
+        if epoch == 0 || take_bytes(layout.size() as u64, epoch) {
+            // SAFETY: the caller's contract for `alloc_zeroed` is the inner allocator's.
             return unsafe { self.inner.alloc_zeroed(layout) };
         }
         // SAFETY: as above.
         unsafe { self.alloc_slow(layout, true, epoch) }
     }
 
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if control::epoch() != 0 && table::maybe_tracked(ptr as usize) {
+            // SAFETY: the caller's contract for `dealloc`, forwarded.
+            return unsafe { self.dealloc_tracked(ptr, layout) };
+        }
+        // SAFETY: the caller's contract for `dealloc` is the inner allocator's.
+        unsafe { self.inner.dealloc(ptr, layout) }
+    }
+
+    /// A reallocation is a free of the old block and an allocation of `new_size` bytes:
+    /// the common case (old block not tracked, new one not sampled) counts the bytes.
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let epoch = control::epoch();
+        if epoch == 0 || (!table::maybe_tracked(ptr as usize) && take_bytes(new_size as u64, epoch))
+        {
+            // SAFETY: the caller's contract for `realloc` is the inner allocator's.
+            return unsafe { self.inner.realloc(ptr, layout, new_size) };
+        }
+        // SAFETY: as above.
+        unsafe { self.realloc_slow(ptr, layout, new_size, epoch) }
+    }
+}
+
+impl<A: GlobalAlloc> ProfiledAllocator<A> {
     /// An allocation that may be sampled (or is the profiler's own, or the thread's first
     /// in this epoch). Its frame marks where the profiler's frames end in a captured stack:
     /// `stack::capture` keeps the frames above `marker`, starting with this function's
-    /// return address (the sampling entry points reach it by tail calls).
+    /// return address (`alloc` and `alloc_zeroed` end in a call to it, which the compiler
+    /// makes a tail call).
     #[cold]
     #[inline(never)]
     unsafe fn alloc_slow(&self, layout: Layout, zeroed: bool, epoch: u64) -> *mut u8 {
@@ -216,18 +196,6 @@ impl<A: GlobalAlloc> ProfiledAllocator<A> {
         ptr
     }
 
-    /// A free while sampling. The common case (the address is certainly not tracked) is a
-    /// bitset test and a tail call.
-    #[inline(never)]
-    unsafe fn dealloc_sampling(&self, ptr: *mut u8, layout: Layout) {
-        if table::maybe_tracked(ptr as usize) {
-            // SAFETY: forwarded from `GlobalAlloc::dealloc`.
-            return unsafe { self.dealloc_tracked(ptr, layout) };
-        }
-        // SAFETY: forwarded from `GlobalAlloc::dealloc`.
-        unsafe { self.inner.dealloc(ptr, layout) }
-    }
-
     /// A free of an address that may be tracked: first untracked, since once freed the
     /// address may be handed out (and sampled) again on another thread.
     #[cold]
@@ -238,26 +206,7 @@ impl<A: GlobalAlloc> ProfiledAllocator<A> {
         unsafe { self.inner.dealloc(ptr, layout) }
     }
 
-    /// A reallocation is a free of the old block and an allocation of `new_size` bytes.
-    /// The common case (old block not tracked, new one not sampled) counts the bytes and
-    /// tail-calls the inner allocator.
-    #[inline(never)]
-    unsafe fn realloc_sampling(
-        &self,
-        ptr: *mut u8,
-        layout: Layout,
-        new_size: usize,
-        epoch: u64,
-    ) -> *mut u8 {
-        if !table::maybe_tracked(ptr as usize) && take_bytes(new_size as u64, epoch) {
-            // SAFETY: forwarded from `GlobalAlloc::realloc`.
-            return unsafe { self.inner.realloc(ptr, layout, new_size) };
-        }
-        // SAFETY: as above.
-        unsafe { self.realloc_slow(ptr, layout, new_size, epoch) }
-    }
-
-    /// [`Self::realloc_sampling`] off its common path; marks the end of the profiler's
+    /// A reallocation off the common path (see `realloc`); marks the end of the profiler's
     /// frames as [`Self::alloc_slow`] does. If the inner `realloc` fails, the old block
     /// (still live) is no longer tracked.
     #[cold]
