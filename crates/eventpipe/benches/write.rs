@@ -13,7 +13,8 @@
 //!   is stated as a ratio against the floor from the same run.
 //! * `throughput/{1,2}`: aggregate events/s with 1 and 2 threads writing to a session like
 //!   `write/enabled-quiet`'s: how the writers scale (on two cores a live drain would take
-//!   one of them). Target: 2 threads ≥ 1.7 × 1 thread.
+//!   one of them). The writer threads live for the whole bench and are released together
+//!   for each round. Target: 2 threads ≥ 1.7 × 1 thread.
 //! * `sustained/file-block`: 10 million events from 2 threads to a nettrace file in Block
 //!   mode (default 64 MiB budget), timed from the writers' release until `stop()` returns.
 //!   Target ≥ 10 M events/s with zero loss; loss fails the bench.
@@ -37,7 +38,8 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::hint::black_box;
-use std::sync::Barrier;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, Throughput};
@@ -248,32 +250,72 @@ fn bench_single(c: &mut Criterion, samples: &Samples) {
     group.finish();
 }
 
-/// Spawns `threads` writers, each writing `per_thread` events once all are ready; returns
-/// the time from their release until the last one finished.
-fn write_from_threads(threads: u64, per_thread: u64) -> Duration {
-    let barrier = Barrier::new(threads as usize + 1);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
+/// Writer threads kept for a whole bench: every round releases them together, and between
+/// rounds they stay attached to the session, as a program's threads do. (Spawning fresh
+/// threads every round timed each one's first write, which attaches it to the session, and
+/// the spawns' skew, not the writes.)
+struct WriterPool {
+    threads: u64,
+    release: Arc<Barrier>,
+    finished: Arc<Barrier>,
+    /// Writes per thread in the next round; 0 tells the threads to exit. Set before
+    /// `release.wait()`, whose lock orders it before the writers read it.
+    per_thread: Arc<AtomicU64>,
+    handles: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl WriterPool {
+    fn new(threads: u64) -> Self {
+        let release = Arc::new(Barrier::new(threads as usize + 1));
+        let finished = Arc::new(Barrier::new(threads as usize + 1));
+        let per_thread = Arc::new(AtomicU64::new(0));
+        let handles = (0..threads)
             .map(|t| {
-                let barrier = &barrier;
-                s.spawn(move || {
-                    barrier.wait();
-                    let base = t * per_thread;
-                    for i in 0..per_thread {
-                        write_event!(PAIR, base + i, black_box(2u64));
+                let (release, finished) = (Arc::clone(&release), Arc::clone(&finished));
+                let per_thread = Arc::clone(&per_thread);
+                std::thread::spawn(move || loop {
+                    release.wait();
+                    let n = per_thread.load(Ordering::Relaxed);
+                    if n == 0 {
+                        return;
                     }
+                    for i in 0..n {
+                        write_event!(PAIR, t, black_box(i));
+                    }
+                    finished.wait();
                 })
             })
             .collect();
-        // The clock starts before the release: a round too short for this thread to get
-        // past the barrier before the writers finish would otherwise time next to nothing.
+        WriterPool {
+            threads,
+            release,
+            finished,
+            per_thread,
+            handles,
+        }
+    }
+
+    /// One round of `per_thread` (not 0) writes on every thread: the time from their
+    /// release until the last one finished. The clock starts before the release: a round
+    /// too short for this thread to get past the barrier before the writers finish would
+    /// otherwise time next to nothing.
+    fn round(&self, per_thread: u64) -> Duration {
+        self.per_thread.store(per_thread, Ordering::Relaxed);
         let start = Instant::now();
-        barrier.wait();
-        for h in handles {
+        self.release.wait();
+        self.finished.wait();
+        start.elapsed()
+    }
+}
+
+impl Drop for WriterPool {
+    fn drop(&mut self) {
+        self.per_thread.store(0, Ordering::Relaxed);
+        self.release.wait();
+        for h in self.handles.drain(..) {
             h.join().expect("writer thread");
         }
-        start.elapsed()
-    })
+    }
 }
 
 /// (d): aggregate throughput, 1 vs 2 threads.
@@ -283,6 +325,7 @@ fn bench_throughput(c: &mut Criterion, samples: &Samples) {
     for (threads, name) in [(1u64, "throughput/1"), (2, "throughput/2")] {
         // How the writers scale: on two cores a live drain would take one of them.
         let session = sink_session(Drain::BetweenSamples);
+        let pool = WriterPool::new(threads);
         let mut issued = 0u64;
         group.throughput(Throughput::Elements(threads));
         group.bench_function(threads.to_string(), |b| {
@@ -291,9 +334,9 @@ fn bench_throughput(c: &mut Criterion, samples: &Samples) {
                 let mut elapsed = Duration::ZERO;
                 let mut left = iters;
                 while left > 0 {
-                    let round = left.min(WRITES_PER_ROUND / threads);
-                    elapsed += write_from_threads(threads, round);
-                    issued += threads * round;
+                    let round = left.min(WRITES_PER_ROUND / pool.threads);
+                    elapsed += pool.round(round);
+                    issued += pool.threads * round;
                     catch_up(&session, issued);
                     left -= round;
                 }
@@ -302,6 +345,7 @@ fn bench_throughput(c: &mut Criterion, samples: &Samples) {
                 elapsed
             })
         });
+        drop(pool);
         let stats = session.stop().expect("stop the sink session");
         report_session(name, &stats);
     }
