@@ -14,16 +14,18 @@
 //! * `throughput/{1,2}`: aggregate events/s with 1 and 2 threads writing to a session like
 //!   `write/enabled-quiet`'s: how the writers scale (on two cores a live drain would take
 //!   one of them). The writer threads live for the whole bench and are released together
-//!   for each round. Target: 2 threads ≥ 1.7 × 1 thread.
+//!   for each round. Target: 2 threads ≥ 1.7 × 1 thread. The summary also gives the ratio
+//!   measured in interleaved pairs of one- and two-thread runs (41 pairs of 10 rounds a
+//!   side), which the machine's slow and fast phases hit alike.
 //! * `sustained/file-block`: 10 million events from 2 threads to a nettrace file in Block
 //!   mode (default 64 MiB budget), timed from the writers' release until `stop()` returns.
 //!   Target ≥ 10 M events/s with zero loss; loss fails the bench.
 //!
 //! Between samples of `write/enabled*` and `throughput/*`, and within a sample after every
-//! 100,000 writes, the bench waits (untimed) for the drain to catch up, so every sample
+//! 100,000 writes per thread, the bench waits (untimed) for the drain to catch up, so every sample
 //! starts from empty buffers and the budget never runs out (the drops each session saw are
 //! printed and should be 0), and the writes go into buffers the session recycled: 4 MB of
-//! records a round, which stay in the last-level cache. Rounds of a million writes (40 MB)
+//! records a round per thread, which stay in the last-level cache. Rounds of a million writes (40 MB)
 //! run at the pace of the machine's memory instead, and from fresh pages the kernel must
 //! fault in and zero once they outgrow the session's spare buffers; `write_probe` takes the
 //! round size, and BENCHMARKS.md gives both.
@@ -330,11 +332,12 @@ fn bench_throughput(c: &mut Criterion, samples: &Samples) {
         group.throughput(Throughput::Elements(threads));
         group.bench_function(threads.to_string(), |b| {
             b.iter_custom(|iters| {
-                // In rounds, as for `write/enabled*`, of that many events in all.
+                // In rounds, as for `write/enabled*`, of up to WRITES_PER_ROUND writes per
+                // thread: each thread is woken once a round, whatever the thread count.
                 let mut elapsed = Duration::ZERO;
                 let mut left = iters;
                 while left > 0 {
-                    let round = left.min(WRITES_PER_ROUND / pool.threads);
+                    let round = left.min(WRITES_PER_ROUND);
                     elapsed += pool.round(round);
                     issued += pool.threads * round;
                     catch_up(&session, issued);
@@ -350,6 +353,44 @@ fn bench_throughput(c: &mut Criterion, samples: &Samples) {
         report_session(name, &stats);
     }
     group.finish();
+}
+
+/// Pairs of the interleaved scaling measurement, and rounds per side of a pair.
+const SCALING_PAIRS: usize = 41;
+const SCALING_ROUNDS: u64 = 10;
+
+/// (d) again, measured so that the machine's slow and fast phases, which last minutes, hit
+/// both sides alike: pairs of one-thread and two-thread runs back to back (alternating which
+/// goes first), each of [`SCALING_ROUNDS`] rounds of [`WRITES_PER_ROUND`] events per thread;
+/// records each pair's ratio of two-thread to one-thread events/s.
+fn bench_interleaved_scaling(samples: &Samples) {
+    let session = sink_session(Drain::BetweenSamples);
+    let pools = [WriterPool::new(1), WriterPool::new(2)];
+    let mut issued = 0u64;
+    for pair in 0..SCALING_PAIRS {
+        let mut rate = [0.0f64; 2];
+        let order = if pair % 2 == 0 { [0, 1] } else { [1, 0] };
+        for side in order {
+            let pool = &pools[side];
+            let per_thread = WRITES_PER_ROUND;
+            let mut elapsed = Duration::ZERO;
+            for _ in 0..SCALING_ROUNDS {
+                elapsed += pool.round(per_thread);
+                issued += pool.threads * per_thread;
+                catch_up(&session, issued);
+            }
+            let events = SCALING_ROUNDS * per_thread * pool.threads;
+            rate[side] = events as f64 / elapsed.as_secs_f64();
+        }
+        samples.push(
+            "scaling/interleaved",
+            rate[1] / rate[0],
+            SCALING_ROUNDS * WRITES_PER_ROUND * 2,
+        );
+    }
+    drop(pools);
+    let stats = session.stop().expect("stop the sink session");
+    report_session("scaling/interleaved", &stats);
 }
 
 /// One sustained run: 10 M events from 2 threads to `path` in Block mode. Returns the time
@@ -513,6 +554,16 @@ fn summary(samples: &Samples) {
         "throughput/1",
         "target >= 1.7 x",
     );
+    if let Some(r) = samples.sorted("scaling/interleaved") {
+        println!(
+            "  {:<22}{:9.2} x (quartiles {:.2} .. {:.2}, {} pairs) target >= 1.7 x",
+            "2 thr / 1, interleaved",
+            r[r.len() / 2],
+            r[r.len() / 4],
+            r[3 * r.len() / 4],
+            r.len()
+        );
+    }
     row(
         "sustained/file-block",
         "sustained/file-block",
@@ -532,6 +583,7 @@ fn main() {
     let samples = Samples::default();
     bench_single(&mut c, &samples);
     bench_throughput(&mut c, &samples);
+    bench_interleaved_scaling(&samples);
     bench_sustained(&mut c, &samples);
     c.final_summary();
     summary(&samples);
