@@ -1,13 +1,21 @@
-//! The CPU sampler's overhead: the same fixed amount of work on two threads, run with a
-//! session that does not sample (so both sides have eventpipe's drain thread) and with a
-//! session sampling at 1 kHz, interleaved round by round (alternating which goes first) so
-//! machine noise hits both alike.
+//! The CPU sampler's overhead: the same fixed amount of work on two threads (or
+//! `CPU_OVERHEAD_THREADS`), run with a session that does not sample (so both sides have
+//! eventpipe's drain thread) and with a session sampling at 1 kHz, interleaved round by round
+//! (alternating which goes first) so machine noise hits both alike.
 //!
-//! Two measures per run: wall-clock time, and the CPU time the whole process used meanwhile
-//! (`getrusage(RUSAGE_SELF)`: the workers, the sampler's threads and the drain thread). The
-//! machine has 2 cores and the two workers fill them, so any CPU the sampler takes shows in
-//! both; but the wall clock also moves with whatever else the machine runs, which the
-//! process's CPU time does not. Prints the median per-round ratio of each.
+//! Three measures per run: wall-clock time; the CPU time the whole process used meanwhile
+//! (`getrusage(RUSAGE_SELF)`: the workers, the sampler's threads and the drain thread); and
+//! the CPU time of the busiest worker, which includes its own signal handling and leaves out
+//! the time it waited for a core. The machine has 2 cores and the two workers fill them, so
+//! any CPU the sampler takes shows in the first two; but the wall clock also moves with
+//! whatever else the machine runs and with how the scheduler places the workers when
+//! another thread wakes, which the CPU times do not. Prints the median per-round ratio of
+//! each.
+//!
+//! With one worker (`CPU_OVERHEAD_THREADS=1`) a core stays free for the sampler's and the
+//! session's threads, as on a machine with more cores than busy threads; then the wall clock
+//! shows what the sampling costs the worker itself (its signals and stack walks) without the
+//! preemptions a saturated machine adds.
 //!
 //! `cargo bench -p eventpipe-profiler --bench cpu_overhead`
 
@@ -16,7 +24,9 @@ use std::time::{Duration, Instant};
 use eventpipe::{Output, ProviderConfig, Session, SessionConfig};
 
 const ROUNDS: usize = 21;
-const THREADS: usize = 2;
+/// Worker threads unless `CPU_OVERHEAD_THREADS` says otherwise: as many as the machine this
+/// was written on has cores, so that the workers fill it.
+const DEFAULT_THREADS: usize = 2;
 /// Units of work per thread per run (about a quarter of a second in a release build).
 const UNITS: u64 = 2_500;
 
@@ -39,11 +49,34 @@ fn process_cpu_time() -> Duration {
     tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
-/// Runs the work; returns its wall-clock time and the process's CPU time meanwhile.
-fn run_work() -> (Duration, Duration) {
+/// The calling thread's CPU time.
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec and the clock id is a constant Linux has.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// One run of the work, three ways.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    wall: Duration,
+    /// The whole process's CPU time meanwhile.
+    process_cpu: Duration,
+    /// The CPU time of the worker that used the most: its signal handling included, the
+    /// time it waited for a core left out.
+    worker_cpu: Duration,
+}
+
+/// Runs the work.
+fn run_work(threads: usize) -> Run {
     let cpu = process_cpu_time();
     let start = Instant::now();
-    let workers: Vec<_> = (0..THREADS)
+    let workers: Vec<_> = (0..threads)
         .map(|t| {
             std::thread::spawn(move || {
                 let mut x = t as u64;
@@ -51,13 +84,20 @@ fn run_work() -> (Duration, Duration) {
                     x = unit(x);
                 }
                 std::hint::black_box(x);
+                thread_cpu_time()
             })
         })
         .collect();
-    for w in workers {
-        w.join().unwrap();
+    let worker_cpu = workers
+        .into_iter()
+        .map(|w| w.join().unwrap())
+        .max()
+        .unwrap_or_default();
+    Run {
+        wall: start.elapsed(),
+        process_cpu: process_cpu_time() - cpu,
+        worker_cpu,
     }
-    (start.elapsed(), process_cpu_time() - cpu)
 }
 
 fn session(spec: &str, path: &std::path::Path) -> Session {
@@ -78,22 +118,30 @@ fn main() {
         println!("cpu_overhead: bench");
         return;
     }
+    let threads = match std::env::var("CPU_OVERHEAD_THREADS") {
+        Ok(v) => v
+            .parse::<usize>()
+            .ok()
+            .filter(|&n| n > 0)
+            .expect("CPU_OVERHEAD_THREADS: a number of threads, at least 1"),
+        Err(_) => DEFAULT_THREADS,
+    };
     eventpipe_profiler::cpu::register().expect("install the sampler");
     let path = std::env::temp_dir().join(format!("cpu-overhead-{}.nettrace", std::process::id()));
-    let (mut wall_ratios, mut cpu_ratios) = (Vec::new(), Vec::new());
+    let (mut wall_ratios, mut cpu_ratios, mut worker_ratios) = (Vec::new(), Vec::new(), Vec::new());
     let (mut plain_wall, mut sampled_wall) = (Vec::new(), Vec::new());
     let mut samples = 0u64;
-    run_work(); // warm-up
+    run_work(threads); // warm-up
     for round in 0..ROUNDS {
         let plain = || {
             let s = session("Bench-NoSampler:0:5", &path);
-            let t = run_work();
+            let t = run_work(threads);
             s.stop().expect("stop the session");
             t
         };
         let mut sampled = || {
             let s = session("EventPipeRs-CpuSampler:0:5:Rate=1000", &path);
-            let t = run_work();
+            let t = run_work(threads);
             samples += s.stop().expect("stop the session").events_written;
             t
         };
@@ -104,21 +152,25 @@ fn main() {
             let s = sampled();
             (plain(), s)
         };
-        wall_ratios.push(s.0.as_secs_f64() / p.0.as_secs_f64());
-        cpu_ratios.push(s.1.as_secs_f64() / p.1.as_secs_f64());
-        plain_wall.push(p.0.as_secs_f64());
-        sampled_wall.push(s.0.as_secs_f64());
+        let ratio = |f: fn(&Run) -> Duration| f(&s).as_secs_f64() / f(&p).as_secs_f64();
+        wall_ratios.push(ratio(|r| r.wall));
+        cpu_ratios.push(ratio(|r| r.process_cpu));
+        worker_ratios.push(ratio(|r| r.worker_cpu));
+        plain_wall.push(p.wall.as_secs_f64());
+        sampled_wall.push(s.wall.as_secs_f64());
     }
     std::fs::remove_file(&path).ok();
     let overhead = |ratio: f64| (ratio - 1.0) * 100.0;
     println!(
-        "cpu_overhead: {THREADS} threads x {UNITS} units, {ROUNDS} rounds: median wall without \
+        "cpu_overhead: {threads} threads x {UNITS} units, {ROUNDS} rounds: median wall without \
          sampler {:.1} ms, with the sampler at 1 kHz {:.1} ms ({} samples per run); median \
-         per-round overhead: wall {:+.2}%, process CPU time {:+.2}%",
+         per-round overhead: wall {:+.2}%, process CPU time {:+.2}%, busiest worker's CPU \
+         time {:+.2}%",
         median(plain_wall) * 1e3,
         median(sampled_wall) * 1e3,
         samples / ROUNDS as u64,
         overhead(median(wall_ratios)),
         overhead(median(cpu_ratios)),
+        overhead(median(worker_ratios)),
     );
 }
