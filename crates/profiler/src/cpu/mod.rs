@@ -18,7 +18,8 @@
 //! at the rate.
 //!
 //! A **collector** thread (`eventpipe-cpu-sampler`) wakes every 10 ms — 100 wakeups a
-//! second instead of the rate — and
+//! second instead of the rate, as a `SCHED_BATCH` thread so that its wakeups do not preempt
+//! the program's running threads — and
 //!
 //! * drains every thread's records and writes their `Sample` events, attributed to the
 //!   sampled thread and captured by the collector (the format's ThreadIndex vs
@@ -189,6 +190,7 @@ struct Collector {
 
 fn run_collector(generation: u64, rate: u32) {
     let _only = COLLECTOR.lock().unwrap_or_else(|p| p.into_inner());
+    never_preempt_on_wakeup();
     let mut c = Collector {
         // SAFETY: gettid has no preconditions.
         me: unsafe { libc::gettid() },
@@ -209,6 +211,22 @@ fn run_collector(generation: u64, rate: u32) {
         std::thread::sleep(COLLECT_INTERVAL);
     }
     c.untrack_all();
+}
+
+/// Makes the calling thread (the collector) `SCHED_BATCH`: the kernel then never preempts a
+/// running thread to run it when it wakes; it waits for the running thread's time slice to
+/// end. It keeps its fair share of the CPU, and nothing it does is urgent: each thread's ring
+/// holds [`capture::RING`] captures, 16 ms of CPU or more. What this saves shows only where
+/// the program keeps every core busy: there each of the collector's 100 wakeups a second
+/// interrupted a worker (`benches/cpu_overhead.rs`, BENCHMARKS.md). Best effort: where the
+/// policy cannot be set the collector runs as before.
+fn never_preempt_on_wakeup() {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: `param` is a valid sched_param; pid 0 is the calling thread.
+        let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
+    }
 }
 
 impl Collector {
