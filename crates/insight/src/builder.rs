@@ -176,6 +176,11 @@ impl ProfileBuilder {
         }
         let (kind, weight, alloc) = self.classify(event);
         let cpu = CpuFields::of(event);
+        let weight = if kind == Kind::Cpu {
+            weight * cpu.periods
+        } else {
+            weight
+        };
         if cpu.blocked || !self.wanted(kind, event) {
             return;
         }
@@ -433,13 +438,26 @@ impl AllocFields {
 }
 
 /// The fields of this project's CPU sampler's `Sample` the builder uses, decoded once.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 struct CpuFields {
     /// The thread was waiting, not running (`State` 2): not CPU time.
     blocked: bool,
     /// The innermost instrumented future being polled (`AsyncContext`; absent before the
     /// async profiler, which reads as 0: none).
     async_context: u64,
+    /// Sampling periods the sample stands for (`Periods`; absent before the field, when
+    /// every event stood for one, and 1 for other providers' samples).
+    periods: u64,
+}
+
+impl Default for CpuFields {
+    fn default() -> Self {
+        CpuFields {
+            blocked: false,
+            async_context: 0,
+            periods: 1,
+        }
+    }
 }
 
 impl CpuFields {
@@ -453,6 +471,8 @@ impl CpuFields {
             match name {
                 "State" => out.blocked = value.as_u64() == Some(STATE_BLOCKED),
                 "AsyncContext" => out.async_context = value.as_u64().unwrap_or(0),
+                // A sample of no period would weigh nothing: read it as one.
+                "Periods" => out.periods = value.as_u64().unwrap_or(1).max(1),
                 _ => {}
             }
         }
@@ -595,6 +615,81 @@ mod tests {
 
     fn total(p: &Profile) -> u64 {
         p.samples.iter().map(|s| s.weight).sum()
+    }
+
+    static CPU: Provider = Provider::new(CPU_SAMPLER_PROVIDER);
+    const fn field(name: &'static str, kind: FieldKind) -> FieldSpec {
+        FieldSpec { name, kind }
+    }
+    static CPU_SAMPLE: EventDescriptor = EventDescriptor::new(
+        &CPU,
+        1,
+        0,
+        "Sample",
+        Level::Informational,
+        0,
+        0,
+        &[
+            field("State", FieldKind::U32),
+            field("AsyncContext", FieldKind::U64),
+            field("Periods", FieldKind::U32),
+        ],
+    );
+    /// The sampler's event as it was before `Periods`: one event per period.
+    static CPU_SAMPLE_WITHOUT_PERIODS: EventDescriptor = EventDescriptor::new(
+        &CPU,
+        2,
+        0,
+        "Sample",
+        Level::Informational,
+        0,
+        0,
+        &[
+            field("State", FieldKind::U32),
+            field("AsyncContext", FieldKind::U64),
+        ],
+    );
+
+    #[test]
+    fn cpu_samples_weigh_the_periods_they_stand_for() {
+        const RUNNING: u32 = 1;
+        const BLOCKED: u32 = 2;
+        let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        let path =
+            std::env::temp_dir().join(format!("insight-periods-{}.nettrace", std::process::id()));
+        let session = eventpipe::Session::start(
+            eventpipe::SessionConfig::new(
+                vec![eventpipe::ProviderConfig::new(CPU_SAMPLER_PROVIDER)],
+                Output::File(path.clone()),
+            )
+            .rundown(false),
+        )
+        .unwrap();
+        let periods_sample = |state: u32, periods: u32, stack: &[usize]| {
+            CPU_SAMPLE.write_about_thread(5, stack, |p| {
+                p.put(&state);
+                p.put(&0u64);
+                p.put(&periods);
+            });
+        };
+        periods_sample(RUNNING, 3, &[0x1000, 0x2000]);
+        periods_sample(RUNNING, 0, &[0x1000, 0x2000]); // read as one period
+        periods_sample(BLOCKED, 50, &[0x1000, 0x3000]); // waiting: not CPU time
+        CPU_SAMPLE_WITHOUT_PERIODS.write_about_thread(5, &[0x1000, 0x4000], |p| {
+            p.put(&RUNNING);
+            p.put(&0u64);
+        });
+        session.stop().unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).ok();
+        let mut reader = TraceReader::from_slice(&bytes).unwrap();
+        let p = build_profile(&mut reader, SampleSelection::Cpu)
+            .unwrap()
+            .profile;
+        let mut weights: Vec<u64> = p.samples.iter().map(|s| s.weight).collect();
+        weights.sort_unstable();
+        assert_eq!(weights, [1, 1, 3], "{:?}", p.samples);
+        assert_eq!(total(&p), 5);
     }
 
     #[test]

@@ -77,9 +77,9 @@ fn a_three_to_one_split_of_work_shows_as_three_to_one() {
     // Sampling error shrinks with the number of captures: gather at least 4800 (the 3:1
     // ratio's standard error is then about 3.3%, a third of the ±10% allowed), one
     // one-second session after another, since a loaded machine delays ticks. At 250 Hz
-    // (at most the kernel's tick rate, CONFIG_HZ) each capture is one sample; at a higher
-    // rate a capture stands for several samples of one stack (module docs of `cpu`), which
-    // would count the same captures several times over.
+    // (at most the kernel's tick rate, CONFIG_HZ) each capture is one period; at a higher
+    // rate a capture stands for several periods of one stack (its `Periods`, module docs of
+    // `cpu`), which would count the same captures several times over.
     let (mut three, mut one, mut attributed) = (0u64, 0u64, 0u64);
     for round in 0..40 {
         if three + one >= 4800 {
@@ -100,7 +100,7 @@ fn a_three_to_one_split_of_work_shows_as_three_to_one() {
         while let Some(e) = reader.next_event().unwrap() {
             if e.metadata.provider == cpu::PROVIDER_NAME && busy_tids.contains(&e.thread_id()) {
                 assert!(!busy_tids.contains(&e.capture_thread_id()));
-                attributed += 1;
+                attributed += periods(&e);
             }
         }
         let mut reader = TraceReader::from_slice(&bytes).unwrap();
@@ -174,10 +174,10 @@ fn a_sleeping_thread_is_reported_blocked_not_running() {
             continue;
         }
         match e.decode_payload().unwrap()[0].1.as_u64() {
-            Some(s) if s == u64::from(cpu::STATE_RUNNING) => running += 1,
+            Some(s) if s == u64::from(cpu::STATE_RUNNING) => running += periods(&e),
             // Without a stack when it was not interrupted; with the stack it waits in
             // when the signal found it back in its system call.
-            Some(s) if s == u64::from(cpu::STATE_BLOCKED) => blocked += 1,
+            Some(s) if s == u64::from(cpu::STATE_BLOCKED) => blocked += periods(&e),
             other => panic!("state {other:?}"),
         }
     }
@@ -268,14 +268,24 @@ fn spinner(stop: &Arc<AtomicBool>) -> (std::thread::JoinHandle<()>, u64) {
     (handle, rx.recv().unwrap())
 }
 
-/// Each sample of thread `tid` in the trace: (State, whether it has a stack).
-fn samples_of(bytes: &[u8], tid: u64) -> Vec<(u64, bool)> {
+/// The sampling periods a `Sample` event stands for (its weight).
+fn periods(e: &nettrace::Event<'_>) -> u64 {
+    let fields = e.decode_payload().unwrap();
+    let (name, value) = &fields[2];
+    assert_eq!(*name, "Periods");
+    let periods = value.as_u64().unwrap();
+    assert!(periods >= 1, "a sample of {periods} periods");
+    periods
+}
+
+/// Each sample of thread `tid` in the trace: (State, whether it has a stack, periods).
+fn samples_of(bytes: &[u8], tid: u64) -> Vec<(u64, bool, u64)> {
     let mut reader = TraceReader::from_slice(bytes).unwrap();
     let mut samples = Vec::new();
     while let Some(e) = reader.next_event().unwrap() {
         if e.metadata.provider == cpu::PROVIDER_NAME && e.thread_id() == tid {
             let state = e.decode_payload().unwrap()[0].1.as_u64().unwrap();
-            samples.push((state, e.stack.is_some_and(|s| !s.is_empty())));
+            samples.push((state, e.stack.is_some_and(|s| !s.is_empty()), periods(&e)));
         }
     }
     samples
@@ -305,10 +315,11 @@ fn a_thread_started_during_the_session_gets_a_timer_and_is_sampled() {
     let bytes = std::fs::read(&path).unwrap();
     std::fs::remove_file(&path).ok();
     let samples = samples_of(&bytes, tid);
-    let running = samples
+    let running: u64 = samples
         .iter()
-        .filter(|&&(state, stack)| state == u64::from(cpu::STATE_RUNNING) && stack)
-        .count();
+        .filter(|&&(state, stack, _)| state == u64::from(cpu::STATE_RUNNING) && stack)
+        .map(|&(_, _, periods)| periods)
+        .sum();
     // ~300 ms of CPU at 1 kHz, less what a loaded machine takes from it.
     assert!(
         running >= 50,
@@ -380,13 +391,19 @@ fn an_idle_thread_gets_only_blocked_samples_in_proportion_to_wall_time() {
     assert!(
         samples
             .iter()
-            .all(|&(state, stack)| state == u64::from(cpu::STATE_BLOCKED) && !stack),
+            .all(|&(state, stack, _)| state == u64::from(cpu::STATE_BLOCKED) && !stack),
         "{samples:?}"
     );
-    // One per millisecond of wall time at 1 kHz, less the collector's last interval or
-    // two before the session stopped.
+    // One period per millisecond of wall time at 1 kHz, less the collector's last interval
+    // or two before the session stopped; one event per visit of the collector (every
+    // 10 ms), not one per period.
+    let periods: u64 = samples.iter().map(|&(_, _, periods)| periods).sum();
     assert!(
-        (350..=wall_ms + 5).contains(&samples.len()),
+        (350..=wall_ms as u64 + 5).contains(&periods),
+        "{periods} blocked periods in {wall_ms} ms"
+    );
+    assert!(
+        samples.len() <= wall_ms / 10 + 5,
         "{} blocked samples in {wall_ms} ms",
         samples.len()
     );

@@ -12,10 +12,9 @@
 //! **Granularity.** The kernel checks CPU timers at the scheduler tick (CONFIG_HZ: 250 on
 //! the machine this was built on), so at 1 kHz a timer expires only every ~4 ms of CPU time
 //! and its signal carries `si_overrun` ≈ 3, the periods that passed meanwhile. A capture
-//! stands for 1 + overrun periods: the collector writes that many `Sample` events with the
-//! same stack, so every event still stands for one period and profiles weigh stacks
-//! correctly; but at rates above HZ the distinct stacks come at HZ per thread-second, not
-//! at the rate.
+//! stands for 1 + overrun periods: its `Sample` event says so in `Periods`, the weight a
+//! profile gives its stack; but at rates above HZ the distinct stacks come at HZ per
+//! thread-second, not at the rate.
 //!
 //! A **collector** thread (`eventpipe-cpu-sampler`) wakes every 10 ms — 100 wakeups a
 //! second instead of the rate, as a `SCHED_BATCH` thread so that its wakeups do not preempt
@@ -88,9 +87,13 @@ pub static PROVIDER: Provider = Provider::with_callback(PROVIDER_NAME, on_enable
 define_event! {
     /// One sample of one thread: `State` says whether it was running (then the event has
     /// its stack) or blocked; `AsyncContext` is the async profiler's context the thread was
-    /// polling innermost (0: none), which joins the sample to its async callstack.
+    /// polling innermost (0: none), which joins the sample to its async callstack;
+    /// `Periods` is how many sampling periods (1/rate of time) it stands for, its weight: a
+    /// capture whose timer overran, or a blocked thread's off-CPU time since the collector's
+    /// previous visit, is one event rather than one per period. (A trace from before the
+    /// field has one event per period; readers take a missing `Periods` as 1.)
     pub static SAMPLE = PROVIDER { id: 1, name: "Sample", level: Level::Informational, keywords: 0 }
-        (State: u32, AsyncContext: u64);
+        (State: u32, AsyncContext: u64, Periods: u32);
 }
 
 /// Makes the sampler available: installs its signal handler and declares its provider, so
@@ -163,7 +166,7 @@ const COLLECT_INTERVAL: Duration = Duration::from_millis(10);
 /// How often the list of threads is re-read even when their count did not change (a thread
 /// that exited while another started).
 const THREAD_LIST_REFRESH: Duration = Duration::from_millis(100);
-/// The most `Sample` events one capture turns into (a timer whose signal the thread kept
+/// The most periods one capture's `Sample` stands for (a timer whose signal the thread kept
 /// blocked for long carries a large overrun).
 const MAX_PERIODS_PER_CAPTURE: u32 = 1000;
 
@@ -294,10 +297,12 @@ impl Collector {
             t.off_cpu_ns += wall_ns.saturating_sub(ran_ns);
             let blocked = t.off_cpu_ns / period_ns;
             t.off_cpu_ns -= blocked * period_ns;
-            for _ in 0..blocked {
+            if blocked > 0 {
+                let periods = u32::try_from(blocked).unwrap_or(u32::MAX);
                 SAMPLE.write_about_thread(tid as u64, &[], |p| {
                     p.put(&STATE_BLOCKED);
                     p.put(&0u64);
+                    p.put(&periods);
                 });
             }
             t.cpu_ns = cpu_ns;
@@ -324,7 +329,7 @@ impl Collector {
     }
 }
 
-/// Writes one capture of thread `tid` as one `Sample` per period it stands for.
+/// Writes one capture of thread `tid`: one `Sample` with the periods it stands for.
 fn write_capture(tid: i32, capture: Capture<'_>) {
     let state = if capture.in_syscall {
         // It ran, then went back to waiting (or was caught on its way): blocked, with the
@@ -333,12 +338,12 @@ fn write_capture(tid: i32, capture: Capture<'_>) {
     } else {
         STATE_RUNNING
     };
-    for _ in 0..capture.periods.min(MAX_PERIODS_PER_CAPTURE) {
-        SAMPLE.write_about_thread(tid as u64, capture.stack, |p| {
-            p.put(&state);
-            p.put(&capture.async_context);
-        });
-    }
+    let periods = capture.periods.clamp(1, MAX_PERIODS_PER_CAPTURE);
+    SAMPLE.write_about_thread(tid as u64, capture.stack, |p| {
+        p.put(&state);
+        p.put(&capture.async_context);
+        p.put(&periods);
+    });
 }
 
 #[cfg(test)]
