@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use eventpipe::{Output, ProviderConfig, Session, SessionConfig};
 
-const ROUNDS: usize = 21;
+const ROUNDS: usize = 61;
 /// Worker threads unless `CPU_OVERHEAD_THREADS` says otherwise: as many as the machine this
 /// was written on has cores, so that the workers fill it.
 const DEFAULT_THREADS: usize = 2;
