@@ -19,6 +19,8 @@
 //!
 //! `cargo bench -p eventpipe-profiler --bench cpu_overhead`
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use eventpipe::{Output, ProviderConfig, Session, SessionConfig};
@@ -49,18 +51,6 @@ fn process_cpu_time() -> Duration {
     tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
-/// The calling thread's CPU time.
-fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec and the clock id is a constant Linux has.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
 /// One run of the work, three ways.
 #[derive(Debug, Clone, Copy)]
 struct Run {
@@ -84,7 +74,7 @@ fn run_work(threads: usize) -> Run {
                     x = unit(x);
                 }
                 std::hint::black_box(x);
-                thread_cpu_time()
+                common::thread_cpu_time()
             })
         })
         .collect();

@@ -37,24 +37,10 @@ fn session(spec: &str) -> Session {
     .expect("session")
 }
 
-/// The calling thread's CPU time: unlike the wall clock, it leaves out the time the thread
-/// waits for a core while the other threads (the session's drain thread, the profiler's
-/// emitter, another process) run.
-fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec and the clock id is a constant Linux has.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
 fn time_program() -> Duration {
-    let start = thread_cpu_time();
+    let start = common::thread_cpu_time();
     black_box(common::program(black_box(20_000)));
-    thread_cpu_time() - start
+    common::thread_cpu_time() - start
 }
 
 /// 61 rounds, each timing `program(20_000)` (the main thread's CPU time) without and with a

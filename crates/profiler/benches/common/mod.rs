@@ -85,3 +85,18 @@ pub(crate) fn program_times_us() -> (f64, f64) {
     times.sort_by(f64::total_cmp);
     (times[0], times[times.len() / 2])
 }
+
+/// The calling thread's CPU time: unlike the wall clock, it leaves out the time the thread
+/// waits for a core while other threads (the session's drain thread, the profilers' own
+/// threads, another process) run.
+#[allow(dead_code)]
+pub(crate) fn thread_cpu_time() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec and the clock id is a constant Linux has.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
