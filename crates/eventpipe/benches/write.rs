@@ -32,7 +32,8 @@
 //!
 //! Besides criterion's own report, the bench prints a summary of every sample it timed
 //! (warm-up included) that covers at least 100,000 operations: the median and the fastest,
-//! with the ratios the targets are stated in. The machine's noise only ever slows a sample, so the fastest is the closest to the
+//! with the ratios the targets are stated in, and the share of the machine's CPU time the
+//! hypervisor took meanwhile (`/proc/stat` steal). The machine's noise only ever slows a sample, so the fastest is the closest to the
 //! code's own cost and the median says how a noisy machine treats it.
 //!
 //! Run with `cargo bench -p eventpipe --bench write`.
@@ -573,6 +574,20 @@ fn summary(samples: &Samples) {
     );
 }
 
+/// The machine's CPU time so far, all of it and the part the hypervisor stole, in clock
+/// ticks (`/proc/stat`); `None` where there is no such file.
+fn cpu_and_steal_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    Some((fields.iter().sum(), *fields.get(7)?))
+}
+
 fn main() {
     // What `criterion_group!`/`criterion_main!` expand to, minus their undocumented `pub fn`.
     let mut c = Criterion::default()
@@ -581,10 +596,21 @@ fn main() {
         .measurement_time(Duration::from_secs(2))
         .configure_from_args();
     let samples = Samples::default();
+    let ticks_before = cpu_and_steal_ticks();
     bench_single(&mut c, &samples);
     bench_throughput(&mut c, &samples);
     bench_interleaved_scaling(&samples);
     bench_sustained(&mut c, &samples);
     c.final_summary();
     summary(&samples);
+    // A VM's host may run something else on this machine's cores meanwhile: every figure
+    // above then moves with it, the floor and the disabled check included.
+    if let (Some((all0, stolen0)), Some((all1, stolen1))) = (ticks_before, cpu_and_steal_ticks()) {
+        let stolen = stolen1.saturating_sub(stolen0);
+        let all = all1.saturating_sub(all0).max(1);
+        println!(
+            "  the hypervisor took {:.1} % of this machine's CPU time during the bench (steal)",
+            100.0 * stolen as f64 / all as f64
+        );
+    }
 }
