@@ -33,8 +33,9 @@
 //! Besides criterion's own report, the bench prints a summary of every sample it timed
 //! (warm-up included) that covers at least 100,000 operations: the median and the fastest,
 //! with the ratios the targets are stated in, and the share of the machine's CPU time the
-//! hypervisor took meanwhile (`/proc/stat` steal). The machine's noise only ever slows a sample, so the fastest is the closest to the
-//! code's own cost and the median says how a noisy machine treats it.
+//! hypervisor took meanwhile (`/proc/stat` steal). The machine's noise only ever slows a
+//! sample, so the fastest is the closest to the code's own cost and the median says how a
+//! noisy machine treats it.
 //!
 //! Run with `cargo bench -p eventpipe --bench write`.
 
