@@ -22,13 +22,13 @@
 //!   Target ≥ 10 M events/s with zero loss; loss fails the bench.
 //!
 //! Between samples of `write/enabled*` and `throughput/*`, and within a sample after every
-//! 100,000 writes per thread, the bench waits (untimed) for the drain to catch up, so every sample
-//! starts from empty buffers and the budget never runs out (the drops each session saw are
-//! printed and should be 0), and the writes go into buffers the session recycled: 4 MB of
-//! records a round per thread, which stay in the last-level cache. Rounds of a million writes (40 MB)
-//! run at the pace of the machine's memory instead, and from fresh pages the kernel must
-//! fault in and zero once they outgrow the session's spare buffers; `write_probe` takes the
-//! round size, and BENCHMARKS.md gives both.
+//! 100,000 writes per thread, the bench waits (untimed) for the drain to catch up, so every
+//! sample starts from empty buffers and the budget never runs out (the drops each session
+//! saw are printed and should be 0), and the writes go into buffers the session recycled:
+//! 4 MB of records a round per thread, which stay in the last-level cache. Rounds of a
+//! million writes (40 MB) run at the pace of the machine's memory instead, and from fresh
+//! pages the kernel must fault in and zero once they outgrow the session's spare buffers;
+//! `write_probe` takes the round size, and BENCHMARKS.md gives both.
 //!
 //! Besides criterion's own report, the bench prints a summary of every sample it timed
 //! (warm-up included) that covers at least 100,000 operations: the median and the fastest,
@@ -310,6 +310,20 @@ impl WriterPool {
         self.finished.wait();
         start.elapsed()
     }
+
+    /// [`Self::round`], then waits (untimed) until `session`'s drain has caught up with
+    /// everything issued so far, which `issued` counts.
+    fn round_then_catch_up(
+        &self,
+        per_thread: u64,
+        session: &Session,
+        issued: &mut u64,
+    ) -> Duration {
+        let elapsed = self.round(per_thread);
+        *issued += self.threads * per_thread;
+        catch_up(session, *issued);
+        elapsed
+    }
 }
 
 impl Drop for WriterPool {
@@ -340,9 +354,7 @@ fn bench_throughput(c: &mut Criterion, samples: &Samples) {
                 let mut left = iters;
                 while left > 0 {
                     let round = left.min(WRITES_PER_ROUND);
-                    elapsed += pool.round(round);
-                    issued += pool.threads * round;
-                    catch_up(&session, issued);
+                    elapsed += pool.round_then_catch_up(round, &session, &mut issued);
                     left -= round;
                 }
                 let events = threads * iters;
@@ -374,14 +386,10 @@ fn bench_interleaved_scaling(samples: &Samples) {
         let order = if pair % 2 == 0 { [0, 1] } else { [1, 0] };
         for side in order {
             let pool = &pools[side];
-            let per_thread = WRITES_PER_ROUND;
-            let mut elapsed = Duration::ZERO;
-            for _ in 0..SCALING_ROUNDS {
-                elapsed += pool.round(per_thread);
-                issued += pool.threads * per_thread;
-                catch_up(&session, issued);
-            }
-            let events = SCALING_ROUNDS * per_thread * pool.threads;
+            let elapsed: Duration = (0..SCALING_ROUNDS)
+                .map(|_| pool.round_then_catch_up(WRITES_PER_ROUND, &session, &mut issued))
+                .sum();
+            let events = SCALING_ROUNDS * WRITES_PER_ROUND * pool.threads;
             rate[side] = events as f64 / elapsed.as_secs_f64();
         }
         samples.push(

@@ -123,7 +123,9 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for ProfiledAllocator<A> {
     // session samples. While one does, the common case adds only the accounting, inline (a
     // thread-local counter on allocation, a bitset test on free), before the same tail
     // call: no call of the profiler's own, no stack frame. Everything else (a sample, the
-    // profiler's own allocations, a tracked free) is out of line and cold.
+    // profiler's own allocations, a tracked free) is out of line and cold. The bytes of an
+    // allocation that then fails are counted anyway: a sample comes a little early, once,
+    // when memory has run out.
 
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {

@@ -219,10 +219,10 @@ fn run_collector(generation: u64, rate: u32) {
 /// Makes the calling thread (the collector) `SCHED_BATCH`: the kernel then never preempts a
 /// running thread to run it when it wakes; it waits for the running thread's time slice to
 /// end. It keeps its fair share of the CPU, and nothing it does is urgent: each thread's ring
-/// holds [`capture::RING`] captures, 16 ms of CPU or more. What this saves shows only where
-/// the program keeps every core busy: there each of the collector's 100 wakeups a second
-/// interrupted a worker (`benches/cpu_overhead.rs`, BENCHMARKS.md). Best effort: where the
-/// policy cannot be set the collector runs as before.
+/// holds [`capture::RING`] captures, 16 ms of CPU or more. It could matter only where the
+/// program keeps every core busy, and there `benches/cpu_overhead.rs` found its effect
+/// within the noise (BENCHMARKS.md). Best effort: where the policy cannot be set the
+/// collector runs as before.
 fn never_preempt_on_wakeup() {
     #[cfg(target_os = "linux")]
     {
