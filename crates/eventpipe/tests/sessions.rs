@@ -299,21 +299,27 @@ define_event! { static LAST_WORDS = RECLAIMED { id: 1, name: "LastWords", level:
 fn a_reclaimed_threads_trailing_losses_are_counted_in_both_formats() {
     for format in [FormatVersion::V5, FormatVersion::V6] {
         let path = temp(&format!("reclaimed-{format:?}"));
+        let open = Arc::new(AtomicBool::new(true));
+        let file = std::fs::File::create(&path).unwrap();
         let config = SessionConfig::new(
             vec![ProviderConfig::new("Test-Drop-Reclaimed")],
-            Output::File(path.clone()),
+            Output::Stream(Box::new(Gate(Arc::clone(&open), file))),
         )
         .buffer_budget(eventpipe::MIN_BUDGET)
         .flush_interval(Duration::from_secs(3600))
         .format(format);
         let session = Session::start(config).unwrap();
         let pad = [0u8; 200];
-        // No drain pass runs meanwhile: the budget fills and the rest is dropped.
+        // The output stalls while the thread writes, so no drain pass frees a buffer (a
+        // drain woken at half the budget could otherwise keep up with a slow writer): the
+        // budget fills and the rest is dropped.
+        open.store(false, Ordering::Release);
         std::thread::spawn(move || {
             (0..2000u64).for_each(|i| write_event!(LAST_WORDS, i, &pad[..]))
         })
         .join()
         .unwrap();
+        open.store(true, Ordering::Release);
         session.flush();
         let deadline = Instant::now() + Duration::from_secs(10);
         while session.stats().live_thread_states != 0 {
@@ -416,14 +422,14 @@ fn enable_callback_bursting_far_past_a_block_budget_completes() {
     );
 }
 
-/// An output that blocks every write until released.
-struct Gate(Arc<AtomicBool>);
-impl Write for Gate {
+/// An output that blocks every write while its flag is false, then passes it on.
+struct Gate<W>(Arc<AtomicBool>, W);
+impl<W: Write> Write for Gate<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         while !self.0.load(Ordering::Acquire) {
             std::thread::sleep(Duration::from_millis(5));
         }
-        Ok(buf.len())
+        self.1.write(buf)
     }
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
@@ -438,7 +444,7 @@ fn stopping_releases_writers_parked_in_block_mode() {
     let open = Arc::new(AtomicBool::new(true));
     let config = SessionConfig::new(
         vec![ProviderConfig::new("Test-Teardown")],
-        Output::Stream(Box::new(Gate(Arc::clone(&open)))),
+        Output::Stream(Box::new(Gate(Arc::clone(&open), std::io::sink()))),
     )
     .buffer_budget(eventpipe::MIN_BUDGET)
     .mode(BufferingMode::Block);
