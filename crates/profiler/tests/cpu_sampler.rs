@@ -292,6 +292,46 @@ fn samples_of(bytes: &[u8], tid: u64) -> Vec<(u64, bool, u64)> {
 }
 
 #[test]
+fn sampling_is_live_when_start_or_stop_returns() {
+    let _one = one_session();
+    cpu::register().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (running, tid) = spinner(&stop);
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { libc::gettid() } as u64;
+    let sampled = |what: &str| {
+        let timers = threads_with_sampler_timers();
+        assert!(
+            timers.contains(&tid) && timers.contains(&me),
+            "{what}: timers on {timers:?}, not on both {tid} and {me}"
+        );
+    };
+    let start = |name: &str| {
+        let path = trace_path(name);
+        let session = Session::start(SessionConfig::new(
+            vec![ProviderConfig::parse("EventPipeRs-CpuSampler:0:5:Rate=1000").unwrap()],
+            Output::File(path.clone()),
+        ))
+        .unwrap();
+        (session, path)
+    };
+    let (first, first_path) = start("live-first");
+    sampled("once the first session has started");
+    // A second session hands the sampling to a new collector; its start returns once that
+    // collector has armed its timers, and so does the first session's stop.
+    let (second, second_path) = start("live-second");
+    sampled("once a second session has started");
+    first.stop().unwrap();
+    sampled("once the first session has stopped and the second still runs");
+    second.stop().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    running.join().unwrap();
+    for path in [first_path, second_path] {
+        std::fs::remove_file(path).ok();
+    }
+}
+
+#[test]
 fn a_thread_started_during_the_session_gets_a_timer_and_is_sampled() {
     let _one = one_session();
     cpu::register().unwrap();

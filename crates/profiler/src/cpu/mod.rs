@@ -48,7 +48,12 @@
 //!
 //! Enabling and disabling go through the provider's enable callback: the first session
 //! starts the collector thread, the last one to stop ends it, and it deletes every timer as
-//! it goes. A signal still in flight then finds its record ring taken back and writes
+//! it goes. The callback returns once the new collector has armed the timers of the threads
+//! it found (a collector writes no event before that, so the wait never depends on a
+//! drain): when `Session::start` returns, every thread then alive is being sampled. That
+//! also keeps the collector's start-up out of the program's first moments under the
+//! session, where on a machine with every core busy it cost a 140 ms burst of new threads
+//! 3-4 % of its wall time (`benches/cpu_overhead.rs`, BENCHMARKS.md). A signal still in flight then finds its record ring taken back and writes
 //! nothing; rings are never freed, so it never touches freed memory. Call [`register`]
 //! once at startup so the provider exists before any session names it.
 //!
@@ -62,7 +67,7 @@ mod threads;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use capture::{Capture, Claim};
@@ -121,6 +126,12 @@ static GENERATION: AtomicU64 = AtomicU64::new(0);
 /// Held by the running collector for its whole life: the collector of a new generation
 /// starts only once its predecessor has deleted its timers and given back its rings.
 static COLLECTOR: Mutex<()> = Mutex::new(());
+/// The newest generation whose collector has armed its timers (or ended, superseded before
+/// arming any): the enable callback waits for it, so a session's sampling is live when `Session::start` returns.
+static ARMED: (Mutex<u64>, Condvar) = (Mutex::new(0), Condvar::new());
+/// How long the enable callback waits for the collector to arm its timers: normally well
+/// under a millisecond, plus up to one interval while a predecessor collector finishes.
+const ARM_WAIT: Duration = Duration::from_secs(1);
 
 fn on_enable_change(change: &EnableChange<'_>) {
     if change.ending {
@@ -141,12 +152,34 @@ fn on_enable_change(change: &EnableChange<'_>) {
     // stopped; it sees the new generation and exits on its own within one interval,
     // deleting its timers.
     if let Some(rate) = control.sessions.iter().map(|&(_, rate)| rate).max() {
-        if capture::install_handler().is_ok() {
-            let _ = std::thread::Builder::new()
+        let spawned = capture::install_handler().is_ok()
+            && std::thread::Builder::new()
                 .name("eventpipe-cpu-sampler".into())
-                .spawn(move || run_collector(generation, rate));
+                .spawn(move || run_collector(generation, rate))
+                .is_ok();
+        drop(control);
+        if spawned {
+            wait_until_armed(generation);
         }
     }
+}
+
+/// Waits (at most [`ARM_WAIT`]) until the collector of `generation`, or a newer one, has
+/// armed its timers. The new collector writes no event before that; but it starts only
+/// once its predecessor has finished, and a predecessor writing into a Block-mode session
+/// whose reader has stalled may be parked: the bound keeps that from holding up this
+/// session's start or stop for longer.
+fn wait_until_armed(generation: u64) {
+    let (armed, changed) = &ARMED;
+    let armed = armed.lock().unwrap_or_else(|p| p.into_inner());
+    let _ = changed.wait_timeout_while(armed, ARM_WAIT, |armed| *armed < generation);
+}
+
+fn announce_armed(generation: u64) {
+    let (armed, changed) = &ARMED;
+    let mut armed = armed.lock().unwrap_or_else(|p| p.into_inner());
+    *armed = (*armed).max(generation);
+    changed.notify_all();
 }
 
 /// `Rate=N` (Hz) from the session's filter arguments (`key=value` pairs separated by `;`
@@ -207,6 +240,9 @@ fn run_collector(generation: u64, rate: u32) {
         let now_count = threads::thread_count();
         if now_count != count || listed_at.is_none_or(|t| t.elapsed() >= THREAD_LIST_REFRESH) {
             c.track(&threads::list_threads(c.me));
+            if listed_at.is_none() {
+                announce_armed(generation);
+            }
             listed_at = Some(Instant::now());
             count = now_count;
         }
@@ -214,6 +250,8 @@ fn run_collector(generation: u64, rate: u32) {
         std::thread::sleep(COLLECT_INTERVAL);
     }
     c.untrack_all();
+    // Superseded before its first listing, it armed nothing: its waiter need not wait.
+    announce_armed(generation);
 }
 
 /// Makes the calling thread (the collector) `SCHED_BATCH`: the kernel then never preempts a
