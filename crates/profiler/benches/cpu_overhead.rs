@@ -17,13 +17,27 @@
 //! shows what the sampling costs the worker itself (its signals and stack walks) without the
 //! preemptions a saturated machine adds.
 //!
+//! Two ways the workers meet the session, each measured in its own pass:
+//! * **started under the session**: each run spawns its workers right after the session
+//!   starts, so thread start-up and the sampler's noticing new threads are in every run;
+//! * **running before the session**: the workers live across runs, each run tells them to
+//!   do the work once, as a program's threads do while `eptrace collect` attaches to it
+//!   (and the demo's).
+//!
+//! Each sampled run's trace is read back: the running periods its `Sample` events stand for
+//! are printed next to what the workers' wall time at the rate would give, so a sampler that
+//! quietly stopped sampling cannot pass for a cheap one.
+//!
 //! `cargo bench -p eventpipe-profiler --bench cpu_overhead`
 
 mod common;
 
+use std::sync::{mpsc, Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use eventpipe::{Output, ProviderConfig, Session, SessionConfig};
+use eventpipe_profiler::cpu;
+use nettrace::TraceReader;
 
 const ROUNDS: usize = 61;
 /// Worker threads unless `CPU_OVERHEAD_THREADS` says otherwise: as many as the machine this
@@ -31,6 +45,7 @@ const ROUNDS: usize = 61;
 const DEFAULT_THREADS: usize = 2;
 /// Units of work per thread per run (about a quarter of a second in a release build).
 const UNITS: u64 = 2_500;
+const RATE_HZ: u32 = 1000;
 
 #[inline(never)]
 fn unit(mut x: u64) -> u64 {
@@ -60,33 +75,83 @@ struct Run {
     /// The CPU time of the worker that used the most: its signal handling included, the
     /// time it waited for a core left out.
     worker_cpu: Duration,
+    /// All workers' CPU time: what their CPU timers count.
+    workers_cpu: Duration,
 }
 
-/// Runs the work.
-fn run_work(threads: usize) -> Run {
+/// One worker's share of a run: the work, and the CPU time the calling thread spent on it.
+fn work(seed: u64) -> Duration {
+    let before = common::thread_cpu_time();
+    let mut x = seed;
+    for _ in 0..UNITS {
+        x = unit(x);
+    }
+    std::hint::black_box(x);
+    common::thread_cpu_time() - before
+}
+
+/// Times `f`, which runs the work and returns each worker's CPU time.
+fn measure(f: impl FnOnce() -> Vec<Duration>) -> Run {
     let cpu = process_cpu_time();
     let start = Instant::now();
-    let workers: Vec<_> = (0..threads)
-        .map(|t| {
-            std::thread::spawn(move || {
-                let mut x = t as u64;
-                for _ in 0..UNITS {
-                    x = unit(x);
-                }
-                std::hint::black_box(x);
-                common::thread_cpu_time()
-            })
-        })
-        .collect();
-    let worker_cpu = workers
-        .into_iter()
-        .map(|w| w.join().unwrap())
-        .max()
-        .unwrap_or_default();
+    let workers = f();
     Run {
         wall: start.elapsed(),
         process_cpu: process_cpu_time() - cpu,
-        worker_cpu,
+        worker_cpu: workers.iter().copied().max().unwrap_or_default(),
+        workers_cpu: workers.iter().sum(),
+    }
+}
+
+/// Where the workers come from.
+enum Workers {
+    /// Spawned for each run.
+    Spawned(usize),
+    /// Alive across runs: each waits at `start`, works, and sends its CPU time.
+    Running {
+        start: Arc<Barrier>,
+        done: mpsc::Receiver<Duration>,
+        count: usize,
+    },
+}
+
+impl Workers {
+    fn running(count: usize) -> Self {
+        let start = Arc::new(Barrier::new(count + 1));
+        let (tx, done) = mpsc::channel();
+        for t in 0..count {
+            let (start, tx) = (Arc::clone(&start), tx.clone());
+            // Detached: they end with the process.
+            std::thread::spawn(move || loop {
+                start.wait();
+                if tx.send(work(t as u64)).is_err() {
+                    return;
+                }
+            });
+        }
+        Workers::Running { start, done, count }
+    }
+
+    fn run(&self) -> Run {
+        match self {
+            Workers::Spawned(count) => measure(|| {
+                let workers: Vec<_> = (0..*count as u64)
+                    .map(|t| std::thread::spawn(move || work(t)))
+                    .collect();
+                workers.into_iter().map(|w| w.join().unwrap()).collect()
+            }),
+            Workers::Running { start, done, count } => measure(|| {
+                start.wait();
+                (0..*count).map(|_| done.recv().unwrap()).collect()
+            }),
+        }
+    }
+
+    fn describe(&self) -> &'static str {
+        match self {
+            Workers::Spawned(_) => "started under the session",
+            Workers::Running { .. } => "running before the session",
+        }
     }
 }
 
@@ -103,36 +168,49 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn main() {
-    if std::env::args().any(|a| a == "--list") {
-        println!("cpu_overhead: bench");
-        return;
+/// The running periods (1/rate of CPU time) the trace's `Sample` events stand for.
+fn running_periods(path: &std::path::Path) -> u64 {
+    let bytes = std::fs::read(path).expect("read the trace");
+    let mut reader = TraceReader::from_slice(&bytes).expect("a trace");
+    let mut periods = 0;
+    while let Some(e) = reader.next_event().expect("a well-formed trace") {
+        if e.metadata.provider != cpu::PROVIDER_NAME {
+            continue;
+        }
+        let fields = e.decode_payload().expect("a Sample payload");
+        let field = |name: &str| {
+            fields
+                .iter()
+                .find(|(n, _)| *n == name)
+                .and_then(|(_, v)| v.as_u64())
+                .unwrap_or_else(|| panic!("Sample without {name}"))
+        };
+        if field("State") == u64::from(cpu::STATE_RUNNING) {
+            periods += field("Periods");
+        }
     }
-    let threads = match std::env::var("CPU_OVERHEAD_THREADS") {
-        Ok(v) => v
-            .parse::<usize>()
-            .ok()
-            .filter(|&n| n > 0)
-            .expect("CPU_OVERHEAD_THREADS: a number of threads, at least 1"),
-        Err(_) => DEFAULT_THREADS,
-    };
-    eventpipe_profiler::cpu::register().expect("install the sampler");
-    let path = std::env::temp_dir().join(format!("cpu-overhead-{}.nettrace", std::process::id()));
+    periods
+}
+
+/// Runs the rounds with `workers` and prints the medians.
+fn bench(workers: &Workers, threads: usize, path: &std::path::Path) {
     let (mut wall_ratios, mut cpu_ratios, mut worker_ratios) = (Vec::new(), Vec::new(), Vec::new());
     let (mut plain_wall, mut sampled_wall) = (Vec::new(), Vec::new());
-    let mut samples = 0u64;
-    run_work(threads); // warm-up
+    let (mut events, mut periods, mut workers_cpu) = (0u64, 0u64, Duration::ZERO);
+    workers.run(); // warm-up
     for round in 0..ROUNDS {
         let plain = || {
-            let s = session("Bench-NoSampler:0:5", &path);
-            let t = run_work(threads);
+            let s = session("Bench-NoSampler:0:5", path);
+            let t = workers.run();
             s.stop().expect("stop the session");
             t
         };
         let mut sampled = || {
-            let s = session("EventPipeRs-CpuSampler:0:5:Rate=1000", &path);
-            let t = run_work(threads);
-            samples += s.stop().expect("stop the session").events_written;
+            let s = session(&format!("{}:0:5:Rate={RATE_HZ}", cpu::PROVIDER_NAME), path);
+            let t = workers.run();
+            events += s.stop().expect("stop the session").events_written;
+            periods += running_periods(path);
+            workers_cpu += t.workers_cpu;
             t
         };
         let (p, s) = if round % 2 == 0 {
@@ -149,18 +227,44 @@ fn main() {
         plain_wall.push(p.wall.as_secs_f64());
         sampled_wall.push(s.wall.as_secs_f64());
     }
-    std::fs::remove_file(&path).ok();
     let overhead = |ratio: f64| (ratio - 1.0) * 100.0;
+    let rounds = ROUNDS as u64;
+    // What the workers' timers count; a little of each spawned worker's start comes before
+    // the collector arms its timer.
+    let expected = workers_cpu.as_secs_f64() * f64::from(RATE_HZ) / ROUNDS as f64;
     println!(
-        "cpu_overhead: {threads} threads x {UNITS} units, {ROUNDS} rounds: median wall without \
-         sampler {:.1} ms, with the sampler at 1 kHz {:.1} ms ({} samples per run); median \
+        "cpu_overhead, workers {}: {threads} threads x {UNITS} units, {ROUNDS} rounds: median \
+         wall without sampler {:.1} ms, with the sampler at {RATE_HZ} Hz {:.1} ms; per sampled \
+         run {} events, {} running periods (the workers' CPU time x rate: {expected:.0}); median \
          per-round overhead: wall {:+.2}%, process CPU time {:+.2}%, busiest worker's CPU \
          time {:+.2}%",
+        workers.describe(),
         median(plain_wall) * 1e3,
         median(sampled_wall) * 1e3,
-        samples / ROUNDS as u64,
+        events / rounds,
+        periods / rounds,
         overhead(median(wall_ratios)),
         overhead(median(cpu_ratios)),
         overhead(median(worker_ratios)),
     );
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        println!("cpu_overhead: bench");
+        return;
+    }
+    let threads = match std::env::var("CPU_OVERHEAD_THREADS") {
+        Ok(v) => v
+            .parse::<usize>()
+            .ok()
+            .filter(|&n| n > 0)
+            .expect("CPU_OVERHEAD_THREADS: a number of threads, at least 1"),
+        Err(_) => DEFAULT_THREADS,
+    };
+    cpu::register().expect("install the sampler");
+    let path = std::env::temp_dir().join(format!("cpu-overhead-{}.nettrace", std::process::id()));
+    bench(&Workers::Spawned(threads), threads, &path);
+    bench(&Workers::running(threads), threads, &path);
+    std::fs::remove_file(&path).ok();
 }
