@@ -6,6 +6,9 @@
 //
 // Stdout: "pid N" and "runtime X" first (flushed), then at the end
 //         "done iterations=N exceptions=E gc0=A gc1=B gc2=C".
+// Stderr: "progress I" once iteration I has written its events, for every I % 100 == 0:
+//         how far the app has got, so a test can run its session until the app has done
+//         enough work rather than for a fixed time a throttled machine may not honour.
 // Exit code 0; 2 on a bad argument.
 //
 // ---------------------------------------------------------------------------------------
@@ -241,7 +244,11 @@ static class Program
             log.Ident(n, id);
             log.Choice(n, color);
             log.Mixed(n, i * i, i / 2.0, "n" + i.ToString(CultureInfo.InvariantCulture), id, color);
-            if (i % 100 == 0) log.Heartbeat();
+            if (i % 100 == 0)
+            {
+                log.Heartbeat();
+                Console.Error.WriteLine("progress " + i.ToString(CultureInfo.InvariantCulture));
+            }
 
             for (int k = 0; k < 200; k++)
             {

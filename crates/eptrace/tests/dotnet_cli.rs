@@ -11,19 +11,18 @@
 #[path = "../../ipc/tests/support/dotnet_app.rs"]
 mod dotnet_app;
 
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use dotnet_app::{
-    verify_file, Analysis, App, Dotnet, RUNTIME_KEYWORDS, RUNTIME_PROVIDER, TEST_PROVIDER,
+    verify_file, Analysis, App, Dotnet, Progress, APP_SECONDS, MAX_SESSION, RUNTIME_KEYWORDS,
+    RUNTIME_PROVIDER, TEST_PROVIDER,
 };
 
-/// `--providers`: the app's provider, every keyword; the runtime's GC and Exception
-/// keywords (`EventPipeRs-Test:0xFFFFFFFFFFFFFFFF:5,Microsoft-Windows-DotNETRuntime:0x8001:5`);
-/// both verbose.
 /// The .NET tests run one at a time: four runtimes starting and compiling at once on a
 /// 2-core machine once starved the app under test (94 iterations in a 2 s session).
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -34,6 +33,9 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// `--providers`: the app's provider, every keyword; the runtime's GC and Exception
+/// keywords (`EventPipeRs-Test:0xFFFFFFFFFFFFFFFF:5,Microsoft-Windows-DotNETRuntime:0x8001:5`);
+/// both verbose.
 fn providers() -> String {
     format!(
         "{TEST_PROVIDER}:{:#X}:5,{RUNTIME_PROVIDER}:{RUNTIME_KEYWORDS:#x}:5",
@@ -41,8 +43,12 @@ fn providers() -> String {
     )
 }
 
-/// How long any one `eptrace` run may take before the test gives up on it.
-const EPTRACE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long any one `eptrace` run may take before the test gives up on it: a session may
+/// wait [`MAX_SESSION`] for the app's work, and stopping takes a few seconds more.
+const EPTRACE_TIMEOUT: Duration = Duration::from_secs(MAX_SESSION.as_secs() + 45);
+/// The shortest session of the collect tests; they run on until the app has done enough
+/// work (`Progress::wait_for_enough`), and are then stopped as by Ctrl-C.
+const SESSION: Duration = Duration::from_millis(2500);
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Runtime {
@@ -140,20 +146,17 @@ fn ps_and_collect(dotnet: &Path, testapp: &Path, runtime: Runtime) {
     let pid = app.pid.to_string();
     let providers = providers();
     let t1 = Instant::now();
-    let collect = Eptrace::run(
-        &[
-            "collect",
-            "-p",
-            &pid,
-            "--providers",
-            &providers,
-            "--duration",
-            "2500ms",
-            "-o",
-            trace.arg(),
-        ],
-        label,
-    );
+    let args = [
+        "collect",
+        "-p",
+        &pid,
+        "--providers",
+        &providers,
+        "-o",
+        trace.arg(),
+    ];
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+    let collect = Eptrace::start(&args, label, &app.progress).stop_after_enough_work(label);
     let collect_took = t1.elapsed();
     app.check_running(label, "while eptrace collect traced it");
     collect.assert_success(label);
@@ -165,20 +168,19 @@ fn ps_and_collect(dotnet: &Path, testapp: &Path, runtime: Runtime) {
         "{label}: collect's header line: {collect}"
     );
     let analysis = verify_file(&trace.path, label, false);
-    collect.assert_summary(label, &trace, &analysis, "the duration elapsed");
+    collect.assert_summary(label, &trace, &analysis, "you asked");
     analysis.print_summary(label);
     eprintln!(
-        "{label}: ps after {ps_took:?}, collect took {collect_took:?} (2.5 s session); test \
-         took {:?}",
+        "{label}: ps after {ps_took:?}, collect took {collect_took:?}; test took {:?}",
         t0.elapsed()
     );
 }
 
-/// `eptrace collect -- dotnet TestApp.exe 5` starts the app with the runtime suspended on
-/// eptrace's reverse port: the trace holds every event from iteration 0. The session
-/// (4 s) starts before the runtime has loaded and compiled anything, and the checks need
-/// the app past its 1,000th iteration (its first induced GC): on a loaded 2-core machine
-/// a 2 s session once ended at iteration 94.
+/// `eptrace collect -- dotnet TestApp.exe` starts the app with the runtime suspended on
+/// eptrace's reverse port: the trace holds every event from iteration 0. The session starts
+/// before the runtime has loaded and compiled anything; it runs at least 4 s (where the
+/// machine is not loaded, past the app's 1,000th iteration, its first induced GC) and until
+/// the app has done enough work.
 #[test]
 fn collect_launches_dotnet_8_suspended() {
     let _serial = one_at_a_time();
@@ -189,22 +191,25 @@ fn collect_launches_dotnet_8_suspended() {
     let t0 = Instant::now();
     let trace = TraceFile::new("launch-8");
     let providers = providers();
-    let collect = Eptrace::run_os(
+    // The app shares eptrace's stderr, so its progress lines come with eptrace's.
+    let progress = Progress::new();
+    let collect = Eptrace::start(
         &[
             "collect".as_ref(),
             "--providers".as_ref(),
             providers.as_ref(),
-            "--duration".as_ref(),
-            "4s".as_ref(),
             "-o".as_ref(),
             trace.path.as_os_str(),
             "--".as_ref(),
             dotnet.dotnet8.as_os_str(),
             dotnet.testapp.as_os_str(),
-            "5".as_ref(),
+            APP_SECONDS.as_ref(),
         ],
         label,
-    );
+        &progress,
+    )
+    .with_minimum(Duration::from_secs(4))
+    .stop_after_enough_work(label);
     let took = t0.elapsed();
     collect.assert_success(label);
     // The app shares eptrace's stdout.
@@ -234,10 +239,10 @@ fn collect_launches_dotnet_8_suspended() {
         "{label}: the launched app (pid {app_pid}) outlived eptrace"
     );
     let analysis = verify_file(&trace.path, label, true);
-    collect.assert_summary(label, &trace, &analysis, "the duration elapsed");
+    collect.assert_summary(label, &trace, &analysis, "you asked");
     analysis.print_summary(label);
     eprintln!(
-        "{label}: collect took {took:?} (4 s session); test took {:?}",
+        "{label}: collect took {took:?}; test took {:?}",
         t0.elapsed()
     );
 }
@@ -322,6 +327,14 @@ impl Eptrace {
 
     /// Runs eptrace with no stdin, within [`EPTRACE_TIMEOUT`].
     fn run_os(args: &[&std::ffi::OsStr], label: &str) -> Eptrace {
+        Eptrace::start(args, label, &Progress::new()).finish(label)
+    }
+
+    /// Starts eptrace with no stdin. Its stderr is read as it comes: `progress` takes in the
+    /// app's progress lines (a launched app shares eptrace's stderr) and notes where the app
+    /// was when eptrace printed its `Tracing ...` header, which it does once the session
+    /// has started and Ctrl-C stops it.
+    fn start(args: &[&std::ffi::OsStr], label: &str, progress: &Progress) -> Started {
         let mut child = Command::new(env!("CARGO_BIN_EXE_eptrace"))
             .args(args)
             .stdin(Stdio::null())
@@ -329,37 +342,110 @@ impl Eptrace {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("{label}: starting eptrace: {e}"));
-        let collect = |mut out: Box<dyn Read + Send>| -> JoinHandle<String> {
-            std::thread::spawn(move || {
-                let mut bytes = Vec::new();
-                let _ = out.read_to_end(&mut bytes);
-                String::from_utf8_lossy(&bytes).into_owned()
-            })
+        let mut out = child.stdout.take().expect("piped");
+        let stdout = std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = out.read_to_end(&mut bytes);
+            String::from_utf8_lossy(&bytes).into_owned()
+        });
+        let err = BufReader::new(child.stderr.take().expect("piped"));
+        let (tracing_tx, tracing) = mpsc::channel();
+        let seen = progress.clone();
+        let stderr = std::thread::spawn(move || {
+            let mut kept = String::new();
+            for line in err.lines() {
+                let Ok(line) = line else { break };
+                if seen.take_line(&line) {
+                    continue;
+                }
+                if line.starts_with("Tracing ") {
+                    let _ = tracing_tx.send((seen.latest(), Instant::now()));
+                }
+                kept.push_str(&line);
+                kept.push('\n');
+            }
+            kept
+        });
+        Started {
+            running: Running(child),
+            args: args
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
+            stdout,
+            stderr,
+            tracing,
+            progress: progress.clone(),
+            minimum: SESSION,
+        }
+    }
+}
+
+/// An `eptrace` run under way.
+struct Started {
+    running: Running,
+    args: Vec<String>,
+    stdout: JoinHandle<String>,
+    stderr: JoinHandle<String>,
+    /// Where the app was, and when, as eptrace said its session had started.
+    tracing: Receiver<(i64, Instant)>,
+    progress: Progress,
+    /// The shortest session [`Started::stop_after_enough_work`] allows.
+    minimum: Duration,
+}
+
+impl Started {
+    fn with_minimum(mut self, minimum: Duration) -> Started {
+        self.minimum = minimum;
+        self
+    }
+
+    /// Once the session has run its minimum and the app has done enough work in it, stops
+    /// eptrace as Ctrl-C would, and waits for it to finish.
+    fn stop_after_enough_work(mut self, label: &str) -> Eptrace {
+        let (from, started) = match self.tracing.recv_timeout(EPTRACE_TIMEOUT) {
+            Ok(at) => at,
+            Err(_) => {
+                let _ = self.running.0.kill();
+                let eptrace = self.finish(label);
+                panic!("{label}: eptrace never said `Tracing ...`: {eptrace}");
+            }
         };
-        let stdout = collect(Box::new(child.stdout.take().expect("piped")));
-        let stderr = collect(Box::new(child.stderr.take().expect("piped")));
-        let mut running = Running(child);
+        self.progress
+            .wait_for_enough(label, from, started, self.minimum);
+        // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
+        unsafe { libc::kill(self.running.0.id() as i32, libc::SIGINT) };
+        self.finish(label)
+    }
+
+    /// Waits (within [`EPTRACE_TIMEOUT`]) for eptrace to exit.
+    fn finish(mut self, label: &str) -> Eptrace {
         let deadline = Instant::now() + EPTRACE_TIMEOUT;
         let status = loop {
-            match running.0.try_wait() {
+            match self.running.0.try_wait() {
                 Ok(Some(status)) => break status,
                 Ok(None) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(20));
                 }
                 Ok(None) => {
-                    drop(running);
-                    panic!("{label}: eptrace {args:?} did not finish within {EPTRACE_TIMEOUT:?}");
+                    drop(self.running);
+                    panic!(
+                        "{label}: eptrace {:?} did not finish within {EPTRACE_TIMEOUT:?}",
+                        self.args
+                    );
                 }
                 Err(e) => panic!("{label}: waiting for eptrace: {e}"),
             }
         };
         Eptrace {
             status,
-            stdout: stdout.join().unwrap_or_default(),
-            stderr: stderr.join().unwrap_or_default(),
+            stdout: self.stdout.join().unwrap_or_default(),
+            stderr: self.stderr.join().unwrap_or_default(),
         }
     }
+}
 
+impl Eptrace {
     fn assert_success(&self, label: &str) {
         assert!(self.status.success(), "{label}: eptrace failed: {self}");
     }

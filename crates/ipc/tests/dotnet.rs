@@ -29,12 +29,12 @@ use eventpipe_ipc::{
     Client, CollectTracing, Error, ProviderRequest, ReversePort, ServerError, TraceStream,
 };
 
-/// How long the live session runs before StopTracing.
+/// How long the live session runs at least before StopTracing; it runs on until the app
+/// has done enough work (`Progress::wait_for_enough`).
 const SESSION: Duration = Duration::from_millis(2500);
-/// How long the startup session runs after ResumeRuntime: long enough for the app to pass
-/// its 1,000th iteration (its first induced GC) after the runtime has loaded and compiled
-/// it, on a loaded 2-core machine too (a 2 s session of eptrace's launch test there once
-/// ended at iteration 94).
+/// How long the startup session runs at least after ResumeRuntime: where the machine is
+/// not loaded, long enough for the app to pass its 1,000th iteration (its first induced
+/// GC) after the runtime has loaded and compiled it.
 const STARTUP_SESSION: Duration = Duration::from_secs(4);
 
 /// The .NET tests run one at a time: several runtimes starting and compiling at once on a
@@ -155,7 +155,8 @@ fn startup_tracing_through_a_reverse_port_on_dotnet_8() {
     );
 
     // Connection 4: StopTracing.
-    sleep_until(resumed + STARTUP_SESSION);
+    app.progress
+        .wait_for_enough(label, -1, resumed, STARTUP_SESSION);
     let (_, conn) = port
         .accept(Duration::from_secs(10))
         .unwrap_or_else(|e| panic!("{label}: no fourth reverse connection: {e}"));
@@ -209,6 +210,7 @@ fn live_session(dotnet: &Path, testapp: &Path, runtime: Runtime) {
     let stream = start_session(&client, label);
     let session = stream.session_id();
     let started = Instant::now();
+    let from = app.progress.latest();
     let finished = read_in_background(stream);
 
     let pid = app.line("pid ", Duration::from_secs(10));
@@ -264,7 +266,7 @@ fn live_session(dotnet: &Path, testapp: &Path, runtime: Runtime) {
         },
     }
 
-    sleep_until(started + SESSION);
+    app.progress.wait_for_enough(label, from, started, SESSION);
     app.check_running(label, "before StopTracing");
     let stop_sent = Instant::now();
     client
@@ -326,10 +328,6 @@ fn start_session(client: &Client, label: &str) -> TraceStream {
             Err(e) => panic!("{label}: CollectTracing2: {e}"),
         }
     }
-}
-
-fn sleep_until(when: Instant) {
-    std::thread::sleep(when.saturating_duration_since(Instant::now()));
 }
 
 // ---------------------------------------------------------------------------------------

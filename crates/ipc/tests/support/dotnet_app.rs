@@ -13,7 +13,9 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use eventpipe_ipc::{transport, Client, Error};
@@ -25,12 +27,22 @@ pub(crate) const TEST_PROVIDER: &str = "EventPipeRs-Test";
 pub(crate) const RUNTIME_PROVIDER: &str = "Microsoft-Windows-DotNETRuntime";
 /// GC (0x1) | Exception (0x8000).
 pub(crate) const RUNTIME_KEYWORDS: u64 = 0x8001;
-/// What [`App::spawn`] tells the app to run for; it is killed long before.
-pub(crate) const APP_SECONDS: &str = "8";
-/// Fewer iterations than this in a session means something throttled the app. Losses are
-/// caught separately (iterations must be consecutive); the bound is low because the app
-/// runs ~1,000 iterations/s idle but only a few hundred on a loaded 2-core CI machine.
-const MIN_ITERATIONS: usize = 100;
+/// What the app is told to run for: longer than any session may take ([`MAX_SESSION`]);
+/// it is killed (or stopped by `eptrace`) long before.
+pub(crate) const APP_SECONDS: &str = "120";
+/// Fewer iterations than this in a session means the session did not cover the work it
+/// waited for ([`Progress::wait_for_enough`]). Losses are caught separately (iterations
+/// must be consecutive).
+const MIN_ITERATIONS: usize = 300;
+/// Iterations past the one the app had reported when the session started that a session
+/// waits for: with progress reported every 100 iterations, at least 500 iterations fall
+/// inside the session: enough for LOH allocations, exceptions and at least one GC (the
+/// runtimes here collect gen0 every 200-250 iterations) to happen in it.
+const SESSION_ITERATIONS: i64 = 600;
+/// The longest a session waits for the app's work. The app does ~800 iterations a second
+/// here; a session that sees fewer than [`SESSION_ITERATIONS`] in this long means the app
+/// was all but stopped.
+pub(crate) const MAX_SESSION: Duration = Duration::from_secs(45);
 /// EventSource's session bits, in the keywords of every event's metadata.
 const SESSION_KEYWORD_BITS: u64 = 0xF000_0000_0000;
 
@@ -108,6 +120,69 @@ impl Dotnet {
 // ---------------------------------------------------------------------------------------
 // The traced process
 
+/// How far the app has got: the newest `progress I` line on its stderr (TestApp.cs).
+#[derive(Clone)]
+pub(crate) struct Progress(Arc<AtomicI64>);
+
+impl Progress {
+    pub(crate) fn new() -> Progress {
+        Progress(Arc::new(AtomicI64::new(-1)))
+    }
+
+    /// Takes in one line of the app's stderr; says whether it was a progress line.
+    pub(crate) fn take_line(&self, line: &str) -> bool {
+        match line
+            .strip_prefix("progress ")
+            .and_then(|i| i.trim().parse::<i64>().ok())
+        {
+            Some(i) => {
+                // Relaxed: a lone counter; the waiter needs no other memory with it.
+                self.0.fetch_max(i, Ordering::Relaxed);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The newest iteration the app reported, or -1 before its first report.
+    pub(crate) fn latest(&self) -> i64 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Waits until a session started at `started`, when the app had reported iteration
+    /// `from`, has lasted `at_least` and the app has done [`SESSION_ITERATIONS`] more: the
+    /// session covers a fixed amount of the app's work however slowly a loaded machine runs
+    /// it, and at least `at_least` of time where it runs fast. Panics when that takes
+    /// [`MAX_SESSION`].
+    pub(crate) fn wait_for_enough(
+        &self,
+        label: &str,
+        from: i64,
+        started: Instant,
+        at_least: Duration,
+    ) {
+        let target = from.max(0) + SESSION_ITERATIONS;
+        loop {
+            let (now, elapsed) = (self.latest(), started.elapsed());
+            if now >= target && elapsed >= at_least {
+                if elapsed > at_least + Duration::from_millis(250) {
+                    eprintln!(
+                        "{label}: the app was slow (from iteration {from} to {now}); the \
+                         session ran {elapsed:?} instead of {at_least:?}"
+                    );
+                }
+                return;
+            }
+            assert!(
+                elapsed < MAX_SESSION,
+                "{label}: in {MAX_SESSION:?} of session the app got from iteration {from} only \
+                 to {now} (the session waits for {target}): something all but stopped it"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 /// The running TestApp; killed (and its diagnostics files removed) when dropped, also when
 /// the test panics.
 pub(crate) struct App {
@@ -115,6 +190,8 @@ pub(crate) struct App {
     pub(crate) pid: u32,
     /// Its stdout, line by line.
     pub(crate) stdout: Receiver<String>,
+    /// Its progress, from its stderr (the other stderr lines are passed on to ours).
+    pub(crate) progress: Progress,
 }
 
 impl App {
@@ -127,7 +204,7 @@ impl App {
             .arg(APP_SECONDS)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .stderr(Stdio::piped());
         for var in [
             "DOTNET_DiagnosticPorts",
             "COMPlus_DiagnosticPorts",
@@ -154,7 +231,23 @@ impl App {
                 let _ = tx.send(line);
             }
         });
-        App { child, pid, stdout }
+        let err = child.stderr.take().expect("stderr is piped");
+        let progress = Progress::new();
+        let seen = progress.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { break };
+                if !seen.take_line(&line) {
+                    eprintln!("TestApp: {line}");
+                }
+            }
+        });
+        App {
+            child,
+            pid,
+            stdout,
+            progress,
+        }
     }
 
     /// The rest of the first stdout line starting with `prefix`.
