@@ -75,11 +75,14 @@ fn session(client: &Client, sampled: bool, seconds: f64) -> Vec<u8> {
     reader.join().expect("the reader thread")
 }
 
+/// A cruncher's round number and when it finished, in seconds.
+type RoundAt = (u64, f64);
+
 /// The crunchers' rounds a second in `trace`, and the sampler's `Sample` events in it.
 fn rounds_per_second(trace: &[u8]) -> (f64, u64) {
     let mut reader = TraceReader::from_slice(trace).expect("a trace");
-    // Per cruncher thread: (first round, its time), (last round, its time).
-    let mut seen: HashMap<u64, ((u64, f64), (u64, f64))> = HashMap::new();
+    // Per cruncher thread: its first and last `request done`.
+    let mut seen: HashMap<u64, (RoundAt, RoundAt)> = HashMap::new();
     let mut samples = 0;
     while let Some(e) = reader.next_event().expect("a well-formed trace") {
         if e.metadata.provider == SAMPLER_PROVIDER {
