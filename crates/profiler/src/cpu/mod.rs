@@ -49,13 +49,15 @@
 //! Enabling and disabling go through the provider's enable callback: the first session
 //! starts the collector thread, the last one to stop ends it, and it deletes every timer as
 //! it goes. The callback returns once the new collector has armed the timers of the threads
-//! it found (a collector writes no event before that, so the wait never depends on a
-//! drain): when `Session::start` returns, every thread then alive is being sampled. That
-//! also keeps the collector's start-up out of the program's first moments under the
-//! session, where on a machine with every core busy it cost a 140 ms burst of new threads
-//! 3-4 % of its wall time (`benches/cpu_overhead.rs`, BENCHMARKS.md). A signal still in flight then finds its record ring taken back and writes
-//! nothing; rings are never freed, so it never touches freed memory. Call [`register`]
-//! once at startup so the provider exists before any session names it.
+//! it found, before it writes any event (the wait is bounded: `wait_until_armed`): when
+//! `Session::start` returns, every thread then alive is being sampled. That also keeps the
+//! collector's start-up out of the program's first moments under the session, where on a
+//! machine with every core busy it cost a 140 ms burst of new threads 3-4 % of its wall
+//! time (`benches/cpu_overhead.rs`, BENCHMARKS.md).
+//!
+//! A signal still in flight after its timer was deleted finds its record ring taken back
+//! and writes nothing; rings are never freed, so it never touches freed memory. Call
+//! [`register`] once at startup so the provider exists before any session names it.
 //!
 //! Limits: at most 1,024 threads are sampled at once (each ring is ~33 KiB, allocated the
 //! first time a thread needs one and kept for reuse); a thread that exits and whose id is
@@ -127,7 +129,8 @@ static GENERATION: AtomicU64 = AtomicU64::new(0);
 /// starts only once its predecessor has deleted its timers and given back its rings.
 static COLLECTOR: Mutex<()> = Mutex::new(());
 /// The newest generation whose collector has armed its timers (or ended, superseded before
-/// arming any): the enable callback waits for it, so a session's sampling is live when `Session::start` returns.
+/// arming any): the enable callback waits for it, so a session's sampling is live when
+/// `Session::start` returns.
 static ARMED: (Mutex<u64>, Condvar) = (Mutex::new(0), Condvar::new());
 /// How long the enable callback waits for the collector to arm its timers: normally well
 /// under a millisecond, plus up to one interval while a predecessor collector finishes.
