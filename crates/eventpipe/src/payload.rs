@@ -281,6 +281,9 @@ slice_field!(u32 => U32Array, u64 => U64Array, i64 => I64Array, f64 => F64Array)
 pub trait PayloadValues {
     /// The payload's size when every field's is fixed.
     const FIXED_SIZE: Option<usize>;
+    /// Each value's field type, in order: what `write_event!` checks against the event's
+    /// declared fields in debug builds.
+    const KINDS: &'static [FieldKind];
     /// Appends every field in order.
     fn encode(&self, w: &mut PayloadWriter);
     /// Writes every field in order into `dst`, `FIXED_SIZE` bytes long.
@@ -302,6 +305,7 @@ macro_rules! payload_values {
                 $(let size = add_sizes(size, <$field as PayloadField>::FIXED_SIZE);)*
                 size
             };
+            const KINDS: &'static [FieldKind] = &[$(<$field as PayloadField>::KIND),*];
 
             #[inline(always)]
             #[allow(non_snake_case, unused_variables)]

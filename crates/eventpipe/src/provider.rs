@@ -287,17 +287,40 @@ impl EventDescriptor {
     /// straight into the trace buffer.
     #[doc(hidden)]
     #[inline]
+    #[cfg_attr(debug_assertions, track_caller)]
     pub fn write_values<V: crate::payload::PayloadValues>(&'static self, values: V) {
         let mask = self.mask.load(Ordering::Relaxed);
         if mask == 0 {
             return;
         }
+        #[cfg(debug_assertions)]
+        self.check_values(V::KINDS);
         match V::FIXED_SIZE {
             Some(size) if size <= crate::writer::MAX_FIXED_PAYLOAD => {
                 self.write_fixed(mask, values);
             }
             _ => self.write_enabled(mask, None, |w| values.encode(w)),
         }
+    }
+
+    /// Panics when `kinds` (the types of the values `write_event!` was given) are not the
+    /// declared fields': the trace would hold a payload its own metadata misdescribes, which
+    /// readers reject. An integer literal is `i32` unless suffixed (`7u64`).
+    #[cfg(debug_assertions)]
+    #[track_caller]
+    fn check_values(&self, kinds: &[FieldKind]) {
+        let matches = kinds.len() == self.fields.len()
+            && kinds.iter().zip(self.fields).all(|(&k, f)| k == f.kind);
+        assert!(
+            matches,
+            "write_event!({}/{}): the values are {kinds:?}, the declared fields {:?}",
+            self.provider.name(),
+            self.name,
+            self.fields
+                .iter()
+                .map(|f| (f.name, f.kind))
+                .collect::<Vec<_>>(),
+        );
     }
 
     /// One copy per payload type, so the payload's size is a constant to the compiler and

@@ -250,6 +250,68 @@ fn listener_receives_every_event_on_its_own_thread() {
     assert_eq!(got, (0..4000).collect::<Vec<_>>());
 }
 
+static FLUSHED: Provider = Provider::new("Test-Flush");
+define_event! { static TICK = FLUSHED { id: 1, name: "Tick", level: Level::Informational, keywords: 0 } (n: u64); }
+
+/// Starts a listener session on `Test-Flush` with `interval`, writes one event (far too
+/// little to fill a buffer, so only the drain's periodic wake-up moves it) and says whether
+/// the listener had it within `within`, with the session still running; then stops it.
+fn one_event_arrives_within(interval: Duration, within: Duration) -> bool {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let callback: eventpipe::ListenerCallback = Box::new(move |e| {
+        if e.metadata.provider == "Test-Flush" {
+            let _ = tx.send(e.decode_payload().unwrap()[0].1.as_u64().unwrap());
+        }
+    });
+    let session = Session::start(
+        SessionConfig::new(
+            vec![ProviderConfig::new("Test-Flush")],
+            Output::Listener(callback),
+        )
+        .flush_interval(interval),
+    )
+    .unwrap();
+    write_event!(TICK, 7u64);
+    let arrived = rx.recv_timeout(within) == Ok(7);
+    let stats = session.stop().unwrap();
+    assert_eq!(stats.events_written, 1);
+    // Whatever was still buffered reaches the listener at the stop.
+    assert!(arrived || rx.recv_timeout(Duration::from_secs(5)) == Ok(7));
+    arrived
+}
+
+#[test]
+fn the_flush_interval_delivers_a_lone_event_while_the_session_runs() {
+    // 20 ms: the event is out within a few intervals (the bound is for a loaded machine).
+    assert!(one_event_arrives_within(
+        Duration::from_millis(20),
+        Duration::from_secs(10)
+    ));
+    // An hour: nothing else wakes the drain for a lone event, so it waits for the stop.
+    assert!(!one_event_arrives_within(
+        Duration::from_secs(3600),
+        Duration::from_millis(300)
+    ));
+}
+
+static MISTYPED: Provider = Provider::new("Test-Mistyped");
+define_event! { static COUNT = MISTYPED { id: 1, name: "Count", level: Level::Informational, keywords: 0 } (n: u64); }
+
+#[test]
+#[cfg(debug_assertions)]
+#[should_panic(
+    expected = "write_event!(Test-Mistyped/Count): the values are [I32], the declared fields [(\"n\", U64)]"
+)]
+fn a_value_not_of_its_fields_type_is_caught_in_debug_builds() {
+    let _session = Session::start(SessionConfig::new(
+        vec![ProviderConfig::new("Test-Mistyped")],
+        Output::Stream(Box::new(std::io::sink())),
+    ))
+    .unwrap();
+    // An unsuffixed integer literal is an i32: four bytes where the reader expects eight.
+    write_event!(COUNT, 7);
+}
+
 static LOSSY: Provider = Provider::new("Test-Drop");
 define_event! { static FILLER = LOSSY { id: 1, name: "Filler", level: Level::Informational, keywords: 0 } (n: u64, pad: &[u8]); }
 

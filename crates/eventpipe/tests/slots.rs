@@ -40,7 +40,7 @@ fn sixty_four_sessions_each_get_exactly_their_events() {
         Output::Stream(Box::new(std::io::sink())),
     ));
     assert!(extra.unwrap_err().to_string().contains("64"));
-    for n in 0..10 {
+    for n in 0..10u32 {
         write_event!(A, n);
         write_event!(B, n);
     }
