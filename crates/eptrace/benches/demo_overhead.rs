@@ -11,7 +11,9 @@
 //! costs them shows as fewer rounds a second.
 //!
 //! Prints the median over the pairs of the plain session's throughput over the sampled
-//! one's, less 1: the sampler's overhead on the demo.
+//! one's, less 1: the sampler's overhead on the demo. Beside it, the same for the demo
+//! process's CPU time per round (`/proc/PID/stat`, over the session): what the sampler adds
+//! to the CPU the work takes, which time the hypervisor takes from the VM does not skew.
 //!
 //! `cargo bench -p eptrace --bench demo_overhead` (`DEMO_OVERHEAD_PAIRS`, default 15, and
 //! `DEMO_OVERHEAD_SECONDS` per session, default 2). With `DEMO_OVERHEAD_CONTROL=1` neither
@@ -55,8 +57,28 @@ fn provider(name: &str, keywords: u64, level: u32) -> ProviderRequest {
     }
 }
 
-/// Runs one session of `seconds` and returns its trace.
-fn session(client: &Client, sampled: bool, seconds: f64) -> Vec<u8> {
+/// The CPU time process `pid` has used so far, in seconds (user and system, its exited
+/// threads included).
+fn process_cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the demo's stat");
+    // After the command name (in parentheses, which may hold spaces): fields 3 on, so utime
+    // and stime (fields 14 and 15) are the 12th and 13th.
+    let after_name = &stat[stat.rfind(')').expect("a stat line") + 2..];
+    let fields: Vec<&str> = after_name.split(' ').collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks as f64 / hz
+}
+
+/// One session: its trace, and the demo's CPU time per second of it.
+struct Recorded {
+    trace: Vec<u8>,
+    cpu_per_second: f64,
+}
+
+/// Runs one session of `seconds`.
+fn session(client: &Client, pid: u32, sampled: bool, seconds: f64) -> Recorded {
     let mut providers = vec![provider(DEMO_PROVIDER, 0x2, 4)];
     if sampled {
         providers.push(provider(SAMPLER_PROVIDER, 0, 5));
@@ -65,14 +87,19 @@ fn session(client: &Client, sampled: bool, seconds: f64) -> Vec<u8> {
         .collect_tracing(&CollectTracing::new(6, providers))
         .expect("start a session in the demo");
     let id = stream.session_id();
+    let (cpu, start) = (process_cpu_seconds(pid), Instant::now());
     let reader = std::thread::spawn(move || {
         let mut bytes = Vec::new();
         stream.read_to_end(&mut bytes).expect("read the session");
         bytes
     });
     std::thread::sleep(Duration::from_secs_f64(seconds));
+    let cpu_per_second = (process_cpu_seconds(pid) - cpu) / start.elapsed().as_secs_f64();
     client.stop_tracing(id).expect("stop the session");
-    reader.join().expect("the reader thread")
+    Recorded {
+        trace: reader.join().expect("the reader thread"),
+        cpu_per_second,
+    }
 }
 
 /// A cruncher's round number and when it finished, in seconds.
@@ -145,25 +172,32 @@ fn main() {
             Err(e) => panic!("the demo's diagnostics socket: {e}"),
         }
     };
+    let pid = demo.0.id();
     // Warm-up: the demo's threads start, the sampler's rings are allocated.
-    session(&client, true, 1.0);
-    let (mut ratios, mut plain_rates, mut sampled_rates) = (Vec::new(), Vec::new(), Vec::new());
+    session(&client, pid, true, 1.0);
+    let (mut ratios, mut cpu_ratios) = (Vec::new(), Vec::new());
+    let (mut plain_rates, mut sampled_rates) = (Vec::new(), Vec::new());
     let mut samples = 0;
     for pair in 0..pairs {
-        let run =
-            |sampled: bool| rounds_per_second(&session(&client, sampled && !control, seconds));
+        // (rounds a second, CPU seconds per round, Sample events)
+        let run = |sampled: bool| {
+            let recorded = session(&client, pid, sampled && !control, seconds);
+            let (rate, samples) = rounds_per_second(&recorded.trace);
+            (rate, recorded.cpu_per_second / rate, samples)
+        };
         // Alternate which goes first, so a drift of the machine hits both alike.
-        let (plain, (sampled, n)) = if pair % 2 == 0 {
-            let plain = run(false).0;
+        let (plain, sampled) = if pair % 2 == 0 {
+            let plain = run(false);
             (plain, run(true))
         } else {
             let sampled = run(true);
-            (run(false).0, sampled)
+            (run(false), sampled)
         };
-        samples += n;
-        ratios.push(plain / sampled);
-        plain_rates.push(plain);
-        sampled_rates.push(sampled);
+        samples += sampled.2;
+        ratios.push(plain.0 / sampled.0);
+        cpu_ratios.push(sampled.1 / plain.1);
+        plain_rates.push(plain.0);
+        sampled_rates.push(sampled.0);
     }
     drop(demo);
     let median = |mut v: Vec<f64>| {
@@ -173,7 +207,7 @@ fn main() {
     println!(
         "demo_overhead{}: {pairs} pairs of {seconds} s sessions: the crunchers' median rounds a \
          second without the sampler {:.1}, with it at 1 kHz {:.1} ({} Sample events per \
-         session); median per-pair overhead {:+.2}%",
+         session); median per-pair overhead {:+.2}%, in CPU time per round {:+.2}%",
         if control {
             " (control: no sampler in either session)"
         } else {
@@ -183,5 +217,6 @@ fn main() {
         median(sampled_rates),
         samples / pairs as u64,
         (median(ratios) - 1.0) * 100.0,
+        (median(cpu_ratios) - 1.0) * 100.0,
     );
 }
