@@ -11,9 +11,13 @@
 //! costs them shows as fewer rounds a second.
 //!
 //! Prints the median over the pairs of the plain session's throughput over the sampled
-//! one's, less 1: the sampler's overhead on the demo. Beside it, the same for the demo
-//! process's CPU time per round (`/proc/PID/stat`, over the session): what the sampler adds
-//! to the CPU the work takes, which time the hypervisor takes from the VM does not skew.
+//! one's, less 1: the sampler's overhead on the demo. Beside it, sampled over plain, the
+//! crunchers' own CPU time per round (`/proc/PID/task/TID/stat` of the `cruncher-*`
+//! threads, over the session): what a round costs the threads that do it, their signal
+//! handling included. The demo has more busy threads than the machine has cores (its
+//! async worker spins too), so the crunchers' throughput also moves with the share of the
+//! cores the scheduler gives them against the demo's other threads; their CPU time per
+//! round does not.
 //!
 //! `cargo bench -p eptrace --bench demo_overhead` (`DEMO_OVERHEAD_PAIRS`, default 15, and
 //! `DEMO_OVERHEAD_SECONDS` per session, default 2). With `DEMO_OVERHEAD_CONTROL=1` neither
@@ -57,21 +61,32 @@ fn provider(name: &str, keywords: u64, level: u32) -> ProviderRequest {
     }
 }
 
-/// The CPU time process `pid` has used so far, in seconds (user and system, its exited
-/// threads included).
-fn process_cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the demo's stat");
-    // After the command name (in parentheses, which may hold spaces): fields 3 on, so utime
-    // and stime (fields 14 and 15) are the 12th and 13th.
-    let after_name = &stat[stat.rfind(')').expect("a stat line") + 2..];
-    let fields: Vec<&str> = after_name.split(' ').collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+/// The CPU time the demo's `cruncher-*` threads have used so far, in seconds (user and
+/// system).
+fn crunchers_cpu_seconds(pid: u32) -> f64 {
+    let mut ticks = 0u64;
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the demo's threads");
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue; // exited meanwhile
+        };
+        // `tid (comm) state ...`: comm may hold spaces, so split at the last ')'. After it
+        // come fields 3 on: utime and stime (fields 14 and 15) are the 12th and 13th.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        if !stat[open + 1..close].starts_with("cruncher-") {
+            continue;
+        }
+        let fields: Vec<&str> = stat[close + 2..].split(' ').collect();
+        ticks += fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    }
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     ticks as f64 / hz
 }
 
-/// One session: its trace, and the demo's CPU time per second of it.
+/// One session: its trace, and the crunchers' CPU time per second of it.
 struct Recorded {
     trace: Vec<u8>,
     cpu_per_second: f64,
@@ -87,14 +102,14 @@ fn session(client: &Client, pid: u32, sampled: bool, seconds: f64) -> Recorded {
         .collect_tracing(&CollectTracing::new(6, providers))
         .expect("start a session in the demo");
     let id = stream.session_id();
-    let (cpu, start) = (process_cpu_seconds(pid), Instant::now());
+    let (cpu, start) = (crunchers_cpu_seconds(pid), Instant::now());
     let reader = std::thread::spawn(move || {
         let mut bytes = Vec::new();
         stream.read_to_end(&mut bytes).expect("read the session");
         bytes
     });
     std::thread::sleep(Duration::from_secs_f64(seconds));
-    let cpu_per_second = (process_cpu_seconds(pid) - cpu) / start.elapsed().as_secs_f64();
+    let cpu_per_second = (crunchers_cpu_seconds(pid) - cpu) / start.elapsed().as_secs_f64();
     client.stop_tracing(id).expect("stop the session");
     Recorded {
         trace: reader.join().expect("the reader thread"),
@@ -179,7 +194,7 @@ fn main() {
     let (mut plain_rates, mut sampled_rates) = (Vec::new(), Vec::new());
     let mut samples = 0;
     for pair in 0..pairs {
-        // (rounds a second, CPU seconds per round, Sample events)
+        // (rounds a second, the crunchers' CPU seconds per round, Sample events)
         let run = |sampled: bool| {
             let recorded = session(&client, pid, sampled && !control, seconds);
             let (rate, samples) = rounds_per_second(&recorded.trace);
@@ -207,7 +222,7 @@ fn main() {
     println!(
         "demo_overhead{}: {pairs} pairs of {seconds} s sessions: the crunchers' median rounds a \
          second without the sampler {:.1}, with it at 1 kHz {:.1} ({} Sample events per \
-         session); median per-pair overhead {:+.2}%, in CPU time per round {:+.2}%",
+         session); median per-pair overhead {:+.2}%, in the crunchers' CPU time per round {:+.2}%",
         if control {
             " (control: no sampler in either session)"
         } else {
