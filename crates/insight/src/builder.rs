@@ -297,7 +297,7 @@ impl ProfileBuilder {
             ),
             SampleSelection::LiveHeap => (
                 Some(Kind::LiveHeap),
-                SampleUnit::Bytes,
+                SampleUnit::LiveBytes,
                 "Live heap".to_owned(),
             ),
             SampleSelection::EventsWithStacks => {
@@ -717,6 +717,7 @@ mod tests {
                 // LiveHeap: the last heap profile only.
                 _ => {
                     assert_eq!(p.name, "Live heap");
+                    assert_eq!(p.unit, SampleUnit::LiveBytes);
                     assert_eq!(p.samples.len(), 2);
                     assert_eq!(total(p), 700);
                 }

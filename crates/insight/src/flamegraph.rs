@@ -119,6 +119,7 @@ pub fn flamegraph_title(profile: &Profile) -> String {
             format!("CPU samples, {} each", format_interval(interval_ns))
         }
         SampleUnit::Bytes => "bytes allocated".to_owned(),
+        SampleUnit::LiveBytes => "bytes still allocated".to_owned(),
         SampleUnit::Events => "events".to_owned(),
     };
     format!("{} ({unit})", profile.name)
@@ -153,7 +154,7 @@ pub fn write_flamegraph(profile: &Profile, grouping: Grouping, w: impl Write) ->
     options.title = flamegraph_title(profile);
     options.count_name = match profile.unit {
         SampleUnit::CpuSamples { .. } => "samples",
-        SampleUnit::Bytes => "bytes",
+        SampleUnit::Bytes | SampleUnit::LiveBytes => "bytes",
         SampleUnit::Events => "events",
     }
     .to_owned();

@@ -14,8 +14,9 @@
 //!   labelled `thread` (the thread's label) and `thread_id` (numeric);
 //! * sample types by [`SampleUnit`]: CPU `samples/count` and `cpu/nanoseconds` (weight ×
 //!   interval, with `period_type` cpu/nanoseconds and `period` the interval), bytes
-//!   `samples/count` (one per sample) and `alloc_space/bytes` (the weights), events
-//!   `events/count`. The profile has no object counts, so no `alloc_objects` is claimed.
+//!   `samples/count` (one per sample) and `alloc_space/bytes` (the weights), the live heap
+//!   `samples/count` and `inuse_space/bytes`, events `events/count`. The profile has no
+//!   object counts, so no `alloc_objects` or `inuse_objects` is claimed.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -262,6 +263,11 @@ fn sample_types(unit: SampleUnit) -> (&'static [(&'static str, &'static str)], &
             &[("samples", "count"), ("alloc_space", "bytes")],
             "alloc_space",
         ),
+        // What a Go heap profile calls the memory still in use.
+        SampleUnit::LiveBytes => (
+            &[("samples", "count"), ("inuse_space", "bytes")],
+            "inuse_space",
+        ),
         SampleUnit::Events => (&[("events", "count")], "events"),
     }
 }
@@ -370,7 +376,9 @@ pub fn build_pprof(profile: &Profile, options: &PprofOptions) -> Result<proto::P
                     weight.saturating_mul(u128::from(interval_ns)),
                 )?,
             ],
-            SampleUnit::Bytes => vec![to_i64("sample count", count)?, to_i64("bytes", weight)?],
+            SampleUnit::Bytes | SampleUnit::LiveBytes => {
+                vec![to_i64("sample count", count)?, to_i64("bytes", weight)?]
+            }
             SampleUnit::Events => vec![to_i64("event weight", weight)?],
         };
         let mut label = vec![proto::Label {

@@ -21,6 +21,9 @@ pub enum SampleUnit {
     },
     /// Allocation samples whose weight is an estimate of bytes allocated.
     Bytes,
+    /// Live-heap samples whose weight is an estimate of bytes still allocated (pprof's
+    /// `inuse_space`).
+    LiveBytes,
     /// Events that carried a stack; each weighs one.
     Events,
 }

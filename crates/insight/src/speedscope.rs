@@ -93,7 +93,7 @@ impl Scale {
                 unit: "milliseconds",
                 interval_ns: Some(interval_ns),
             },
-            SampleUnit::Bytes => Scale {
+            SampleUnit::Bytes | SampleUnit::LiveBytes => Scale {
                 unit: "bytes",
                 interval_ns: None,
             },

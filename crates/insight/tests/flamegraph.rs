@@ -205,6 +205,7 @@ fn svg_frames_have_the_call_trees_widths() {
 fn svg_titles_name_the_unit() {
     for (unit, title) in [
         (SampleUnit::Bytes, "Workload (bytes allocated)"),
+        (SampleUnit::LiveBytes, "Workload (bytes still allocated)"),
         (SampleUnit::Events, "Workload (events)"),
         (
             SampleUnit::CpuSamples {

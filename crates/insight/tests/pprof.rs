@@ -52,7 +52,7 @@ fn expected_values(unit: SampleUnit) -> BTreeMap<(u64, Vec<String>), Vec<i64>> {
             let w = w as i64;
             let values = match unit {
                 SampleUnit::CpuSamples { interval_ns } => vec![w, w * interval_ns as i64],
-                SampleUnit::Bytes => vec![counts[&key] as i64, w],
+                SampleUnit::Bytes | SampleUnit::LiveBytes => vec![counts[&key] as i64, w],
                 SampleUnit::Events => vec![w],
             };
             (key, values)
@@ -64,16 +64,18 @@ fn expected_types(unit: SampleUnit) -> Vec<(&'static str, &'static str)> {
     match unit {
         SampleUnit::CpuSamples { .. } => vec![("samples", "count"), ("cpu", "nanoseconds")],
         SampleUnit::Bytes => vec![("samples", "count"), ("alloc_space", "bytes")],
+        SampleUnit::LiveBytes => vec![("samples", "count"), ("inuse_space", "bytes")],
         SampleUnit::Events => vec![("events", "count")],
     }
 }
 
-fn units() -> [SampleUnit; 3] {
+fn units() -> [SampleUnit; 4] {
     [
         SampleUnit::CpuSamples {
             interval_ns: 1_000_000,
         },
         SampleUnit::Bytes,
+        SampleUnit::LiveBytes,
         SampleUnit::Events,
     ]
 }
@@ -334,6 +336,7 @@ fn go_pprof_reads_the_same_values_per_thread_and_stack() {
         let name = match unit {
             SampleUnit::CpuSamples { .. } => "cpu",
             SampleUnit::Bytes => "bytes",
+            SampleUnit::LiveBytes => "live-bytes",
             SampleUnit::Events => "events",
         };
         let file = dir.join(format!("{name}.pb.gz"));

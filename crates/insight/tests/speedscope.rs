@@ -15,7 +15,7 @@ fn speedscope_json(profile: &Profile) -> Value {
     serde_json::from_slice(&out).expect("speedscope output is JSON")
 }
 
-fn units() -> [SampleUnit; 4] {
+fn units() -> [SampleUnit; 5] {
     [
         SampleUnit::CpuSamples {
             interval_ns: 1_000_000,
@@ -24,6 +24,7 @@ fn units() -> [SampleUnit; 4] {
             interval_ns: 250_000,
         },
         SampleUnit::Bytes,
+        SampleUnit::LiveBytes,
         SampleUnit::Events,
     ]
 }
@@ -88,7 +89,7 @@ fn stacks_weights_and_threads_read_back_exactly() {
 
         let (unit_name, per_weight) = match unit {
             SampleUnit::CpuSamples { interval_ns } => ("milliseconds", interval_ns as f64 / 1e6),
-            SampleUnit::Bytes => ("bytes", 1.0),
+            SampleUnit::Bytes | SampleUnit::LiveBytes => ("bytes", 1.0),
             SampleUnit::Events => ("none", 1.0),
         };
         let mut got: BTreeMap<(u64, Vec<String>), f64> = BTreeMap::new();
