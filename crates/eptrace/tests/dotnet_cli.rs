@@ -19,8 +19,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use dotnet_app::{
-    verify_file, Analysis, App, Dotnet, Progress, APP_SECONDS, MAX_SESSION, RUNTIME_KEYWORDS,
-    RUNTIME_PROVIDER, TEST_PROVIDER,
+    verify_file, Analysis, App, Dotnet, Progress, APP_SECONDS, LIVE_SESSION, MAX_SESSION,
+    RUNTIME_KEYWORDS, RUNTIME_PROVIDER, STARTUP_SESSION, TEST_PROVIDER,
 };
 
 /// The .NET tests run one at a time: four runtimes starting and compiling at once on a
@@ -46,9 +46,6 @@ fn providers() -> String {
 /// How long any one `eptrace` run may take before the test gives up on it: a session may
 /// wait [`MAX_SESSION`] for the app's work, and stopping takes a few seconds more.
 const EPTRACE_TIMEOUT: Duration = Duration::from_secs(MAX_SESSION.as_secs() + 45);
-/// The shortest session of the collect tests; they run on until the app has done enough
-/// work (`Progress::wait_for_enough`), and are then stopped as by Ctrl-C.
-const SESSION: Duration = Duration::from_millis(2500);
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Runtime {
@@ -208,7 +205,7 @@ fn collect_launches_dotnet_8_suspended() {
         label,
         &progress,
     )
-    .with_minimum(Duration::from_secs(4))
+    .with_minimum(STARTUP_SESSION)
     .stop_after_enough_work(label);
     let took = t0.elapsed();
     collect.assert_success(label);
@@ -376,7 +373,7 @@ impl Eptrace {
             stderr,
             tracing,
             progress: progress.clone(),
-            minimum: SESSION,
+            minimum: LIVE_SESSION,
         }
     }
 }

@@ -22,20 +22,13 @@ use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
 use dotnet_app::{
-    analyse, Analysis, App, Dotnet, RUNTIME_KEYWORDS, RUNTIME_PROVIDER, TEST_PROVIDER,
+    analyse, Analysis, App, Dotnet, LIVE_SESSION, RUNTIME_KEYWORDS, RUNTIME_PROVIDER,
+    STARTUP_SESSION, TEST_PROVIDER,
 };
 use eventpipe_ipc::command::{DEFAULT_RUNDOWN_KEYWORD, FORMAT_NETTRACE};
 use eventpipe_ipc::{
     Client, CollectTracing, Error, ProviderRequest, ReversePort, ServerError, TraceStream,
 };
-
-/// How long the live session runs at least before StopTracing; it runs on until the app
-/// has done enough work (`Progress::wait_for_enough`).
-const SESSION: Duration = Duration::from_millis(2500);
-/// How long the startup session runs at least after ResumeRuntime: where the machine is
-/// not loaded, long enough for the app to pass its 1,000th iteration (its first induced
-/// GC) after the runtime has loaded and compiled it.
-const STARTUP_SESSION: Duration = Duration::from_secs(4);
 
 /// The .NET tests run one at a time: several runtimes starting and compiling at once on a
 /// 2-core machine starve the app under test.
@@ -266,7 +259,8 @@ fn live_session(dotnet: &Path, testapp: &Path, runtime: Runtime) {
         },
     }
 
-    app.progress.wait_for_enough(label, from, started, SESSION);
+    app.progress
+        .wait_for_enough(label, from, started, LIVE_SESSION);
     app.check_running(label, "before StopTracing");
     let stop_sent = Instant::now();
     client

@@ -43,6 +43,13 @@ const SESSION_ITERATIONS: i64 = 600;
 /// here; a session that sees fewer than [`SESSION_ITERATIONS`] in this long means the app
 /// was all but stopped.
 pub(crate) const MAX_SESSION: Duration = Duration::from_secs(45);
+/// The shortest session on an app already running (attach): sessions run on until the app
+/// has done enough work ([`Progress::wait_for_enough`]).
+pub(crate) const LIVE_SESSION: Duration = Duration::from_millis(2500);
+/// The shortest session that starts before the runtime does (startup suspend): where the
+/// machine is not loaded, long enough for the app to pass its 1,000th iteration (its first
+/// induced GC) after the runtime has loaded and compiled it.
+pub(crate) const STARTUP_SESSION: Duration = Duration::from_secs(4);
 /// EventSource's session bits, in the keywords of every event's metadata.
 const SESSION_KEYWORD_BITS: u64 = 0xF000_0000_0000;
 
