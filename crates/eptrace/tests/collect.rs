@@ -319,3 +319,31 @@ fn a_process_killed_mid_trace_still_leaves_a_valid_file() {
     assert_consecutive(&by_worker);
     std::fs::remove_file(&path).ok();
 }
+
+#[test]
+fn a_requested_profiler_that_wrote_nothing_is_named_with_the_line_the_program_misses() {
+    // traced-app declares its own providers but never registers the CPU sampler.
+    let app = App::start(&[]);
+    let path = temp("no-sampler.nettrace");
+    let out = eptrace(&[
+        "collect",
+        "-p",
+        &app.pid.to_string(),
+        "--profile",
+        "cpu-sampling",
+        "--duration",
+        "500ms",
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert_ok(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("EventPipeRs-CpuSampler wrote no events")
+            && stdout.contains("eventpipe_profiler::cpu::register();"),
+        "{stdout}"
+    );
+    // The providers it did name still wrote, and are not flagged.
+    assert!(!stdout.contains("Demo wrote no events"), "{stdout}");
+    std::fs::remove_file(&path).ok();
+}

@@ -161,6 +161,7 @@ pub(crate) fn do_collect(config: &Config) -> Result<()> {
     let runtime = crate::ps::Runtime::of(&info);
     let is_rust = runtime.is_rust();
     let providers = profile::providers(config, is_rust)?;
+    let requested: Vec<String> = providers.iter().map(|p| p.name.clone()).collect();
     let request = build_request(config, is_rust, providers)?;
     let path = config
         .output
@@ -231,6 +232,9 @@ pub(crate) fn do_collect(config: &Config) -> Result<()> {
     written?;
     if let Some(exit) = target.finish() {
         notes.push(format!("the program exited ({exit})"));
+    }
+    if is_rust {
+        notes.extend(profile::silent_profilers(&requested, &summary.by_provider));
     }
     if !summary.complete {
         let why = summary

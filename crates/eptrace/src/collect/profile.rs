@@ -61,6 +61,47 @@ fn specs(profile: Profile, is_rust: bool) -> Result<Vec<&'static str>> {
     })
 }
 
+/// The profilers a Rust program must set up itself: (provider, what it is, the line the
+/// program is missing).
+const RUST_PROFILERS: &[(&str, &str, &str)] = &[
+    (
+        "EventPipeRs-CpuSampler",
+        "the CPU sampler",
+        "`eventpipe_profiler::cpu::register();` at start-up",
+    ),
+    (
+        "EventPipeRs-Allocations",
+        "the allocation profiler",
+        "`#[global_allocator] static A: eventpipe_profiler::alloc::ProfiledAllocator<std::alloc::System> \
+         = eventpipe_profiler::alloc::ProfiledAllocator::new(std::alloc::System);` and \
+         `eventpipe_profiler::alloc::register();` at start-up",
+    ),
+    (
+        "EventPipeRs-AsyncProfiler",
+        "the async profiler",
+        "`eventpipe_profiler::futures::register();` at start-up (and futures marked \
+         `#[profiled]`)",
+    ),
+];
+
+/// A note for each profiler the session asked for by name that wrote no event: the program
+/// has not set it up, and the note names what it is missing.
+pub(crate) fn silent_profilers(
+    requested: &[String],
+    events_by_provider: &std::collections::BTreeMap<String, u64>,
+) -> Vec<String> {
+    RUST_PROFILERS
+        .iter()
+        .filter(|(provider, _, _)| requested.iter().any(|r| r.eq_ignore_ascii_case(provider)))
+        .filter(|(provider, _, _)| events_by_provider.get(*provider).copied().unwrap_or(0) == 0)
+        .map(|(provider, what, missing)| {
+            format!(
+                "{provider} wrote no events: the program does not run {what}; it needs {missing}"
+            )
+        })
+        .collect()
+}
+
 /// The providers for `config`: the profile's (or the default one when no provider is
 /// named), then each `--providers` spec, a later spec replacing an earlier one's entry.
 pub(crate) fn providers(config: &super::Config, is_rust: bool) -> Result<Vec<ProviderRequest>> {
