@@ -246,9 +246,11 @@ struct ConvertArgs {
     /// with the format's suffix: .speedscope.json, .chrome.json, .pb.gz, .svg, .folded].
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<PathBuf>,
-    /// Which events are the samples: auto (CPU samples, else allocation samples, else
-    /// every event with a stack), cpu, alloc, live-heap (what was still allocated at the
-    /// last heap profile), events, or an event name (Provider/Event).
+    /// Which events are the samples: auto (CPU samples, else .NET thread time, else
+    /// allocation samples, else every event with a stack), cpu, thread-time (.NET: time in
+    /// and outside managed code), managed (.NET: time in managed code only), alloc,
+    /// live-heap (what was still allocated at the last heap profile), events, or an event
+    /// name (Provider/Event).
     #[arg(long, value_name = "WHAT", default_value = "auto")]
     samples: String,
     /// One flame graph per thread, side by side, instead of all threads merged.
@@ -455,6 +457,8 @@ fn parse_samples(s: &str) -> SampleSelection {
     match s.to_ascii_lowercase().as_str() {
         "auto" => SampleSelection::Auto,
         "cpu" => SampleSelection::Cpu,
+        "thread-time" | "threadtime" => SampleSelection::ThreadTime,
+        "managed" => SampleSelection::ManagedCode,
         "alloc" | "allocations" => SampleSelection::Allocations,
         "live-heap" | "heap" => SampleSelection::LiveHeap,
         "events" => SampleSelection::EventsWithStacks,

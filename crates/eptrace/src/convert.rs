@@ -163,6 +163,9 @@ fn convert_bytes(
     let mut written = Vec::new();
     let profile = if targets.iter().any(|(f, _)| f.needs_profile()) {
         let built = read_profile(data, name, config.samples.clone(), config.async_stacks)?;
+        if built.profile.samples.is_empty() {
+            bail!("{}", nothing_to_convert(name, &config.samples, &built));
+        }
         report_notes(&built);
         Some(built)
     } else {
@@ -208,6 +211,33 @@ fn convert_bytes(
         });
     }
     Ok(written)
+}
+
+/// Why a profile came out empty, and what the trace has instead.
+fn nothing_to_convert(name: &str, asked: &SampleSelection, built: &BuiltProfile) -> String {
+    let what = match asked {
+        SampleSelection::Auto | SampleSelection::EventsWithStacks => {
+            "no event carries a stack".to_owned()
+        }
+        other => format!("it has no {}", other.describe()),
+    };
+    let instead: Vec<String> = built
+        .available
+        .iter()
+        .map(|(selection, count)| {
+            format!(
+                "{count} {} (--samples {})",
+                selection.describe(),
+                selection.keyword()
+            )
+        })
+        .collect();
+    let hint = if instead.is_empty() {
+        "; collect with --stacks or a sampling profile".to_owned()
+    } else {
+        format!("; it has {}", instead.join(", "))
+    };
+    format!("nothing to convert in {name}: {what}{hint}; no file was written")
 }
 
 /// Reads the trace into a symbolized profile, with a progress bar on long reads.
@@ -260,9 +290,10 @@ fn write_profile(
 fn profile_summary(built: &BuiltProfile) -> String {
     let p = &built.profile;
     format!(
-        "{}: {} samples, {} distinct stacks, {} threads",
+        "{}: {} samples standing for {}, {} distinct stacks, {} threads",
         p.name,
         p.samples.len(),
+        p.weight_text(p.total_weight()),
         p.stacks.len(),
         p.threads.len()
     )
@@ -271,13 +302,6 @@ fn profile_summary(built: &BuiltProfile) -> String {
 /// Prints why some frames could not be named, once per module.
 fn report_notes(built: &BuiltProfile) {
     let mut err = std::io::stderr().lock();
-    if built.profile.samples.is_empty() {
-        let _ = writeln!(
-            err,
-            "note: the trace has no {} (collect with --stacks, or a sampling profile)",
-            built.profile.name.to_lowercase()
-        );
-    }
     for note in &built.notes {
         let _ = writeln!(err, "note: {note}");
     }

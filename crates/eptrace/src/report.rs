@@ -159,8 +159,14 @@ struct MalformedRow {
 struct HotSpots {
     /// What a sample is: `CPU samples`, `Allocations`, `Events with stacks`.
     kind: String,
+    /// Captures: one per event that became a sample.
     samples: u64,
+    /// What the samples stand for, summed, in `weight_unit`.
     total_weight: u64,
+    /// `nanoseconds of CPU time`, `nanoseconds of thread time`, `bytes allocated`, ...
+    weight_unit: String,
+    /// `total_weight` in words: `5.790 s of CPU time`.
+    total: String,
     /// Heaviest self weight first.
     functions: Vec<HotFunction>,
     /// Heaviest first; frames root first, joined by `;`.
@@ -340,6 +346,12 @@ fn hot_spots(built: BuiltProfile) -> HotSpots {
         kind: p.name.clone(),
         samples: p.samples.len() as u64,
         total_weight: p.total_weight(),
+        weight_unit: if p.unit.is_time() {
+            format!("nanoseconds of {}", p.unit.describe())
+        } else {
+            p.unit.describe().to_owned()
+        },
+        total: p.weight_text(p.total_weight()),
         functions,
         stacks,
         notes: built.notes.clone(),
@@ -957,8 +969,9 @@ fn render_hot_spots(s: &mut String, hot: &HotSpots, top: usize) {
     let pct = |w: u64| 100.0 * w as f64 / hot.total_weight.max(1) as f64;
     let _ = writeln!(
         s,
-        "\nhottest functions ({}: {} samples; self% = as the leaf, total% = anywhere on the stack):",
-        hot.kind, hot.samples
+        "\nhottest functions ({}: {} samples standing for {}; self% = as the leaf, total% = \
+         anywhere on the stack):",
+        hot.kind, hot.samples, hot.total
     );
     for f in hot.functions.iter().take(top) {
         let module = f

@@ -379,9 +379,10 @@ fn convert_splices_async_stacks_unless_told_not_to() {
         args.push(path);
         String::from_utf8(run(&args).stdout).unwrap()
     };
+    // One 1 ms sample: 1000 µs of CPU time.
     assert_eq!(
         folded(&[]),
-        "main;executor.block_on;async app::serve;async app::handle;app::handle.{{closure}};memcpy 1\n"
+        "main;executor.block_on;async app::serve;async app::handle;app::handle.{{closure}};memcpy 1000\n"
     );
     let native = folded(&["--no-async-stacks"]);
     assert!(!native.contains("async app::"), "{native}");

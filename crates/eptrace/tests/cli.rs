@@ -330,7 +330,15 @@ fn report_shows_the_hottest_functions_of_a_cpu_trace() {
     };
     let json = report_json(path.to_str().unwrap());
     let hot = &json["profile"];
-    assert_eq!(hot["kind"], "CPU samples");
+    // .NET's sampler measures thread time, and the report says so.
+    assert!(
+        hot["kind"]
+            .as_str()
+            .unwrap()
+            .starts_with(".NET thread time"),
+        "{hot}"
+    );
+    assert_eq!(hot["weight_unit"], "nanoseconds of thread time");
     let samples = hot["samples"].as_u64().unwrap();
     assert_eq!(
         Some(samples),
@@ -344,9 +352,14 @@ fn report_shows_the_hottest_functions_of_a_cpu_trace() {
         .iter()
         .map(|f| f["self_weight"].as_u64().unwrap())
         .sum();
-    assert_eq!(self_sum, samples);
+    assert_eq!(Some(self_sum), hot["total_weight"].as_u64());
+    // The thread's first sample to its last: 0.446 ms to 10,423.080 ms (`eptrace dump`).
+    assert_eq!(self_sum / 1_000_000, 10_422, "{self_sum} ns");
     let text = stdout(&run(&["report", path.to_str().unwrap()]));
-    assert!(text.contains("hottest functions (CPU samples"), "{text}");
+    assert!(
+        text.contains("7423 samples standing for 10.423 s of thread time"),
+        "{text}"
+    );
     assert!(
         text.contains("NoNativeStacks.Program.Main > NoNativeStacks.Program.Test"),
         "{text}"
@@ -384,18 +397,29 @@ fn convert_writes_every_format_next_to_the_trace() {
         assert!(file.is_file(), "{suffix} missing; stderr: {err}");
         assert!(err.contains(&file.display().to_string()), "{err}");
     }
-    // The folded stacks are exactly the trace's two distinct stacks and their counts.
+    // The folded stacks are exactly the trace's two distinct stacks, weighed in µs of
+    // thread time: together the thread's first sample to its last (0.446 ms to
+    // 10,423.080 ms, `eptrace dump`), not 7,423 × 1 ms.
     let folded = std::fs::read_to_string(dir.join("managed.folded")).unwrap();
-    let mut lines: Vec<&str> = folded.lines().collect();
+    let mut lines: Vec<(&str, u64)> = folded
+        .lines()
+        .map(|l| {
+            let (stack, us) = l.rsplit_once(' ').unwrap();
+            (stack, us.parse().unwrap())
+        })
+        .collect();
     lines.sort();
     let main =
         "NoNativeStacks.Program.Main;NoNativeStacks.Program.Test;NoNativeStacks.Program.InnerLoop";
+    let stacks: Vec<&str> = lines.iter().map(|l| l.0).collect();
     assert_eq!(
-        lines,
-        [
-            format!("{main} 2419"),
-            format!("{main};NoNativeStacks.Program.FindByte 5004")
-        ]
+        stacks,
+        [main, &format!("{main};NoNativeStacks.Program.FindByte")]
+    );
+    let total_us: u64 = lines.iter().map(|l| l.1).sum();
+    assert!(
+        (10_422_630..=10_422_640).contains(&total_us),
+        "{total_us} µs"
     );
     let speedscope: Value =
         serde_json::from_slice(&std::fs::read(dir.join("managed.speedscope.json")).unwrap())
@@ -433,5 +457,44 @@ fn convert_writes_every_format_next_to_the_trace() {
         path.to_str().unwrap(),
     ]);
     assert_eq!(two.status.code(), Some(2));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn converting_samples_the_trace_does_not_have_fails_and_writes_nothing() {
+    let Some(src) = trace(
+        "converting_samples_the_trace_does_not_have_fails_and_writes_nothing",
+        MANAGED_SAMPLES,
+    ) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("eptrace-convert-none-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("managed.nettrace");
+    std::fs::copy(&src, &path).unwrap();
+    let out = run(&[
+        "convert",
+        "--samples",
+        "alloc",
+        "--format",
+        "pprof,flamegraph,speedscope",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("nothing to convert") && err.contains("no allocation samples"),
+        "{err}"
+    );
+    // It says what the trace has instead, and how to ask for it.
+    assert!(
+        err.contains("7423 .NET thread-time samples (--samples thread-time)"),
+        "{err}"
+    );
+    let written: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(written, ["managed.nettrace"], "no file besides the trace");
     std::fs::remove_dir_all(&dir).ok();
 }

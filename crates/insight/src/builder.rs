@@ -19,8 +19,9 @@ use nettrace::{Event, TraceReader};
 
 use crate::async_stacks;
 use crate::async_trace::{AsyncFrameId, AsyncTrace, AsyncTraceBuilder, ContextId};
-use crate::profile::{Frame, FrameKind, Profile, Sample, SampleUnit};
+use crate::profile::{Frame, FrameKind, LinesId, Profile, Sample, SampleUnit, StackId};
 use crate::symbolize::{rundown_thread, Symbolizer};
+use crate::thread_time;
 
 /// .NET's sample profiler: one stack per managed thread per millisecond.
 pub const DOTNET_SAMPLE_PROFILER: &str = "Microsoft-DotNETCore-SampleProfiler";
@@ -34,12 +35,22 @@ pub const ALLOCATION_PROVIDER: &str = "EventPipeRs-Allocations";
 /// Which events a profile is made of.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum SampleSelection {
-    /// CPU samples if the trace has any, else allocation samples, else every event with a
-    /// stack.
+    /// CPU samples if the trace has any, else .NET thread time, else allocation samples,
+    /// else every event with a stack.
     #[default]
     Auto,
-    /// CPU samples only (.NET sample profiler, this project's sampler, `Universal.Events/cpu`).
+    /// CPU samples (this project's sampler, `Universal.Events/cpu`). A trace with only
+    /// .NET samples, which measure thread time and not CPU time, gives its thread time,
+    /// named so, with a note.
     Cpu,
+    /// .NET's sample profiler as thread time: every sample, running managed code or outside
+    /// it (waiting, or in native code), each weighing the time it stands for on its thread
+    /// (PerfView's "Thread Time" view); the samples outside managed code end in the frame
+    /// [`EXTERNAL_CODE_FRAME`].
+    ThreadTime,
+    /// .NET's sample profiler, only the samples taken while the thread ran managed code,
+    /// each weighing the time it stands for.
+    ManagedCode,
     /// Allocation samples only (`AllocationSample`), weighted by the bytes each stands for.
     Allocations,
     /// The live heap: the `LiveAllocation` events of the trace's last heap profile (highest
@@ -52,9 +63,45 @@ pub enum SampleSelection {
     Event(String),
 }
 
+impl SampleSelection {
+    /// What the selected samples are, in words: `CPU samples`, `allocation samples`.
+    pub fn describe(&self) -> String {
+        match self {
+            SampleSelection::Auto => "samples".into(),
+            SampleSelection::Cpu => "CPU samples".into(),
+            SampleSelection::ThreadTime => ".NET thread-time samples".into(),
+            SampleSelection::ManagedCode => ".NET samples in managed code".into(),
+            SampleSelection::Allocations => "allocation samples".into(),
+            SampleSelection::LiveHeap => "live-heap samples".into(),
+            SampleSelection::EventsWithStacks => "events with a stack".into(),
+            SampleSelection::Event(name) => format!("{name} events with a stack"),
+        }
+    }
+
+    /// The `--samples` word that selects this.
+    pub fn keyword(&self) -> String {
+        match self {
+            SampleSelection::Auto => "auto".into(),
+            SampleSelection::Cpu => "cpu".into(),
+            SampleSelection::ThreadTime => "thread-time".into(),
+            SampleSelection::ManagedCode => "managed".into(),
+            SampleSelection::Allocations => "alloc".into(),
+            SampleSelection::LiveHeap => "live-heap".into(),
+            SampleSelection::EventsWithStacks => "events".into(),
+            SampleSelection::Event(name) => name.clone(),
+        }
+    }
+}
+
+/// The leaf frame of a .NET sample taken while its thread was outside managed code:
+/// waiting, or running native code the runtime cannot see into.
+pub const EXTERNAL_CODE_FRAME: &str = "[outside managed code: waiting or native]";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Kind {
     Cpu,
+    /// .NET's sample profiler.
+    DotnetSamples,
     Allocations,
     LiveHeap,
     Events,
@@ -70,6 +117,8 @@ struct RawSample {
     stack: usize,
     /// A CPU sample's `AsyncContext` (0: none, or a trace that predates the field).
     async_ctx: u64,
+    /// A .NET sample taken outside managed code (`Type` External).
+    external: bool,
 }
 
 /// Builds a [`Profile`] from events fed one at a time.
@@ -80,9 +129,13 @@ pub struct ProfileBuilder {
     raw_stacks: HashMap<Vec<u64>, usize>,
     raw_stack_list: Vec<Vec<u64>>,
     samples: HashMap<Kind, Vec<RawSample>>,
+    /// Samples of each kind in the trace, wanted or not.
+    seen: HashMap<Kind, usize>,
     thread_names: HashMap<u64, String>,
     thread_pids: HashMap<u64, u64>,
     cpu_interval_ns: u64,
+    /// The trace's ticks per second (0 until an event is seen).
+    tick_frequency: i64,
     first_ms: Option<f64>,
     last_ms: f64,
     /// Allocation samples not (yet) ended by a `FreeSample`: address → index in
@@ -109,7 +162,14 @@ pub struct BuiltProfile {
     pub methods: usize,
     /// The async profiler's data, when the trace has any.
     pub async_trace: Option<AsyncTrace>,
+    /// Each selection that has samples in the trace, with how many: what to ask for
+    /// when the profile chosen is empty.
+    pub available: Vec<(SampleSelection, usize)>,
 }
+
+/// A distinct symbolized stack: the raw stack, the async callstack spliced in, and whether
+/// it ends outside managed code.
+type StackKey = (usize, Option<Vec<AsyncFrameId>>, bool);
 
 impl ProfileBuilder {
     /// A builder selecting samples by `selection`.
@@ -120,9 +180,11 @@ impl ProfileBuilder {
             raw_stacks: HashMap::new(),
             raw_stack_list: Vec::new(),
             samples: HashMap::new(),
+            seen: HashMap::new(),
             thread_names: HashMap::new(),
             thread_pids: HashMap::new(),
             cpu_interval_ns: 1_000_000,
+            tick_frequency: 0,
             first_ms: None,
             last_ms: 0.0,
             unfreed: HashMap::new(),
@@ -142,6 +204,15 @@ impl ProfileBuilder {
     /// Feeds one event.
     pub fn observe(&mut self, event: &Event<'_>) {
         let time_ms = event.timestamp_msec();
+        if self.first_ms.is_none() {
+            let trace = event.trace;
+            self.tick_frequency = trace.tick_frequency;
+            // The sampling interval the trace states (nanoseconds, in .NET's and
+            // one-collect's traces), else 1 ms.
+            if let Some(ns) = trace.expected_cpu_sampling_rate.filter(|&ns| ns > 0) {
+                self.cpu_interval_ns = ns;
+            }
+        }
         self.first_ms.get_or_insert(time_ms);
         self.last_ms = self.last_ms.max(time_ms);
         let tid = event.thread_id();
@@ -177,11 +248,20 @@ impl ProfileBuilder {
         let (kind, weight, alloc) = self.classify(event);
         let cpu = CpuFields::of(event);
         let weight = if kind == Kind::Cpu {
-            weight * cpu.periods
+            // Nanoseconds: the periods the capture stands for.
+            let period_ns = cpu.period_ns.unwrap_or(self.cpu_interval_ns);
+            if cpu.period_ns.is_some() {
+                self.cpu_interval_ns = period_ns;
+            }
+            period_ns.saturating_mul(cpu.periods)
         } else {
             weight
         };
-        if cpu.blocked || !self.wanted(kind, event) {
+        if cpu.blocked {
+            return;
+        }
+        *self.seen.entry(kind).or_insert(0) += 1;
+        if !self.wanted(kind, event) {
             return;
         }
         if kind == Kind::LiveHeap {
@@ -217,14 +297,18 @@ impl ProfileBuilder {
             weight,
             stack,
             async_ctx: cpu.async_context,
+            external: kind == Kind::DotnetSamples && dotnet_sample_is_external(event),
         });
     }
 
     fn classify(&self, event: &Event<'_>) -> (Kind, u64, AllocFields) {
         let md = event.metadata;
         let provider = md.provider.as_str();
-        if provider == DOTNET_SAMPLE_PROFILER
-            || provider == CPU_SAMPLER_PROVIDER
+        if provider == DOTNET_SAMPLE_PROFILER {
+            // Weighed in `finish`, from the time to the thread's next sample.
+            return (Kind::DotnetSamples, 0, AllocFields::default());
+        }
+        if provider == CPU_SAMPLER_PROVIDER
             || (provider == "Universal.Events" && md.event_name == "cpu")
         {
             return (Kind::Cpu, 1, AllocFields::default());
@@ -243,7 +327,10 @@ impl ProfileBuilder {
     fn wanted(&self, kind: Kind, event: &Event<'_>) -> bool {
         match &self.selection {
             SampleSelection::Auto => true,
-            SampleSelection::Cpu => kind == Kind::Cpu,
+            SampleSelection::Cpu => matches!(kind, Kind::Cpu | Kind::DotnetSamples),
+            SampleSelection::ThreadTime | SampleSelection::ManagedCode => {
+                kind == Kind::DotnetSamples
+            }
             SampleSelection::Allocations => kind == Kind::Allocations,
             // Allocation samples too, for a trace without a heap profile.
             SampleSelection::LiveHeap => matches!(kind, Kind::LiveHeap | Kind::Allocations),
@@ -257,44 +344,42 @@ impl ProfileBuilder {
         }
     }
 
-    /// Symbolizes and assembles the profile.
-    pub fn finish(mut self) -> BuiltProfile {
-        let (kind, unit, name) = match &self.selection {
-            SampleSelection::Auto => {
-                if self.samples.contains_key(&Kind::Cpu) {
-                    (
-                        Some(Kind::Cpu),
-                        SampleUnit::CpuSamples {
-                            interval_ns: self.cpu_interval_ns,
-                        },
-                        "CPU samples".to_owned(),
-                    )
-                } else if self.samples.contains_key(&Kind::Allocations) {
-                    (
-                        Some(Kind::Allocations),
-                        SampleUnit::Bytes,
-                        "Allocations".to_owned(),
-                    )
-                } else {
-                    (
-                        Some(Kind::Events),
-                        SampleUnit::Events,
-                        "Events with stacks".to_owned(),
-                    )
-                }
-            }
-            SampleSelection::Cpu => (
-                Some(Kind::Cpu),
-                SampleUnit::CpuSamples {
-                    interval_ns: self.cpu_interval_ns,
-                },
-                "CPU samples".to_owned(),
+    /// Which samples the selection takes, and what the profile is called and counts.
+    fn choose(&self) -> (Option<Kind>, SampleUnit, String) {
+        let has = |kind| self.samples.contains_key(&kind);
+        let cpu = (
+            Some(Kind::Cpu),
+            SampleUnit::CpuTime,
+            "CPU samples".to_owned(),
+        );
+        let thread_time = (
+            Some(Kind::DotnetSamples),
+            SampleUnit::ThreadTime,
+            ".NET thread time (managed code, and outside it: waiting or native)".to_owned(),
+        );
+        let allocations = (
+            Some(Kind::Allocations),
+            SampleUnit::Bytes,
+            "Allocations".to_owned(),
+        );
+        match &self.selection {
+            SampleSelection::Auto if has(Kind::Cpu) => cpu,
+            SampleSelection::Auto if has(Kind::DotnetSamples) => thread_time,
+            SampleSelection::Auto if has(Kind::Allocations) => allocations,
+            SampleSelection::Auto => (
+                Some(Kind::Events),
+                SampleUnit::Events,
+                "Events with stacks".to_owned(),
             ),
-            SampleSelection::Allocations => (
-                Some(Kind::Allocations),
-                SampleUnit::Bytes,
-                "Allocations".to_owned(),
+            SampleSelection::Cpu if !has(Kind::Cpu) && has(Kind::DotnetSamples) => thread_time,
+            SampleSelection::Cpu => cpu,
+            SampleSelection::ThreadTime => thread_time,
+            SampleSelection::ManagedCode => (
+                Some(Kind::DotnetSamples),
+                SampleUnit::ThreadTime,
+                ".NET thread time in managed code".to_owned(),
             ),
+            SampleSelection::Allocations => allocations,
             SampleSelection::LiveHeap => (
                 Some(Kind::LiveHeap),
                 SampleUnit::LiveBytes,
@@ -304,7 +389,37 @@ impl ProfileBuilder {
                 (None, SampleUnit::Events, "Events with stacks".to_owned())
             }
             SampleSelection::Event(name) => (None, SampleUnit::Events, format!("{name} stacks")),
-        };
+        }
+    }
+
+    /// The other selections that would give samples, and how many.
+    fn available(&self) -> Vec<(SampleSelection, usize)> {
+        let count = |kind| self.seen.get(&kind).copied().unwrap_or(0);
+        [
+            (SampleSelection::Cpu, count(Kind::Cpu)),
+            (SampleSelection::ThreadTime, count(Kind::DotnetSamples)),
+            (SampleSelection::Allocations, count(Kind::Allocations)),
+            (SampleSelection::LiveHeap, count(Kind::LiveHeap)),
+            (SampleSelection::EventsWithStacks, count(Kind::Events)),
+        ]
+        .into_iter()
+        .filter(|&(_, n)| n > 0)
+        .collect()
+    }
+
+    /// Symbolizes and assembles the profile.
+    pub fn finish(mut self) -> BuiltProfile {
+        let available = self.available();
+        let (kind, unit, name) = self.choose();
+        let mut notes = Vec::new();
+        if self.selection == SampleSelection::Cpu && kind == Some(Kind::DotnetSamples) {
+            notes.push(
+                ".NET's sample profiler records thread time, not CPU time: a sample stands for \
+                 the time to its thread's next one, running or waiting; this is that thread \
+                 time (--samples managed keeps only the time in managed code)"
+                    .to_owned(),
+            );
+        }
         let mut raw: Vec<RawSample> = match kind {
             Some(Kind::LiveHeap) if !self.samples.contains_key(&Kind::LiveHeap) => {
                 // No heap profile in the trace: the allocation samples never freed.
@@ -315,19 +430,37 @@ impl ProfileBuilder {
                     .filter_map(|i| allocations.get(i).copied())
                     .collect()
             }
+            Some(Kind::DotnetSamples) => {
+                let mut samples = self
+                    .samples
+                    .remove(&Kind::DotnetSamples)
+                    .unwrap_or_default();
+                let times: Vec<(u64, i64)> = samples.iter().map(|s| (s.thread, s.ticks)).collect();
+                let weights = thread_time::weights(&times, self.tick_frequency);
+                for (sample, weight) in samples.iter_mut().zip(weights) {
+                    sample.weight = weight;
+                }
+                if self.selection == SampleSelection::ManagedCode {
+                    samples.retain(|s| !s.external);
+                }
+                samples
+            }
             Some(kind) => self.samples.remove(&kind).unwrap_or_default(),
             None => self.samples.drain().flat_map(|(_, v)| v).collect(),
         };
         raw.sort_by(|a, b| a.time_ms.total_cmp(&b.time_ms));
         let trim = unit == SampleUnit::Events;
         let mut profile = Profile::new(name, unit);
+        if kind == Some(Kind::Cpu) {
+            profile.sampling_interval_ns = Some(self.cpu_interval_ns);
+        }
         profile.start_ms = self.first_ms.unwrap_or(0.0);
         profile.end_ms = self.last_ms;
         let async_trace = std::mem::take(&mut self.async_trace).finish();
         let splice_from = async_trace.as_ref().filter(|_| self.async_stacks);
         let mut unplaced = 0u64;
         // A native stack with (or without) an async callstack spliced in.
-        let mut stack_ids: HashMap<(usize, Option<Vec<AsyncFrameId>>), usize> = HashMap::new();
+        let mut stack_ids: HashMap<StackKey, (StackId, Option<LinesId>)> = HashMap::new();
         for sample in raw {
             let async_frames = match splice_from {
                 Some(t) if sample.async_ctx != 0 => {
@@ -338,22 +471,26 @@ impl ProfileBuilder {
                 }
                 _ => None,
             };
-            let key = (sample.stack, async_frames);
-            let stack = match stack_ids.get(&key) {
-                Some(&id) => id,
+            let key = (sample.stack, async_frames, sample.external);
+            let (stack, lines) = match stack_ids.get(&key) {
+                Some(&ids) => ids,
                 None => {
                     let mut frames = self.symbolize_stack(sample.stack, trim);
+                    if sample.external {
+                        frames.push(Frame::named(EXTERNAL_CODE_FRAME, FrameKind::ThreadState));
+                    }
                     if let (Some(t), Some(ids)) = (splice_from, &key.1) {
                         let spliced = ids.iter().map(|&id| async_stacks::async_frame(t, id));
                         frames = async_stacks::splice(frames, spliced.collect());
                     }
+                    let lines: Vec<u32> = frames.iter().map(|f| f.line.unwrap_or(0)).collect();
                     let frame_ids: Vec<usize> = frames
                         .into_iter()
                         .map(|f| profile.intern_frame(f))
                         .collect();
-                    let id = profile.intern_stack(frame_ids);
-                    stack_ids.insert(key, id);
-                    id
+                    let ids = (profile.intern_stack(frame_ids), profile.intern_lines(lines));
+                    stack_ids.insert(key, ids);
+                    ids
                 }
             };
             let thread = profile.intern_thread(
@@ -366,11 +503,12 @@ impl ProfileBuilder {
                 time_ms: sample.time_ms - profile.start_ms,
                 weight: sample.weight,
                 stack,
+                lines,
             });
         }
         profile.end_ms -= profile.start_ms;
         profile.start_ms = 0.0;
-        let mut notes = self.symbolizer.notes().to_vec();
+        notes.extend(self.symbolizer.notes().iter().cloned());
         if unplaced > 0 {
             notes.push(format!(
                 "{unplaced} CPU samples name an async context none of whose polls the async \
@@ -379,6 +517,7 @@ impl ProfileBuilder {
         }
         BuiltProfile {
             notes,
+            available,
             modules: self.symbolizer.modules().len(),
             methods: self.symbolizer.method_count(),
             async_trace,
@@ -411,6 +550,18 @@ impl ProfileBuilder {
         }
         leaf_first
     }
+}
+
+/// Whether a .NET sample-profiler event says its thread was outside managed code (`Type`
+/// 1, External; 2 is Managed).
+fn dotnet_sample_is_external(event: &Event<'_>) -> bool {
+    const EXTERNAL: u64 = 1;
+    event
+        .decode_payload()
+        .ok()
+        .and_then(|fields| fields.into_iter().find(|(name, _)| *name == "Type"))
+        .and_then(|(_, value)| value.as_u64())
+        == Some(EXTERNAL)
 }
 
 /// The fields of an allocation-provider event the builder uses, decoded once.
@@ -448,6 +599,9 @@ struct CpuFields {
     /// Sampling periods the sample stands for (`Periods`; absent before the field, when
     /// every event stood for one, and 1 for other providers' samples).
     periods: u64,
+    /// The length of one period in nanoseconds (`PeriodNs`; absent before the field, when
+    /// the trace's stated interval or 1 ms applies).
+    period_ns: Option<u64>,
 }
 
 impl Default for CpuFields {
@@ -456,6 +610,7 @@ impl Default for CpuFields {
             blocked: false,
             async_context: 0,
             periods: 1,
+            period_ns: None,
         }
     }
 }
@@ -473,6 +628,7 @@ impl CpuFields {
                 "AsyncContext" => out.async_context = value.as_u64().unwrap_or(0),
                 // A sample of no period would weigh nothing: read it as one.
                 "Periods" => out.periods = value.as_u64().unwrap_or(1).max(1),
+                "PeriodNs" => out.period_ns = value.as_u64().filter(|&ns| ns > 0),
                 _ => {}
             }
         }
@@ -635,6 +791,22 @@ mod tests {
             field("Periods", FieldKind::U32),
         ],
     );
+    /// The sampler's event with the length of its period (`PeriodNs`).
+    static CPU_SAMPLE_WITH_PERIOD: EventDescriptor = EventDescriptor::new(
+        &CPU,
+        3,
+        0,
+        "Sample",
+        Level::Informational,
+        0,
+        0,
+        &[
+            field("State", FieldKind::U32),
+            field("AsyncContext", FieldKind::U64),
+            field("Periods", FieldKind::U32),
+            field("PeriodNs", FieldKind::U32),
+        ],
+    );
     /// The sampler's event as it was before `Periods`: one event per period.
     static CPU_SAMPLE_WITHOUT_PERIODS: EventDescriptor = EventDescriptor::new(
         &CPU,
@@ -679,6 +851,13 @@ mod tests {
             p.put(&RUNNING);
             p.put(&0u64);
         });
+        // Two periods of 4 ms (a 250 Hz session).
+        CPU_SAMPLE_WITH_PERIOD.write_about_thread(5, &[0x1000, 0x5000], |p| {
+            p.put(&RUNNING);
+            p.put(&0u64);
+            p.put(&2u32);
+            p.put(&4_000_000u32);
+        });
         session.stop().unwrap();
         let bytes = std::fs::read(&path).unwrap();
         std::fs::remove_file(&path).ok();
@@ -686,10 +865,17 @@ mod tests {
         let p = build_profile(&mut reader, SampleSelection::Cpu)
             .unwrap()
             .profile;
+        // Nanoseconds of CPU time: periods × the period, 1 ms where the event does not say.
         let mut weights: Vec<u64> = p.samples.iter().map(|s| s.weight).collect();
         weights.sort_unstable();
-        assert_eq!(weights, [1, 1, 3], "{:?}", p.samples);
-        assert_eq!(total(&p), 5);
+        assert_eq!(
+            weights,
+            [1_000_000, 1_000_000, 3_000_000, 8_000_000],
+            "{:?}",
+            p.samples
+        );
+        assert_eq!(p.unit, SampleUnit::CpuTime);
+        assert_eq!(total(&p), 13_000_000);
     }
 
     #[test]

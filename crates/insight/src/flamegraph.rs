@@ -7,9 +7,11 @@
 //! breaks and other control characters become spaces, and an empty name reads `[unknown]`;
 //! a sample without frames is drawn as the single frame `[no frames]`.
 //!
-//! The SVG is drawn by the `inferno` crate from those lines; weights are sample counts for
-//! CPU profiles (the title says the interval), bytes for allocation profiles and events
-//! otherwise.
+//! Weights are the profile's: microseconds for time profiles (CPU time, .NET thread time;
+//! each line's nanoseconds rounded, at least 1), bytes for allocation profiles, events
+//! otherwise. The SVG is drawn by the `inferno` crate from those lines; its title names what
+//! the widths measure and how many samples (captures) the profile has, which differs from
+//! the weight whenever a sample stands for more than one unit.
 
 use std::collections::BTreeMap;
 use std::io::{BufWriter, Write};
@@ -76,6 +78,11 @@ pub fn collapsed_stacks(profile: &Profile, grouping: Grouping) -> Result<Vec<(St
     }
     let mut lines: BTreeMap<String, u64> = BTreeMap::new();
     for ((thread, stack), weight) in per_stack {
+        let weight = if profile.unit.is_time() {
+            weight.saturating_add(500).div_euclid(1000).max(1)
+        } else {
+            weight
+        };
         let mut line = String::new();
         if grouping == Grouping::ByThread {
             line.push_str(&threads[thread]);
@@ -112,27 +119,35 @@ pub fn write_collapsed(profile: &Profile, grouping: Grouping, w: impl Write) -> 
     Ok(())
 }
 
-/// The flame graph's title: the profile's name and what the widths count.
+/// The flame graph's title: the profile's name, what the widths measure, and the number
+/// of samples: `CPU samples: CPU time in µs, 1,470 samples`.
 pub fn flamegraph_title(profile: &Profile) -> String {
-    let unit = match profile.unit {
-        SampleUnit::CpuSamples { interval_ns } => {
-            format!("CPU samples, {} each", format_interval(interval_ns))
+    let measure = match profile.unit {
+        SampleUnit::CpuTime | SampleUnit::ThreadTime => {
+            format!("{} in µs", profile.unit.describe())
         }
-        SampleUnit::Bytes => "bytes allocated".to_owned(),
-        SampleUnit::LiveBytes => "bytes still allocated".to_owned(),
-        SampleUnit::Events => "events".to_owned(),
+        unit => unit.describe().to_owned(),
     };
-    format!("{} ({unit})", profile.name)
+    let n = profile.samples.len();
+    format!(
+        "{}: {measure}, {} sample{}",
+        profile.name,
+        thousands(n as u64),
+        if n == 1 { "" } else { "s" }
+    )
 }
 
-fn format_interval(ns: u64) -> String {
-    if ns % 1_000_000 == 0 {
-        format!("{} ms", ns / 1_000_000)
-    } else if ns % 1_000 == 0 {
-        format!("{} µs", ns / 1_000)
-    } else {
-        format!("{ns} ns")
+/// `1234567` as `1,234,567`.
+pub(crate) fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
     }
+    out
 }
 
 /// Writes an SVG flame graph of `profile` (interactive: click to zoom, search).
@@ -153,7 +168,7 @@ pub fn write_flamegraph(profile: &Profile, grouping: Grouping, w: impl Write) ->
     let mut options = inferno::flamegraph::Options::default();
     options.title = flamegraph_title(profile);
     options.count_name = match profile.unit {
-        SampleUnit::CpuSamples { .. } => "samples",
+        SampleUnit::CpuTime | SampleUnit::ThreadTime => "µs",
         SampleUnit::Bytes | SampleUnit::LiveBytes => "bytes",
         SampleUnit::Events => "events",
     }

@@ -34,13 +34,18 @@ pub mod pprof;
 pub mod profile;
 pub mod speedscope;
 pub mod symbolize;
+pub mod thread_time;
 
 pub use async_trace::{read_async_trace, AsyncTrace, AsyncTraceBuilder};
-pub use builder::{build_profile, BuiltProfile, ProfileBuilder, SampleSelection};
+pub use builder::{
+    build_profile, BuiltProfile, ProfileBuilder, SampleSelection, EXTERNAL_CODE_FRAME,
+};
 pub use chrome::{write_chrome_trace, ChromeSummary};
 pub use error::{Error, Result};
 pub use flamegraph::{collapsed_stacks, write_collapsed, write_flamegraph, Grouping};
 pub use pprof::{build_pprof, write_pprof, write_pprof_with, PprofOptions};
-pub use profile::{Frame, FrameId, FrameKind, Profile, Sample, SampleUnit, StackId, Thread};
+pub use profile::{
+    Frame, FrameId, FrameKind, LinesId, Profile, Sample, SampleUnit, StackId, Thread,
+};
 pub use speedscope::write_speedscope;
 pub use symbolize::{Module, Symbolizer};

@@ -5,17 +5,20 @@
 //! field, with the same numbers, so no code generator is needed. The mapping from a
 //! [`Profile`]:
 //!
-//! * one `Location` per frame (id = frame id + 1, address 0: the profile is already
-//!   symbolized), each with one `Line`; one `Function` per distinct (function, source file);
-//!   one `Mapping` per distinct module, marked as having functions so pprof does not try to
-//!   symbolize it again;
-//! * one `Sample` per distinct (thread, stack), its values summed over the profile's
-//!   samples, its location ids leaf first (pprof's order, the reverse of [`Profile::stacks`]),
-//!   labelled `thread` (the thread's label) and `thread_id` (numeric);
-//! * sample types by [`SampleUnit`]: CPU `samples/count` and `cpu/nanoseconds` (weight ×
-//!   interval, with `period_type` cpu/nanoseconds and `period` the interval), bytes
-//!   `samples/count` (one per sample) and `alloc_space/bytes` (the weights), the live heap
-//!   `samples/count` and `inuse_space/bytes`, events `events/count`. The profile has no
+//! * one `Function` per frame (a frame is a function with its file, id = frame id + 1);
+//!   one `Location` per (frame, source line) the samples were at (address 0: the profile
+//!   is already symbolized), each with one `Line`, so `go tool pprof -lines` splits a
+//!   function by line and every other view sums it; one `Mapping` per distinct module,
+//!   marked as having functions so pprof does not try to symbolize it again;
+//! * one `Sample` per distinct (thread, stack, lines), its values summed over the
+//!   profile's samples, its location ids leaf first (pprof's order, the reverse of
+//!   [`Profile::stacks`]), labelled `thread` (the thread's label) and `thread_id` (numeric);
+//! * sample types by [`SampleUnit`], the first always the number of captures: CPU time
+//!   `samples/count` and `cpu/nanoseconds`; thread time (.NET) `samples/count` and
+//!   `thread_time/nanoseconds` (not `cpu`: a thread-time sample may stand for waiting); with
+//!   a fixed sampling interval, `period_type` names the time type and `period` the
+//!   interval; bytes `samples/count` and `alloc_space/bytes`, the live heap `samples/count`
+//!   and `inuse_space/bytes`; events `events/count`. The profile has no
 //!   object counts, so no `alloc_objects` or `inuse_objects` is claimed.
 
 use std::collections::HashMap;
@@ -26,7 +29,10 @@ use flate2::Compression;
 use prost::Message;
 
 use crate::error::{Error, Result};
-use crate::profile::{Profile, SampleUnit};
+use crate::profile::{FrameId, LinesId, Profile, SampleUnit};
+
+/// What pprof samples are summed by: thread, stack and its lines.
+type SampleKey = (usize, usize, Option<LinesId>);
 
 /// The messages of pprof's `profile.proto`, with its field numbers.
 ///
@@ -258,7 +264,12 @@ fn to_i64(what: &'static str, value: u128) -> Result<i64> {
 /// The (type, unit) of each sample value, and the default type, for `unit`.
 fn sample_types(unit: SampleUnit) -> (&'static [(&'static str, &'static str)], &'static str) {
     match unit {
-        SampleUnit::CpuSamples { .. } => (&[("samples", "count"), ("cpu", "nanoseconds")], "cpu"),
+        SampleUnit::CpuTime => (&[("samples", "count"), ("cpu", "nanoseconds")], "cpu"),
+        // Not `cpu`: a thread-time sample may stand for time spent waiting.
+        SampleUnit::ThreadTime => (
+            &[("samples", "count"), ("thread_time", "nanoseconds")],
+            "thread_time",
+        ),
         SampleUnit::Bytes => (
             &[("samples", "count"), ("alloc_space", "bytes")],
             "alloc_space",
@@ -288,15 +299,15 @@ pub fn build_pprof(profile: &Profile, options: &PprofOptions) -> Result<proto::P
         .map(|(ty, unit)| strings.value_type(ty, unit))
         .collect();
     out.default_sample_type = strings.intern(default_type);
-    if let SampleUnit::CpuSamples { interval_ns } = profile.unit {
-        out.period_type = Some(strings.value_type("cpu", "nanoseconds"));
+    if let (true, Some(interval_ns)) = (profile.unit.is_time(), profile.sampling_interval_ns) {
+        out.period_type = Some(strings.value_type(types[1].0, "nanoseconds"));
         out.period = to_i64("sampling interval (ns)", u128::from(interval_ns))?;
     }
 
-    // Mappings (per module), functions (per name and file), locations (per frame).
+    // Mappings (per module) and functions (per frame: a frame is a function).
     let mut mapping_ids: HashMap<&str, u64> = HashMap::new();
-    let mut function_ids: HashMap<(&str, Option<&str>), u64> = HashMap::new();
-    for (frame_id, frame) in profile.frames.iter().enumerate() {
+    let mut frame_mapping: Vec<u64> = Vec::with_capacity(profile.frames.len());
+    for frame in &profile.frames {
         let mapping_id = match frame.module.as_deref() {
             None => 0,
             Some(module) => match mapping_ids.get(module) {
@@ -317,42 +328,23 @@ pub fn build_pprof(profile: &Profile, options: &PprofOptions) -> Result<proto::P
         if mapping_id != 0 {
             let m = &mut out.mapping[mapping_id as usize - 1];
             m.has_filenames |= frame.file.is_some();
-            m.has_line_numbers |= frame.line.is_some();
         }
-        let key = (frame.function.as_str(), frame.file.as_deref());
-        let function_id = match function_ids.get(&key) {
-            Some(&id) => id,
-            None => {
-                let id = out.function.len() as u64 + 1;
-                let name = strings.intern(&frame.function);
-                out.function.push(proto::Function {
-                    id,
-                    name,
-                    system_name: name,
-                    filename: frame.file.as_deref().map_or(0, |f| strings.intern(f)),
-                    start_line: 0,
-                });
-                function_ids.insert(key, id);
-                id
-            }
-        };
-        out.location.push(proto::Location {
-            id: frame_id as u64 + 1,
-            mapping_id,
-            address: 0,
-            line: vec![proto::Line {
-                function_id,
-                line: frame.line.map_or(0, i64::from),
-            }],
-            is_folded: false,
+        frame_mapping.push(mapping_id);
+        let name = strings.intern(&frame.function);
+        out.function.push(proto::Function {
+            id: out.function.len() as u64 + 1,
+            name,
+            system_name: name,
+            filename: frame.file.as_deref().map_or(0, |f| strings.intern(f)),
+            start_line: 0,
         });
     }
 
-    // Samples: summed per (thread, stack), in order of first appearance.
-    let mut totals: Vec<((usize, usize), u128, u128)> = Vec::new();
-    let mut slot: HashMap<(usize, usize), usize> = HashMap::new();
+    // Samples: summed per (thread, stack, lines), in order of first appearance.
+    let mut totals: Vec<(SampleKey, u128, u128)> = Vec::new();
+    let mut slot: HashMap<SampleKey, usize> = HashMap::new();
     for s in &profile.samples {
-        let key = (s.thread, s.stack);
+        let key = (s.thread, s.stack, s.lines);
         let i = *slot.entry(key).or_insert_with(|| {
             totals.push((key, 0, 0));
             totals.len() - 1
@@ -367,15 +359,13 @@ pub fn build_pprof(profile: &Profile, options: &PprofOptions) -> Result<proto::P
         .iter()
         .map(|t| strings.intern(&t.label()))
         .collect();
-    for ((thread, stack), count, weight) in totals {
+    // Locations: one per (frame, line), where pprof keeps lines (`go tool pprof -lines`).
+    let mut location_ids: HashMap<(FrameId, u32), u64> = HashMap::new();
+    for ((thread, stack, lines), count, weight) in totals {
         let value = match profile.unit {
-            SampleUnit::CpuSamples { interval_ns } => vec![
-                to_i64("sample weight", weight)?,
-                to_i64(
-                    "CPU time (ns)",
-                    weight.saturating_mul(u128::from(interval_ns)),
-                )?,
-            ],
+            SampleUnit::CpuTime | SampleUnit::ThreadTime => {
+                vec![to_i64("sample count", count)?, to_i64("time (ns)", weight)?]
+            }
             SampleUnit::Bytes | SampleUnit::LiveBytes => {
                 vec![to_i64("sample count", count)?, to_i64("bytes", weight)?]
             }
@@ -393,12 +383,33 @@ pub fn build_pprof(profile: &Profile, options: &PprofOptions) -> Result<proto::P
                 ..Default::default()
             });
         }
+        let frames = &profile.stacks[stack];
+        let line_of = |i: usize| lines.map_or(0, |l| profile.lines[l][i]);
+        let mut location_id = Vec::with_capacity(frames.len());
+        for (i, &frame) in frames.iter().enumerate().rev() {
+            let line = line_of(i);
+            let id = *location_ids.entry((frame, line)).or_insert_with(|| {
+                let id = out.location.len() as u64 + 1;
+                let mapping_id = frame_mapping[frame];
+                if mapping_id != 0 && line != 0 {
+                    out.mapping[mapping_id as usize - 1].has_line_numbers = true;
+                }
+                out.location.push(proto::Location {
+                    id,
+                    mapping_id,
+                    address: 0,
+                    line: vec![proto::Line {
+                        function_id: frame as u64 + 1,
+                        line: i64::from(line),
+                    }],
+                    is_folded: false,
+                });
+                id
+            });
+            location_id.push(id);
+        }
         out.sample.push(proto::Sample {
-            location_id: profile.stacks[stack]
-                .iter()
-                .rev()
-                .map(|&f| f as u64 + 1)
-                .collect(),
+            location_id,
             value,
             label,
         });

@@ -10,15 +10,25 @@ use std::collections::HashMap;
 pub type FrameId = usize;
 /// Index into [`Profile::stacks`].
 pub type StackId = usize;
+/// Index into [`Profile::lines`].
+pub type LinesId = usize;
 
 /// What a sample's weight counts.
+///
+/// A sample is one capture of a stack; its weight is what that capture stands for. The two
+/// are different numbers: a CPU capture that stands for three sampling periods is one
+/// sample weighing 3 ms, and a .NET sample taken 4 ms after the thread's previous one weighs
+/// 4 ms. Every view names both apart: "samples" counts captures, the unit names the weight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SampleUnit {
-    /// CPU samples: each weighs one sampling interval of `interval_ns` nanoseconds.
-    CpuSamples {
-        /// Nanoseconds between two samples of one thread (1 ms at 1 kHz).
-        interval_ns: u64,
-    },
+    /// Nanoseconds the thread spent running on a CPU (this project's CPU sampler, one
+    /// weighing its periods × the sampling interval; one-collect's `cpu` samples, one
+    /// interval each).
+    CpuTime,
+    /// Nanoseconds of thread time: the time each sample stands for on its thread, whether
+    /// the thread was running or waiting (.NET's sample profiler, weighed as TraceEvent's
+    /// thread-time computer does: see [`crate::thread_time`]).
+    ThreadTime,
     /// Allocation samples whose weight is an estimate of bytes allocated.
     Bytes,
     /// Live-heap samples whose weight is an estimate of bytes still allocated (pprof's
@@ -26,6 +36,24 @@ pub enum SampleUnit {
     LiveBytes,
     /// Events that carried a stack; each weighs one.
     Events,
+}
+
+impl SampleUnit {
+    /// Whether weights are nanoseconds.
+    pub fn is_time(self) -> bool {
+        matches!(self, SampleUnit::CpuTime | SampleUnit::ThreadTime)
+    }
+
+    /// What the weight measures, in words: `CPU time`, `thread time`, `bytes allocated`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            SampleUnit::CpuTime => "CPU time",
+            SampleUnit::ThreadTime => "thread time",
+            SampleUnit::Bytes => "bytes allocated",
+            SampleUnit::LiveBytes => "bytes still allocated",
+            SampleUnit::Events => "events",
+        }
+    }
 }
 
 /// Where a frame's code comes from, and how well it was resolved.
@@ -43,9 +71,13 @@ pub enum FrameKind {
     /// An instrumented future's poll, from the async profiler's poll stack: `function`
     /// reads `async PATH` (see [`crate::async_trace`]).
     Async,
+    /// Not code: what the thread was doing, at a stack's leaf (a .NET sample taken outside
+    /// managed code ends in [`crate::EXTERNAL_CODE_FRAME`]).
+    ThreadState,
 }
 
-/// One symbolized code location.
+/// One function: what a stack frame is in every view. Samples at different lines of one
+/// function are the same frame; their lines are kept beside the stack ([`Sample::lines`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Frame {
     /// The function, demangled (`alloc::vec::Vec<T>::push`, `System.String.Concat(...)`),
@@ -55,7 +87,9 @@ pub struct Frame {
     pub module: Option<String>,
     /// The source file, when debug info has it.
     pub file: Option<String>,
-    /// The source line, when debug info has it.
+    /// A source line: as the symbolizer resolved one address, or, in a [`Profile`], the
+    /// lowest line any sample was at (the nearest to the function's start), for formats
+    /// that keep one line per function.
     pub line: Option<u32>,
     /// How the frame was resolved.
     pub kind: FrameKind,
@@ -106,6 +140,9 @@ pub struct Sample {
     pub weight: u64,
     /// Index into [`Profile::stacks`].
     pub stack: StackId,
+    /// Index into [`Profile::lines`]: the source line of each of the stack's frames; `None`
+    /// when no frame has one.
+    pub lines: Option<LinesId>,
 }
 
 /// A symbolized profile: frames, stacks, threads, samples.
@@ -124,6 +161,9 @@ pub struct Profile {
     pub frames: Vec<Frame>,
     /// Distinct stacks, each root (outermost caller) first.
     pub stacks: Vec<Vec<FrameId>>,
+    /// Distinct line tables: for a sample's stack, each frame's source line (0: unknown),
+    /// root first like the stack.
+    pub lines: Vec<Vec<u32>>,
     /// Threads that have samples.
     pub threads: Vec<Thread>,
     /// Samples in time order.
@@ -132,8 +172,13 @@ pub struct Profile {
     pub start_ms: f64,
     /// Milliseconds since the trace's start of its last event.
     pub end_ms: f64,
-    frame_index: HashMap<Frame, FrameId>,
+    /// Nanoseconds between two samples of a thread, when the sampler had a fixed interval
+    /// (pprof's `period`).
+    pub sampling_interval_ns: Option<u64>,
+    /// Frames by their function: (function, module, file, kind).
+    frame_index: HashMap<(String, Option<String>, Option<String>, FrameKind), FrameId>,
     stack_index: HashMap<Vec<FrameId>, StackId>,
+    lines_index: HashMap<Vec<u32>, LinesId>,
     thread_index: HashMap<u64, usize>,
 }
 
@@ -145,25 +190,55 @@ impl Profile {
             unit,
             frames: Vec::new(),
             stacks: Vec::new(),
+            lines: Vec::new(),
             threads: Vec::new(),
             samples: Vec::new(),
             start_ms: 0.0,
             end_ms: 0.0,
+            sampling_interval_ns: None,
             frame_index: HashMap::new(),
             stack_index: HashMap::new(),
+            lines_index: HashMap::new(),
             thread_index: HashMap::new(),
         }
     }
 
-    /// The id of `frame`, adding it if new.
+    /// The id of `frame`'s function, adding it if new. Frames that differ only in their
+    /// line are one function: it keeps the lowest line.
     pub fn intern_frame(&mut self, frame: Frame) -> FrameId {
-        if let Some(&id) = self.frame_index.get(&frame) {
+        let key = (
+            frame.function.clone(),
+            frame.module.clone(),
+            frame.file.clone(),
+            frame.kind,
+        );
+        if let Some(&id) = self.frame_index.get(&key) {
+            let known = &mut self.frames[id].line;
+            *known = match (*known, frame.line) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             return id;
         }
         let id = self.frames.len();
-        self.frames.push(frame.clone());
-        self.frame_index.insert(frame, id);
+        self.frames.push(frame);
+        self.frame_index.insert(key, id);
         id
+    }
+
+    /// The id of a stack's line table (each frame's line, 0: unknown, root first), adding it
+    /// if new; `None` when no frame has a line.
+    pub fn intern_lines(&mut self, lines: Vec<u32>) -> Option<LinesId> {
+        if lines.iter().all(|&l| l == 0) {
+            return None;
+        }
+        if let Some(&id) = self.lines_index.get(&lines) {
+            return Some(id);
+        }
+        let id = self.lines.len();
+        self.lines.push(lines.clone());
+        self.lines_index.insert(lines, id);
+        Some(id)
     }
 
     /// The id of the root-first stack `frames`, adding it if new.
@@ -217,15 +292,51 @@ impl Profile {
     /// Appends a sample.
     ///
     /// # Panics
-    /// If `thread` or `stack` is out of range (a bug in the caller, not bad input).
+    /// If `thread`, `stack` or `lines` is out of range, or the line table's length is not
+    /// the stack's (a bug in the caller, not bad input).
     pub fn push_sample(&mut self, sample: Sample) {
         assert!(sample.thread < self.threads.len() && sample.stack < self.stacks.len());
+        assert!(sample.lines.is_none_or(
+            |l| self.lines.get(l).map(Vec::len) == Some(self.stacks[sample.stack].len())
+        ));
         self.samples.push(sample);
     }
 
     /// The total weight of all samples.
     pub fn total_weight(&self) -> u64 {
-        self.samples.iter().map(|s| s.weight).sum()
+        self.samples
+            .iter()
+            .map(|s| s.weight)
+            .fold(0, u64::saturating_add)
+    }
+
+    /// `weight` in words, in the profile's unit: `5.790 s of CPU time`, `12.5 MiB
+    /// allocated`, `42 events`.
+    pub fn weight_text(&self, weight: u64) -> String {
+        let w = weight as f64;
+        match self.unit {
+            SampleUnit::CpuTime | SampleUnit::ThreadTime => {
+                let time = if w >= 1e9 {
+                    format!("{:.3} s", w / 1e9)
+                } else {
+                    format!("{:.3} ms", w / 1e6)
+                };
+                format!("{time} of {}", self.unit.describe())
+            }
+            SampleUnit::Bytes | SampleUnit::LiveBytes => {
+                let still = if self.unit == SampleUnit::LiveBytes {
+                    "still allocated"
+                } else {
+                    "allocated"
+                };
+                if w >= (1u64 << 20) as f64 {
+                    format!("{:.1} MiB {still}", w / (1u64 << 20) as f64)
+                } else {
+                    format!("{weight} bytes {still}")
+                }
+            }
+            SampleUnit::Events => format!("{weight} events"),
+        }
     }
 
     /// Total weight per distinct root-first stack, heaviest first: the collapsed-stack view
@@ -300,6 +411,24 @@ impl Profile {
                     self.stacks.len()
                 ));
             }
+            if let Some(l) = s.lines {
+                let frames = self.stacks[s.stack].len();
+                match self.lines.get(l) {
+                    None => {
+                        return Err(format!(
+                            "sample {i} names line table {l}, but there are {}",
+                            self.lines.len()
+                        ))
+                    }
+                    Some(table) if table.len() != frames => {
+                        return Err(format!(
+                            "sample {i}'s line table {l} has {} lines for {frames} frames",
+                            table.len()
+                        ))
+                    }
+                    Some(_) => {}
+                }
+            }
         }
         Ok(())
     }
@@ -323,6 +452,7 @@ mod tests {
                 time_ms: i as f64,
                 weight: 1,
                 stack,
+                lines: None,
             });
         }
         p
@@ -357,8 +487,28 @@ mod tests {
             time_ms: 0.0,
             weight: 5,
             stack: s,
+            lines: None,
         });
         assert_eq!(p.weight_by_function(), vec![(f, 5, 5)]);
+    }
+
+    #[test]
+    fn a_function_sampled_at_several_lines_is_one_frame_keeping_its_lowest_line() {
+        let mut p = Profile::new("lines", SampleUnit::Events);
+        let at = |line| Frame {
+            line: Some(line),
+            file: Some("list.rs".into()),
+            ..Frame::named("insert_tail", FrameKind::Native)
+        };
+        let a = p.intern_frame(at(40));
+        let b = p.intern_frame(at(37));
+        let c = p.intern_frame(Frame::named("insert_tail", FrameKind::Native));
+        assert_eq!(a, b);
+        assert_ne!(a, c, "another file is another function");
+        assert_eq!(p.frames[a].line, Some(37));
+        assert_eq!(p.intern_lines(vec![0, 0]), None);
+        assert_eq!(p.intern_lines(vec![40, 0]), Some(0));
+        assert_eq!(p.intern_lines(vec![40, 0]), Some(0));
     }
 
     #[test]

@@ -1,19 +1,21 @@
 //! speedscope's JSON file format (<https://www.speedscope.app/file-format-schema.json>).
 //!
-//! The file holds every frame of the profile once, in `shared.frames` (index = [`FrameId`]),
-//! and one `sampled` profile per thread that has samples, in the order of
-//! [`Profile::threads`]. A sampled profile lists each sample's stack as frame indices, root
-//! first, and its weight beside it:
+//! The file holds every frame of the profile once, in `shared.frames` (index = [`FrameId`]:
+//! a function, with its file and the lowest line sampled in it), and one `sampled` profile
+//! per thread that has samples, in the order of [`Profile::threads`]. A sampled profile
+//! lists each sample's stack as frame indices, root first, and its weight beside it, exact:
 //!
 //! | [`SampleUnit`] | `unit` | weight of a sample |
 //! |---|---|---|
-//! | `CpuSamples { interval_ns }` | `milliseconds` | weight × interval, in ms |
-//! | `Bytes` | `bytes` | weight |
+//! | `CpuTime`, `ThreadTime` | `nanoseconds` | the time it stands for |
+//! | `Bytes`, `LiveBytes` | `bytes` | its bytes |
 //! | `Events` | `none` | weight |
 //!
-//! `startValue` is 0 and `endValue` the thread's total weight in the same unit, as
-//! speedscope's own exporter writes them; the file opens on the heaviest thread
-//! (`activeProfileIndex`).
+//! The file's `name` is the profile's with what the weights measure (`CPU samples (CPU
+//! time)`), and each thread's profile is named `thread label: what the weights measure`, so
+//! the view never calls thread time CPU time. `startValue` is 0 and `endValue` the thread's
+//! total weight in the same unit, as speedscope's own exporter writes them; the file opens
+//! on the heaviest thread (`activeProfileIndex`).
 //!
 //! [`FrameId`]: crate::FrameId
 
@@ -36,7 +38,7 @@ struct File<'a> {
     schema: &'static str,
     shared: Shared<'a>,
     profiles: Vec<Sampled<'a>>,
-    name: &'a str,
+    name: String,
     #[serde(rename = "activeProfileIndex", skip_serializing_if = "Option::is_none")]
     active_profile_index: Option<usize>,
     exporter: &'static str,
@@ -63,59 +65,25 @@ struct Sampled<'a> {
     name: String,
     unit: &'static str,
     #[serde(rename = "startValue")]
-    start_value: Weight,
+    start_value: u64,
     #[serde(rename = "endValue")]
-    end_value: Weight,
+    end_value: u64,
     samples: Vec<&'a [FrameId]>,
-    weights: Vec<Weight>,
+    weights: Vec<u64>,
 }
 
-/// A weight: an exact integer where the unit allows, milliseconds otherwise.
-#[derive(Serialize, Clone, Copy)]
-#[serde(untagged)]
-enum Weight {
-    Count(u64),
-    Millis(f64),
-}
-
-/// How one sample's weight is written, and the unit's name.
-#[derive(Clone, Copy)]
-struct Scale {
-    unit: &'static str,
-    /// CPU: nanoseconds per unit of weight.
-    interval_ns: Option<u64>,
-}
-
-impl Scale {
-    fn of(unit: SampleUnit) -> Scale {
-        match unit {
-            SampleUnit::CpuSamples { interval_ns } => Scale {
-                unit: "milliseconds",
-                interval_ns: Some(interval_ns),
-            },
-            SampleUnit::Bytes | SampleUnit::LiveBytes => Scale {
-                unit: "bytes",
-                interval_ns: None,
-            },
-            SampleUnit::Events => Scale {
-                unit: "none",
-                interval_ns: None,
-            },
-        }
-    }
-
-    /// `total` units of weight in the file's unit (CPU: exact nanoseconds, then ms).
-    fn weight(self, total: u128) -> Weight {
-        match self.interval_ns {
-            Some(ns) => Weight::Millis(total.saturating_mul(u128::from(ns)) as f64 / 1e6),
-            None => Weight::Count(u64::try_from(total).unwrap_or(u64::MAX)),
-        }
+/// speedscope's name of `unit`.
+fn unit_name(unit: SampleUnit) -> &'static str {
+    match unit {
+        SampleUnit::CpuTime | SampleUnit::ThreadTime => "nanoseconds",
+        SampleUnit::Bytes | SampleUnit::LiveBytes => "bytes",
+        SampleUnit::Events => "none",
     }
 }
 
-/// speedscope's name of the unit `unit` is written in: `milliseconds`, `bytes` or `none`.
+/// speedscope's name of the unit `unit` is written in: `nanoseconds`, `bytes` or `none`.
 pub fn speedscope_unit(unit: SampleUnit) -> &'static str {
-    Scale::of(unit).unit
+    unit_name(unit)
 }
 
 /// Writes `profile` as a speedscope file to `w`.
@@ -125,7 +93,8 @@ pub fn speedscope_unit(unit: SampleUnit) -> &'static str {
 /// written then), [`Error::Json`] / [`Error::Io`] when writing fails.
 pub fn write_speedscope(profile: &Profile, w: impl Write) -> Result<()> {
     profile.check().map_err(Error::InvalidProfile)?;
-    let scale = Scale::of(profile.unit);
+    let unit = unit_name(profile.unit);
+    let measure = profile.unit.describe();
 
     let frames = profile
         .frames
@@ -149,32 +118,29 @@ pub fn write_speedscope(profile: &Profile, w: impl Write) -> Result<()> {
         by_thread[s.thread].push(i);
     }
     let mut profiles = Vec::new();
-    let mut heaviest: Option<(usize, u128)> = None;
+    let mut heaviest: Option<(usize, u64)> = None;
     for (thread, samples) in profile.threads.iter().zip(&by_thread) {
         if samples.is_empty() {
             continue;
         }
-        let total: u128 = samples
+        let total: u64 = samples
             .iter()
-            .map(|&i| u128::from(profile.samples[i].weight))
-            .sum();
+            .map(|&i| profile.samples[i].weight)
+            .fold(0u64, u64::saturating_add);
         if heaviest.is_none_or(|(_, w)| total > w) {
             heaviest = Some((profiles.len(), total));
         }
         profiles.push(Sampled {
             kind: "sampled",
-            name: thread.label(),
-            unit: scale.unit,
-            start_value: scale.weight(0),
-            end_value: scale.weight(total),
+            name: format!("{}: {measure}", thread.label()),
+            unit,
+            start_value: 0,
+            end_value: total,
             samples: samples
                 .iter()
                 .map(|&i| profile.stacks[profile.samples[i].stack].as_slice())
                 .collect(),
-            weights: samples
-                .iter()
-                .map(|&i| scale.weight(u128::from(profile.samples[i].weight)))
-                .collect(),
+            weights: samples.iter().map(|&i| profile.samples[i].weight).collect(),
         });
     }
 
@@ -182,7 +148,7 @@ pub fn write_speedscope(profile: &Profile, w: impl Write) -> Result<()> {
         schema: SPEEDSCOPE_SCHEMA_URL,
         shared: Shared { frames },
         profiles,
-        name: &profile.name,
+        name: format!("{} ({measure})", profile.name),
         active_profile_index: heaviest.map(|(i, _)| i),
         exporter: SPEEDSCOPE_EXPORTER,
     };

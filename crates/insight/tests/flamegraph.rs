@@ -21,28 +21,25 @@ fn collapsed_text(profile: &Profile, grouping: Grouping) -> String {
 
 #[test]
 fn collapsed_lines_are_exact() {
-    let p = common::cpu_workload();
+    // Bytes: the weights as they are.
+    let bytes = common::workload(SampleUnit::Bytes);
     assert_eq!(
-        collapsed_text(&p, Grouping::Merged),
+        collapsed_text(&bytes, Grouping::Merged),
         "main;alloc 12\n\
          main;run 4\n\
          main;run;parse 3\n\
          main;run;parse;lex 2\n\
          thread_start;worker;run;parse 6\n"
     );
+    // Time: microseconds (the table's weights are 1 ms periods).
+    let p = common::cpu_workload();
     assert_eq!(
         collapsed_text(&p, Grouping::ByThread),
-        "Thread 9;main;alloc 12\n\
-         main (7);main;run 4\n\
-         main (7);main;run;parse 3\n\
-         main (7);main;run;parse;lex 2\n\
-         worker (8);thread_start;worker;run;parse 6\n"
-    );
-    // The weights are the sample weights whatever the unit.
-    let bytes = common::workload(SampleUnit::Bytes);
-    assert_eq!(
-        collapsed_text(&bytes, Grouping::Merged),
-        collapsed_text(&p, Grouping::Merged)
+        "Thread 9;main;alloc 12000\n\
+         main (7);main;run 4000\n\
+         main (7);main;run;parse 3000\n\
+         main (7);main;run;parse;lex 2000\n\
+         worker (8);thread_start;worker;run;parse 6000\n"
     );
 }
 
@@ -70,6 +67,7 @@ fn names_are_made_safe_for_the_format() {
             time_ms: 0.0,
             weight,
             stack,
+            lines: None,
         });
     }
     assert_eq!(
@@ -184,8 +182,9 @@ fn svg_frames_have_the_call_trees_widths() {
     p.push_sample(Sample {
         thread: 0,
         time_ms: 30.0,
-        weight: 7,
+        weight: 7 * common::PERIOD_NS,
         stack,
+        lines: None,
     });
 
     let mut out = Vec::new();
@@ -194,26 +193,35 @@ fn svg_frames_have_the_call_trees_widths() {
     assert!(svg.contains("<svg"));
     let (mut frames, text) = svg_frames(&svg);
     frames.sort();
-    assert_eq!(frames, expected_tree(&[(&["main", "Vec<T>::push"], 7)]));
+    // Widths in µs: the table's 1 ms periods × 1000.
+    let in_us: Vec<(String, u64)> = expected_tree(&[(&["main", "Vec<T>::push"], 7)])
+        .into_iter()
+        .map(|(name, w)| (name, w * 1000))
+        .collect();
+    assert_eq!(frames, in_us);
 
+    // The title tells the widths (time) from the number of samples (captures).
     let title = flamegraph_title(&p);
-    assert_eq!(title, "Workload (CPU samples, 1 ms each)");
+    assert_eq!(title, "Workload: CPU time in µs, 11 samples");
     assert!(text.contains(&title), "title not in the SVG");
 }
 
 #[test]
 fn svg_titles_name_the_unit() {
     for (unit, title) in [
-        (SampleUnit::Bytes, "Workload (bytes allocated)"),
-        (SampleUnit::LiveBytes, "Workload (bytes still allocated)"),
-        (SampleUnit::Events, "Workload (events)"),
+        (SampleUnit::Bytes, "Workload: bytes allocated, 10 samples"),
         (
-            SampleUnit::CpuSamples {
-                interval_ns: 250_000,
-            },
-            "Workload (CPU samples, 250 µs each)",
+            SampleUnit::LiveBytes,
+            "Workload: bytes still allocated, 10 samples",
+        ),
+        (SampleUnit::Events, "Workload: events, 10 samples"),
+        (SampleUnit::CpuTime, "Workload: CPU time in µs, 10 samples"),
+        (
+            SampleUnit::ThreadTime,
+            "Workload: thread time in µs, 10 samples",
         ),
     ] {
+        let scale = if unit.is_time() { 1000 } else { 1 };
         let p = common::workload(unit);
         let mut out = Vec::new();
         write_flamegraph(&p, Grouping::ByThread, &mut out).unwrap();
@@ -222,7 +230,7 @@ fn svg_titles_name_the_unit() {
         // By thread: the thread frames sit under `all` with each thread's weight.
         for (name, weight) in [("main (7)", 9), ("worker (8)", 6), ("Thread 9", 12)] {
             assert!(
-                frames.contains(&(name.to_owned(), weight)),
+                frames.contains(&(name.to_owned(), weight * scale)),
                 "{name}: {frames:?}"
             );
         }

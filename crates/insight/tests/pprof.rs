@@ -51,7 +51,9 @@ fn expected_values(unit: SampleUnit) -> BTreeMap<(u64, Vec<String>), Vec<i64>> {
         .map(|(key, w)| {
             let w = w as i64;
             let values = match unit {
-                SampleUnit::CpuSamples { interval_ns } => vec![w, w * interval_ns as i64],
+                SampleUnit::CpuTime | SampleUnit::ThreadTime => {
+                    vec![counts[&key] as i64, w * common::PERIOD_NS as i64]
+                }
                 SampleUnit::Bytes | SampleUnit::LiveBytes => vec![counts[&key] as i64, w],
                 SampleUnit::Events => vec![w],
             };
@@ -62,18 +64,18 @@ fn expected_values(unit: SampleUnit) -> BTreeMap<(u64, Vec<String>), Vec<i64>> {
 
 fn expected_types(unit: SampleUnit) -> Vec<(&'static str, &'static str)> {
     match unit {
-        SampleUnit::CpuSamples { .. } => vec![("samples", "count"), ("cpu", "nanoseconds")],
+        SampleUnit::CpuTime => vec![("samples", "count"), ("cpu", "nanoseconds")],
+        SampleUnit::ThreadTime => vec![("samples", "count"), ("thread_time", "nanoseconds")],
         SampleUnit::Bytes => vec![("samples", "count"), ("alloc_space", "bytes")],
         SampleUnit::LiveBytes => vec![("samples", "count"), ("inuse_space", "bytes")],
         SampleUnit::Events => vec![("events", "count")],
     }
 }
 
-fn units() -> [SampleUnit; 4] {
+fn units() -> [SampleUnit; 5] {
     [
-        SampleUnit::CpuSamples {
-            interval_ns: 1_000_000,
-        },
+        SampleUnit::CpuTime,
+        SampleUnit::ThreadTime,
         SampleUnit::Bytes,
         SampleUnit::LiveBytes,
         SampleUnit::Events,
@@ -161,10 +163,10 @@ fn decoded_profile_has_the_table_values_leaf_last_reversed() {
         assert_eq!(i128::from(p.time_nanos), TRACE_START + 10_000_000);
         assert_eq!(p.duration_nanos, 10_000_000);
         match unit {
-            SampleUnit::CpuSamples { interval_ns } => {
+            SampleUnit::CpuTime | SampleUnit::ThreadTime => {
                 let pt = p.period_type.unwrap();
-                assert_eq!((s(pt.r#type), s(pt.unit)), ("cpu", "nanoseconds"));
-                assert_eq!(p.period, interval_ns as i64);
+                assert_eq!((s(pt.r#type), s(pt.unit)), (types[1].0, "nanoseconds"));
+                assert_eq!(p.period, common::PERIOD_NS as i64);
             }
             _ => assert_eq!((p.period_type, p.period), (None, 0)),
         }
@@ -193,20 +195,16 @@ fn inconsistent_or_overflowing_profiles_are_errors() {
     ));
     assert!(out.is_empty(), "nothing written for a bad profile");
 
-    let mut p = Profile::new(
-        "huge",
-        SampleUnit::CpuSamples {
-            interval_ns: 1_000_000,
-        },
-    );
+    let mut p = Profile::new("huge", SampleUnit::CpuTime);
     let f = p.intern_frame(eventpipe_insight::Frame::named("f", FrameKind::Native));
     let t = p.intern_thread(1, None, None);
     let s = p.intern_stack(vec![f]);
     p.push_sample(Sample {
         thread: t,
         time_ms: 0.0,
-        weight: u64::MAX / 2,
+        weight: u64::MAX,
         stack: s,
+        lines: None,
     });
     assert!(matches!(
         write_pprof(&p, &mut out),
@@ -334,7 +332,8 @@ fn go_pprof_reads_the_same_values_per_thread_and_stack() {
     for unit in units() {
         let profile = common::workload(unit);
         let name = match unit {
-            SampleUnit::CpuSamples { .. } => "cpu",
+            SampleUnit::CpuTime => "cpu",
+            SampleUnit::ThreadTime => "thread-time",
             SampleUnit::Bytes => "bytes",
             SampleUnit::LiveBytes => "live-bytes",
             SampleUnit::Events => "events",
@@ -400,11 +399,9 @@ fn go_pprof_reads_the_same_values_per_thread_and_stack() {
             "{:?}",
             raw.header
         );
-        if let SampleUnit::CpuSamples { .. } = unit {
-            assert!(raw
-                .header
-                .iter()
-                .any(|l| l == "PeriodType: cpu nanoseconds"));
+        if unit.is_time() {
+            let period_type = format!("PeriodType: {} nanoseconds", expected_types(unit)[1].0);
+            assert!(raw.header.contains(&period_type), "{:?}", raw.header);
             assert!(raw.header.iter().any(|l| l == "Period: 1000000"));
             assert!(
                 raw.header
@@ -415,4 +412,96 @@ fn go_pprof_reads_the_same_values_per_thread_and_stack() {
             );
         }
     }
+}
+
+/// A function sampled at two lines: one function, two locations.
+fn two_lines_profile() -> Profile {
+    let mut p = Profile::new("Lines", SampleUnit::CpuTime);
+    let at = |function: &str, line: u32| eventpipe_insight::Frame {
+        function: function.into(),
+        module: Some("app".into()),
+        file: Some(format!("src/{function}.rs")),
+        line: Some(line),
+        kind: FrameKind::Native,
+    };
+    let t = p.intern_thread(1, Some("main"), None);
+    for (lex_line, ms) in [(13, 2), (20, 3)] {
+        let frames = vec![
+            p.intern_frame(at("main", 5)),
+            p.intern_frame(at("lex", lex_line)),
+        ];
+        let stack = p.intern_stack(frames);
+        let lines = p.intern_lines(vec![5, lex_line]);
+        p.push_sample(Sample {
+            thread: t,
+            time_ms: 0.0,
+            weight: ms * 1_000_000,
+            stack,
+            lines,
+        });
+    }
+    p
+}
+
+#[test]
+fn a_function_sampled_at_two_lines_is_one_function_with_a_location_per_line() {
+    let profile = two_lines_profile();
+    assert_eq!(profile.frames.len(), 2, "main and lex");
+    assert_eq!(profile.stacks.len(), 1, "one stack of functions");
+    let p = gunzip_decode(&pprof_bytes(&profile));
+    let s = |i: i64| p.string_table[usize::try_from(i).unwrap()].as_str();
+    let lex: Vec<&proto::Function> = p.function.iter().filter(|f| s(f.name) == "lex").collect();
+    assert_eq!(lex.len(), 1);
+    let mut lex_lines: Vec<i64> = p
+        .location
+        .iter()
+        .filter(|l| l.line[0].function_id == lex[0].id)
+        .map(|l| l.line[0].line)
+        .collect();
+    lex_lines.sort_unstable();
+    assert_eq!(lex_lines, [13, 20]);
+
+    // Go's pprof: by function one row of 5 ms; by line (`-lines`) two.
+    let Some(go) = common::go("pprof lines read back by go tool pprof") else {
+        return;
+    };
+    let dir = common::scratch_dir("pprof-lines");
+    let file = dir.join("lines.pb.gz");
+    std::fs::write(&file, pprof_bytes(&profile)).unwrap();
+    let top = |extra: &[&str]| -> Vec<String> {
+        let out = Command::new(&go)
+            .args(["tool", "pprof", "-top", "-symbolize=none"])
+            .args(extra)
+            .arg(&file)
+            .env("PPROF_TMPDIR", &dir)
+            .output()
+            .expect("run go tool pprof");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains(" lex"))
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect()
+    };
+    let by_function = top(&[]);
+    assert_eq!(by_function.len(), 1, "{by_function:?}");
+    assert!(by_function[0].starts_with("5ms "), "{by_function:?}");
+    let by_line = top(&["-lines"]);
+    assert_eq!(by_line.len(), 2, "{by_line:?}");
+    assert!(
+        by_line
+            .iter()
+            .any(|l| l.starts_with("3ms ") && l.ends_with("src/lex.rs:20")),
+        "{by_line:?}"
+    );
+    assert!(
+        by_line
+            .iter()
+            .any(|l| l.starts_with("2ms ") && l.ends_with("src/lex.rs:13")),
+        "{by_line:?}"
+    );
 }

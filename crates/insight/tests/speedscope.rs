@@ -17,12 +17,8 @@ fn speedscope_json(profile: &Profile) -> Value {
 
 fn units() -> [SampleUnit; 5] {
     [
-        SampleUnit::CpuSamples {
-            interval_ns: 1_000_000,
-        },
-        SampleUnit::CpuSamples {
-            interval_ns: 250_000,
-        },
+        SampleUnit::CpuTime,
+        SampleUnit::ThreadTime,
         SampleUnit::Bytes,
         SampleUnit::LiveBytes,
         SampleUnit::Events,
@@ -72,7 +68,9 @@ fn stacks_weights_and_threads_read_back_exactly() {
             "https://www.speedscope.app/file-format-schema.json"
         );
         assert_eq!(doc["exporter"], "eventpipe-rs");
-        assert_eq!(doc["name"], "Workload");
+        // The file and each thread's profile say what the weights measure.
+        let measure = unit.describe();
+        assert_eq!(doc["name"], format!("Workload ({measure})"));
 
         let frames = doc["shared"]["frames"].as_array().unwrap();
         assert_eq!(frames.len(), profile.frames.len());
@@ -84,11 +82,16 @@ fn stacks_weights_and_threads_read_back_exactly() {
             .iter()
             .map(|p| p["name"].as_str().unwrap())
             .collect();
-        assert_eq!(names, ["main (7)", "worker (8)", "Thread 9"]);
+        assert_eq!(
+            names,
+            ["main (7)", "worker (8)", "Thread 9"].map(|t| format!("{t}: {measure}"))
+        );
         let tids = [7u64, 8, 9];
 
         let (unit_name, per_weight) = match unit {
-            SampleUnit::CpuSamples { interval_ns } => ("milliseconds", interval_ns as f64 / 1e6),
+            SampleUnit::CpuTime | SampleUnit::ThreadTime => {
+                ("nanoseconds", common::PERIOD_NS as f64)
+            }
             SampleUnit::Bytes | SampleUnit::LiveBytes => ("bytes", 1.0),
             SampleUnit::Events => ("none", 1.0),
         };

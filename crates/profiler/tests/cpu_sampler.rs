@@ -106,7 +106,17 @@ fn a_three_to_one_split_of_work_shows_as_three_to_one() {
         let mut reader = TraceReader::from_slice(&bytes).unwrap();
         let built = build_profile(&mut reader, SampleSelection::Cpu).unwrap();
         let p = &built.profile;
-        assert!(matches!(p.unit, SampleUnit::CpuSamples { .. }));
+        assert_eq!(p.unit, SampleUnit::CpuTime);
+        // At 250 Hz a period is 4 ms of CPU time, and each sample weighs whole periods.
+        const PERIOD_NS: u64 = 4_000_000;
+        assert_eq!(p.sampling_interval_ns, Some(PERIOD_NS));
+        assert!(
+            p.samples
+                .iter()
+                .all(|s| s.weight > 0 && s.weight % PERIOD_NS == 0),
+            "a sample that is not whole 4 ms periods: {:?}",
+            p.samples.iter().find(|s| s.weight % PERIOD_NS != 0)
+        );
         // The interrupted instruction is exact even without frame pointers; it expands
         // into its inlined frames (`unit` inside one of the two), so look for the function
         // anywhere in the stack.
@@ -118,7 +128,7 @@ fn a_three_to_one_split_of_work_shows_as_three_to_one() {
                         .iter()
                         .any(|&f| p.frames[f].function.ends_with(name))
                 })
-                .map(|s| s.weight)
+                .map(|s| s.weight / PERIOD_NS)
                 .sum()
         };
         three += weight_in("busy_three_parts");

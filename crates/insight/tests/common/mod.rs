@@ -156,21 +156,37 @@ pub fn display_name(name: &str) -> &str {
     }
 }
 
-/// A profile of `WORKLOAD` in `unit`, with samples 1 ms apart.
+/// Nanoseconds a unit of `WORKLOAD` weight stands for in a time profile: 1 ms periods.
+pub const PERIOD_NS: u64 = 1_000_000;
+
+/// A profile of `WORKLOAD` in `unit`, with samples 1 ms apart; in a time unit each unit of
+/// the table's weight is a period of [`PERIOD_NS`].
 pub fn workload(unit: SampleUnit) -> Profile {
     let mut p = Profile::new("Workload", unit);
+    let scale = if unit.is_time() {
+        p.sampling_interval_ns = Some(PERIOD_NS);
+        PERIOD_NS
+    } else {
+        1
+    };
     for &(id, name) in WORKLOAD_THREADS {
         p.intern_thread(id, name, Some(4242));
     }
     for (i, &(tid, names, weight)) in WORKLOAD.iter().enumerate() {
+        let lines = names
+            .iter()
+            .map(|n| frame_for(n).line.unwrap_or(0))
+            .collect();
         let frames = names.iter().map(|n| p.intern_frame(frame_for(n))).collect();
         let stack = p.intern_stack(frames);
+        let lines = p.intern_lines(lines);
         let thread = p.intern_thread(tid, None, None);
         p.push_sample(Sample {
             thread,
             time_ms: 10.0 + i as f64,
-            weight,
+            weight: weight * scale,
             stack,
+            lines,
         });
     }
     p.start_ms = 10.0;
@@ -180,9 +196,7 @@ pub fn workload(unit: SampleUnit) -> Profile {
 
 /// The 1 ms CPU profile of `WORKLOAD`.
 pub fn cpu_workload() -> Profile {
-    workload(SampleUnit::CpuSamples {
-        interval_ns: 1_000_000,
-    })
+    workload(SampleUnit::CpuTime)
 }
 
 /// Expected total weight per (thread id, root-first display names), straight from the

@@ -98,9 +98,12 @@ define_event! {
     /// `Periods` is how many sampling periods (1/rate of time) it stands for, its weight: a
     /// capture whose timer overran, or a blocked thread's off-CPU time since the collector's
     /// previous visit, is one event rather than one per period. (A trace from before the
-    /// field has one event per period; readers take a missing `Periods` as 1.)
+    /// field has one event per period; readers take a missing `Periods` as 1.) `PeriodNs`
+    /// is the length of one period in nanoseconds, so a sample weighs `Periods × PeriodNs`
+    /// of CPU time whatever rate the session asked for (the collector samples at the
+    /// highest rate any session asked for; readers take a missing `PeriodNs` as 1 ms).
     pub static SAMPLE = PROVIDER { id: 1, name: "Sample", level: Level::Informational, keywords: 0 }
-        (State: u32, AsyncContext: u64, Periods: u32);
+        (State: u32, AsyncContext: u64, Periods: u32, PeriodNs: u32);
 }
 
 /// Makes the sampler available: installs its signal handler and declares its provider, so
@@ -323,10 +326,13 @@ impl Collector {
     /// CPU; stops sampling threads that have exited.
     fn collect(&mut self) {
         let period_ns = self.period.as_nanos() as u64;
+        // At least 1 Hz: a period is at most a second, which fits.
+        let period_field = u32::try_from(period_ns).unwrap_or(u32::MAX);
         let mut gone = Vec::new();
         for (&tid, t) in &mut self.tracked {
-            t.claim
-                .drain(&mut self.scratch, |capture| write_capture(tid, capture));
+            t.claim.drain(&mut self.scratch, |capture| {
+                write_capture(tid, capture, period_field)
+            });
             // Gone, or its id now names a new thread (whose clock starts again at 0).
             let Some(cpu_ns) = threads::thread_cpu_ns(tid).filter(|&cpu| cpu >= t.cpu_ns) else {
                 gone.push(tid);
@@ -344,6 +350,7 @@ impl Collector {
                     p.put(&STATE_BLOCKED);
                     p.put(&0u64);
                     p.put(&periods);
+                    p.put(&period_field);
                 });
             }
             t.cpu_ns = cpu_ns;
@@ -358,7 +365,10 @@ impl Collector {
     fn untrack(&mut self, tid: i32) {
         if let Some(Tracked { timer, claim, .. }) = self.tracked.remove(&tid) {
             drop(timer);
-            claim.release(&mut self.scratch, |capture| write_capture(tid, capture));
+            let period_ns = u32::try_from(self.period.as_nanos()).unwrap_or(u32::MAX);
+            claim.release(&mut self.scratch, |capture| {
+                write_capture(tid, capture, period_ns)
+            });
         }
     }
 
@@ -370,8 +380,9 @@ impl Collector {
     }
 }
 
-/// Writes one capture of thread `tid`: one `Sample` with the periods it stands for.
-fn write_capture(tid: i32, capture: Capture<'_>) {
+/// Writes one capture of thread `tid`: one `Sample` with the periods it stands for, each
+/// `period_ns` long.
+fn write_capture(tid: i32, capture: Capture<'_>, period_ns: u32) {
     let state = if capture.in_syscall {
         // It ran, then went back to waiting (or was caught on its way): blocked, with the
         // stack it waits in.
@@ -384,6 +395,7 @@ fn write_capture(tid: i32, capture: Capture<'_>) {
         p.put(&state);
         p.put(&capture.async_context);
         p.put(&periods);
+        p.put(&period_ns);
     });
 }
 
