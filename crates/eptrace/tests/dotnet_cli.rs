@@ -276,7 +276,12 @@ fn cpu_samples_of_dotnet_8_name_managed_methods() {
     report.assert_success(label);
     let json: serde_json::Value = serde_json::from_str(&report.stdout).unwrap();
     let hot = &json["profile"];
-    assert_eq!(hot["kind"], "CPU samples", "{label}: {}", report.stdout);
+    // .NET's sampler measures thread time, and the report says so.
+    assert!(
+        hot["kind"].as_str().unwrap().starts_with(".NET thread time"),
+        "{label}: {}",
+        report.stdout
+    );
     assert!(hot["samples"].as_u64().unwrap() > 100, "{label}: {hot}");
     let functions = hot["functions"].as_array().unwrap();
     let main = functions
@@ -284,7 +289,15 @@ fn cpu_samples_of_dotnet_8_name_managed_methods() {
         .find(|f| f["function"] == "Program.Main")
         .unwrap_or_else(|| panic!("{label}: Program.Main not among {functions:#?}"));
     assert_eq!(main["module"], "TestApp.exe", "{label}: {main}");
-    assert!(main["total_weight"].as_u64().unwrap() > 0);
+    // Main is on every sample of the main thread, which it keeps busy all session: its
+    // thread time is the main thread's first to last sample, most of the trace and never
+    // more.
+    let main_ms = main["total_weight"].as_u64().unwrap() as f64 / 1e6;
+    let trace_ms = json["duration_ms"].as_f64().unwrap();
+    assert!(
+        main_ms > 0.5 * trace_ms && main_ms <= trace_ms,
+        "{label}: Main {main_ms:.1} ms of thread time in a {trace_ms:.1} ms trace"
+    );
     // Runtime methods (JIT'd or ReadyToRun) are named too, by namespace and type.
     assert!(
         functions
