@@ -910,3 +910,241 @@ fn integers_beyond_2_pow_53_are_strings_and_times_have_ns_precision() {
     }
     check(&doc);
 }
+
+// ---------------------------------------------------------------------------------------
+// Independent readers: the DevTools trace engine and speedscope's importer
+
+/// What the DevTools performance panel's trace engine rebuilt from `doc` (see
+/// tests/trace_engine/parse.mjs), or `None` when it is not installed.
+fn trace_engine_view(what: &str, doc: &[u8]) -> Option<Value> {
+    let (node, engine) = common::trace_engine(what)?;
+    let dir = common::scratch_dir(&format!("trace-engine-{}", what.replace(' ', "-")));
+    let file = dir.join(format!("trace{}", eventpipe_insight::chrome::FILE_SUFFIX));
+    std::fs::write(&file, doc).unwrap();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/trace_engine/parse.mjs");
+    let out = std::process::Command::new(node)
+        .arg(script)
+        .arg(engine)
+        .arg(&file)
+        .output()
+        .expect("run node");
+    assert!(
+        out.status.success(),
+        "parse.mjs failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let view: Value = serde_json::from_slice(&out.stdout).expect("parse.mjs prints JSON");
+    assert!(
+        view.get("error").is_none(),
+        "the engine failed: {}",
+        view["error"]
+    );
+    assert_eq!(view["generic"], true, "a trace, not a browser recording");
+    Some(view)
+}
+
+fn chrome_bytes(trace: &[u8]) -> Vec<u8> {
+    let mut reader = TraceReader::from_slice(trace).unwrap();
+    let mut out = Vec::new();
+    write_chrome_trace(&mut reader, &mut out).unwrap();
+    out
+}
+
+/// Per thread: (slices, instants, entries the engine left out of its tree).
+fn engine_counts(view: &Value) -> BTreeMap<u64, (u64, u64, u64)> {
+    view["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["tid"].as_u64().unwrap(),
+                (
+                    t["slices"].as_u64().unwrap(),
+                    t["instants"].as_u64().unwrap(),
+                    t["dropped"].as_u64().unwrap(),
+                ),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_trace_engine_rebuilds_every_slice_of_a_synthetic_trace() {
+    let Some(view) = trace_engine_view(
+        "synthetic trace through the DevTools trace engine",
+        &chrome_bytes(&write_trace(FormatVersion::V5)),
+    ) else {
+        return;
+    };
+    // events(): on MAIN the spans outer ⊃ inner and Request, with instants Tick, the other
+    // provider's SpanStop, the unmatched SpanStop, the never-stopped Work Start, rundown
+    // Thread and ProcessInfo; on WORKER the span "on the worker", the early Work Stop and
+    // the undecodable Tick.
+    assert_eq!(
+        engine_counts(&view),
+        BTreeMap::from([(MAIN, (3, 6, 0)), (WORKER, (1, 2, 0))])
+    );
+    let main = view["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"] == MAIN)
+        .unwrap();
+    assert_eq!(
+        main["slice_names"],
+        json!({"outer": 1, "inner": 1, "Request": 1})
+    );
+    // The other provider's SpanStop (an instant) lies in inner, which lies in outer.
+    assert_eq!(main["max_depth"], 3, "inner and Request nest in outer");
+
+    let Some(view) = trace_engine_view(
+        "tracing layer spans through the DevTools trace engine",
+        &chrome_bytes(&tracing_layer_trace()),
+    ) else {
+        return;
+    };
+    // MAIN: outer ⊃ inner, the async span's first entry; WORKER: its second.
+    assert_eq!(
+        engine_counts(&view),
+        BTreeMap::from([(MAIN, (3, 5, 0)), (WORKER, (1, 1, 0))])
+    );
+}
+
+#[test]
+fn the_trace_engine_sees_the_runtime_pairs_of_a_dotnet_trace() {
+    let Some(dir) = common::shared_traces("only_managed_samples through the trace engine") else {
+        return;
+    };
+    let bytes = std::fs::read(dir.join("only_managed_samples.nettrace")).unwrap();
+    let Some(view) = trace_engine_view(
+        "only_managed_samples through the DevTools trace engine",
+        &chrome_bytes(&bytes),
+    ) else {
+        return;
+    };
+    // The pairs in the input, counted from the events alone (see count_pairs).
+    let events = read_events(&bytes);
+    let rt = "Microsoft-Windows-DotNETRuntime/GC";
+    let mut want: BTreeMap<u64, u64> = BTreeMap::new();
+    for (begin, end) in [
+        ("SuspendEEStart", "SuspendEEStop"),
+        ("RestartEEStart", "RestartEEStop"),
+    ] {
+        for (tid, n) in count_pairs(
+            &events,
+            &format!("{rt}/{begin}"),
+            &format!("{rt}/{end}"),
+            None,
+        ) {
+            *want.entry(tid).or_insert(0) += n;
+        }
+    }
+    assert_eq!(want.values().sum::<u64>(), 2 * 7423);
+    let got: BTreeMap<u64, u64> = engine_counts(&view)
+        .into_iter()
+        .filter(|(_, (slices, _, _))| *slices > 0)
+        .map(|(tid, (slices, _, _))| (tid, slices))
+        .collect();
+    assert_eq!(got, want);
+    assert!(
+        engine_counts(&view)
+            .values()
+            .all(|&(_, _, dropped)| dropped == 0),
+        "every slice nests: {view}"
+    );
+}
+
+/// speedscope's importer picks a reader by file name first (`src/import/index.ts`,
+/// `_importProfileGroup`, in jlfwong/speedscope v1.25.0): `*.speedscope.json`,
+/// `/Trace-\d{8}T\d{6}/`, `*.chrome.json` or `/Profile-\d{8}T\d{6}/` (a Chrome DevTools
+/// timeline: an array holding a `CpuProfile` event, which a Trace Event Format object is
+/// not), `*.stackprof.json`, ... ; only a name matching no rule is recognised by its
+/// content, where `{"traceEvents": [...]}` is the Trace Event Format. The rules are read
+/// here from the installed bundle, so a speedscope upgrade that changes them is noticed.
+#[test]
+fn the_default_file_name_is_recognised_by_speedscope_from_its_content() {
+    let Some(package) = common::speedscope_package("speedscope's file-name rules") else {
+        return;
+    };
+    let release = package.join("dist/release");
+    let bundle = std::fs::read_dir(&release)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "js"))
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .find(|text| text.contains("Importing as Chrome Timeline"))
+        .expect("the bundle holding speedscope's importer");
+    // The first pass: from the speedscope rule to the last file-name rule.
+    let from = bundle
+        .find(r#".endsWith(".speedscope.json")"#)
+        .expect("the speedscope file-name rule");
+    let to = from
+        + bundle[from..]
+            .find("Importing as Java Flight Recorder")
+            .expect("the last file-name rule");
+    let rules = &bundle[from..to];
+    let quoted = |call: &str| -> Vec<String> {
+        rules
+            .match_indices(call)
+            .filter_map(|(at, _)| {
+                let rest = &rules[at + call.len()..];
+                Some(rest[..rest.find('"')?].to_owned())
+            })
+            .collect()
+    };
+    let suffixes = quoted(r#".endsWith(""#);
+    let prefixes = quoted(r#".startsWith(""#);
+    let patterns: Vec<String> = rules
+        .match_indices("/.exec(")
+        .filter_map(|(at, _)| {
+            let start = rules[..at].rfind('/')?;
+            Some(rules[start + 1..at].to_owned())
+        })
+        .collect();
+    assert!(suffixes.iter().any(|s| s == ".chrome.json"), "{suffixes:?}");
+    assert!(
+        suffixes.len() >= 10 && patterns.len() >= 2,
+        "{suffixes:?} {patterns:?}"
+    );
+
+    let suffix = eventpipe_insight::chrome::FILE_SUFFIX;
+    let names = ["trace", "managed", "app"].map(|stem| format!("{stem}{suffix}"));
+    let js_matches = |pattern: &str, name: &str| -> Option<bool> {
+        let (node, _) = common::trace_engine("speedscope's name patterns, run with node")?;
+        let out = std::process::Command::new(node)
+            .args([
+                "-e",
+                "process.stdout.write(String(new RegExp(process.argv[1]).test(process.argv[2])))",
+            ])
+            .arg(pattern)
+            .arg(name)
+            .output()
+            .unwrap();
+        Some(out.stdout == b"true")
+    };
+    for name in &names {
+        for s in &suffixes {
+            assert!(
+                !name.ends_with(s.as_str()),
+                "{name} matches speedscope's *{s} rule"
+            );
+        }
+        for p in &prefixes {
+            assert!(
+                !name.starts_with(p.as_str()),
+                "{name} matches speedscope's {p}* rule"
+            );
+        }
+        for p in &patterns {
+            if let Some(hit) = js_matches(p, name) {
+                assert!(!hit, "{name} matches speedscope's /{p}/ rule");
+            }
+        }
+    }
+    // Today's name hit the DevTools-timeline rule.
+    assert!(suffixes
+        .iter()
+        .any(|s| "trace.chrome.json".ends_with(s.as_str())));
+}
