@@ -243,7 +243,7 @@ struct ConvertArgs {
     )]
     formats: Vec<ConvertFormat>,
     /// Output file (`-`: standard output), for a single format [default: the trace's name
-    /// with the format's suffix: .speedscope.json, .chrome.json, .pb.gz, .svg, .folded].
+    /// with the format's suffix: .speedscope.json, .timeline.json, .pb.gz, .svg, .folded].
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<PathBuf>,
     /// Which events are the samples: auto (CPU samples, else .NET thread time, else

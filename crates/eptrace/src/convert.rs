@@ -22,7 +22,9 @@ use crate::progress::Progress;
 pub(crate) enum ConvertFormat {
     /// speedscope JSON (https://www.speedscope.app): sampled profiles per thread.
     Speedscope,
-    /// Chrome Trace Event JSON (Perfetto UI, chrome://tracing): events, start/stop spans.
+    /// Chrome Trace Event JSON (Perfetto UI, chrome://tracing, DevTools, speedscope): every
+    /// event, begin/end pairs as slices. Written as `*.timeline.json`: speedscope takes a
+    /// `*.chrome.json` name for a DevTools recording and fails.
     Chrome,
     /// pprof (gzipped protobuf): `go tool pprof`, Pyroscope.
     Pprof,
@@ -37,7 +39,7 @@ impl ConvertFormat {
     fn suffix(self) -> &'static str {
         match self {
             ConvertFormat::Speedscope => ".speedscope.json",
-            ConvertFormat::Chrome => ".chrome.json",
+            ConvertFormat::Chrome => eventpipe_insight::chrome::FILE_SUFFIX,
             ConvertFormat::Pprof => ".pb.gz",
             ConvertFormat::Flamegraph => ".svg",
             ConvertFormat::Collapsed => ".folded",

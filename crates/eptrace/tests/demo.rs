@@ -18,7 +18,7 @@ fn the_demo_traces_its_workload_and_writes_every_view() {
         "trace.nettrace",
         "trace.svg",
         "trace.speedscope.json",
-        "trace.chrome.json",
+        "trace.timeline.json",
     ] {
         assert!(dir.join(file).is_file(), "{file} missing\n{stdout}");
     }

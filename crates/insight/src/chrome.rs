@@ -1,33 +1,59 @@
-//! Chrome's Trace Event Format (the JSON that Perfetto UI and `chrome://tracing` load),
-//! straight from a trace: no profile, every event.
+//! Chrome's Trace Event Format (the JSON that Perfetto UI, `chrome://tracing`, the DevTools
+//! performance panel and speedscope load), straight from a trace: no profile, every event.
+//! The CLI names the file `*.timeline.json` ([`FILE_SUFFIX`]).
 //!
 //! # What each event becomes
 //!
-//! * Every event is an instant (`"ph":"i"`, thread scoped) named `Provider/EventName`, with
-//!   `ts` in microseconds since the trace's start, `pid`, `tid`, `cat` = the provider, and
-//!   `args` = the decoded payload (a payload that does not decode gives
-//!   `{"decode_error": "..."}`).
-//! * Except start/stop pairs, which become one complete event (`"ph":"X"` with `dur`). An
-//!   event with opcode 1 (Start) opens an interval on its thread; the next event with
-//!   opcode 2 (Stop) on the same thread, of the same provider and with the same base name
-//!   closes the innermost open one. The base name is the event name without a trailing
-//!   `/Start`, `Start`, `/Stop` or `Stop` (`GC/Start` ↔ `GC/Stop`, `Request/Start` ↔
-//!   `Request/Stop`). An event without a stated opcode whose name ends in `Start`/`Stop`
-//!   counts as opcode 1/2, as TraceEvent (and nettrace's naming) has it. The interval is
-//!   named by the Start event's string field `Name` when it has one (the tracing layer's
-//!   `SpanStart`), else by the base name; its `args` are `{"start": {...}, "stop": {...}}`.
+//! * Every event is an instant (`"ph":"I"`, thread scoped) named `Provider/EventName`, with
+//!   `pid`, `tid`, `cat` = the provider, and `args` = the decoded payload (a payload that
+//!   does not decode gives `{"decode_error": "..."}`).
+//! * Except begin/end pairs, which become one complete event (`"ph":"X"` with `dur`) on the
+//!   thread that wrote them: a begin opens an interval on its thread; the next end on the
+//!   same thread, of the same provider and with the same base name closes the innermost
+//!   open one. Pairs are recognised in two ways:
+//!   - **Start/Stop opcodes.** An event with opcode 1 (Start) begins, one with opcode 2
+//!     (Stop) ends. The base name is the event name without a trailing `/Start`, `Start`,
+//!     `/Stop` or `Stop` (`GC/Start` ↔ `GC/Stop`, `Contention/Start` ↔ `Contention/Stop`,
+//!     `Request/Start` ↔ `Request/Stop`). An event without a stated opcode whose name ends
+//!     in `Start`/`Stop` counts as opcode 1/2, as TraceEvent (and nettrace's naming) has it.
+//!     The interval is named by the Start event's string field `Name` when it has one (the
+//!     tracing layer's `SpanStart`), else by the base name.
+//!   - **The runtime's named pairs**, [`PAIR_RULES`]: events the .NET runtime writes as a
+//!     begin and an end with opcodes of their own. From its manifest (`ClrEtwAll.man`):
+//!     `GC/SuspendEEStart` → `GC/SuspendEEStop` (slice `GC/SuspendEE`), `GC/RestartEEStart`
+//!     → `GC/RestartEEStop` (`GC/RestartEE`), `GC/FinalizersStart` → `GC/FinalizersStop`,
+//!     `Method/JittingStarted` → `Method/LoadVerbose` of the same `MethodID` (`JIT
+//!     Namespace.Method`, as TraceEvent's JIT statistics pair them), and the private
+//!     provider's background-GC phases (`GC/BGC2ndNonCon`, `GC/BGC2ndCon`,
+//!     `GC/BGCAllocWait`). Each is written by one thread. Left out on purpose: the rundown
+//!     `*DCStart`/`*DCStop` events (the state at the session's start and at its end, not an
+//!     interval), `GC/GenAwareBegin`/`End` and the .NET Framework-only startup and binding
+//!     phases of the private provider.
+//!
+//!   A slice's `args` hold the begin's and the end's facts once: the begin's fields, then
+//!   the end's fields the begin does not hold with the same value (`stop.<name>` when it
+//!   holds that name with another value); the `Name` that names the slice is not repeated.
 //! * A Stop with nothing open, and a Start never closed (written at the end of the trace),
 //!   are instants like any other event.
+//! * The tracing layer's span lifecycle (`eventpipe-tracing`: `SpanNew` with the span's
+//!   fields when it is created, `SpanStart`/`SpanStop` each time it is entered and exited,
+//!   `SpanClose`): each `SpanStart`/`SpanStop` pair is a slice whose `args` are the span's
+//!   `SpanNew` fields (`SpanId`, `ParentSpanId` unless the span is a root, the span's own
+//!   fields). A span entered exactly once between its creation and its close is that one
+//!   slice: its `SpanNew` and `SpanClose` are not written again
+//!   ([`ChromeSummary::folded_span_events`]). A span never entered, entered several times
+//!   (an async span) or never closed keeps its `SpanNew` and `SpanClose` as instants, since
+//!   its lifetime is not one slice.
 //! * The async profiler's `AsyncBuffer` events are not instants: their records become
 //!   **poll spans**, complete events on the track of the thread that polled, named by the
 //!   polled future's frame (`frame#N` if its `AsyncFrame` event has not been read yet),
-//!   category `EventPipeRs-AsyncProfiler`, `args` = `{"ctx", "frame", "ended"}` (`suspend`,
+//!   category `EventPipeRs-AsyncProfiler`, `args` = `{"ctx", "ended"}` (`suspend`,
 //!   `complete`, `unwind`, `lost`, `open at end`; plus `"start_exact": false` for a poll
 //!   first seen in a Stack record after lost data). A nested poll lies within the poll that
 //!   ran it, so viewers draw it beneath. Polls still open at the end of the trace end at
 //!   its last timestamp. See [`crate::async_trace`].
 //! * So the trace's event count is exactly instants + 2 × complete events + async buffers
-//!   ([`ChromeSummary`]).
+//!   + folded span events ([`ChromeSummary`]).
 //! * Thread names become `thread_name` metadata events (`"ph":"M"`): from NetTrace V6
 //!   thread rows and from `EventPipeRs-Rundown/Thread` rundown events (fields `ThreadId`,
 //!   `Name`). Process names become `process_name` metadata: from .NET's
@@ -38,14 +64,27 @@
 //! the format draws a thread's complete events as one stack, so a viewer may flag two that
 //! overlap without nesting.
 //!
+//! # Numbers JavaScript reads exactly
+//!
+//! The viewers are JavaScript, whose numbers are doubles:
+//! * `ts` is the time since the trace's start in microseconds with at most three decimals
+//!   (nanoseconds, exact from the trace's ticks). `dur` too, whenever `ts + dur` computed in
+//!   doubles gives the end's written time exactly; otherwise `dur` is the difference of the
+//!   two written times, so that a slice ending with its parent never seems to end after it
+//!   (viewers nest by comparing `ts + dur`).
+//! * Integers beyond ±(2^53 − 1) ([`MAX_SAFE_INTEGER`]: 64-bit span ids, pointers read as
+//!   integers, hashes) are written as strings of their decimal digits, which a viewer shows
+//!   as they are instead of rounding.
+//!
 //! # Memory
 //!
 //! Output is streamed: each event is written as it is read, and only open intervals are
 //! held (at most [`MAX_OPEN_PER_KEY`] per thread, provider and base name; beyond that the
-//! oldest is given up and written as an instant), plus the names already announced per
-//! thread and process, and for the async profiler each thread's open polls, the interned
-//! poll stacks and the frame names. Events are written in stream order, not sorted: the
-//! viewers sort.
+//! oldest is given up and written as an instant), the tracing layer's live spans (at most
+//! [`MAX_LIVE_SPANS`]; beyond that a `SpanNew` is written at once), the names already
+//! announced per thread and process, and for the async profiler each thread's open polls,
+//! the interned poll stacks and the frame names. Events are written in stream order, not
+//! sorted: the viewers sort.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufWriter, Write};
@@ -59,23 +98,136 @@ use crate::async_trace::{self, AsyncEvent, AsyncFrameId, Decoder, Fact, PollSpan
 use crate::error::Result;
 use crate::symbolize::RUNDOWN_PROVIDER;
 
+/// The file-name suffix the CLI gives this format: `trace.timeline.json`.
+///
+/// Not `.chrome.json`: speedscope's importer takes a name ending in `.chrome.json` for a
+/// Chrome DevTools timeline recording (an array holding a `CpuProfile` event) and fails on
+/// a Trace Event Format object; with any other name it recognises the format from the
+/// content. Perfetto UI and `chrome://tracing` look only at the content.
+pub const FILE_SUFFIX: &str = ".timeline.json";
+
 /// Open intervals kept per (thread, provider, base name): a trace that starts without ever
 /// stopping cannot make the converter hold more.
 pub const MAX_OPEN_PER_KEY: usize = 4096;
 
+/// Spans of the tracing layer held from `SpanNew` to `SpanClose`; beyond that a new span's
+/// `SpanNew` is written at once, as an instant.
+pub const MAX_LIVE_SPANS: usize = 65_536;
+
+/// The largest integer a JavaScript number holds exactly (2^53 − 1): larger ones are
+/// written as strings.
+pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+/// A begin/end pair that the runtime writes as two events with names of their own (not
+/// opcodes 1 and 2): the begin opens a slice on its thread, the next matching end on the
+/// same thread closes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PairRule {
+    /// The provider of both events.
+    pub provider: &'static str,
+    /// The begin event's name (as TraceEvent names it, e.g. `GC/SuspendEEStart`).
+    pub begin: &'static str,
+    /// The end event's name.
+    pub end: &'static str,
+    /// The slice's name.
+    pub name: &'static str,
+    /// A payload field whose value must be equal in the begin and the end (a method id),
+    /// for pairs that are not strictly nested on a thread.
+    pub same: Option<&'static str>,
+    /// String fields of the begin event appended to the slice's name, joined by `.`.
+    pub detail: &'static [&'static str],
+}
+
+const RUNTIME: &str = "Microsoft-Windows-DotNETRuntime";
+const RUNTIME_PRIVATE: &str = "Microsoft-Windows-DotNETRuntimePrivate";
+
+/// The runtime's begin/end pairs that are not Start/Stop opcodes, from its manifest
+/// (`ClrEtwAll.man`). Each pair is written by one thread; see the module docs.
+pub const PAIR_RULES: &[PairRule] = &[
+    // Suspending the managed threads for a GC (or another suspension): the suspending
+    // thread writes both (GCSuspendEEBegin_V1, GCSuspendEEEnd_V1).
+    PairRule {
+        provider: RUNTIME,
+        begin: "GC/SuspendEEStart",
+        end: "GC/SuspendEEStop",
+        name: "GC/SuspendEE",
+        same: None,
+        detail: &[],
+    },
+    // Resuming them (GCRestartEEBegin_V1, GCRestartEEEnd_V1), by the same thread.
+    PairRule {
+        provider: RUNTIME,
+        begin: "GC/RestartEEStart",
+        end: "GC/RestartEEStop",
+        name: "GC/RestartEE",
+        same: None,
+        detail: &[],
+    },
+    // The finalizer thread running finalizers (GCFinalizersBegin_V1, GCFinalizersEnd_V1).
+    PairRule {
+        provider: RUNTIME,
+        begin: "GC/FinalizersStart",
+        end: "GC/FinalizersStop",
+        name: "GC/Finalizers",
+        same: None,
+        detail: &[],
+    },
+    // JIT-compiling a method: MethodJittingStarted, then MethodLoadVerbose of the same
+    // MethodID on the compiling thread, as TraceEvent's JIT statistics pair them. A
+    // LoadVerbose without a JittingStarted (code loaded, not compiled) stays an instant.
+    PairRule {
+        provider: RUNTIME,
+        begin: "Method/JittingStarted",
+        end: "Method/LoadVerbose",
+        name: "JIT",
+        same: Some("MethodID"),
+        detail: &["MethodNamespace", "MethodName"],
+    },
+    // A background GC's phases, on the background GC thread.
+    PairRule {
+        provider: RUNTIME_PRIVATE,
+        begin: "GC/BGC2ndNonConStart",
+        end: "GC/BGC2ndNonConStop",
+        name: "GC/BGC2ndNonCon",
+        same: None,
+        detail: &[],
+    },
+    PairRule {
+        provider: RUNTIME_PRIVATE,
+        begin: "GC/BGC2ndConStart",
+        end: "GC/BGC2ndConStop",
+        name: "GC/BGC2ndCon",
+        same: None,
+        detail: &[],
+    },
+    // An allocating thread waiting for a background GC.
+    PairRule {
+        provider: RUNTIME_PRIVATE,
+        begin: "GC/BGCAllocWaitStart",
+        end: "GC/BGCAllocWaitStop",
+        name: "GC/BGCAllocWait",
+        same: None,
+        detail: &[],
+    },
+];
+
 /// What [`write_chrome_trace`] wrote.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ChromeSummary {
-    /// Trace events read: always `instants + 2 * complete + async_buffers`.
+    /// Trace events read: always `instants + 2 * complete + async_buffers +
+    /// folded_span_events`.
     pub events: u64,
     /// Instant events written (unmatched starts and stops included).
     pub instants: u64,
-    /// Complete (`X`) events written, each from a Start and its Stop.
+    /// Complete (`X`) events written, each from a begin and its end.
     pub complete: u64,
     /// Starts never closed.
     pub unmatched_starts: u64,
     /// Stops with no open Start.
     pub unmatched_stops: u64,
+    /// The tracing layer's `SpanNew` and `SpanClose` events whose facts are in their span's
+    /// one slice (a span entered exactly once), so not written on their own.
+    pub folded_span_events: u64,
     /// `thread_name` metadata events written.
     pub thread_names: u64,
     /// `process_name` metadata events written.
@@ -86,6 +238,72 @@ pub struct ChromeSummary {
     pub poll_spans: u64,
 }
 
+/// A time or duration in nanoseconds, written in microseconds (the format's unit) with at
+/// most three decimals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Micros(i64);
+
+impl Serialize for Micros {
+    fn serialize<S: Serializer>(&self, ser: S) -> std::result::Result<S::Ok, S::Error> {
+        if self.0.unsigned_abs() <= MAX_SAFE_INTEGER {
+            // The quotient is the double nearest the exact decimal, and the shortest text
+            // that reads back as that double is that decimal: three decimals at most.
+            ser.serialize_f64(self.0 as f64 / 1000.0)
+        } else {
+            ser.collect_str(&format_args!(
+                "{}{}.{:03}",
+                if self.0 < 0 { "-" } else { "" },
+                self.0.unsigned_abs() / 1000,
+                self.0.unsigned_abs() % 1000
+            ))
+        }
+    }
+}
+
+/// A slice's duration, from its start and end in nanoseconds: in microseconds with at most
+/// three decimals when `ts + dur`, added as JavaScript adds, gives exactly the end's
+/// written time; else the difference of the two written times, which does. Viewers find a
+/// slice's end as `ts + dur` and nest slices by comparing ends: rounding in that sum would
+/// make a child that ends with its parent seem to end after it (the DevTools trace engine
+/// then drops the child).
+#[derive(Debug, Clone, Copy)]
+struct Duration {
+    start: i64,
+    end: i64,
+}
+
+impl Serialize for Duration {
+    fn serialize<S: Serializer>(&self, ser: S) -> std::result::Result<S::Ok, S::Error> {
+        let dur = self.end.saturating_sub(self.start).max(0);
+        let exact = self.start.unsigned_abs() <= MAX_SAFE_INTEGER
+            && self.end.unsigned_abs() <= MAX_SAFE_INTEGER;
+        if !exact {
+            return Micros(dur).serialize(ser);
+        }
+        let (ts, end) = (self.start as f64 / 1000.0, self.end as f64 / 1000.0);
+        let decimal = dur as f64 / 1000.0;
+        if ts + decimal == end {
+            return ser.serialize_f64(decimal);
+        }
+        let difference = end - ts;
+        if difference >= 0.0 && ts + difference == end {
+            ser.serialize_f64(difference)
+        } else {
+            ser.serialize_f64(decimal)
+        }
+    }
+}
+
+/// Nanoseconds from the trace's start (its sync time) to `ticks`, exactly.
+fn ticks_to_ns(trace: &TraceInfo, ticks: i64) -> i64 {
+    if trace.tick_frequency <= 0 {
+        return 0;
+    }
+    let delta = i128::from(ticks) - i128::from(trace.sync_time_ticks);
+    let ns = delta * 1_000_000_000 / i128::from(trace.tick_frequency);
+    i64::try_from(ns).unwrap_or(if ns < 0 { i64::MIN } else { i64::MAX })
+}
+
 #[derive(Serialize)]
 struct JsonEvent<'a, A> {
     name: &'a str,
@@ -93,9 +311,9 @@ struct JsonEvent<'a, A> {
     cat: Option<&'a str>,
     ph: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    ts: Option<f64>,
+    ts: Option<Micros>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    dur: Option<f64>,
+    dur: Option<Duration>,
     #[serde(skip_serializing_if = "Option::is_none")]
     s: Option<&'static str>,
     pid: u64,
@@ -103,9 +321,32 @@ struct JsonEvent<'a, A> {
     args: A,
 }
 
-/// A payload value as JSON: numbers, strings, arrays and objects as such; GUIDs, times,
-/// pointers (`0x…`), decimals and bytes (hex) as their text. Object fields keep their
-/// order.
+/// An integer as JSON: a number when JavaScript holds it exactly, else its decimal text.
+struct Integer<T>(T);
+
+impl Serialize for Integer<u64> {
+    fn serialize<S: Serializer>(&self, ser: S) -> std::result::Result<S::Ok, S::Error> {
+        if self.0 <= MAX_SAFE_INTEGER {
+            ser.serialize_u64(self.0)
+        } else {
+            ser.collect_str(&self.0)
+        }
+    }
+}
+
+impl Serialize for Integer<i64> {
+    fn serialize<S: Serializer>(&self, ser: S) -> std::result::Result<S::Ok, S::Error> {
+        if self.0.unsigned_abs() <= MAX_SAFE_INTEGER {
+            ser.serialize_i64(self.0)
+        } else {
+            ser.collect_str(&self.0)
+        }
+    }
+}
+
+/// A payload value as JSON: numbers, strings, arrays and objects as such; integers beyond
+/// ±(2^53 − 1) (which JavaScript viewers would round), GUIDs, times, pointers (`0x…`),
+/// decimals and bytes (hex) as their text. Object fields keep their order.
 #[derive(Debug, Clone, Copy)]
 pub struct JsonValue<'a>(pub &'a Value);
 
@@ -119,8 +360,8 @@ impl Serialize for JsonValue<'_> {
             Value::U16(v) => ser.serialize_u16(*v),
             Value::I32(v) => ser.serialize_i32(*v),
             Value::U32(v) => ser.serialize_u32(*v),
-            Value::I64(v) => ser.serialize_i64(*v),
-            Value::U64(v) => ser.serialize_u64(*v),
+            Value::I64(v) => Integer(*v).serialize(ser),
+            Value::U64(v) => Integer(*v).serialize(ser),
             // Through the shortest text of the f32, so 0.1f32 reads 0.1, not 0.10000000149.
             Value::F32(v) => float(ser, v.to_string().parse().unwrap_or(f64::from(*v))),
             Value::F64(v) => float(ser, *v),
@@ -188,12 +429,66 @@ impl<N: AsRef<str>> Payload<N> {
             Payload::Error(_) => None,
         }
     }
+
+    fn into_owned(self) -> Payload<String> {
+        match self {
+            Payload::Fields(fields) => Payload::Fields(
+                fields
+                    .into_iter()
+                    .map(|(n, v)| (n.as_ref().to_owned(), v))
+                    .collect(),
+            ),
+            Payload::Error(e) => Payload::Error(e),
+        }
+    }
 }
 
-#[derive(Serialize)]
-struct StartStop<'a> {
+/// A slice's `args`: one object holding each fact of its begin and end once. The begin's
+/// fields first; then the end's fields that the begin does not already hold with the same
+/// value (under `stop.<name>` when the begin holds that name with another value). The
+/// `Name` field that names the slice is not repeated.
+struct SliceArgs<'a> {
     start: &'a Payload<String>,
     stop: &'a Payload<&'a str>,
+    /// The slice's name when it came from a `Name` field.
+    named_by: Option<&'a str>,
+}
+
+impl Serialize for SliceArgs<'_> {
+    fn serialize<S: Serializer>(&self, ser: S) -> std::result::Result<S::Ok, S::Error> {
+        let is_label = |name: &str, value: &Value| {
+            name == "Name" && self.named_by.is_some() && value.as_str() == self.named_by
+        };
+        let mut map = ser.serialize_map(None)?;
+        match self.start {
+            Payload::Fields(fields) => {
+                for (name, value) in fields {
+                    if !is_label(name, value) {
+                        map.serialize_entry(name, &JsonValue(value))?;
+                    }
+                }
+            }
+            Payload::Error(e) => map.serialize_entry("decode_error", e)?,
+        }
+        match self.stop {
+            Payload::Fields(fields) => {
+                for (name, value) in fields {
+                    if is_label(name, value) {
+                        continue;
+                    }
+                    match self.start.field(name) {
+                        Some(same) if same == value => {}
+                        Some(_) => {
+                            map.serialize_entry(&format!("stop.{name}"), &JsonValue(value))?
+                        }
+                        None => map.serialize_entry(name, &JsonValue(value))?,
+                    }
+                }
+            }
+            Payload::Error(e) => map.serialize_entry("stop.decode_error", e)?,
+        }
+        map.end()
+    }
 }
 
 #[derive(Serialize)]
@@ -203,22 +498,25 @@ struct NameArg<'a> {
 
 #[derive(Serialize)]
 struct PollArgs {
-    ctx: u64,
-    frame: u32,
+    ctx: Integer<u64>,
     ended: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     start_exact: Option<bool>,
 }
 
-/// A Start waiting for its Stop.
+/// A begin waiting for its end.
 struct Open {
-    ts: f64,
+    ts: i64,
     pid: u64,
     tid: u64,
-    /// `Provider/EventName` of the Start, for when it ends up an instant.
+    /// `Provider/EventName` of the begin, for when it ends up an instant.
     qualified: String,
     /// The interval's name.
     label: String,
+    /// Whether `label` is the begin's `Name` field.
+    named_by_field: bool,
+    /// The value of the rule's `same` field, which the end must carry too.
+    same: Option<Value>,
     args: Payload<String>,
 }
 
@@ -228,6 +526,24 @@ struct Key {
     tid: u64,
     provider: String,
     base: String,
+}
+
+/// What an event does to the intervals of its thread.
+enum Role<'a> {
+    /// Opens one: its base name, its name, the field its end must match.
+    Begin {
+        base: &'a str,
+        label: String,
+        named_by_field: bool,
+        same: Option<&'static str>,
+    },
+    /// Closes one.
+    End {
+        base: &'a str,
+        same: Option<&'static str>,
+    },
+    /// Neither.
+    Instant,
 }
 
 /// The event's opcode: stated, or implied by a name ending in Start/Stop.
@@ -251,6 +567,122 @@ fn base_name(name: &str, opcode: u8) -> &str {
     match name.strip_suffix(suffix) {
         Some(rest) => rest.strip_suffix('/').unwrap_or(rest),
         None => name,
+    }
+}
+
+/// The pair rule, if any, that `provider`/`name` begins (`true`) or ends (`false`).
+fn pair_rule(provider: &str, name: &str) -> Option<(&'static PairRule, bool)> {
+    PAIR_RULES.iter().find_map(|rule| {
+        if rule.provider != provider {
+            None
+        } else if rule.begin == name {
+            Some((rule, true))
+        } else if rule.end == name {
+            Some((rule, false))
+        } else {
+            None
+        }
+    })
+}
+
+/// The role of `event`, whose decoded payload is `payload`.
+fn role<'a, N: AsRef<str>>(event: &'a Event<'_>, payload: &Payload<N>) -> Role<'a> {
+    let md = event.metadata;
+    if let Some((rule, begins)) = pair_rule(&md.provider, &md.display_name) {
+        if !begins {
+            return Role::End {
+                base: rule.name,
+                same: rule.same,
+            };
+        }
+        let detail: Vec<&str> = rule
+            .detail
+            .iter()
+            .filter_map(|f| payload.field(f).and_then(Value::as_str))
+            .filter(|s| !s.is_empty())
+            .collect();
+        let label = if detail.is_empty() {
+            rule.name.to_owned()
+        } else {
+            format!("{} {}", rule.name, detail.join("."))
+        };
+        return Role::Begin {
+            base: rule.name,
+            label,
+            named_by_field: false,
+            same: rule.same,
+        };
+    }
+    match opcode(event) {
+        1 => {
+            let base = base_name(&md.display_name, 1);
+            let name = payload.field("Name").and_then(Value::as_str);
+            Role::Begin {
+                base,
+                label: name.unwrap_or(base).to_owned(),
+                named_by_field: name.is_some(),
+                same: None,
+            }
+        }
+        2 => Role::End {
+            base: base_name(&md.display_name, 2),
+            same: None,
+        },
+        _ => Role::Instant,
+    }
+}
+
+/// The tracing layer's span lifecycle events (see `eventpipe-tracing`): `SpanNew` when a
+/// span is created (its fields), `SpanClose` when it is closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lifecycle {
+    New(u64),
+    Close(u64),
+}
+
+fn lifecycle<N: AsRef<str>>(event: &Event<'_>, payload: &Payload<N>) -> Option<Lifecycle> {
+    let md = event.metadata;
+    if md.opcode.unwrap_or(0) != 0 {
+        return None;
+    }
+    let id = || payload.field("SpanId").and_then(Value::as_u64);
+    match md.event_name.as_str() {
+        "SpanNew" => id().map(Lifecycle::New),
+        "SpanClose" => id().map(Lifecycle::Close),
+        _ => None,
+    }
+}
+
+/// A span of the tracing layer between its `SpanNew` and its `SpanClose`.
+struct LiveSpan {
+    ts: i64,
+    tid: u64,
+    qualified: String,
+    /// `SpanNew`'s payload: SpanId, ParentSpanId, Name, the span's fields.
+    new: Payload<String>,
+    /// Slices begun for it (each `SpanStart`).
+    entered: u32,
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct SpanKey {
+    pid: u64,
+    provider: String,
+    span: u64,
+}
+
+/// A slice's begin args for a span of the tracing layer: the span's `SpanNew` fields
+/// (without a root's `ParentSpanId` of 0), else the `SpanStart` payload.
+fn span_slice_args(live: Option<&LiveSpan>, start: Payload<String>) -> Payload<String> {
+    match live.map(|l| &l.new) {
+        Some(Payload::Fields(fields)) => Payload::Fields(
+            fields
+                .iter()
+                .filter(|(n, v)| !(n == "ParentSpanId" && v.as_u64() == Some(0)))
+                .cloned()
+                .collect(),
+        ),
+        _ => start,
     }
 }
 
@@ -285,6 +717,7 @@ impl<W: Write> Writer<W> {
 struct Converter<W: Write> {
     w: Writer<W>,
     open: HashMap<Key, VecDeque<Open>>,
+    live_spans: HashMap<SpanKey, LiveSpan>,
     thread_names: HashMap<(u64, u64), String>,
     process_names: HashMap<u64, String>,
     summary: ChromeSummary,
@@ -306,6 +739,7 @@ impl<W: Write> Converter<W> {
         Ok(Converter {
             w: Writer { out, first: true },
             open: HashMap::new(),
+            live_spans: HashMap::new(),
             thread_names: HashMap::new(),
             process_names: HashMap::new(),
             summary: ChromeSummary::default(),
@@ -337,18 +771,20 @@ impl<W: Write> Converter<W> {
 
     fn poll_span(&mut self, span: &PollSpan) -> Result<()> {
         self.summary.poll_spans += 1;
+        // The name is the frame's (or `frame#N` before its AsyncFrame event): the frame id
+        // is not repeated in args.
         let name = match self.frame_names.get(&span.frame) {
             Some(name) => name.clone(),
             None => span.frame.to_string(),
         };
-        let start = self.trace.ticks_to_msec(span.start) * 1000.0;
-        let end = self.trace.ticks_to_msec(span.end) * 1000.0;
+        let start = ticks_to_ns(&self.trace, span.start);
+        let end = ticks_to_ns(&self.trace, span.end);
         self.w.event(&JsonEvent {
             name: &name,
             cat: Some(async_trace::PROVIDER),
             ph: "X",
-            ts: Some(start),
-            dur: Some((end - start).max(0.0)),
+            ts: Some(Micros(start)),
+            dur: Some(Duration { start, end }),
             s: None,
             pid: self
                 .poll_pids
@@ -357,8 +793,7 @@ impl<W: Write> Converter<W> {
                 .unwrap_or(self.default_pid),
             tid: span.thread,
             args: PollArgs {
-                ctx: span.ctx.0,
-                frame: span.frame.0,
+                ctx: Integer(span.ctx.0),
                 ended: span.ended.as_str(),
                 start_exact: (!span.start_exact).then_some(false),
             },
@@ -369,7 +804,7 @@ impl<W: Write> Converter<W> {
         &mut self,
         name: &str,
         cat: &str,
-        ts: f64,
+        ts: i64,
         pid: u64,
         tid: u64,
         args: &Payload<N>,
@@ -378,8 +813,10 @@ impl<W: Write> Converter<W> {
         self.w.event(&JsonEvent {
             name,
             cat: Some(cat),
-            ph: "i",
-            ts: Some(ts),
+            // Upper-case: the DevTools trace engine knows instants only by `I` (Chrome's
+            // own phase letter); Perfetto and chrome://tracing read both.
+            ph: "I",
+            ts: Some(Micros(ts)),
             dur: None,
             s: Some("t"),
             pid,
@@ -430,13 +867,79 @@ impl<W: Write> Converter<W> {
         })
     }
 
+    /// A tracing-layer span's `SpanNew` or `SpanClose`: held, folded or written.
+    fn span_lifecycle(
+        &mut self,
+        event: &Event<'_>,
+        which: Lifecycle,
+        ts: i64,
+        pid: u64,
+        tid: u64,
+        payload: Payload<&str>,
+    ) -> Result<()> {
+        let provider = &event.metadata.provider;
+        match which {
+            Lifecycle::New(span) => {
+                if self.live_spans.len() >= MAX_LIVE_SPANS {
+                    return self.instant(&event.qualified_name(), provider, ts, pid, tid, &payload);
+                }
+                let key = SpanKey {
+                    pid,
+                    provider: provider.clone(),
+                    span,
+                };
+                let live = LiveSpan {
+                    ts,
+                    tid,
+                    qualified: event.qualified_name(),
+                    new: payload.into_owned(),
+                    entered: 0,
+                };
+                // A reused id whose close was lost: the earlier span's creation is a fact
+                // of its own.
+                if let Some(earlier) = self.live_spans.insert(key, live) {
+                    self.instant(
+                        &earlier.qualified,
+                        provider,
+                        earlier.ts,
+                        pid,
+                        earlier.tid,
+                        &earlier.new,
+                    )?;
+                }
+                Ok(())
+            }
+            Lifecycle::Close(span) => {
+                let key = SpanKey {
+                    pid,
+                    provider: provider.clone(),
+                    span,
+                };
+                match self.live_spans.remove(&key) {
+                    // Created, entered once, exited, closed: the slice says it all.
+                    Some(live) if live.entered == 1 => {
+                        self.summary.folded_span_events += 2;
+                        Ok(())
+                    }
+                    // Never entered, or entered several times (an async span): its
+                    // lifetime is not one slice, so its creation and close are written.
+                    Some(live) => {
+                        self.instant(&live.qualified, provider, live.ts, pid, live.tid, &live.new)?;
+                        self.instant(&event.qualified_name(), provider, ts, pid, tid, &payload)
+                    }
+                    None => self.instant(&event.qualified_name(), provider, ts, pid, tid, &payload),
+                }
+            }
+        }
+    }
+
     fn event(&mut self, event: &Event<'_>) -> Result<()> {
         self.summary.events += 1;
         let md = event.metadata;
         let pid = event.process_id().unwrap_or(self.default_pid);
         let tid = event.thread_id();
-        let ts = event.timestamp_msec() * 1000.0;
         let ticks = event.header.timestamp;
+        let ts = ticks_to_ns(&self.trace, ticks);
         self.last_ticks = Some(self.last_ticks.map_or(ticks, |t| t.max(ticks)));
         if let Some(name) = event.thread_name() {
             self.thread_name(pid, tid, name)?;
@@ -484,35 +987,52 @@ impl<W: Write> Converter<W> {
             _ => {}
         }
 
-        let op = opcode(event);
-        if op != 1 && op != 2 {
-            return self.instant(
-                &event.qualified_name(),
-                &md.provider,
-                ts,
-                pid,
-                tid,
-                &payload,
-            );
+        if let Some(which) = lifecycle(event, &payload) {
+            return self.span_lifecycle(event, which, ts, pid, tid, payload);
         }
-        let base = base_name(&md.display_name, op);
+
+        let (base, is_begin, label, named_by_field, same_field) = match role(event, &payload) {
+            Role::Instant => {
+                return self.instant(
+                    &event.qualified_name(),
+                    &md.provider,
+                    ts,
+                    pid,
+                    tid,
+                    &payload,
+                )
+            }
+            Role::Begin {
+                base,
+                label,
+                named_by_field,
+                same,
+            } => (base, true, label, named_by_field, same),
+            Role::End { base, same } => (base, false, String::new(), false, same),
+        };
         let key = Key {
             pid,
             tid,
             provider: md.provider.clone(),
             base: base.to_owned(),
         };
-        if op == 1 {
-            let label = payload
-                .field("Name")
-                .and_then(Value::as_str)
-                .unwrap_or(base)
-                .to_owned();
-            let args = match payload {
-                Payload::Fields(fields) => {
-                    Payload::Fields(fields.into_iter().map(|(n, v)| (n.to_owned(), v)).collect())
+        let same = same_field.and_then(|f| payload.field(f)).cloned();
+        if is_begin {
+            let span_key = payload
+                .field("SpanId")
+                .and_then(Value::as_u64)
+                .map(|span| SpanKey {
+                    pid,
+                    provider: md.provider.clone(),
+                    span,
+                });
+            let live = span_key.as_ref().and_then(|k| self.live_spans.get_mut(k));
+            let args = match live {
+                Some(live) => {
+                    live.entered = live.entered.saturating_add(1);
+                    span_slice_args(Some(live), payload.into_owned())
                 }
-                Payload::Error(e) => Payload::Error(e),
+                None => payload.into_owned(),
             };
             let stack = self.open.entry(key).or_default();
             stack.push_back(Open {
@@ -521,6 +1041,8 @@ impl<W: Write> Converter<W> {
                 tid,
                 qualified: event.qualified_name(),
                 label,
+                named_by_field,
+                same,
                 args,
             });
             if stack.len() > MAX_OPEN_PER_KEY {
@@ -532,7 +1054,13 @@ impl<W: Write> Converter<W> {
         }
         let start = match self.open.get_mut(&key) {
             Some(stack) => {
-                let start = stack.pop_back();
+                // The innermost open begin; for a rule with a `same` field, the innermost
+                // one carrying the end's value.
+                let at = match same_field {
+                    None => stack.len().checked_sub(1),
+                    Some(_) => stack.iter().rposition(|o| same.is_some() && o.same == same),
+                };
+                let start = at.and_then(|i| stack.remove(i));
                 if stack.is_empty() {
                     self.open.remove(&key);
                 }
@@ -547,14 +1075,18 @@ impl<W: Write> Converter<W> {
                     name: &start.label,
                     cat: Some(&md.provider),
                     ph: "X",
-                    ts: Some(start.ts),
-                    dur: Some((ts - start.ts).max(0.0)),
+                    ts: Some(Micros(start.ts)),
+                    dur: Some(Duration {
+                        start: start.ts,
+                        end: ts,
+                    }),
                     s: None,
                     pid: start.pid,
                     tid: start.tid,
-                    args: StartStop {
+                    args: SliceArgs {
                         start: &start.args,
                         stop: &payload,
+                        named_by: start.named_by_field.then_some(start.label.as_str()),
                     },
                 })
             }
@@ -572,7 +1104,8 @@ impl<W: Write> Converter<W> {
         }
     }
 
-    /// Writes the starts never closed (in time order) and the end of the document.
+    /// Writes the starts never closed and the spans never closed (in time order), and the
+    /// end of the document.
     fn finish(
         mut self,
         trace: &TraceInfo,
@@ -590,9 +1123,21 @@ impl<W: Write> Converter<W> {
             .drain()
             .flat_map(|(key, stack)| stack.into_iter().map(move |o| (key.provider.clone(), o)))
             .collect();
-        left.sort_by(|a, b| a.1.ts.total_cmp(&b.1.ts));
+        left.sort_by_key(|(_, o)| o.ts);
         for (provider, open) in left {
             self.give_up(&open, &provider)?;
+        }
+        let mut live: Vec<(SpanKey, LiveSpan)> = self.live_spans.drain().collect();
+        live.sort_by_key(|(_, l)| l.ts);
+        for (key, span) in live {
+            self.instant(
+                &span.qualified,
+                &key.provider,
+                span.ts,
+                key.pid,
+                span.tid,
+                &span.new,
+            )?;
         }
         #[derive(Serialize)]
         struct OtherData {
@@ -682,7 +1227,10 @@ mod tests {
         assert_eq!(json(Value::F32(0.1)), "0.1");
         assert_eq!(json(Value::F64(f64::NAN)), r#""NaN""#);
         assert_eq!(json(Value::F64(f64::NEG_INFINITY)), r#""-inf""#);
-        assert_eq!(json(Value::U64(u64::MAX)), "18446744073709551615");
+        // Beyond 2^53 - 1 JavaScript rounds: such integers are strings.
+        assert_eq!(json(Value::U64(u64::MAX)), r#""18446744073709551615""#);
+        assert_eq!(json(Value::U64(MAX_SAFE_INTEGER)), "9007199254740991");
+        assert_eq!(json(Value::I64(-(1 << 53))), r#""-9007199254740992""#);
         assert_eq!(json(Value::Pointer(255)), r#""0xff""#);
         assert_eq!(json(Value::Bytes(vec![1, 0xab])), r#""01ab""#);
         assert_eq!(json(Value::Char('"')), r#""\"""#);

@@ -628,7 +628,7 @@ fn polls_are_complete_events_on_their_thread() {
             .as_array()
             .unwrap()
             .iter()
-            .filter(|e| e["ph"] == "i")
+            .filter(|e| e["ph"] == "I")
             .filter_map(|e| e["name"].as_str())
             .collect();
         assert!(!instants.iter().any(|n| n.ends_with("AsyncBuffer")));

@@ -277,16 +277,14 @@ fn start_stop_pairs_become_complete_events() {
         let inner = xs.iter().find(|e| e["name"] == "inner").unwrap();
         assert_eq!(
             inner["args"],
-            json!({"start": {"SpanId": 2, "Name": "inner"}, "stop": {"SpanId": 2}})
+            json!({"SpanId": 2}),
+            "one object, each fact once: the Name is the slice's name, the Stop's SpanId the Start's"
         );
         let request = xs.iter().find(|e| e["name"] == "Request").unwrap();
-        assert_eq!(
-            request["args"],
-            json!({"start": {"Url": "/a"}, "stop": {"Status": 200}})
-        );
+        assert_eq!(request["args"], json!({"Url": "/a", "Status": 200}));
 
         // Everything else is an instant, thread-scoped, at its own time.
-        let instants = of_phase(&doc, "i");
+        let instants = of_phase(&doc, "I");
         let mut names: Vec<(&str, u64, f64)> = instants
             .iter()
             .map(|e| {
@@ -330,6 +328,7 @@ fn start_stop_pairs_become_complete_events() {
                 complete: 4,
                 unmatched_starts: 1,
                 unmatched_stops: 3,
+                folded_span_events: 0,
                 thread_names: if version == FormatVersion::V6 { 2 } else { 1 },
                 process_names: 1,
                 async_buffers: 0,
@@ -402,7 +401,7 @@ fn endless_starts_are_bounded_and_counted() {
     assert_eq!(xs.len(), 1);
     assert_eq!(xs[0]["name"], format!("span {}", starts - 1));
     assert_eq!(summary.unmatched_starts, starts as u64 - 1);
-    assert_eq!(of_phase(&doc, "i").len(), starts - 1);
+    assert_eq!(of_phase(&doc, "I").len(), starts - 1);
     assert_eq!(summary.events, starts as u64 + 1);
 }
 
@@ -450,9 +449,13 @@ fn real_traces_convert_with_every_event_accounted_for() {
         let bytes = std::fs::read(&file).unwrap();
         let (events, by_name) = count_events(&bytes);
         let (doc, summary) = convert(&bytes);
-        let instants = of_phase(&doc, "i").len() as u64;
+        let instants = of_phase(&doc, "I").len() as u64;
         let xs = of_phase(&doc, "X");
-        assert_eq!(instants + 2 * xs.len() as u64, events, "{name}");
+        assert_eq!(
+            instants + 2 * xs.len() as u64 + summary.folded_span_events,
+            events,
+            "{name}"
+        );
         assert_eq!(summary.events, events, "{name}");
         assert_eq!(
             (summary.instants, summary.complete),
@@ -477,7 +480,9 @@ fn real_traces_convert_with_every_event_accounted_for() {
                     .collect();
                 assert_eq!(gcs.len(), 478, "{name}");
                 for gc in gcs {
-                    assert_eq!(gc["args"]["start"]["Count"], gc["args"]["stop"]["Count"]);
+                    // The Stop's Count equals the Start's, so it is written once.
+                    assert!(gc["args"]["Count"].is_u64(), "{gc}");
+                    assert!(gc["args"].get("stop.Count").is_none(), "{gc}");
                     assert!(gc["dur"].as_f64().unwrap() >= 0.0);
                 }
             }
@@ -511,4 +516,635 @@ fn real_traces_convert_with_every_event_accounted_for() {
             _ => {}
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Runtime pairs, the tracing layer's spans, and what the JSON holds for JavaScript
+
+/// One event as a plain reader sees it: qualified name, thread, payload fields.
+type PlainEvent = (String, u64, Vec<(String, nettrace::Value)>);
+
+/// A runtime pair to look for: trace, begin, end, slice name, the field both carry (if
+/// matched on one), and the number of pairs known to be in the trace.
+type PairCase = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+    u64,
+);
+
+/// Every event, read with a plain reader.
+fn read_events(bytes: &[u8]) -> Vec<PlainEvent> {
+    let mut reader = TraceReader::from_slice(bytes).unwrap();
+    let mut out = Vec::new();
+    while let Some(e) = reader.next_event().unwrap() {
+        out.push((
+            e.qualified_name(),
+            e.thread_id(),
+            e.decode_payload()
+                .map(|f| f.into_iter().map(|(n, v)| (n.to_owned(), v)).collect())
+                .unwrap_or_default(),
+        ));
+    }
+    out
+}
+
+/// Slices (X events) per (thread, name).
+fn slices_by_thread_and_name(doc: &Value) -> BTreeMap<(u64, String), u64> {
+    let mut out = BTreeMap::new();
+    for e in of_phase(doc, "X") {
+        let key = (
+            e["tid"].as_u64().unwrap(),
+            e["name"].as_str().unwrap().to_owned(),
+        );
+        *out.entry(key).or_insert(0) += 1;
+    }
+    out
+}
+
+/// Begin/end pairs of one thread, counted from the event sequence alone: each end closes
+/// the latest open begin of the same thread (and, with `same`, the same field value).
+fn count_pairs(
+    events: &[PlainEvent],
+    begin: &str,
+    end: &str,
+    same: Option<&str>,
+) -> BTreeMap<u64, u64> {
+    let field = |fields: &[(String, nettrace::Value)]| {
+        same.and_then(|s| fields.iter().find(|(n, _)| n == s).map(|(_, v)| v.clone()))
+    };
+    let mut open: BTreeMap<u64, Vec<Option<nettrace::Value>>> = BTreeMap::new();
+    let mut pairs = BTreeMap::new();
+    for (name, tid, fields) in events {
+        if name == begin {
+            open.entry(*tid).or_default().push(field(fields));
+        } else if name == end {
+            let stack = open.entry(*tid).or_default();
+            let value = field(fields);
+            if let Some(i) = stack.iter().rposition(|v| *v == value) {
+                stack.remove(i);
+                *pairs.entry(*tid).or_insert(0) += 1;
+            }
+        }
+    }
+    pairs
+}
+
+#[test]
+fn runtime_begin_end_pairs_become_slices_on_their_thread() {
+    let Some(dir) = common::shared_traces("runtime pairs in the Chrome JSON") else {
+        return;
+    };
+    const RT: &str = "Microsoft-Windows-DotNETRuntime";
+    // (trace, begin, end, slice name, same field, the number of pairs we know are there)
+    let cases: &[PairCase] = &[
+        // TraceEvent counts 7,423 of each of the four (our reader agrees: dotnet_traces.rs),
+        // every one on the thread that suspended the runtime.
+        (
+            "only_managed_samples",
+            "GC/SuspendEEStart",
+            "GC/SuspendEEStop",
+            "GC/SuspendEE",
+            None,
+            7423,
+        ),
+        (
+            "only_managed_samples",
+            "GC/RestartEEStart",
+            "GC/RestartEEStop",
+            "GC/RestartEE",
+            None,
+            7423,
+        ),
+        // The baseline: 5,953 SuspendEE and 6,002 RestartEE begin/end events.
+        (
+            "eventpipe-dotnetcore3.0-win-x64-objver4",
+            "GC/SuspendEEStart",
+            "GC/SuspendEEStop",
+            "GC/SuspendEE",
+            None,
+            5953,
+        ),
+        (
+            "eventpipe-dotnetcore3.0-win-x64-objver4",
+            "GC/RestartEEStart",
+            "GC/RestartEEStop",
+            "GC/RestartEE",
+            None,
+            6002,
+        ),
+        (
+            "eventpipe-dotnetcore3.0-win-x64-objver4",
+            "GC/FinalizersStart",
+            "GC/FinalizersStop",
+            "GC/Finalizers",
+            None,
+            2,
+        ),
+        (
+            "eventpipe-dotnetcore3.0-win-x64-objver4",
+            "GC/Start",
+            "GC/Stop",
+            "GC",
+            None,
+            478,
+        ),
+        (
+            "eventpipe-dotnetcore3.0-win-x64-objver4",
+            "Contention/Start",
+            "Contention/Stop",
+            "Contention",
+            None,
+            8,
+        ),
+        // 54 JittingStarted, 53 LoadVerbose: one method's compilation never finished.
+        (
+            "eventpipe-dotnetcore3.0-win-x64-objver4",
+            "Method/JittingStarted",
+            "Method/LoadVerbose",
+            "JIT",
+            Some("MethodID"),
+            53,
+        ),
+    ];
+    let mut docs: BTreeMap<&str, (Value, Vec<PlainEvent>)> = BTreeMap::new();
+    for &(trace, begin, end, slice, same, known) in cases {
+        let (doc, events) = docs.entry(trace).or_insert_with(|| {
+            let bytes = std::fs::read(dir.join(format!("{trace}.nettrace"))).unwrap();
+            (convert(&bytes).0, read_events(&bytes))
+        });
+        let (begin, end) = (format!("{RT}/{begin}"), format!("{RT}/{end}"));
+        let want = count_pairs(events, &begin, &end, same);
+        assert_eq!(want.values().sum::<u64>(), known, "{trace} {slice}");
+        let got: BTreeMap<u64, u64> = slices_by_thread_and_name(doc)
+            .into_iter()
+            .filter(|((_, name), _)| name == slice || name.starts_with(&format!("{slice} ")))
+            .map(|((tid, _), n)| (tid, n))
+            .fold(BTreeMap::new(), |mut m, (tid, n)| {
+                *m.entry(tid).or_insert(0) += n;
+                m
+            });
+        assert_eq!(got, want, "{trace} {slice}: slices per thread");
+        // Paired events are not also written as instants.
+        let leftover = of_phase(doc, "I")
+            .iter()
+            .filter(|e| e["name"] == begin.as_str() || e["name"] == end.as_str())
+            .count() as u64;
+        let all = events
+            .iter()
+            .filter(|(n, _, _)| *n == begin || *n == end)
+            .count() as u64;
+        assert_eq!(leftover, all - 2 * known, "{trace} {slice}: unpaired");
+    }
+    // A JIT slice is named by its method and holds both events' facts once.
+    let (doc, _) = &docs["eventpipe-dotnetcore3.0-win-x64-objver4"];
+    let jit = of_phase(doc, "X")
+        .into_iter()
+        .find(|e| e["name"].as_str().unwrap().starts_with("JIT "))
+        .unwrap();
+    let args = &jit["args"];
+    assert_eq!(
+        jit["name"],
+        format!(
+            "JIT {}.{}",
+            args["MethodNamespace"].as_str().unwrap(),
+            args["MethodName"].as_str().unwrap()
+        )
+    );
+    assert!(args["MethodStartAddress"].is_string() || args["MethodStartAddress"].is_u64());
+}
+
+const SPAN_NEW: u32 = 11;
+const SPAN_CLOSE: u32 = 12;
+const BIG: u32 = 13;
+
+/// A trace of the tracing layer's span events (`eventpipe-tracing`'s table): a span entered
+/// once (with a nested one), an async span entered twice, a span never entered, a span
+/// never closed; and an event with 64-bit values above 2^53.
+fn tracing_layer_trace() -> Vec<u8> {
+    use FieldType::{Int64, UInt64, Utf16String};
+    let mut metadata = metadata();
+    metadata.push(md(
+        SPAN_NEW,
+        "Tracing",
+        "SpanNew",
+        None,
+        &[
+            ("SpanId", UInt64),
+            ("ParentSpanId", UInt64),
+            ("Name", Utf16String),
+            ("user", Utf16String),
+        ],
+    ));
+    metadata.push(md(
+        SPAN_CLOSE,
+        "Tracing",
+        "SpanClose",
+        None,
+        &[("SpanId", UInt64)],
+    ));
+    metadata.push(md(
+        BIG,
+        "Test",
+        "Big",
+        None,
+        &[("Id", UInt64), ("Delta", Int64)],
+    ));
+    let new = |id: u64, parent: u64, name: &str| {
+        let mut p = id.to_le_bytes().to_vec();
+        p.extend(parent.to_le_bytes());
+        p.extend(utf16(name));
+        p.extend(utf16("ann"));
+        p
+    };
+    let id = |id: u64| id.to_le_bytes().to_vec();
+    const OUTER: u64 = (1 << 60) + 1; // above 2^53: written as a string
+    let mut big = u64::MAX.to_le_bytes().to_vec();
+    big.extend(i64::MIN.to_le_bytes());
+    let events: Vec<(u64, i64, u32, Vec<u8>)> = vec![
+        (MAIN, 1_000, SPAN_NEW, new(OUTER, 0, "outer")),
+        (MAIN, 1_001, SPAN_START, span_start(OUTER, "outer")),
+        (MAIN, 2_000, SPAN_NEW, new(2, OUTER, "inner")),
+        (MAIN, 2_001, SPAN_START, span_start(2, "inner")),
+        (MAIN, 2_500, SPAN_STOP, id(2)),
+        (MAIN, 2_501, SPAN_CLOSE, id(2)),
+        (MAIN, 3_000, SPAN_NEW, new(3, 0, "async")),
+        (MAIN, 3_100, SPAN_START, span_start(3, "async")),
+        (MAIN, 3_200, SPAN_STOP, id(3)),
+        (WORKER, 3_300, SPAN_START, span_start(3, "async")),
+        (WORKER, 3_400, SPAN_STOP, id(3)),
+        (WORKER, 3_500, SPAN_CLOSE, id(3)),
+        (MAIN, 4_000, SPAN_NEW, new(4, 0, "idle")),
+        (MAIN, 4_100, SPAN_CLOSE, id(4)),
+        (MAIN, 5_000, SPAN_NEW, new(5, 0, "open")),
+        (MAIN, 1_234_567_891, BIG, big),
+        (MAIN, 1_234_567_892, SPAN_STOP, id(OUTER)),
+        (MAIN, 1_234_567_893, SPAN_CLOSE, id(OUTER)),
+    ];
+    let info = TraceInfo::new(FormatVersion::V5, 8);
+    let mut w = TraceWriter::new(Vec::new(), &info).unwrap();
+    w.write_metadata_block(&metadata).unwrap();
+    let mut block = EventBlockBuilder::new(FormatVersion::V5);
+    let mut sequence: BTreeMap<u64, u32> = BTreeMap::new();
+    for (thread, ts, id, payload) in events {
+        let seq = sequence.entry(thread).or_insert(0);
+        *seq += 1;
+        let header = EventHeader {
+            metadata_id: id,
+            sequence_number: *seq,
+            thread,
+            capture_thread: thread,
+            timestamp: ts,
+            ..Default::default()
+        };
+        block.push(&header, &payload);
+    }
+    w.write_event_block(&block).unwrap();
+    w.finish().unwrap()
+}
+
+#[test]
+fn a_span_entered_once_is_one_slice_holding_its_fields() {
+    let bytes = tracing_layer_trace();
+    let (doc, summary) = convert(&bytes);
+    let slice = |name: &str| {
+        of_phase(&doc, "X")
+            .into_iter()
+            .filter(|e| e["name"] == name)
+            .map(|e| e["args"].clone())
+            .collect::<Vec<_>>()
+    };
+    // The span's fields from SpanNew, its id as a string (above 2^53), no repeated Name,
+    // no root's ParentSpanId of 0.
+    assert_eq!(
+        slice("outer"),
+        [json!({"SpanId": ((1u64 << 60) + 1).to_string(), "user": "ann"})]
+    );
+    assert_eq!(
+        slice("inner"),
+        [json!({"SpanId": 2, "ParentSpanId": ((1u64 << 60) + 1).to_string(), "user": "ann"})]
+    );
+    assert_eq!(slice("async").len(), 2);
+    // SpanNew/SpanClose are written only for the spans whose lifetime is not one slice.
+    let mut instants: Vec<(String, String)> = of_phase(&doc, "I")
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_owned(),
+                e["args"]["SpanId"].to_string(),
+            )
+        })
+        .collect();
+    instants.sort();
+    assert_eq!(
+        instants,
+        [
+            ("Test/Big".to_owned(), "null".to_owned()),
+            ("Tracing/SpanClose".to_owned(), "3".to_owned()), // entered twice
+            ("Tracing/SpanClose".to_owned(), "4".to_owned()), // never entered
+            ("Tracing/SpanNew".to_owned(), "3".to_owned()),
+            ("Tracing/SpanNew".to_owned(), "4".to_owned()),
+            ("Tracing/SpanNew".to_owned(), "5".to_owned()), // never closed
+        ]
+    );
+    assert_eq!(summary.folded_span_events, 4);
+    assert_eq!(
+        summary.events,
+        summary.instants + 2 * summary.complete + summary.folded_span_events
+    );
+    assert_eq!(summary.events, 18);
+}
+
+#[test]
+fn integers_beyond_2_pow_53_are_strings_and_times_have_ns_precision() {
+    let bytes = tracing_layer_trace();
+    let mut reader = TraceReader::from_slice(&bytes).unwrap();
+    let mut out = Vec::new();
+    write_chrome_trace(&mut reader, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let doc: Value = serde_json::from_str(&text).unwrap();
+    let big = of_phase(&doc, "I")
+        .into_iter()
+        .find(|e| e["name"] == "Test/Big")
+        .unwrap();
+    assert_eq!(big["args"]["Id"], u64::MAX.to_string());
+    assert_eq!(big["args"]["Delta"], i64::MIN.to_string());
+    // 1,234,567,891 ns: 1234567.891 µs exactly, not 1234567.8910000001.
+    assert!(text.contains(r#""ts":1234567.891,"#), "{text}");
+    // Every time and duration has at most three decimals, unless a duration must carry the
+    // difference of the written times so that ts + dur is the end's written time.
+    for e in doc["traceEvents"].as_array().unwrap() {
+        if let Some(ts) = e.get("ts") {
+            let text = ts.to_string();
+            let decimals = text.split_once('.').map_or(0, |(_, d)| d.len());
+            assert!(decimals <= 3, "{e}");
+        }
+    }
+    let outer = of_phase(&doc, "X")
+        .into_iter()
+        .find(|e| e["name"] == "outer")
+        .unwrap();
+    // 1.001 µs to 1234567.892 µs.
+    assert_eq!(outer["ts"].as_f64().unwrap(), 1.001);
+    assert_eq!(
+        outer["ts"].as_f64().unwrap() + outer["dur"].as_f64().unwrap(),
+        1234567.892
+    );
+    // No number in the document is an integer JavaScript would round.
+    fn check(v: &Value) {
+        match v {
+            Value::Number(n) => {
+                if let Some(u) = n.as_u64() {
+                    assert!(u < 1 << 53, "{u}");
+                }
+                if let Some(i) = n.as_i64() {
+                    assert!(i.unsigned_abs() < 1 << 53, "{i}");
+                }
+            }
+            Value::Array(items) => items.iter().for_each(check),
+            Value::Object(map) => map.values().for_each(check),
+            _ => {}
+        }
+    }
+    check(&doc);
+}
+
+// ---------------------------------------------------------------------------------------
+// Independent readers: the DevTools trace engine and speedscope's importer
+
+/// What the DevTools performance panel's trace engine rebuilt from `doc` (see
+/// tests/trace_engine/parse.mjs), or `None` when it is not installed.
+fn trace_engine_view(what: &str, doc: &[u8]) -> Option<Value> {
+    let (node, engine) = common::trace_engine(what)?;
+    let dir = common::scratch_dir(&format!("trace-engine-{}", what.replace(' ', "-")));
+    let file = dir.join(format!("trace{}", eventpipe_insight::chrome::FILE_SUFFIX));
+    std::fs::write(&file, doc).unwrap();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/trace_engine/parse.mjs");
+    let out = std::process::Command::new(node)
+        .arg(script)
+        .arg(engine)
+        .arg(&file)
+        .output()
+        .expect("run node");
+    assert!(
+        out.status.success(),
+        "parse.mjs failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let view: Value = serde_json::from_slice(&out.stdout).expect("parse.mjs prints JSON");
+    assert!(
+        view.get("error").is_none(),
+        "the engine failed: {}",
+        view["error"]
+    );
+    assert_eq!(view["generic"], true, "a trace, not a browser recording");
+    Some(view)
+}
+
+fn chrome_bytes(trace: &[u8]) -> Vec<u8> {
+    let mut reader = TraceReader::from_slice(trace).unwrap();
+    let mut out = Vec::new();
+    write_chrome_trace(&mut reader, &mut out).unwrap();
+    out
+}
+
+/// Per thread: (slices, instants, entries the engine left out of its tree).
+fn engine_counts(view: &Value) -> BTreeMap<u64, (u64, u64, u64)> {
+    view["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["tid"].as_u64().unwrap(),
+                (
+                    t["slices"].as_u64().unwrap(),
+                    t["instants"].as_u64().unwrap(),
+                    t["dropped"].as_u64().unwrap(),
+                ),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_trace_engine_rebuilds_every_slice_of_a_synthetic_trace() {
+    let Some(view) = trace_engine_view(
+        "synthetic trace through the DevTools trace engine",
+        &chrome_bytes(&write_trace(FormatVersion::V5)),
+    ) else {
+        return;
+    };
+    // events(): on MAIN the spans outer ⊃ inner and Request, with instants Tick, the other
+    // provider's SpanStop, the unmatched SpanStop, the never-stopped Work Start, rundown
+    // Thread and ProcessInfo; on WORKER the span "on the worker", the early Work Stop and
+    // the undecodable Tick.
+    assert_eq!(
+        engine_counts(&view),
+        BTreeMap::from([(MAIN, (3, 6, 0)), (WORKER, (1, 2, 0))])
+    );
+    let main = view["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"] == MAIN)
+        .unwrap();
+    assert_eq!(
+        main["slice_names"],
+        json!({"outer": 1, "inner": 1, "Request": 1})
+    );
+    // The other provider's SpanStop (an instant) lies in inner, which lies in outer.
+    assert_eq!(main["max_depth"], 3, "inner and Request nest in outer");
+
+    let Some(view) = trace_engine_view(
+        "tracing layer spans through the DevTools trace engine",
+        &chrome_bytes(&tracing_layer_trace()),
+    ) else {
+        return;
+    };
+    // MAIN: outer ⊃ inner, the async span's first entry; WORKER: its second.
+    assert_eq!(
+        engine_counts(&view),
+        BTreeMap::from([(MAIN, (3, 5, 0)), (WORKER, (1, 1, 0))])
+    );
+}
+
+#[test]
+fn the_trace_engine_sees_the_runtime_pairs_of_a_dotnet_trace() {
+    let Some(dir) = common::shared_traces("only_managed_samples through the trace engine") else {
+        return;
+    };
+    let bytes = std::fs::read(dir.join("only_managed_samples.nettrace")).unwrap();
+    let Some(view) = trace_engine_view(
+        "only_managed_samples through the DevTools trace engine",
+        &chrome_bytes(&bytes),
+    ) else {
+        return;
+    };
+    // The pairs in the input, counted from the events alone (see count_pairs).
+    let events = read_events(&bytes);
+    let rt = "Microsoft-Windows-DotNETRuntime/GC";
+    let mut want: BTreeMap<u64, u64> = BTreeMap::new();
+    for (begin, end) in [
+        ("SuspendEEStart", "SuspendEEStop"),
+        ("RestartEEStart", "RestartEEStop"),
+    ] {
+        for (tid, n) in count_pairs(
+            &events,
+            &format!("{rt}/{begin}"),
+            &format!("{rt}/{end}"),
+            None,
+        ) {
+            *want.entry(tid).or_insert(0) += n;
+        }
+    }
+    assert_eq!(want.values().sum::<u64>(), 2 * 7423);
+    let got: BTreeMap<u64, u64> = engine_counts(&view)
+        .into_iter()
+        .filter(|(_, (slices, _, _))| *slices > 0)
+        .map(|(tid, (slices, _, _))| (tid, slices))
+        .collect();
+    assert_eq!(got, want);
+    assert!(
+        engine_counts(&view)
+            .values()
+            .all(|&(_, _, dropped)| dropped == 0),
+        "every slice nests: {view}"
+    );
+}
+
+/// speedscope's importer picks a reader by file name first (`src/import/index.ts`,
+/// `_importProfileGroup`, in jlfwong/speedscope v1.25.0): `*.speedscope.json`,
+/// `/Trace-\d{8}T\d{6}/`, `*.chrome.json` or `/Profile-\d{8}T\d{6}/` (a Chrome DevTools
+/// timeline: an array holding a `CpuProfile` event, which a Trace Event Format object is
+/// not), `*.stackprof.json`, ... ; only a name matching no rule is recognised by its
+/// content, where `{"traceEvents": [...]}` is the Trace Event Format. The rules are read
+/// here from the installed bundle, so a speedscope upgrade that changes them is noticed.
+#[test]
+fn the_default_file_name_is_recognised_by_speedscope_from_its_content() {
+    let Some(package) = common::speedscope_package("speedscope's file-name rules") else {
+        return;
+    };
+    let release = package.join("dist/release");
+    let bundle = std::fs::read_dir(&release)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "js"))
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .find(|text| text.contains("Importing as Chrome Timeline"))
+        .expect("the bundle holding speedscope's importer");
+    // The first pass: from the speedscope rule to the last file-name rule.
+    let from = bundle
+        .find(r#".endsWith(".speedscope.json")"#)
+        .expect("the speedscope file-name rule");
+    let to = from
+        + bundle[from..]
+            .find("Importing as Java Flight Recorder")
+            .expect("the last file-name rule");
+    let rules = &bundle[from..to];
+    let quoted = |call: &str| -> Vec<String> {
+        rules
+            .match_indices(call)
+            .filter_map(|(at, _)| {
+                let rest = &rules[at + call.len()..];
+                Some(rest[..rest.find('"')?].to_owned())
+            })
+            .collect()
+    };
+    let suffixes = quoted(r#".endsWith(""#);
+    let prefixes = quoted(r#".startsWith(""#);
+    let patterns: Vec<String> = rules
+        .match_indices("/.exec(")
+        .filter_map(|(at, _)| {
+            let start = rules[..at].rfind('/')?;
+            Some(rules[start + 1..at].to_owned())
+        })
+        .collect();
+    assert!(suffixes.iter().any(|s| s == ".chrome.json"), "{suffixes:?}");
+    assert!(
+        suffixes.len() >= 10 && patterns.len() >= 2,
+        "{suffixes:?} {patterns:?}"
+    );
+
+    let suffix = eventpipe_insight::chrome::FILE_SUFFIX;
+    let names = ["trace", "managed", "app"].map(|stem| format!("{stem}{suffix}"));
+    let js_matches = |pattern: &str, name: &str| -> Option<bool> {
+        let (node, _) = common::trace_engine("speedscope's name patterns, run with node")?;
+        let out = std::process::Command::new(node)
+            .args([
+                "-e",
+                "process.stdout.write(String(new RegExp(process.argv[1]).test(process.argv[2])))",
+            ])
+            .arg(pattern)
+            .arg(name)
+            .output()
+            .unwrap();
+        Some(out.stdout == b"true")
+    };
+    for name in &names {
+        for s in &suffixes {
+            assert!(
+                !name.ends_with(s.as_str()),
+                "{name} matches speedscope's *{s} rule"
+            );
+        }
+        for p in &prefixes {
+            assert!(
+                !name.starts_with(p.as_str()),
+                "{name} matches speedscope's {p}* rule"
+            );
+        }
+        for p in &patterns {
+            if let Some(hit) = js_matches(p, name) {
+                assert!(!hit, "{name} matches speedscope's /{p}/ rule");
+            }
+        }
+    }
+    // Today's name hit the DevTools-timeline rule.
+    assert!(suffixes
+        .iter()
+        .any(|s| "trace.chrome.json".ends_with(s.as_str())));
 }

@@ -1,8 +1,10 @@
 //! Shared by the converter tests: hand-built profiles with known contents, and locating the
-//! independent readers (`go tool pprof`, speedscope's schema) and `../shared/traces`.
+//! independent readers (`go tool pprof`, speedscope's schema and importer, the DevTools trace
+//! engine) and `../shared/traces`.
 //!
 //! The readers come from `bash ci/converters.sh`, which writes `target/converters/env`
-//! (`$EVENTPIPE_CONVERTERS_ROOT/env` when that is set) with `GO=` and `SPEEDSCOPE_SCHEMA=`.
+//! (`$EVENTPIPE_CONVERTERS_ROOT/env` when that is set) with `GO=`, `SPEEDSCOPE_SCHEMA=`, `NODE=`
+//! and `TRACE_ENGINE=`.
 //! Without that file `go` is looked up on `PATH` and the schema in the default install
 //! directory. A test whose reader is missing prints one `skipping:` line and passes, unless
 //! `EVENTPIPE_REQUIRE_CONVERTER_TOOLS=1` (set by `.ci/run`), which makes it fail.
@@ -224,4 +226,41 @@ pub fn expected_counts_by_thread_and_stack() -> BTreeMap<(u64, Vec<String>), u64
         *out.entry(key).or_insert(0) += 1;
     }
     out
+}
+
+/// The DevTools performance panel's trace engine (npm `@paulirish/trace_engine`), as
+/// `(node, package directory)`, for `tests/trace_engine/parse.mjs`.
+pub fn trace_engine(what: &str) -> Option<(PathBuf, PathBuf)> {
+    let dir = env_file_value("TRACE_ENGINE")
+        .unwrap_or_else(|| converters_root().join("node_modules/@paulirish/trace_engine"));
+    if !dir.join("models/trace/trace.js").is_file() {
+        return missing(
+            what,
+            &format!("the trace engine is not installed at {}", dir.display()),
+        );
+    }
+    let node = env_file_value("NODE").filter(|p| p.is_file()).or_else(|| {
+        std::env::var_os("PATH").and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|d| d.join("node"))
+                .find(|p| p.is_file())
+        })
+    });
+    match node {
+        Some(node) => Some((node, dir)),
+        None => missing(what, "node not installed"),
+    }
+}
+
+/// speedscope's installed package directory (its release bundle holds the importer).
+pub fn speedscope_package(what: &str) -> Option<PathBuf> {
+    let dir = converters_root().join("node_modules/speedscope");
+    if dir.join("package.json").is_file() {
+        Some(dir)
+    } else {
+        missing(
+            what,
+            &format!("speedscope not installed at {}", dir.display()),
+        )
+    }
 }
