@@ -103,7 +103,8 @@ pub struct ProfileBuilder {
 pub struct BuiltProfile {
     /// The profile.
     pub profile: Profile,
-    /// One line per module that could not be symbolized, and why.
+    /// One line per module that could not be symbolized, and why; then how many samples
+    /// have frames that could not be named.
     pub notes: Vec<String>,
     /// The number of native modules and .NET methods the trace described.
     pub modules: usize,
