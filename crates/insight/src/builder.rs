@@ -126,8 +126,10 @@ struct RawSample {
 pub struct ProfileBuilder {
     selection: SampleSelection,
     symbolizer: Symbolizer,
-    raw_stacks: HashMap<Vec<u64>, usize>,
-    raw_stack_list: Vec<Vec<u64>>,
+    /// Distinct (process, leaf-first addresses): addresses mean different code in
+    /// different processes.
+    raw_stacks: HashMap<(Option<u64>, Vec<u64>), usize>,
+    raw_stack_list: Vec<(Option<u64>, Vec<u64>)>,
     samples: HashMap<Kind, Vec<RawSample>>,
     /// Samples of each kind in the trace, wanted or not.
     seen: HashMap<Kind, usize>,
@@ -154,7 +156,8 @@ pub struct ProfileBuilder {
 pub struct BuiltProfile {
     /// The profile.
     pub profile: Profile,
-    /// One line per module that could not be symbolized, and why.
+    /// One line per module that could not be symbolized, and why; then how many samples
+    /// have frames that could not be named.
     pub notes: Vec<String>,
     /// The number of native modules and .NET methods the trace described.
     pub modules: usize,
@@ -281,6 +284,7 @@ impl ProfileBuilder {
                 self.unfreed.insert(address, index);
             }
         }
+        let ips = (event.process_id(), ips);
         let stack = match self.raw_stacks.get(&ips) {
             Some(&id) => id,
             None => {
@@ -508,7 +512,8 @@ impl ProfileBuilder {
         }
         profile.end_ms -= profile.start_ms;
         profile.start_ms = 0.0;
-        notes.extend(self.symbolizer.notes().iter().cloned());
+        notes.extend(self.symbolizer.notes());
+        notes.extend(crate::symbolize::unnamed_frames_note(&profile));
         if unplaced > 0 {
             notes.push(format!(
                 "{unplaced} CPU samples name an async context none of whose polls the async \
@@ -527,12 +532,12 @@ impl ProfileBuilder {
 
     /// The root-first frames of raw stack `id`.
     fn symbolize_stack(&mut self, id: usize, trim_runtime: bool) -> Vec<Frame> {
-        let ips = std::mem::take(&mut self.raw_stack_list[id]);
+        let (pid, ips) = std::mem::take(&mut self.raw_stack_list[id]);
         let mut leaf_first: Vec<Frame> = Vec::with_capacity(ips.len());
         for (i, &ip) in ips.iter().enumerate() {
-            leaf_first.extend(self.symbolizer.resolve(ip, i > 0).iter().cloned());
+            leaf_first.extend(self.symbolizer.resolve_in(pid, ip, i > 0).iter().cloned());
         }
-        self.raw_stack_list[id] = ips;
+        self.raw_stack_list[id] = (pid, ips);
         if trim_runtime {
             // The stack of an ordinary event starts inside the tracing runtime that
             // captured it; those frames say nothing about the program.
@@ -542,8 +547,8 @@ impl ProfileBuilder {
                 }
             }
         }
-        // Runs of unresolvable addresses say one thing: "code we cannot name".
-        leaf_first.dedup_by(|a, b| a.kind == FrameKind::Unknown && b.kind == FrameKind::Unknown);
+        // Runs of `[unknown]` say one thing: "code we cannot name"; bare addresses stay.
+        leaf_first.dedup_by(|a, b| a.kind == FrameKind::Unknown && a == b);
         leaf_first.reverse();
         if leaf_first.is_empty() {
             leaf_first.push(Frame::named("[unknown]", FrameKind::Unknown));

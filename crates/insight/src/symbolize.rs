@@ -1,28 +1,43 @@
 //! From instruction pointers to function names.
 //!
-//! Two sources of truth, both read from the trace itself so a trace symbolizes after its
+//! Three sources of truth, all read from the trace itself so a trace symbolizes after its
 //! process is gone:
 //!
-//! * **Native code** (Rust, C): the `EventPipeRs-Rundown/Module` events list every loaded
-//!   ELF object with its address range, load bias and build id. An address inside a module
-//!   is looked up in that file on disk (DWARF for function, inlined frames, file and line;
-//!   the symbol table when there is no DWARF) with `addr2line`. A missing file, a file whose
-//!   build id no longer matches, or a stripped one gets one note per module and falls back
-//!   to `module+0xOFFSET` frames.
+//! * **Native code** (Rust, C) of this project's traces: the `EventPipeRs-Rundown/Module`
+//!   events list every loaded ELF object with its address range, load bias and build id.
+//! * **Native code and the kernel** in nettrace V6 traces of one-collect and
+//!   `dotnet-trace collect-linux`: the `Universal.System` provider's `ProcessMapping`,
+//!   `ProcessMappingMetadata` and `ProcessSymbol` events describe each process's mappings
+//!   and name the code its samples hit, kernel included (`universal.rs`). An address is
+//!   looked up among its own process's mappings (a stack's pid), named from the trace's
+//!   symbols for that mapping, else from the mapped file on disk (its file offset turned
+//!   into the file's address through its segments).
 //! * **.NET code**: method load and rundown events (`Method/LoadVerbose`,
 //!   `Method/DCStartVerbose`, `Method/DCStopVerbose`, ...) give each JIT'd or ReadyToRun
 //!   method's start address and size; an address inside is that method, named
 //!   `Namespace.Name` as TraceEvent names it, with the module from `Module/Load` events.
 //!
+//! A native binary on disk is used only when its build id is the traced one (when the
+//! trace states it). Its names come from DWARF (function, inlined frames, file and line),
+//! from its separate debug file under `/usr/lib/debug` or beside it, else from its symbol
+//! table or, stripped, its dynamic symbols (`elf.rs`). What cannot be named stays visible:
+//! `module+0xOFFSET` in a known module or mapping, `0xADDRESS` outside every mapping of a
+//! process, `[unknown]` outside every module of a trace without mappings; the notes say
+//! which modules could not be read, why, and for a stripped system library which package
+//! would give names.
+//!
 //! Every address is resolved once and cached; the symbolizer only grows with the number of
 //! distinct addresses, never with the number of samples.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nettrace::{Event, Value};
 
-use crate::profile::{Frame, FrameKind};
+use crate::profile::{Frame, FrameKind, Profile};
+
+mod elf;
+mod universal;
 
 /// The provider of this project's module and thread rundown events.
 pub const RUNDOWN_PROVIDER: &str = "EventPipeRs-Rundown";
@@ -81,11 +96,19 @@ pub struct Symbolizer {
     methods: BTreeMap<u64, Method>,
     /// .NET module ids to file names.
     managed_modules: HashMap<u64, String>,
-    /// Loaded native debug info, by module index; `None` when the file cannot be used.
-    loaders: HashMap<usize, Option<addr2line::Loader>>,
-    /// Resolved frames (innermost first) by (address, is_return_address).
-    cache: HashMap<(u64, bool), Vec<Frame>>,
+    /// Each process's mappings and the trace's symbols in them (`Universal.System`).
+    spaces: universal::AddressSpaces,
+    /// Opened native binaries by (path, traced build id); `None` when the file cannot be
+    /// used.
+    binaries: HashMap<(String, Option<String>), Option<elf::Binary>>,
+    /// Where separate debug files are looked for; `None`: the system's.
+    debug_root: Option<PathBuf>,
+    /// Resolved frames (innermost first) by (process when it has mappings, address,
+    /// is_return_address).
+    cache: HashMap<(Option<u64>, u64, bool), Vec<Frame>>,
+    /// One line per binary that could not be (fully) used.
     notes: Vec<String>,
+    unnamed: UnnamedAddresses,
 }
 
 impl std::fmt::Debug for Symbolizer {
@@ -108,9 +131,14 @@ impl Symbolizer {
         Symbolizer::default()
     }
 
-    /// Learns from one event if it describes code: a module rundown event or a .NET method
-    /// or module load/rundown event. Returns whether it did.
+    /// Learns from one event if it describes code: a module rundown event, a
+    /// `Universal.System` mapping or symbol event, or a .NET method or module load/rundown
+    /// event. Returns whether it did.
     pub fn observe(&mut self, event: &Event<'_>) -> bool {
+        if self.spaces.observe(event) {
+            self.cache.clear();
+            return true;
+        }
         let md = event.metadata;
         let is_module_rundown = md.provider == RUNDOWN_PROVIDER && md.event_name == "Module";
         let might_be_managed = md
@@ -179,9 +207,14 @@ impl Symbolizer {
         }
     }
 
-    /// One line per module that could not be symbolized, and why.
-    pub fn notes(&self) -> &[String] {
-        &self.notes
+    /// One line per module that could not be symbolized, and why; then, per kind of
+    /// address that could not be named, how many distinct ones and why.
+    pub fn notes(&self) -> Vec<String> {
+        self.notes
+            .iter()
+            .cloned()
+            .chain(self.unnamed.notes())
+            .collect()
     }
 
     /// The native modules the trace listed.
@@ -194,19 +227,47 @@ impl Symbolizer {
         self.methods.len()
     }
 
+    /// Where separate debug files are looked for (`/usr/lib/debug` unless set): the
+    /// `.build-id/` tree and the mirrored directories of `.gnu_debuglink` names.
+    pub fn set_debug_root(&mut self, root: impl Into<PathBuf>) {
+        self.debug_root = Some(root.into());
+        self.binaries.clear();
+        self.cache.clear();
+    }
+
     /// The frames at `address`, innermost (inlined) first. `is_return_address` says the
     /// address follows a call (every frame but a stack's leaf), so the lookup uses the
-    /// call instruction, not the one after it.
+    /// call instruction, not the one after it. Addresses are looked up in no particular
+    /// process: use [`Symbolizer::resolve_in`] for traces that describe each process's
+    /// mappings.
     pub fn resolve(&mut self, address: u64, is_return_address: bool) -> &[Frame] {
-        let key = (address, is_return_address);
+        self.resolve_in(None, address, is_return_address)
+    }
+
+    /// The frames at `address` in process `pid`, innermost (inlined) first, as
+    /// [`Symbolizer::resolve`]; a trace's `Universal.System` mappings are per process.
+    pub fn resolve_in(
+        &mut self,
+        pid: Option<u64>,
+        address: u64,
+        is_return_address: bool,
+    ) -> &[Frame] {
+        // Only traces with per-process mappings need the pid in the key.
+        let pid = pid.filter(|&p| self.spaces.knows_process(p));
+        let key = (pid, address, is_return_address);
         if !self.cache.contains_key(&key) {
-            let frames = self.resolve_uncached(address, is_return_address);
+            let frames = self.resolve_uncached(pid, address, is_return_address);
             self.cache.insert(key, frames);
         }
         &self.cache[&key]
     }
 
-    fn resolve_uncached(&mut self, address: u64, is_return_address: bool) -> Vec<Frame> {
+    fn resolve_uncached(
+        &mut self,
+        pid: Option<u64>,
+        address: u64,
+        is_return_address: bool,
+    ) -> Vec<Frame> {
         let probe = if is_return_address {
             address.saturating_sub(1)
         } else {
@@ -225,6 +286,27 @@ impl Symbolizer {
                 }];
             }
         }
+        if !self.spaces.is_empty() {
+            if let Some(mapping) = self.spaces.mapping(pid, probe).cloned() {
+                return self.resolve_in_mapping(&mapping, address, probe);
+            }
+            if pid.is_some() && address == 0 {
+                self.unnamed.record(
+                    "address 0",
+                    "stand for stacks recorded without frames (one-collect writes such a \
+                     stack as the one address 0); shown as 0x0",
+                );
+                return vec![Frame::named("0x0", FrameKind::Unknown)];
+            }
+            if pid.is_some() || address >= universal::KERNEL_START {
+                self.unnamed.record(
+                    "unmapped code",
+                    "lie outside every mapping the trace lists for their process; shown as \
+                     0xADDRESS",
+                );
+                return vec![Frame::named(format!("0x{address:x}"), FrameKind::Unknown)];
+            }
+        }
         let Some(index) = self
             .modules
             .iter()
@@ -234,142 +316,216 @@ impl Symbolizer {
         };
         let module = self.modules[index].clone();
         let module_name = module.file_name();
-        let file_address = probe.wrapping_sub(module.load_bias);
-        let fallback = || Frame {
+        let fallback = Frame {
             function: format!("{module_name}+0x{:x}", address - module.base_address),
             module: Some(module_name.clone()),
             file: None,
             line: None,
             kind: FrameKind::ModuleOffset,
         };
-        let Some(loader) = self.loader(index) else {
-            return vec![fallback()];
+        let build_id = Some(module.build_id.as_str()).filter(|id| !id.is_empty());
+        let Some(binary) = self.binary(&module.path, build_id) else {
+            return vec![fallback];
         };
-        let mut frames = Vec::new();
-        if let Ok(mut iter) = loader.find_frames(file_address) {
-            while let Ok(Some(frame)) = iter.next() {
-                let Some(function) = frame
-                    .function
-                    .as_ref()
-                    .and_then(|f| f.demangle().ok())
-                    .map(|name| name.into_owned())
-                else {
-                    continue;
-                };
-                let location = frame.location.as_ref();
-                frames.push(Frame {
-                    function,
-                    module: Some(module_name.clone()),
-                    file: location.and_then(|l| l.file).map(str::to_owned),
-                    line: location.and_then(|l| l.line),
-                    kind: FrameKind::Native,
-                });
-            }
-        }
+        let frames = frames_from(binary, probe.wrapping_sub(module.load_bias), &module_name);
         if frames.is_empty() {
-            if let Some(symbol) = loader.find_symbol(file_address) {
-                let name = addr2line::demangle_auto(symbol.into(), None).into_owned();
-                frames.push(Frame {
-                    function: name,
-                    module: Some(module_name.clone()),
-                    file: None,
-                    line: None,
-                    kind: FrameKind::Native,
-                });
-            }
+            vec![fallback]
+        } else {
+            frames
         }
+    }
+
+    /// Names an address in a `Universal.System` mapping: the trace's own symbols first,
+    /// then the mapped binary on disk, else `module+0xFILE_OFFSET` (kernel: `0xADDRESS`).
+    fn resolve_in_mapping(
+        &mut self,
+        mapping: &universal::Mapping,
+        address: u64,
+        probe: u64,
+    ) -> Vec<Frame> {
+        let module_name = mapping.module_name().to_owned();
+        let named = |function: String| Frame {
+            function,
+            module: Some(module_name.clone()),
+            file: None,
+            line: None,
+            kind: FrameKind::Native,
+        };
+        if let Some(name) = self.spaces.symbol(mapping.id, probe) {
+            return vec![named(name.to_owned())];
+        }
+        if mapping.is_kernel() {
+            self.unnamed.record(
+                &mapping.file_name,
+                "are kernel addresses the trace has no symbol for; shown as 0xADDRESS",
+            );
+            return vec![Frame {
+                function: format!("0x{address:x}"),
+                module: Some(module_name),
+                file: None,
+                line: None,
+                kind: FrameKind::Unknown,
+            }];
+        }
+        let fallback = Frame {
+            function: format!("{module_name}+0x{:x}", mapping.file_offset_of(address)),
+            module: Some(module_name.clone()),
+            file: None,
+            line: None,
+            kind: FrameKind::ModuleOffset,
+        };
+        let in_trace = if self.spaces.has_symbols(mapping.id) {
+            "are not covered by the trace's symbols for it"
+        } else {
+            "have no symbol in the trace"
+        };
+        let file_offset = mapping.file_offset_of(probe);
+        let frames = match self.binary(&mapping.file_name, mapping.build_id.as_deref()) {
+            Some(binary) => match binary.address_of_file_offset(file_offset) {
+                Some(file_address) => frames_from(binary, file_address, &module_name),
+                None => Vec::new(),
+            },
+            None => Vec::new(),
+        };
         if frames.is_empty() {
-            frames.push(fallback());
+            self.unnamed.record(
+                &mapping.file_name,
+                format!(
+                    "{in_trace} and the file on disk cannot name them (see its note); shown as \
+                     module+offset"
+                ),
+            );
+            return vec![fallback];
         }
         frames
     }
 
-    /// The debug info of module `index`, loaded on first use; `None` (with a note) when the
-    /// file is missing, unreadable or not the one that was traced.
-    fn loader(&mut self, index: usize) -> Option<&addr2line::Loader> {
-        if !self.loaders.contains_key(&index) {
-            let module = &self.modules[index];
-            let loaded = match open_module(module) {
-                Ok((loader, note)) => {
+    /// The binary at `path`, opened on first use; `None` (with a note) when the file is
+    /// missing, unreadable or not the one that was traced.
+    fn binary(&mut self, path: &str, build_id: Option<&str>) -> Option<&elf::Binary> {
+        let key = (path.to_owned(), build_id.map(str::to_owned));
+        if !self.binaries.contains_key(&key) {
+            let root = self
+                .debug_root
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(elf::DEFAULT_DEBUG_ROOT));
+            let opened = match elf::open_binary(path, build_id, &root) {
+                Ok((binary, note)) => {
                     if let Some(note) = note {
-                        self.notes.push(format!("{}: {note}", module.path));
+                        self.notes.push(format!("{path}: {note}"));
                     }
-                    Some(loader)
+                    Some(binary)
                 }
                 Err(why) => {
-                    self.notes.push(format!("{}: {why}", module.path));
+                    self.notes.push(format!("{path}: {why}"));
                     None
                 }
             };
-            self.loaders.insert(index, loaded);
+            self.binaries.insert(key.clone(), opened);
         }
-        self.loaders.get(&index).and_then(Option::as_ref)
+        self.binaries.get(&key).and_then(Option::as_ref)
     }
 }
 
-/// Opens a module's file for symbolization, checking that it is the traced one; with a note
-/// when it can name only some of its code.
-fn open_module(module: &Module) -> Result<(addr2line::Loader, Option<&'static str>), String> {
-    if module.path.starts_with('[') || module.path.starts_with("linux-vdso") {
-        return Err("no file on disk (kernel-provided code); shown as module+offset".into());
-    }
-    let path = Path::new(&module.path);
-    let data = std::fs::read(path).map_err(|e| {
-        format!("cannot read the binary ({e}); its frames are shown as module+offset")
-    })?;
-    let contents = contents_of(&data);
-    if !module.build_id.is_empty() {
-        let on_disk = contents.build_id.clone();
-        if on_disk.as_deref() != Some(module.build_id.as_str()) {
-            return Err(format!(
-                "the file on disk is not the traced binary (build id {} , traced {}); its frames are shown as module+offset",
-                on_disk.as_deref().unwrap_or("none"),
-                module.build_id
-            ));
+/// The frames debug info or the symbol table give for `file_address`, innermost first;
+/// empty when neither names it.
+fn frames_from(binary: &elf::Binary, file_address: u64, module_name: &str) -> Vec<Frame> {
+    let loader = &binary.loader;
+    let mut frames = Vec::new();
+    if let Ok(mut iter) = loader.find_frames(file_address) {
+        while let Ok(Some(frame)) = iter.next() {
+            let Some(function) = frame
+                .function
+                .as_ref()
+                .and_then(|f| f.demangle().ok())
+                .map(|name| name.into_owned())
+            else {
+                continue;
+            };
+            let location = frame.location.as_ref();
+            frames.push(Frame {
+                function,
+                module: Some(module_name.to_owned()),
+                file: location.and_then(|l| l.file).map(str::to_owned),
+                line: location.and_then(|l| l.line),
+                kind: FrameKind::Native,
+            });
         }
     }
-    drop(data);
-    let loader = addr2line::Loader::new(path)
-        .map_err(|e| format!("cannot load its symbols ({e}); shown as module+offset"))?;
-    let note = match (contents.symbols, contents.debug_info) {
-        (_, true) => None,
-        (true, false) => Some("no debug info: functions are named, without file and line"),
-        (false, false) => Some(
-            "stripped (no symbol table, no debug info): only exported functions are named, \
-             other frames are shown as module+offset",
-        ),
-    };
-    Ok((loader, note))
+    if frames.is_empty() {
+        if let Some(symbol) = loader.find_symbol(file_address) {
+            frames.push(Frame {
+                function: addr2line::demangle_auto(symbol.into(), None).into_owned(),
+                module: Some(module_name.to_owned()),
+                file: None,
+                line: None,
+                kind: FrameKind::Native,
+            });
+        }
+    }
+    frames
 }
 
-/// What an ELF file has to offer a symbolizer.
-struct Contents {
-    build_id: Option<String>,
-    /// A full symbol table (`.symtab`), not only the dynamic one.
-    symbols: bool,
-    /// DWARF (`.debug_info`).
-    debug_info: bool,
+/// Distinct addresses that could not be named, counted by what they are and why.
+#[derive(Debug, Default)]
+struct UnnamedAddresses {
+    by_reason: BTreeMap<(String, String), u64>,
 }
 
-fn contents_of(data: &[u8]) -> Contents {
-    use object::{Object, ObjectSection};
-    let Ok(file) = object::File::parse(data) else {
-        return Contents {
-            build_id: None,
-            symbols: false,
-            debug_info: false,
-        };
+impl UnnamedAddresses {
+    /// Counts one address of `what` (a module, or a kind of code) that `why` (a predicate
+    /// of "N distinct addresses") left unnamed.
+    fn record(&mut self, what: &str, why: impl Into<String>) {
+        *self
+            .by_reason
+            .entry((what.to_owned(), why.into()))
+            .or_insert(0) += 1;
+    }
+
+    fn notes(&self) -> impl Iterator<Item = String> + '_ {
+        self.by_reason
+            .iter()
+            .map(|((what, why), n)| format!("{what}: {n} distinct addresses {why}"))
+    }
+}
+
+/// A note saying how many samples have frames that could not be named (module+offset,
+/// bare addresses, `[unknown]`), or `None` when every frame is named.
+pub fn unnamed_frames_note(profile: &Profile) -> Option<String> {
+    let unnamed = |f: usize| {
+        matches!(
+            profile.frames[f].kind,
+            FrameKind::ModuleOffset | FrameKind::Unknown
+        )
     };
-    let build_id = file
-        .build_id()
-        .ok()
+    let mut frames: Vec<usize> = profile
+        .stacks
+        .iter()
         .flatten()
-        .map(|id| id.iter().map(|b| format!("{b:02x}")).collect());
-    Contents {
-        build_id,
-        symbols: file.symbol_table().is_some(),
-        debug_info: file
-            .section_by_name(".debug_info")
-            .is_some_and(|s| s.size() > 0),
+        .copied()
+        .filter(|&f| unnamed(f))
+        .collect();
+    frames.sort_unstable();
+    frames.dedup();
+    if frames.is_empty() {
+        return None;
     }
+    let (mut samples, mut weight) = (0u64, 0u64);
+    for sample in &profile.samples {
+        if profile.stacks[sample.stack].iter().any(|&f| unnamed(f)) {
+            samples += 1;
+            weight += sample.weight;
+        }
+    }
+    if samples == 0 {
+        return None;
+    }
+    let total_weight = profile.total_weight();
+    Some(format!(
+        "{samples} of {} samples ({weight} of {total_weight} weight) have frames that could \
+         not be named; their {} distinct unnamed frames are shown as module+0xOFFSET, 0xADDRESS \
+         or [unknown] (the notes above say why)",
+        profile.samples.len(),
+        frames.len()
+    ))
 }
