@@ -278,7 +278,10 @@ fn cpu_samples_of_dotnet_8_name_managed_methods() {
     let hot = &json["profile"];
     // .NET's sampler measures thread time, and the report says so.
     assert!(
-        hot["kind"].as_str().unwrap().starts_with(".NET thread time"),
+        hot["kind"]
+            .as_str()
+            .unwrap()
+            .starts_with(".NET thread time"),
         "{label}: {}",
         report.stdout
     );

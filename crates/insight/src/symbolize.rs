@@ -520,12 +520,13 @@ pub fn unnamed_frames_note(profile: &Profile) -> Option<String> {
     if samples == 0 {
         return None;
     }
-    let total_weight = profile.total_weight();
+    let share = 100.0 * weight as f64 / profile.total_weight().max(1) as f64;
     Some(format!(
-        "{samples} of {} samples ({weight} of {total_weight} weight) have frames that could \
-         not be named; their {} distinct unnamed frames are shown as module+0xOFFSET, 0xADDRESS \
-         or [unknown] (the notes above say why)",
+        "{samples} of {} samples ({share:.1}% of the {}) have frames that could not be named; \
+         their {} distinct unnamed frames are shown as module+0xOFFSET, 0xADDRESS or [unknown] \
+         (the notes above say why)",
         profile.samples.len(),
+        profile.unit.describe(),
         frames.len()
     ))
 }

@@ -40,15 +40,28 @@ fn parse_address(v: &Json) -> u64 {
     u64::from_str_radix(v.as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
 }
 
+/// The trace's `ExpectedCPUSamplingRate` (nanoseconds between samples, as one-collect
+/// writes it): what each CPU sample weighs.
+fn interval_ns(expected: &Json) -> u64 {
+    expected["trace_block"]["key_values"]["ExpectedCPUSamplingRate"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
 #[test]
 fn cpu_capture_names_kernel_and_library_frames_and_keeps_every_stack() {
     let Some((expected, p, notes)) = load("onecollect-v6-cpu-capture.nettrace") else {
         return;
     };
     let notes = notes.join("\n");
-    // Every sample, weighing what it was written with (Value 1 each).
+    // Every sample, each weighing the trace's stated sampling interval of CPU time.
     assert_eq!(p.samples.len() as u64, cpu_count(&expected));
-    assert_eq!(p.total_weight(), cpu_count(&expected));
+    assert_eq!(
+        p.total_weight(),
+        cpu_count(&expected) * interval_ns(&expected)
+    );
     // Per thread: the .expected.json's per-thread event counts, less the process-level
     // events on tid 0 (which are not samples). The rest are exactly the CPU samples.
     let want: BTreeMap<u64, u64> = expected["threads"]["per_thread"]
@@ -64,11 +77,15 @@ fn cpu_capture_names_kernel_and_library_frames_and_keeps_every_stack() {
         *got.entry(p.threads[s.thread].id).or_default() += 1;
     }
     assert_eq!(got, want);
-    // No stack folded: the distinct address sequences stay distinct stacks.
+    // No stack folded into `[unknown]`: the distinct address sequences stay distinct
+    // stacks, except where two differ only by the address inside one function (a frame is a
+    // function), which needs that function named: at least 12 of the 13 remain.
     let stacks: HashSet<usize> = p.samples.iter().map(|s| s.stack).collect();
-    assert_eq!(
-        stacks.len() as u64,
-        expected["distinct_stacks"].as_u64().unwrap()
+    let distinct = expected["distinct_stacks"].as_u64().unwrap();
+    assert!(
+        (distinct - 1..=distinct).contains(&(stacks.len() as u64)),
+        "{} stacks of {distinct}",
+        stacks.len()
     );
     assert!(
         p.frames.iter().all(|f| f.function != "[unknown]"),
@@ -152,7 +169,7 @@ fn cpu_capture_names_kernel_and_library_frames_and_keeps_every_stack() {
     );
     assert!(
         notes.contains(
-            "1651 of 1652 samples (1651 of 1652 weight) have frames that could not be named"
+            "1651 of 1652 samples (99.9% of the CPU time) have frames that could not be named"
         ),
         "{notes}"
     );
@@ -266,7 +283,7 @@ fn small_synthetic_trace_names_every_sample_from_its_own_symbols() {
     let mut got: BTreeMap<(u64, Vec<String>), u64> = BTreeMap::new();
     for s in &p.samples {
         *got.entry((p.threads[s.thread].id, names(&p, s.stack)))
-            .or_insert(0) += s.weight;
+            .or_insert(0) += s.weight / interval_ns(&expected);
     }
     assert_eq!(got, want);
     // The two samples fed without frames (written as the one address 0) are said to be so.
@@ -282,7 +299,10 @@ fn medium_synthetic_trace_names_every_frame() {
     let Some((expected, p, notes)) = load("onecollect-v6-medium.nettrace") else {
         return;
     };
-    assert_eq!(p.total_weight(), cpu_count(&expected));
+    assert_eq!(
+        p.total_weight(),
+        cpu_count(&expected) * interval_ns(&expected)
+    );
     let unnamed: Vec<_> = p
         .frames
         .iter()
