@@ -30,6 +30,7 @@ pub mod builder;
 pub mod chrome;
 mod error;
 pub mod flamegraph;
+pub mod gcdump;
 pub mod pprof;
 pub mod profile;
 pub mod speedscope;
