@@ -3,6 +3,7 @@
 // Build: mcs -unsafe -out:TestApp.exe TestApp.cs   (ci/dotnet.sh does this, plus the
 //        TestApp.runtimeconfig.json that lets one exe run on .NET Core 3.1 and .NET 8)
 // Run:   dotnet TestApp.exe SECONDS   SECONDS may be fractional; 0 or "forever" = until killed
+//        dotnet TestApp.exe heap SECONDS   the known heap below, then idle (no events)
 //
 // Stdout: "pid N" and "runtime X" first (flushed), then at the end
 //         "done iterations=N exceptions=E gc0=A gc1=B gc2=C".
@@ -76,6 +77,17 @@
 // - every 1000th iteration with i > 0 calls GC.Collect() (an induced gen2 GC);
 // - every 10th iteration (i % 10 == 0) throws and catches
 //   InvalidOperationException("TestApp exception " + i) (the summary's "exceptions").
+//
+// HEAP MODE ("heap SECONDS"): builds a known object graph, then sleeps in 100 ms steps
+// (allocating nothing on purpose) and prints "progress I" to stderr every step:
+// - kept: the static field KnownHeap.Kept = new List<HeapNode>(20000) holds 20,000 HeapNode
+//   objects; node k has Payload = new byte[1024] and Next = node k+1 (the last: null);
+// - garbage: another 20,000 HeapNode (each with its byte[1024]) built the same way and
+//   dropped before "heap ready" is printed: unreachable, collected by the next full GC.
+// So after a full GC the heap holds exactly 20,000 HeapNode (class of two references: 32
+// bytes on 64-bit), 20,000 byte[1024] from the graph (1,048 bytes each on 64-bit), one
+// List<HeapNode> and its HeapNode[20000] (160,024 bytes), plus what the runtime holds.
+// Stdout: "pid N", "runtime X", then "heap ready" once the graph is built.
 // ---------------------------------------------------------------------------------------
 
 using System;
@@ -194,12 +206,50 @@ public sealed class TestEvents : EventSource
     }
 }
 
+public sealed class HeapNode
+{
+    public byte[] Payload;
+    public HeapNode Next;
+}
+
+public static class KnownHeap
+{
+    public const int Count = 20000;
+    public static System.Collections.Generic.List<HeapNode> Kept;
+
+    static HeapNode Chain(System.Collections.Generic.List<HeapNode> into)
+    {
+        HeapNode first = null, last = null;
+        for (int k = 0; k < Count; k++)
+        {
+            var node = new HeapNode { Payload = new byte[1024] };
+            if (last != null) last.Next = node; else first = node;
+            last = node;
+            if (into != null) into.Add(node);
+        }
+        return first;
+    }
+
+    // Not inlined, so no reference to the garbage chain outlives this frame.
+    [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.NoInlining)]
+    static void BuildGarbage() { GC.KeepAlive(Chain(null)); }
+
+    public static void Build()
+    {
+        Kept = new System.Collections.Generic.List<HeapNode>(Count);
+        Chain(Kept);
+        BuildGarbage();
+    }
+}
+
 static class Program
 {
     static readonly Color[] Colors = { Color.Red, Color.Green, Color.Blue };
 
     static int Main(string[] args)
     {
+        bool heap = args.Length > 0 && args[0] == "heap";
+        if (heap) args = args.Length > 1 ? new[] { args[1] } : new string[0];
         double seconds = 5;
         if (args.Length > 0)
         {
@@ -215,6 +265,7 @@ static class Program
         Console.WriteLine("pid " + System.Diagnostics.Process.GetCurrentProcess().Id);
         Console.WriteLine("runtime " + Environment.Version);
         Console.Out.Flush();
+        if (heap) return HeapMode(seconds);
 
         var log = TestEvents.Log;
         var ring = new byte[20000][];
@@ -268,6 +319,29 @@ static class Program
         }
 
         GC.KeepAlive(large);
+        return Done(i, exceptions);
+    }
+
+    static int HeapMode(double seconds)
+    {
+        KnownHeap.Build();
+        Console.WriteLine("heap ready");
+        Console.Out.Flush();
+        var clock = System.Diagnostics.Stopwatch.StartNew();
+        long limitMs = seconds == 0 ? long.MaxValue : (long)Math.Ceiling(seconds * 1000.0);
+        long step = 0;
+        while (clock.ElapsedMilliseconds < limitMs)
+        {
+            Thread.Sleep(100);
+            step++;
+            Console.Error.WriteLine("progress " + step.ToString(CultureInfo.InvariantCulture));
+        }
+        GC.KeepAlive(KnownHeap.Kept);
+        return Done(0, 0);
+    }
+
+    static int Done(long i, long exceptions)
+    {
         Console.WriteLine("done iterations=" + i + " exceptions=" + exceptions
             + " gc0=" + GC.CollectionCount(0) + " gc1=" + GC.CollectionCount(1)
             + " gc2=" + GC.CollectionCount(2));

@@ -15,7 +15,7 @@ use eventpipe_insight::SampleSelection;
 use crate::collect::{Profile, TargetSpec};
 use crate::convert::ConvertFormat;
 use crate::input::InputSpec;
-use crate::{collect, convert, demo, dump, ps, report, stress};
+use crate::{collect, convert, demo, dump, gcdump, ps, report, stress};
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -31,6 +31,9 @@ Examples:
   eptrace convert --format collapsed --no-async-stacks app.nettrace
   cat app.nettrace | eptrace dump --sorted --from 100 --to 200 -
   eptrace stress --threads 1,8 --events 1000 --output file --mode block
+  eptrace gcdump -p 1234 -o before.gcdump.nettrace
+  eptrace gcdump report before.gcdump.nettrace
+  eptrace gcdump diff before.gcdump.nettrace after.gcdump.nettrace
 
 Exit status:
   0  success (also when stdout is closed early, as by `| head`)
@@ -61,6 +64,9 @@ enum Command {
     Convert(ConvertArgs),
     /// Run EventPipe's stress matrix in-process and check that no event goes missing.
     Stress(StressArgs),
+    /// Snapshot a .NET process's GC heap (as dotnet-gcdump does), and read snapshots: the
+    /// heap per type with retained bytes, the growth between two, the retention view.
+    Gcdump(GcdumpArgs),
     /// Start a demo workload, trace it for a few seconds, and show what the trace holds:
     /// trace.nettrace, a flame graph, a speedscope profile, a Chrome timeline, the report.
     Demo(DemoArgs),
@@ -149,6 +155,109 @@ struct CollectArgs {
     /// The program to start and trace, after `--`.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<std::ffi::OsString>,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+struct GcdumpArgs {
+    #[command(subcommand)]
+    command: Option<GcdumpCommand>,
+    #[command(flatten)]
+    collect: GcdumpCollectArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum GcdumpCommand {
+    /// Snapshot a running .NET process's heap (the default: `eptrace gcdump -p PID`).
+    Collect(GcdumpCollectArgs),
+    /// The heap per type: bytes, count and retained bytes, largest first.
+    Report(GcdumpReportArgs),
+    /// Per type, what changed from OLD to NEW: largest growth in retained bytes first.
+    Diff(GcdumpDiffArgs),
+    /// The retention view (each object on the stack of its dominators) as a profile:
+    /// speedscope, pprof, a flame graph or collapsed stacks.
+    Convert(GcdumpConvertArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("gcdump_target").required(true).args(["pid", "name"]))]
+struct GcdumpCollectArgs {
+    /// The process id of the .NET process.
+    #[arg(short = 'p', long = "process-id", value_name = "PID")]
+    pid: Option<u32>,
+    /// The name of the .NET process (as `eptrace ps` shows it).
+    #[arg(short = 'n', long, value_name = "NAME")]
+    name: Option<String>,
+    /// The snapshot file [default: NAME_PID.gcdump.nettrace].
+    #[arg(short = 'o', long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Give up when the dump has not finished after this long.
+    #[arg(long, value_name = "TIME", default_value = "30s", value_parser = parse_duration)]
+    timeout: std::time::Duration,
+    /// Keep going with a dump that lost part of the heap (it is reported as incomplete).
+    #[arg(long)]
+    allow_partial: bool,
+    /// The Drop-mode buffer in MB, for runtimes without Block mode (before .NET 11).
+    #[arg(long = "buffersize", value_name = "MB", default_value_t = 1024,
+          value_parser = clap::value_parser!(u32).range(1..=65536))]
+    buffer_mb: u32,
+}
+
+#[derive(Debug, Args)]
+struct GcdumpReportArgs {
+    /// The snapshot (a nettrace written by `eptrace gcdump` or `dotnet-trace` with the heap
+    /// dump keywords).
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    #[command(flatten)]
+    format: FormatArgs,
+    /// Types shown (JSON has all of them).
+    #[arg(long, value_name = "N", default_value_t = 30)]
+    top: usize,
+    /// Report a dump that lost part of the heap, marked incomplete.
+    #[arg(long)]
+    allow_partial: bool,
+}
+
+#[derive(Debug, Args)]
+struct GcdumpDiffArgs {
+    /// The earlier snapshot.
+    #[arg(value_name = "OLD")]
+    old: PathBuf,
+    /// The later snapshot.
+    #[arg(value_name = "NEW")]
+    new: PathBuf,
+    #[command(flatten)]
+    format: FormatArgs,
+    /// Types shown (JSON has all of them).
+    #[arg(long, value_name = "N", default_value_t = 30)]
+    top: usize,
+    /// Compare dumps that lost part of the heap, marked incomplete.
+    #[arg(long)]
+    allow_partial: bool,
+}
+
+#[derive(Debug, Args)]
+struct GcdumpConvertArgs {
+    /// The snapshot.
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    /// Output formats (comma list): speedscope, pprof, flamegraph, collapsed.
+    #[arg(
+        short = 'f',
+        long = "format",
+        value_name = "FORMAT,..",
+        value_delimiter = ',',
+        value_enum,
+        default_value = "speedscope"
+    )]
+    formats: Vec<ConvertFormat>,
+    /// Output file (`-`: standard output), for a single format.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Convert a dump that lost part of the heap, marked incomplete.
+    #[arg(long)]
+    allow_partial: bool,
 }
 
 /// A duration: `5s`, `250ms`, `2m`, `1h`, bare seconds (`1.5`) or `hh:mm:ss`.
@@ -358,6 +467,14 @@ pub(crate) enum Action {
     Demo(demo::Config),
     /// The demo's workload, for this many seconds.
     DemoWorkload(f64),
+    /// `eptrace gcdump [collect]`.
+    GcdumpCollect(gcdump::CollectConfig),
+    /// `eptrace gcdump report`.
+    GcdumpReport(gcdump::ReportConfig),
+    /// `eptrace gcdump diff`.
+    GcdumpDiff(gcdump::DiffConfig),
+    /// `eptrace gcdump convert`.
+    GcdumpConvert(gcdump::ConvertConfig),
 }
 
 impl Cli {
@@ -433,6 +550,58 @@ impl Cli {
                 out_dir: a.out_dir,
             }),
             Command::DemoWorkload(a) => Action::DemoWorkload(a.seconds),
+            Command::Gcdump(a) => match a.command {
+                None | Some(GcdumpCommand::Collect(_)) => {
+                    let c = match a.command {
+                        Some(GcdumpCommand::Collect(c)) => c,
+                        _ => a.collect,
+                    };
+                    let target = match (c.pid, c.name) {
+                        (Some(pid), _) => TargetSpec::Pid(pid),
+                        (None, Some(name)) => TargetSpec::Name(name),
+                        (None, None) => {
+                            return Err(usage_error(
+                                "gcdump",
+                                "name the process: -p PID or -n NAME".into(),
+                            ))
+                        }
+                    };
+                    Action::GcdumpCollect(gcdump::CollectConfig {
+                        target,
+                        output: c.output,
+                        timeout: c.timeout,
+                        allow_partial: c.allow_partial,
+                        buffer_mb: c.buffer_mb,
+                    })
+                }
+                Some(GcdumpCommand::Report(r)) => Action::GcdumpReport(gcdump::ReportConfig {
+                    file: r.file,
+                    json: r.format.json,
+                    top: r.top,
+                    allow_partial: r.allow_partial,
+                }),
+                Some(GcdumpCommand::Diff(d)) => Action::GcdumpDiff(gcdump::DiffConfig {
+                    old: d.old,
+                    new: d.new,
+                    json: d.format.json,
+                    top: d.top,
+                    allow_partial: d.allow_partial,
+                }),
+                Some(GcdumpCommand::Convert(c)) => {
+                    if c.output.is_some() && c.formats.len() > 1 {
+                        return Err(usage_error(
+                            "gcdump",
+                            "-o names one file; give one --format with it".into(),
+                        ));
+                    }
+                    Action::GcdumpConvert(gcdump::ConvertConfig {
+                        file: c.file,
+                        formats: c.formats,
+                        output: c.output,
+                        allow_partial: c.allow_partial,
+                    })
+                }
+            },
             Command::Stress(a) => Action::Stress(stress::Config {
                 threads: or_default(a.threads, stress::MATRIX_THREADS),
                 events: or_default(a.events, stress::MATRIX_EVENTS),

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use eventpipe_insight::flamegraph::Grouping;
-use eventpipe_insight::{BuiltProfile, ProfileBuilder, SampleSelection};
+use eventpipe_insight::{BuiltProfile, Profile, ProfileBuilder, SampleSelection};
 use nettrace::TraceReader;
 
 use crate::input::{self, InputSpec, Opened};
@@ -199,7 +199,7 @@ fn convert_bytes(
                 )
             }
             (format, Some(built)) => {
-                write_profile(*format, built, config.by_thread, &mut out)
+                write_profile(*format, &built.profile, config.by_thread, &mut out)
                     .with_context(|| format!("cannot write {}", path.display()))?;
                 profile_summary(built)
             }
@@ -268,9 +268,27 @@ pub(crate) fn read_profile(
     Ok(builder.finish())
 }
 
+/// Writes `profile` in `format` to the file at `path` (`-`: standard output).
+pub(crate) fn write_profile_file(
+    format: ConvertFormat,
+    profile: &Profile,
+    path: &Path,
+) -> Result<()> {
+    let sink: Box<dyn Write> = if path.as_os_str() == "-" {
+        Box::new(std::io::stdout().lock())
+    } else {
+        Box::new(File::create(path).with_context(|| format!("cannot create {}", path.display()))?)
+    };
+    let mut out = BufWriter::new(sink);
+    write_profile(format, profile, false, &mut out)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    out.flush()
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
 fn write_profile(
     format: ConvertFormat,
-    built: &BuiltProfile,
+    p: &Profile,
     by_thread: bool,
     out: &mut impl Write,
 ) -> eventpipe_insight::Result<()> {
@@ -279,7 +297,6 @@ fn write_profile(
     } else {
         Grouping::Merged
     };
-    let p = &built.profile;
     match format {
         ConvertFormat::Speedscope => eventpipe_insight::write_speedscope(p, out),
         ConvertFormat::Pprof => eventpipe_insight::write_pprof(p, out),

@@ -16,6 +16,7 @@ mod collect;
 mod convert;
 mod demo;
 mod dump;
+mod gcdump;
 mod input;
 mod progress;
 mod ps;
@@ -47,6 +48,10 @@ fn run() -> ExitCode {
         cli::Action::Convert(config) => convert::do_convert(&config),
         cli::Action::Demo(config) => demo::do_demo(&config),
         cli::Action::DemoWorkload(seconds) => demo::workload::run(seconds),
+        cli::Action::GcdumpCollect(config) => gcdump::do_collect(&config),
+        cli::Action::GcdumpReport(config) => gcdump::do_report(&config),
+        cli::Action::GcdumpDiff(config) => gcdump::do_diff(&config),
+        cli::Action::GcdumpConvert(config) => gcdump::do_convert(&config),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

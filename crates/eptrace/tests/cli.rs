@@ -505,3 +505,28 @@ fn converting_samples_the_trace_does_not_have_fails_and_writes_nothing() {
     assert_eq!(written, ["managed.nettrace"], "no file besides the trace");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn gcdump_report_of_a_trace_without_a_heap_dump_or_cut_short_fails_clearly() {
+    let Some(src) = trace(
+        "gcdump_report_of_a_trace_without_a_heap_dump",
+        MANAGED_SAMPLES,
+    ) else {
+        return;
+    };
+    let out = run(&["gcdump", "report", src.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("no heap dump in the trace"), "{err}");
+    // Cut in the middle of a block: the reader names the offset.
+    let bytes = std::fs::read(&src).unwrap();
+    let cut = std::env::temp_dir().join(format!(
+        "eptrace-gcdump-cut-{}.nettrace",
+        std::process::id()
+    ));
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let out = run(&["gcdump", "report", cut.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("cannot read"), "{}", stderr(&out));
+    std::fs::remove_file(&cut).ok();
+}

@@ -347,3 +347,15 @@ fn a_requested_profiler_that_wrote_nothing_is_named_with_the_line_the_program_mi
     assert!(!stdout.contains("Demo wrote no events"), "{stdout}");
     std::fs::remove_file(&path).ok();
 }
+
+#[test]
+fn gcdump_of_a_rust_process_says_what_to_use_instead() {
+    let app = App::start(&[]);
+    let out = eptrace(&["gcdump", "-p", &app.pid.to_string()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("is a Rust program") && err.contains("eptrace heap"),
+        "{err}"
+    );
+}

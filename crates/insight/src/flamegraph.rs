@@ -169,7 +169,7 @@ pub fn write_flamegraph(profile: &Profile, grouping: Grouping, w: impl Write) ->
     options.title = flamegraph_title(profile);
     options.count_name = match profile.unit {
         SampleUnit::CpuTime | SampleUnit::ThreadTime => "µs",
-        SampleUnit::Bytes | SampleUnit::LiveBytes => "bytes",
+        SampleUnit::Bytes | SampleUnit::LiveBytes | SampleUnit::HeapBytes => "bytes",
         SampleUnit::Events => "events",
     }
     .to_owned();

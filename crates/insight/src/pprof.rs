@@ -279,6 +279,11 @@ fn sample_types(unit: SampleUnit) -> (&'static [(&'static str, &'static str)], &
             &[("samples", "count"), ("inuse_space", "bytes")],
             "inuse_space",
         ),
+        // A heap snapshot is memory in use too; each sample is one object.
+        SampleUnit::HeapBytes => (
+            &[("objects", "count"), ("inuse_space", "bytes")],
+            "inuse_space",
+        ),
         SampleUnit::Events => (&[("events", "count")], "events"),
     }
 }
@@ -366,7 +371,7 @@ pub fn build_pprof(profile: &Profile, options: &PprofOptions) -> Result<proto::P
             SampleUnit::CpuTime | SampleUnit::ThreadTime => {
                 vec![to_i64("sample count", count)?, to_i64("time (ns)", weight)?]
             }
-            SampleUnit::Bytes | SampleUnit::LiveBytes => {
+            SampleUnit::Bytes | SampleUnit::LiveBytes | SampleUnit::HeapBytes => {
                 vec![to_i64("sample count", count)?, to_i64("bytes", weight)?]
             }
             SampleUnit::Events => vec![to_i64("event weight", weight)?],

@@ -34,6 +34,9 @@ pub enum SampleUnit {
     /// Live-heap samples whose weight is an estimate of bytes still allocated (pprof's
     /// `inuse_space`).
     LiveBytes,
+    /// Objects of a heap snapshot, each weighing its own bytes, on the stack of its
+    /// dominators: a frame's total is what it retains.
+    HeapBytes,
     /// Events that carried a stack; each weighs one.
     Events,
 }
@@ -51,6 +54,7 @@ impl SampleUnit {
             SampleUnit::ThreadTime => "thread time",
             SampleUnit::Bytes => "bytes allocated",
             SampleUnit::LiveBytes => "bytes still allocated",
+            SampleUnit::HeapBytes => "heap bytes retained",
             SampleUnit::Events => "events",
         }
     }
@@ -74,6 +78,8 @@ pub enum FrameKind {
     /// Not code: what the thread was doing, at a stack's leaf (a .NET sample taken outside
     /// managed code ends in [`crate::EXTERNAL_CODE_FRAME`]).
     ThreadState,
+    /// Not code: a type in a heap snapshot's retention view.
+    HeapType,
 }
 
 /// One function: what a stack frame is in every view. Samples at different lines of one
@@ -323,11 +329,11 @@ impl Profile {
                 };
                 format!("{time} of {}", self.unit.describe())
             }
-            SampleUnit::Bytes | SampleUnit::LiveBytes => {
-                let still = if self.unit == SampleUnit::LiveBytes {
-                    "still allocated"
-                } else {
-                    "allocated"
+            SampleUnit::Bytes | SampleUnit::LiveBytes | SampleUnit::HeapBytes => {
+                let still = match self.unit {
+                    SampleUnit::LiveBytes => "still allocated",
+                    SampleUnit::HeapBytes => "on the heap",
+                    _ => "allocated",
                 };
                 if w >= (1u64 << 20) as f64 {
                     format!("{:.1} MiB {still}", w / (1u64 << 20) as f64)

@@ -76,7 +76,7 @@ struct Sampled<'a> {
 fn unit_name(unit: SampleUnit) -> &'static str {
     match unit {
         SampleUnit::CpuTime | SampleUnit::ThreadTime => "nanoseconds",
-        SampleUnit::Bytes | SampleUnit::LiveBytes => "bytes",
+        SampleUnit::Bytes | SampleUnit::LiveBytes | SampleUnit::HeapBytes => "bytes",
         SampleUnit::Events => "none",
     }
 }

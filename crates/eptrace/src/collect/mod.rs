@@ -21,8 +21,7 @@ use anyhow::{bail, Context, Result};
 use eventpipe_ipc::command::{CollectTracing, FORMAT_NETTRACE, FORMAT_NETTRACE_V6};
 
 pub(crate) use profile::Profile;
-use target::Target;
-pub(crate) use target::TargetSpec;
+pub(crate) use target::{Target, TargetSpec};
 
 /// Everything `collect` was asked to do.
 #[derive(Debug)]

@@ -205,10 +205,21 @@ impl App {
     /// Starts `dotnet testapp APP_SECONDS` with `env` (and no inherited diagnostics
     /// settings).
     pub(crate) fn spawn(dotnet: &Path, testapp: &Path, env: &[(&str, &str)]) -> App {
+        App::spawn_with(dotnet, testapp, &[APP_SECONDS], env)
+    }
+
+    /// Starts `dotnet testapp ARGS..` with `env` (and no inherited diagnostics settings).
+    #[allow(dead_code)] // not every test binary that includes this module uses it
+    pub(crate) fn spawn_with(
+        dotnet: &Path,
+        testapp: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> App {
         let mut command = Command::new(dotnet);
         command
             .arg(testapp)
-            .arg(APP_SECONDS)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

@@ -32,6 +32,10 @@ pub(crate) static INTERVAL: AtomicU64 = AtomicU64::new(DEFAULT_SAMPLE_INTERVAL);
 struct Control {
     /// Per session slot: the interval it asked for, if it enables the provider.
     slots: [Option<u64>; MAX_SESSIONS],
+    /// Per session slot: it asked only for a heap snapshot (`Snapshot=1`), not to sample.
+    snapshot_only: [bool; MAX_SESSIONS],
+    /// The interval the program keeps tracking at with no session ([`track_heap`]).
+    always: Option<u64>,
     /// The last epoch handed out.
     epoch: u64,
 }
@@ -39,6 +43,8 @@ struct Control {
 /// Serialises enable changes. Never taken by the allocator path.
 static CONTROL: Mutex<Control> = Mutex::new(Control {
     slots: [None; MAX_SESSIONS],
+    snapshot_only: [false; MAX_SESSIONS],
+    always: None,
     epoch: 0,
 });
 
@@ -52,20 +58,32 @@ pub(crate) fn epoch() -> u64 {
 pub(crate) fn on_enable_change(change: &EnableChange<'_>) {
     // The profiler's own work (spawning the emitter, clearing the table) is not profiled.
     thread::with_guard(|| {
+        let mut control = CONTROL.lock().unwrap_or_else(PoisonError::into_inner);
+        let slot = change.session_slot.min(MAX_SESSIONS - 1);
         if change.ending {
             // The session still records: its last events are the live heap, the profile
-            // a session at its end wants. Sampling stops at the call after this one.
-            if enabled() {
+            // a session at its end wants (a snapshot session has had its own). Sampling
+            // stops at the call after this one.
+            let snapshot_only = control.snapshot_only[slot];
+            drop(control);
+            if enabled() && !snapshot_only {
                 super::emitter::emit_heap_profile();
             }
             return;
         }
-        let mut control = CONTROL.lock().unwrap_or_else(PoisonError::into_inner);
         let wants = change.enabled && level_enables(change.level);
-        if let Some(slot) = control.slots.get_mut(change.session_slot) {
-            *slot = wants.then(|| parse_sample_interval(change.filter_args));
-        }
+        let snapshot = wants && wants_snapshot(change.filter_args);
+        control.snapshot_only[slot] = snapshot;
+        // A snapshot request reads what is tracked; it does not start or retune sampling.
+        control.slots[slot] =
+            (wants && !snapshot).then(|| parse_sample_interval(change.filter_args));
         apply(&mut control);
+        drop(control);
+        if snapshot {
+            // Written by the emitter thread once this callback has returned: the session
+            // is then streaming, and a Block-mode budget paces the snapshot.
+            super::emitter::request_snapshot();
+        }
     });
 }
 
@@ -76,7 +94,13 @@ fn level_enables(level: Level) -> bool {
 }
 
 fn apply(control: &mut Control) {
-    let wanted = control.slots.iter().flatten().min().copied();
+    let wanted = control
+        .slots
+        .iter()
+        .flatten()
+        .chain(&control.always)
+        .min()
+        .copied();
     let current = STATE.load(Ordering::Relaxed);
     match wanted {
         Some(interval) => {
@@ -139,7 +163,37 @@ fn parse_bytes(v: &str) -> Option<u64> {
     number.checked_mul(scale)
 }
 
-/// Whether any session currently enables sampling.
+/// Keeps sampling (and the table of live sampled allocations) on with no session, at
+/// `interval` bytes, so that a heap snapshot can be requested at any time (see
+/// [`super::track_heap`]). Sessions asking for a smaller interval lower it while they run.
+pub(crate) fn track_always(interval: u64) {
+    super::thread::with_guard(|| {
+        let mut control = CONTROL.lock().unwrap_or_else(PoisonError::into_inner);
+        control.always = Some(interval.max(1));
+        apply(&mut control);
+    });
+}
+
+/// The interval heap tracking runs at with no session, if the program asked for it.
+pub(crate) fn tracking_interval() -> Option<u64> {
+    CONTROL
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .always
+}
+
+/// Whether a session's filter arguments ask for a heap snapshot (`Snapshot=1` or
+/// `Snapshot=true`).
+pub fn wants_snapshot(filter_args: Option<&str>) -> bool {
+    filter_args.is_some_and(|args| {
+        args.split([';', ','])
+            .filter_map(|pair| pair.split_once('='))
+            .filter(|(k, _)| k.trim().eq_ignore_ascii_case("Snapshot"))
+            .any(|(_, v)| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true"))
+    })
+}
+
+/// Whether sampling is on (a session enables it, or the program tracks its heap).
 pub(crate) fn enabled() -> bool {
     epoch() != 0
 }

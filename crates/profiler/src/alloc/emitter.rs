@@ -34,6 +34,10 @@ pub const FREE_SAMPLE_ID: u32 = 2;
 /// taken (`Size`, `Weight`, `Address`, `Snapshot`, all `u64`), with the allocating stack,
 /// attributed to the allocating thread.
 pub const LIVE_ALLOCATION_ID: u32 = 3;
+/// Event id of `HeapSnapshot`: the end of a snapshot a session asked for (`Snapshot`,
+/// `Allocations` written, `SampleInterval` in bytes, all `u64`; `SampleInterval` 0: the
+/// program tracks no heap, so the snapshot is empty).
+pub const HEAP_SNAPSHOT_ID: u32 = 4;
 
 pub(crate) static PROVIDER: Provider =
     Provider::with_callback(PROVIDER_NAME, control::on_enable_change);
@@ -82,6 +86,26 @@ pub(crate) static LIVE_ALLOCATION: EventDescriptor = EventDescriptor::new(
         u64_field("Snapshot"),
     ],
 );
+
+pub(crate) static HEAP_SNAPSHOT: EventDescriptor = EventDescriptor::new(
+    &PROVIDER,
+    HEAP_SNAPSHOT_ID,
+    0,
+    "HeapSnapshot",
+    Level::Informational,
+    0,
+    0,
+    &[
+        u64_field("Snapshot"),
+        u64_field("Allocations"),
+        u64_field("SampleInterval"),
+    ],
+);
+
+/// A session asked for a heap snapshot; the emitter writes it next time it runs.
+/// Release/Acquire: pairs the request with the emitter's swap, which then sees the state
+/// the callback published before it.
+static SNAPSHOT_REQUESTED: AtomicBool = AtomicBool::new(false);
 
 /// What the allocator hands the emitter.
 #[derive(Debug)]
@@ -211,6 +235,10 @@ fn run() {
             write(message);
         }
         BUSY.store(false, Ordering::SeqCst);
+        if SNAPSHOT_REQUESTED.swap(false, Ordering::Acquire) {
+            // The queue was just emptied: the samples taken before the request are written.
+            write_snapshot();
+        }
         std::thread::park_timeout(EMIT_INTERVAL);
     }
 }
@@ -270,6 +298,55 @@ pub(crate) fn flush(timeout: Duration) -> bool {
     }
 }
 
+/// Asks the emitter for a snapshot (from the enable callback), starting it if need be.
+pub(crate) fn request_snapshot() {
+    SNAPSHOT_REQUESTED.store(true, Ordering::Release);
+    if start() {
+        wake();
+    } else {
+        SNAPSHOT_REQUESTED.store(false, Ordering::Relaxed);
+    }
+}
+
+/// The snapshot a session asked for: the live set (when the program tracks one), then the
+/// `HeapSnapshot` event that ends it, so the client knows it has all of it.
+fn write_snapshot() {
+    let (snapshot, written) = if control::enabled() {
+        write_live_set()
+    } else {
+        (SNAPSHOTS.fetch_add(1, Ordering::Relaxed) + 1, 0)
+    };
+    let interval = if control::enabled() {
+        control::INTERVAL.load(Ordering::Relaxed)
+    } else {
+        0
+    };
+    HEAP_SNAPSHOT.write_with(|p| {
+        p.put(&snapshot);
+        p.put(&(written as u64));
+        p.put(&interval);
+    });
+}
+
+/// One `LiveAllocation` per tracked allocation under a new `Snapshot` number: (the number,
+/// how many).
+fn write_live_set() -> (u64, usize) {
+    let mut records = Vec::new();
+    let mut frames = Vec::new();
+    table::snapshot(&mut records, &mut frames);
+    let snapshot = SNAPSHOTS.fetch_add(1, Ordering::Relaxed) + 1;
+    for r in &records {
+        let stack = frames.get(r.stack.clone()).unwrap_or(&[]);
+        LIVE_ALLOCATION.write_about_thread(r.thread, stack, |p| {
+            p.put(&r.size);
+            p.put(&r.weight);
+            p.put(&(r.addr as u64));
+            p.put(&snapshot);
+        });
+    }
+    (snapshot, records.len())
+}
+
 /// Writes one `LiveAllocation` per tracked allocation, from the calling thread; returns how
 /// many. The table is copied out first (see `table::snapshot`), so no table lock is held
 /// while writing.
@@ -281,19 +358,6 @@ pub(crate) fn emit_heap_profile() -> usize {
         // The samples queued so far go first, so a reader meets each allocation before the
         // profile that lists it.
         flush(Duration::from_secs(1));
-        let mut records = Vec::new();
-        let mut frames = Vec::new();
-        table::snapshot(&mut records, &mut frames);
-        let snapshot = SNAPSHOTS.fetch_add(1, Ordering::Relaxed) + 1;
-        for r in &records {
-            let stack = frames.get(r.stack.clone()).unwrap_or(&[]);
-            LIVE_ALLOCATION.write_about_thread(r.thread, stack, |p| {
-                p.put(&r.size);
-                p.put(&r.weight);
-                p.put(&(r.addr as u64));
-                p.put(&snapshot);
-            });
-        }
-        records.len()
+        write_live_set().1
     })
 }

@@ -51,6 +51,7 @@
 //! | 1 | `AllocationSample` | `Size`, `Weight`, `Address` | the allocating stack |
 //! | 2 | `FreeSample` | `Address` | none |
 //! | 3 | `LiveAllocation` | `Size`, `Weight`, `Address`, `Snapshot` | the allocating stack |
+//! | 4 | `HeapSnapshot` | `Snapshot`, `Allocations`, `SampleInterval` | none |
 //!
 //! `Weight` is the bytes the sample stands for (`Size / (1 - exp(-Size / SampleInterval))`),
 //! so summing it estimates bytes allocated (`AllocationSample`) or bytes live
@@ -75,6 +76,17 @@
 //! failed gets no final profile; its live heap still follows from `AllocationSample` minus
 //! `FreeSample` (what `eventpipe_insight::SampleSelection::LiveHeap` does when a trace has no
 //! `LiveAllocation`). [`emit_heap_profile`] writes one at any other moment.
+//!
+//! # Heap snapshots on request
+//!
+//! A program that calls [`track_heap`] (or runs with `EVENTPIPE_HEAP_TRACKING=1`) keeps
+//! sampling with no session, so its sampled live set is always known. A session that
+//! enables the provider with the filter argument `Snapshot=1` (`eptrace heap -p PID`) is a
+//! request for it: the emitter writes the live set (`LiveAllocation` under a new
+//! `Snapshot`) once the session streams, then `HeapSnapshot` with the count written and the
+//! interval (0: the program tracks nothing, the snapshot is empty). Such a session does not
+//! sample or retune sampling, and gets no second profile when it ends. In Block mode its
+//! budget paces the snapshot: nothing is lost however small the budget.
 
 mod control;
 mod emitter;
@@ -87,8 +99,10 @@ use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-pub use control::{parse_sample_interval, DEFAULT_SAMPLE_INTERVAL};
-pub use emitter::{ALLOCATION_SAMPLE_ID, FREE_SAMPLE_ID, LIVE_ALLOCATION_ID, PROVIDER_NAME};
+pub use control::{parse_sample_interval, wants_snapshot, DEFAULT_SAMPLE_INTERVAL};
+pub use emitter::{
+    ALLOCATION_SAMPLE_ID, FREE_SAMPLE_ID, HEAP_SNAPSHOT_ID, LIVE_ALLOCATION_ID, PROVIDER_NAME,
+};
 pub use sampler::sample_weight;
 
 use emitter::Message;
@@ -417,13 +431,41 @@ fn free_tracked(addr: usize) {
 /// `EventPipeRs-Allocations` reach its enable callback (including sessions already running,
 /// which are told before this returns). Call once, early in `main`; idempotent. Returns
 /// whether a session records allocation samples now.
+///
+/// With `EVENTPIPE_HEAP_TRACKING` in the environment (`1`, or a sampling interval such as
+/// `64KiB`), it also calls [`track_heap`].
 pub fn register() -> bool {
-    thread::with_guard(|| {
+    let samples = thread::with_guard(|| {
         let samples = emitter::ALLOCATION_SAMPLE.register();
         emitter::FREE_SAMPLE.register();
         emitter::LIVE_ALLOCATION.register();
+        emitter::HEAP_SNAPSHOT.register();
         samples
-    })
+    });
+    if let Some(value) = std::env::var_os("EVENTPIPE_HEAP_TRACKING") {
+        let value = value.to_string_lossy();
+        let interval = match value.trim() {
+            "1" | "true" | "on" => DEFAULT_SAMPLE_INTERVAL,
+            other => parse_sample_interval(Some(&format!("SampleInterval={other}"))),
+        };
+        track_heap(interval);
+    }
+    samples
+}
+
+/// Keeps sampling on with no session, at a mean interval of `sample_interval` bytes, so
+/// the sampled live set is always known and a heap snapshot (`eptrace heap -p PID`, a
+/// session enabling `EventPipeRs-Allocations` with `Snapshot=1`) can be taken at any time.
+/// Costs what sampling costs while a session runs (`BENCHMARKS.md`); the events go nowhere
+/// until a session listens. Call after [`register`]; the environment variable
+/// `EVENTPIPE_HEAP_TRACKING` does the same without a code change.
+pub fn track_heap(sample_interval: u64) {
+    control::track_always(sample_interval);
+}
+
+/// The interval the program tracks its heap at with no session, if it does.
+pub fn heap_tracking() -> Option<u64> {
+    control::tracking_interval()
 }
 
 /// Writes the live heap profile now: one `LiveAllocation` event per sampled allocation still

@@ -1,0 +1,568 @@
+//! `eptrace gcdump`: a .NET heap snapshot, collected as `dotnet-gcdump` collects it, and
+//! read back: the heap per type with retained bytes, the difference of two snapshots, and
+//! the retention view in the profile formats.
+//!
+//! Collecting: a short session flushes the runtime's type table (types already logged to
+//! an earlier session are otherwise not named again); then the dump session enables
+//! [`GCDUMP_KEYWORDS`] at Verbose, which makes the runtime induce a full blocking GC and
+//! walk its heap. The session asks for Block mode (`CollectTracing6`, .NET 11+), so a large
+//! heap is not dropped; a runtime that does not know the command gets `CollectTracing2` in
+//! Drop mode with a large buffer, and the user is told. Once the GC's `GC/Stop` arrives the
+//! session is stopped (rundown names the modules). The snapshot file is that session's
+//! nettrace, which `dotnet-gcdump convert` and PerfView also read.
+
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use eventpipe_insight::gcdump::{
+    diff_reports, heap_report, retention_profile, GcDump, GcDumpBuilder, GcDumpError, HeapReport,
+    DOTNET_RUNTIME, GCDUMP_KEYWORDS,
+};
+use eventpipe_insight::heap::dominators;
+use eventpipe_ipc::command::CollectTracing;
+use eventpipe_ipc::ProviderRequest;
+use nettrace::TraceReader;
+
+use crate::collect::{Target, TargetSpec};
+use crate::convert::ConvertFormat;
+
+/// `eptrace gcdump collect`.
+#[derive(Debug)]
+pub(crate) struct CollectConfig {
+    pub(crate) target: TargetSpec,
+    pub(crate) output: Option<PathBuf>,
+    pub(crate) timeout: Duration,
+    pub(crate) allow_partial: bool,
+    /// The Drop-mode buffer when the runtime has no Block mode.
+    pub(crate) buffer_mb: u32,
+}
+
+/// `eptrace gcdump report`.
+#[derive(Debug)]
+pub(crate) struct ReportConfig {
+    pub(crate) file: PathBuf,
+    pub(crate) json: bool,
+    pub(crate) top: usize,
+    pub(crate) allow_partial: bool,
+}
+
+/// `eptrace gcdump diff`.
+#[derive(Debug)]
+pub(crate) struct DiffConfig {
+    pub(crate) old: PathBuf,
+    pub(crate) new: PathBuf,
+    pub(crate) json: bool,
+    pub(crate) top: usize,
+    pub(crate) allow_partial: bool,
+}
+
+/// `eptrace gcdump convert`.
+#[derive(Debug)]
+pub(crate) struct ConvertConfig {
+    pub(crate) file: PathBuf,
+    pub(crate) formats: Vec<ConvertFormat>,
+    pub(crate) output: Option<PathBuf>,
+    pub(crate) allow_partial: bool,
+}
+
+/// How long the type-table flush may take before the dump goes ahead anyway.
+const TYPE_FLUSH_WAIT: Duration = Duration::from_secs(3);
+/// A runtime that has not started the GC this long after the session began has no heap
+/// dump to give (`dotnet-gcdump` waits as long).
+const START_WAIT: Duration = Duration::from_secs(5);
+
+pub(crate) fn do_collect(config: &CollectConfig) -> Result<()> {
+    let began = Instant::now();
+    let mut target = Target::open(&config.target)?;
+    let runtime = crate::ps::Runtime::of(&target.process_info());
+    if runtime.is_rust() {
+        bail!(
+            "process {} is a Rust program: gcdump walks a .NET runtime's GC heap; for a Rust \
+             program's live allocations use `eptrace heap`",
+            target.pid()
+        );
+    }
+    let path = config.output.clone().unwrap_or_else(|| {
+        PathBuf::from(format!(
+            "{}_{}.gcdump.nettrace",
+            target.name(),
+            target.pid()
+        ))
+    });
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "Flushing the runtime's type table...");
+    flush_type_table(&mut target)?;
+
+    let provider = ProviderRequest {
+        keywords: GCDUMP_KEYWORDS,
+        level: 5,
+        name: DOTNET_RUNTIME.to_owned(),
+        arguments: String::new(),
+        filter: None,
+    };
+    let block = CollectTracing {
+        buffering_mode: 1,
+        stackwalk: false,
+        ..CollectTracing::new(6, vec![provider.clone()])
+    };
+    let (stream, lossless) = match target.collect(&block) {
+        Ok(stream) => (stream, true),
+        Err(e) if refused_as_unknown(&e) => {
+            let _ = writeln!(
+                err,
+                "note: this runtime has no Block mode (CollectTracing6, .NET 11+): the dump \
+                 goes through a {} MB Drop-mode buffer, and is reported incomplete if the \
+                 runtime drops any of it",
+                config.buffer_mb
+            );
+            let drop = CollectTracing {
+                circular_buffer_mb: config.buffer_mb,
+                ..CollectTracing::new(2, vec![provider])
+            };
+            (
+                target
+                    .collect(&drop)
+                    .context("starting the heap dump session")?,
+                false,
+            )
+        }
+        Err(e) => return Err(e.context("starting the heap dump session")),
+    };
+    let session = stream.session_id();
+    let closer = stream.closer()?;
+    let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+    let shared = Arc::new(Shared::default());
+    let reader = {
+        let shared = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("eptrace-gcdump".into())
+            .spawn(move || read_dump(stream, BufWriter::with_capacity(1 << 20, file), &shared))?
+    };
+    let interactive = std::io::stderr().is_terminal();
+    let mut stopped = false;
+    let mut last_line = Instant::now() - Duration::from_secs(1);
+    let outcome = loop {
+        if reader.is_finished() {
+            break None;
+        }
+        let finished = shared.finished.load(Ordering::Acquire);
+        if finished && !stopped {
+            stopped = true;
+            if let Err(e) = target.stop(session) {
+                let _ = writeln!(err, "note: StopTracing failed ({e:#}); the stream was cut");
+                closer.close();
+            }
+        }
+        let waited = began.elapsed();
+        if !stopped
+            && !shared.started.load(Ordering::Acquire)
+            && waited > START_WAIT + TYPE_FLUSH_WAIT
+        {
+            break Some(format!(
+                "no heap dump began within {} s",
+                (START_WAIT + TYPE_FLUSH_WAIT).as_secs()
+            ));
+        }
+        if !stopped && waited > config.timeout {
+            break Some(format!(
+                "the heap dump did not finish within {:.0} s (--timeout)",
+                config.timeout.as_secs_f64()
+            ));
+        }
+        if last_line.elapsed() >= Duration::from_millis(250) {
+            last_line = Instant::now();
+            let line = format!(
+                "{:5.1}s  {} objects, {} references, {} types, {:.1} MB received",
+                waited.as_secs_f64(),
+                shared.objects.load(Ordering::Relaxed),
+                shared.references.load(Ordering::Relaxed),
+                shared.types.load(Ordering::Relaxed),
+                shared.bytes.load(Ordering::Relaxed) as f64 / 1e6
+            );
+            if interactive {
+                let _ = write!(err, "\r{line}\x1b[K");
+            } else {
+                let _ = writeln!(err, "{line}");
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    if let Some(why) = &outcome {
+        let _ = writeln!(
+            err,
+            "{}{why}: stopping the session",
+            if interactive { "\n" } else { "" }
+        );
+        if let Err(e) = target.stop(session) {
+            let _ = writeln!(err, "note: StopTracing failed ({e:#})");
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !reader.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        closer.close();
+    } else if interactive {
+        let _ = writeln!(err);
+    }
+    let read = reader
+        .join()
+        .map_err(|_| anyhow::anyhow!("the stream reader panicked"))??;
+    drop(err);
+    let dump = match (
+        accept(read.builder.finish(read.lost), config.allow_partial, &path),
+        outcome,
+    ) {
+        (Err(e), Some(why)) => return Err(e.context(why)),
+        (dump, _) => dump?,
+    };
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "Heap snapshot written to {} ({} objects, {} bytes, {} references, {} roots{}; {} mode{}). \
+         Inspect it with `eptrace gcdump report {}`.",
+        path.display(),
+        dump.objects,
+        dump.bytes,
+        dump.references,
+        dump.roots,
+        if dump.unresolved_references > 0 {
+            format!(", {} references to memory outside the dump", dump.unresolved_references)
+        } else {
+            String::new()
+        },
+        if lossless { "Block" } else { "Drop" },
+        if lossless { ", lossless" } else { ", nothing was lost" },
+        path.display()
+    );
+    Ok(())
+}
+
+/// What the reader thread shares with the progress line.
+#[derive(Debug, Default)]
+struct Shared {
+    started: AtomicBool,
+    /// Release: set after the builder saw the dump's `GC/Stop`.
+    finished: AtomicBool,
+    objects: AtomicU64,
+    references: AtomicU64,
+    types: AtomicU64,
+    bytes: AtomicU64,
+}
+
+struct ReadDump {
+    builder: GcDumpBuilder,
+    lost: u64,
+}
+
+/// Tees the stream into the file and the dump builder until the stream ends.
+fn read_dump(
+    stream: eventpipe_ipc::TraceStream,
+    mut file: BufWriter<File>,
+    shared: &Shared,
+) -> Result<ReadDump> {
+    struct Tee<'a, R> {
+        inner: R,
+        file: &'a mut BufWriter<File>,
+        error: Option<std::io::Error>,
+    }
+    impl<R: Read> Read for Tee<'_, R> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.inner.read(buf)?;
+            if self.error.is_none() {
+                if let Err(e) = self.file.write_all(&buf[..n]) {
+                    self.error = Some(e);
+                }
+            }
+            Ok(n)
+        }
+    }
+    let mut tee = Tee {
+        inner: stream,
+        file: &mut file,
+        error: None,
+    };
+    let mut builder = GcDumpBuilder::new();
+    let mut lost = 0;
+    let mut reader = TraceReader::from_read(&mut tee).context("reading the heap dump stream")?;
+    let mut seen = 0u64;
+    loop {
+        let event = match reader.next_event() {
+            Ok(Some(event)) => event,
+            Ok(None) => break,
+            Err(e) => return Err(anyhow::Error::new(e).context("reading the heap dump stream")),
+        };
+        builder.observe(&event).context("reading the heap dump")?;
+        seen += 1;
+        if seen % 64 == 0 || builder.is_finished() {
+            let p = builder.progress();
+            shared.started.store(p.started, Ordering::Release);
+            shared.objects.store(p.objects, Ordering::Relaxed);
+            shared.references.store(p.references, Ordering::Relaxed);
+            shared.types.store(p.types, Ordering::Relaxed);
+            shared.bytes.store(p.bytes, Ordering::Relaxed);
+            shared.finished.store(p.finished, Ordering::Release);
+        }
+        lost = reader.stats().lost_events;
+    }
+    lost = lost.max(reader.stats().lost_events);
+    drop(reader);
+    let _ = std::io::copy(&mut tee, &mut std::io::sink());
+    if let Some(e) = tee.error.take() {
+        return Err(anyhow::Error::new(e).context("writing the snapshot file"));
+    }
+    file.flush().context("writing the snapshot file")?;
+    Ok(ReadDump { builder, lost })
+}
+
+/// A short session of the sample profiler: starting and stopping a session makes the
+/// runtime forget which types it has logged, so the dump names them all.
+fn flush_type_table(target: &mut Target) -> Result<()> {
+    let request = CollectTracing {
+        rundown_keyword: 0,
+        ..CollectTracing::new(
+            2,
+            vec![ProviderRequest {
+                keywords: 0,
+                level: 4,
+                name: "Microsoft-DotNETCore-SampleProfiler".to_owned(),
+                arguments: String::new(),
+                filter: None,
+            }],
+        )
+    };
+    let mut stream = target
+        .collect(&request)
+        .context("starting the type-table flush session")?;
+    let session = stream.session_id();
+    let closer = stream.closer()?;
+    // The first bytes say the session runs; then stop it and read to its end.
+    let (started, running) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let mut first = [0u8; 1];
+        let _ = stream.read(&mut first);
+        let _ = started.send(());
+        let _ = std::io::copy(&mut stream, &mut std::io::sink());
+    });
+    let _ = running.recv_timeout(TYPE_FLUSH_WAIT);
+    let _ = target.stop(session);
+    let deadline = Instant::now() + TYPE_FLUSH_WAIT;
+    while !waiter.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    closer.close();
+    let _ = waiter.join();
+    Ok(())
+}
+
+fn refused_as_unknown(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<eventpipe_ipc::Error>(),
+            Some(eventpipe_ipc::Error::Refused(
+                eventpipe_ipc::ServerError::UNKNOWN_COMMAND
+            ))
+        )
+    })
+}
+
+/// A dump, or why it is not whole: an incomplete dump is an error unless the user allowed
+/// a partial one, and then every problem is printed first.
+fn accept(
+    dump: std::result::Result<GcDump, GcDumpError>,
+    allow_partial: bool,
+    path: &Path,
+) -> Result<GcDump> {
+    match dump {
+        Ok(dump) => Ok(dump),
+        Err(GcDumpError::Incomplete { problems, partial }) if allow_partial => {
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(
+                err,
+                "warning: {} is an INCOMPLETE heap dump; what follows is part of the heap, \
+                 not a smaller heap:",
+                path.display()
+            );
+            for p in &problems {
+                let _ = writeln!(err, "  - {p}");
+            }
+            Ok(*partial)
+        }
+        Err(GcDumpError::Incomplete { problems, .. }) => bail!(
+            "{} is an incomplete heap dump:\n  - {}\n(--allow-partial shows what it has, marked \
+             incomplete)",
+            path.display(),
+            problems.join("\n  - ")
+        ),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("reading {}", path.display()))),
+    }
+}
+
+/// Reads a snapshot file into a dump.
+fn load(path: &Path, allow_partial: bool) -> Result<GcDump> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut reader = TraceReader::from_slice(&bytes)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let mut builder = GcDumpBuilder::new();
+    while let Some(event) = reader
+        .next_event()
+        .with_context(|| format!("cannot read {}", path.display()))?
+    {
+        builder
+            .observe(&event)
+            .with_context(|| format!("reading the heap dump in {}", path.display()))?;
+    }
+    accept(
+        builder.finish(reader.stats().lost_events),
+        allow_partial,
+        path,
+    )
+}
+
+fn report_of(dump: &GcDump) -> HeapReport {
+    let doms = dominators(&dump.graph);
+    heap_report(&dump.graph, &doms, dump.first_object, dump.references)
+}
+
+pub(crate) fn do_report(config: &ReportConfig) -> Result<()> {
+    let dump = load(&config.file, config.allow_partial)?;
+    let report = report_of(&dump);
+    let mut out = std::io::stdout().lock();
+    if config.json {
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    writeln!(out, "{:>15}  GC Heap bytes", thousands(report.bytes))?;
+    writeln!(out, "{:>15}  GC Heap objects", thousands(report.objects))?;
+    writeln!(
+        out,
+        "{:>15}  Total references",
+        thousands(report.references)
+    )?;
+    if report.unreachable > 0 {
+        writeln!(
+            out,
+            "{:>15}  Objects no root reaches",
+            thousands(report.unreachable)
+        )?;
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:>15}  {:>8}  {:>15}  Type",
+        "Object Bytes", "Count", "Retained Bytes"
+    )?;
+    for row in report.types.iter().take(config.top) {
+        writeln!(
+            out,
+            "{:>15}  {:>8}  {:>15}  {}",
+            thousands(row.bytes),
+            thousands(row.count),
+            thousands(row.retained),
+            row.name
+        )?;
+    }
+    if report.types.len() > config.top {
+        writeln!(
+            out,
+            "  ... and {} more types (--top N)",
+            report.types.len() - config.top
+        )?;
+    }
+    Ok(())
+}
+
+pub(crate) fn do_diff(config: &DiffConfig) -> Result<()> {
+    let old = report_of(&load(&config.old, config.allow_partial)?);
+    let new = report_of(&load(&config.new, config.allow_partial)?);
+    let rows = diff_reports(&old, &new);
+    let mut out = std::io::stdout().lock();
+    if config.json {
+        serde_json::to_writer_pretty(&mut out, &rows)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "GC heap: {} -> {} bytes ({}), {} -> {} objects",
+        thousands(old.bytes),
+        thousands(new.bytes),
+        signed(i128::from(new.bytes) - i128::from(old.bytes)),
+        thousands(old.objects),
+        thousands(new.objects)
+    )?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:>15}  {:>15}  {:>10}  Type (largest growth in retained bytes first)",
+        "Retained Δ", "Bytes Δ", "Count Δ"
+    )?;
+    for row in rows.iter().take(config.top) {
+        writeln!(
+            out,
+            "{:>15}  {:>15}  {:>10}  {}",
+            signed(row.retained_delta()),
+            signed(row.bytes_delta()),
+            signed(row.count_delta()),
+            row.name
+        )?;
+    }
+    Ok(())
+}
+
+pub(crate) fn do_convert(config: &ConvertConfig) -> Result<()> {
+    let dump = load(&config.file, config.allow_partial)?;
+    let doms = dominators(&dump.graph);
+    let profile = retention_profile(&dump.graph, &doms, dump.first_object);
+    let targets: Vec<(ConvertFormat, PathBuf)> = match (&config.output, config.formats.as_slice()) {
+        (Some(out), [format]) => vec![(*format, out.clone())],
+        (Some(_), _) => bail!(
+            "-o names one file; it cannot take {} formats",
+            config.formats.len()
+        ),
+        (None, formats) => formats
+            .iter()
+            .map(|&f| (f, crate::convert::output_path(&config.file, f)))
+            .collect(),
+    };
+    for (format, path) in targets {
+        if format == ConvertFormat::Chrome {
+            bail!("a heap snapshot has no timeline: choose speedscope, pprof, flamegraph or collapsed");
+        }
+        crate::convert::write_profile_file(format, &profile, &path)?;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "wrote {} (retention view: {} objects, {})",
+            path.display(),
+            profile.samples.len(),
+            profile.weight_text(profile.total_weight())
+        );
+    }
+    Ok(())
+}
+
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn signed(n: i128) -> String {
+    let magnitude = thousands(u64::try_from(n.unsigned_abs()).unwrap_or(u64::MAX));
+    match n.signum() {
+        1 => format!("+{magnitude}"),
+        -1 => format!("-{magnitude}"),
+        _ => "0".to_owned(),
+    }
+}

@@ -1,0 +1,339 @@
+//! A Rust program's live heap from a snapshot of the allocation profiler: bytes and
+//! allocations live per allocation site, each an estimate with its sampling error, and the
+//! growth from one snapshot to another.
+//!
+//! The profiler samples allocations as a Poisson process over bytes (mean interval `I`):
+//! an allocation of `s` bytes is sampled with probability `p = 1 - exp(-s/I)` and its sample
+//! weighs `w = s/p` bytes, so the sum of weights estimates the live bytes without bias, and
+//! `w/s` estimates how many allocations the sample stands for. The estimate's variance is
+//! `Σ s²(1-p)/p² = Σ w(w - s)`; a site's 95 % interval is ±1.96 times its square root.
+//!
+//! A site is the first frame of the allocating stack, from the leaf, that is not allocation
+//! machinery (the global allocator, `alloc::`, `core::`, the profiler): the function that
+//! asked for memory, with its file and line.
+
+use std::collections::HashMap;
+
+use nettrace::Event;
+use serde::Serialize;
+
+use crate::builder::ALLOCATION_PROVIDER;
+use crate::profile::{Frame, FrameKind};
+use crate::symbolize::Symbolizer;
+
+/// Where memory was allocated.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct Site {
+    /// The function, demangled.
+    pub function: String,
+    /// `file:line`, when debug info has it.
+    pub location: Option<String>,
+}
+
+impl Site {
+    /// `function (file:line)`.
+    pub fn label(&self) -> String {
+        match &self.location {
+            Some(l) => format!("{} ({l})", self.function),
+            None => self.function.clone(),
+        }
+    }
+}
+
+/// One site's live memory.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SiteRow {
+    /// The site.
+    pub site: Site,
+    /// Estimated live bytes.
+    pub bytes: u64,
+    /// Half the width of the 95 % interval of `bytes`.
+    pub bytes_error: u64,
+    /// Estimated live allocations.
+    pub count: u64,
+    /// Samples the estimate rests on.
+    pub samples: u64,
+}
+
+/// A snapshot summed per site.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LiveHeap {
+    /// The snapshot's number in its process.
+    pub snapshot: u64,
+    /// The mean sampling interval in bytes (0: the program tracked no heap).
+    pub sample_interval: u64,
+    /// Estimated live bytes in all.
+    pub bytes: u64,
+    /// Half the width of the 95 % interval of `bytes`.
+    pub bytes_error: u64,
+    /// Estimated live allocations in all.
+    pub count: u64,
+    /// Samples in the snapshot.
+    pub samples: u64,
+    /// Whether the snapshot's end marker was read and its count matched what arrived.
+    pub complete: bool,
+    /// Sites, most live bytes first.
+    pub sites: Vec<SiteRow>,
+    /// Modules whose frames could not be named, and why.
+    pub notes: Vec<String>,
+}
+
+/// One sampled live allocation.
+#[derive(Debug, Clone, Copy)]
+struct Sampled {
+    size: u64,
+    weight: u64,
+    stack: usize,
+}
+
+/// Reads a snapshot's events, one at a time.
+#[derive(Debug, Default)]
+pub struct LiveHeapBuilder {
+    symbolizer: Symbolizer,
+    snapshot: u64,
+    samples: Vec<Sampled>,
+    stacks: Vec<Vec<u64>>,
+    stack_index: HashMap<Vec<u64>, usize>,
+    /// The end marker of `snapshot`: (allocations it says were written, interval).
+    end: Option<(u64, u64)>,
+}
+
+impl LiveHeapBuilder {
+    /// An empty builder.
+    pub fn new() -> LiveHeapBuilder {
+        LiveHeapBuilder::default()
+    }
+
+    /// Whether the snapshot's end marker (`HeapSnapshot`) has been read.
+    pub fn has_ended(&self) -> bool {
+        self.end.is_some()
+    }
+
+    /// The live allocations read so far.
+    pub fn samples(&self) -> usize {
+        self.samples.len()
+    }
+
+    /// Feeds one event: module and thread rundown for symbols, `LiveAllocation` and
+    /// `HeapSnapshot` of the allocation profiler (the last snapshot in the trace wins).
+    pub fn observe(&mut self, event: &Event<'_>) {
+        if self.symbolizer.observe(event) {
+            return;
+        }
+        let md = event.metadata;
+        if md.provider != ALLOCATION_PROVIDER {
+            return;
+        }
+        let fields = event.decode_payload().unwrap_or_default();
+        let num = |name: &str| {
+            fields
+                .iter()
+                .find(|(n, _)| *n == name)
+                .and_then(|(_, v)| v.as_u64())
+        };
+        match md.event_name.as_str() {
+            "LiveAllocation" => {
+                let (Some(size), Some(weight), Some(snapshot)) =
+                    (num("Size"), num("Weight"), num("Snapshot"))
+                else {
+                    return;
+                };
+                if snapshot < self.snapshot {
+                    return;
+                }
+                if snapshot > self.snapshot {
+                    self.snapshot = snapshot;
+                    self.samples.clear();
+                    self.end = None;
+                }
+                let ips: Vec<u64> = event.stack_ips().collect();
+                let next = self.stacks.len();
+                let stack = *self.stack_index.entry(ips.clone()).or_insert(next);
+                if stack == next {
+                    self.stacks.push(ips);
+                }
+                self.samples.push(Sampled {
+                    size: size.max(1),
+                    weight: weight.max(size),
+                    stack,
+                });
+            }
+            "HeapSnapshot" => {
+                let (Some(snapshot), Some(count), Some(interval)) =
+                    (num("Snapshot"), num("Allocations"), num("SampleInterval"))
+                else {
+                    return;
+                };
+                if snapshot >= self.snapshot {
+                    if snapshot > self.snapshot {
+                        self.samples.clear();
+                    }
+                    self.snapshot = snapshot;
+                    self.end = Some((count, interval));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Symbolizes and sums the snapshot per site.
+    pub fn finish(mut self) -> LiveHeap {
+        let mut site_of_stack: Vec<Option<Site>> = vec![None; self.stacks.len()];
+        #[derive(Default)]
+        struct Sum {
+            bytes: u64,
+            variance: f64,
+            count: f64,
+            samples: u64,
+        }
+        let mut sums: HashMap<Site, Sum> = HashMap::new();
+        let mut total = Sum::default();
+        for s in std::mem::take(&mut self.samples) {
+            if site_of_stack[s.stack].is_none() {
+                site_of_stack[s.stack] = Some(self.site(s.stack));
+            }
+            let site = site_of_stack[s.stack].clone().expect("just set");
+            let variance = s.weight as f64 * (s.weight - s.size) as f64;
+            let count = s.weight as f64 / s.size as f64;
+            for sum in [sums.entry(site).or_default(), &mut total] {
+                sum.bytes = sum.bytes.saturating_add(s.weight);
+                sum.variance += variance;
+                sum.count += count;
+                sum.samples += 1;
+            }
+        }
+        let error = |variance: f64| (1.96 * variance.sqrt()).round() as u64;
+        let mut sites: Vec<SiteRow> = sums
+            .into_iter()
+            .map(|(site, sum)| SiteRow {
+                site,
+                bytes: sum.bytes,
+                bytes_error: error(sum.variance),
+                count: sum.count.round() as u64,
+                samples: sum.samples,
+            })
+            .collect();
+        sites.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
+        let (complete, sample_interval) = match self.end {
+            Some((count, interval)) => (count == total.samples, interval),
+            None => (false, 0),
+        };
+        LiveHeap {
+            snapshot: self.snapshot,
+            sample_interval,
+            bytes: total.bytes,
+            bytes_error: error(total.variance),
+            count: total.count.round() as u64,
+            samples: total.samples,
+            complete,
+            sites,
+            notes: self.symbolizer.notes().to_vec(),
+        }
+    }
+
+    /// The site of raw stack `id`: its first frame, from the leaf, that is not allocation
+    /// machinery.
+    fn site(&mut self, id: usize) -> Site {
+        let ips = std::mem::take(&mut self.stacks[id]);
+        let mut site = None;
+        let mut first = None;
+        'frames: for (i, &ip) in ips.iter().enumerate() {
+            for frame in self.symbolizer.resolve(ip, i > 0) {
+                first.get_or_insert_with(|| frame.clone());
+                if !is_allocation_machinery(frame) {
+                    site = Some(frame.clone());
+                    break 'frames;
+                }
+            }
+        }
+        self.stacks[id] = ips;
+        let frame = site
+            .or(first)
+            .unwrap_or_else(|| Frame::named("[no stack]", FrameKind::Unknown));
+        let location = match (&frame.file, frame.line) {
+            (Some(file), Some(line)) => Some(format!("{file}:{line}")),
+            (Some(file), None) => Some(file.clone()),
+            _ => None,
+        };
+        Site {
+            function: frame.function,
+            location,
+        }
+    }
+}
+
+/// Frames that allocate on someone's behalf: the global allocator and the profiler inside
+/// it, `alloc`'s and `core`'s containers, and libc's malloc family.
+fn is_allocation_machinery(frame: &Frame) -> bool {
+    const PREFIXES: &[&str] = &[
+        "alloc::",
+        "core::",
+        "std::alloc",
+        "__rust_",
+        "__rdl_",
+        "__rg_",
+        "eventpipe_profiler::",
+        "hashbrown::",
+        "malloc",
+        "calloc",
+        "realloc",
+    ];
+    let name = frame.function.trim_start_matches('<');
+    frame.kind != FrameKind::Unknown && PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// One site's growth from one snapshot to another.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SiteGrowth {
+    /// The site.
+    pub site: Site,
+    /// Live bytes: old, new.
+    pub bytes: (u64, u64),
+    /// Live allocations: old, new.
+    pub count: (u64, u64),
+    /// Half the width of the 95 % interval of the difference (the two errors combined).
+    pub error: u64,
+}
+
+impl SiteGrowth {
+    /// New minus old live bytes.
+    pub fn delta(&self) -> i128 {
+        i128::from(self.bytes.1) - i128::from(self.bytes.0)
+    }
+}
+
+/// Every site of either snapshot, most growth in live bytes first.
+pub fn diff_live_heaps(old: &LiveHeap, new: &LiveHeap) -> Vec<SiteGrowth> {
+    let mut by_site: HashMap<&Site, SiteGrowth> = HashMap::new();
+    let mut errors: HashMap<&Site, (f64, f64)> = HashMap::new();
+    for (side, heap) in [(0, old), (1, new)] {
+        for row in &heap.sites {
+            let g = by_site.entry(&row.site).or_insert_with(|| SiteGrowth {
+                site: row.site.clone(),
+                bytes: (0, 0),
+                count: (0, 0),
+                error: 0,
+            });
+            let e = errors.entry(&row.site).or_default();
+            if side == 0 {
+                g.bytes.0 = row.bytes;
+                g.count.0 = row.count;
+                e.0 = row.bytes_error as f64;
+            } else {
+                g.bytes.1 = row.bytes;
+                g.count.1 = row.count;
+                e.1 = row.bytes_error as f64;
+            }
+        }
+    }
+    let mut rows: Vec<SiteGrowth> = by_site
+        .into_iter()
+        .map(|(site, mut g)| {
+            let (a, b) = errors[site];
+            g.error = (a * a + b * b).sqrt().round() as u64;
+            g
+        })
+        .collect();
+    rows.sort_by(|a, b| b.delta().cmp(&a.delta()).then_with(|| a.site.cmp(&b.site)));
+    rows
+}
