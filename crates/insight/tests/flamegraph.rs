@@ -215,6 +215,10 @@ fn svg_titles_name_the_unit() {
             "Workload: bytes still allocated, 10 samples",
         ),
         (SampleUnit::Events, "Workload: events, 10 samples"),
+        (
+            SampleUnit::HeapBytes,
+            "Workload: heap bytes retained, 10 samples",
+        ),
         (SampleUnit::CpuTime, "Workload: CPU time in µs, 10 samples"),
         (
             SampleUnit::ThreadTime,

@@ -13,13 +13,18 @@ use nettrace::{EventHeader, EventMetadata, FormatVersion, TraceInfo, TraceReader
 
 const RUNTIME: &str = "Microsoft-Windows-DotNETRuntime";
 
+/// (metadata id, event id, version) of an event.
+type Kind = (u32, u32, u32);
+/// Events to write: (kind, payload).
+type Events = Vec<(Kind, Vec<u8>)>;
+
 /// (metadata id, event id, version) of the events used.
-const GC_START: (u32, u32, u32) = (1, 1, 2);
-const GC_STOP: (u32, u32, u32) = (2, 2, 1);
-const BULK_TYPE: (u32, u32, u32) = (3, 15, 0);
-const BULK_ROOT_EDGE: (u32, u32, u32) = (4, 16, 0);
-const BULK_NODE: (u32, u32, u32) = (5, 18, 0);
-const BULK_EDGE: (u32, u32, u32) = (6, 19, 0);
+const GC_START: Kind = (1, 1, 2);
+const GC_STOP: Kind = (2, 2, 1);
+const BULK_TYPE: Kind = (3, 15, 0);
+const BULK_ROOT_EDGE: Kind = (4, 16, 0);
+const BULK_NODE: Kind = (5, 18, 0);
+const BULK_EDGE: Kind = (6, 19, 0);
 
 fn metadata() -> Vec<EventMetadata> {
     [
@@ -117,7 +122,7 @@ fn bulk_roots(index: u32, roots: &[(u64, u8, u32)]) -> Vec<u8> {
 
 /// A V5 trace of `events` ((metadata, payload)), with `skip` sequence numbers missing
 /// before the last event (the reader counts them lost).
-fn trace(events: &[((u32, u32, u32), Vec<u8>)], skip: u32) -> Vec<u8> {
+fn trace(events: &[(Kind, Vec<u8>)], skip: u32) -> Vec<u8> {
     let info = TraceInfo::new(FormatVersion::V5, 8);
     let mut w = TraceWriter::new(Vec::new(), &info).unwrap();
     w.write_metadata_block(&metadata()).unwrap();
@@ -170,7 +175,7 @@ fn objects() -> Vec<Object> {
     ]
 }
 
-fn dump_events(objects: &[Object], split_at: usize) -> Vec<((u32, u32, u32), Vec<u8>)> {
+fn dump_events(objects: &[Object], split_at: usize) -> Events {
     let refs: Vec<u64> = objects.iter().flat_map(|o| o.3.clone()).collect();
     let refs_split = objects[..split_at].iter().map(|o| o.3.len()).sum();
     vec![
@@ -252,7 +257,7 @@ fn a_known_graph_comes_back_with_its_dominators_and_retained_sizes() {
 
 #[test]
 fn holes_make_the_dump_incomplete_and_say_where() {
-    let problems = |events: Vec<((u32, u32, u32), Vec<u8>)>, skip: u32| -> Vec<String> {
+    let problems = |events: Events, skip: u32| -> Vec<String> {
         match read(&trace(&events, skip)) {
             Err(GcDumpError::Incomplete { problems, partial }) => {
                 assert!(partial.objects <= 10);

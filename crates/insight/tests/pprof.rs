@@ -54,7 +54,9 @@ fn expected_values(unit: SampleUnit) -> BTreeMap<(u64, Vec<String>), Vec<i64>> {
                 SampleUnit::CpuTime | SampleUnit::ThreadTime => {
                     vec![counts[&key] as i64, w * common::PERIOD_NS as i64]
                 }
-                SampleUnit::Bytes | SampleUnit::LiveBytes => vec![counts[&key] as i64, w],
+                SampleUnit::Bytes | SampleUnit::LiveBytes | SampleUnit::HeapBytes => {
+                    vec![counts[&key] as i64, w]
+                }
                 SampleUnit::Events => vec![w],
             };
             (key, values)
@@ -68,16 +70,18 @@ fn expected_types(unit: SampleUnit) -> Vec<(&'static str, &'static str)> {
         SampleUnit::ThreadTime => vec![("samples", "count"), ("thread_time", "nanoseconds")],
         SampleUnit::Bytes => vec![("samples", "count"), ("alloc_space", "bytes")],
         SampleUnit::LiveBytes => vec![("samples", "count"), ("inuse_space", "bytes")],
+        SampleUnit::HeapBytes => vec![("objects", "count"), ("inuse_space", "bytes")],
         SampleUnit::Events => vec![("events", "count")],
     }
 }
 
-fn units() -> [SampleUnit; 5] {
+fn units() -> [SampleUnit; 6] {
     [
         SampleUnit::CpuTime,
         SampleUnit::ThreadTime,
         SampleUnit::Bytes,
         SampleUnit::LiveBytes,
+        SampleUnit::HeapBytes,
         SampleUnit::Events,
     ]
 }
@@ -336,6 +340,7 @@ fn go_pprof_reads_the_same_values_per_thread_and_stack() {
             SampleUnit::ThreadTime => "thread-time",
             SampleUnit::Bytes => "bytes",
             SampleUnit::LiveBytes => "live-bytes",
+            SampleUnit::HeapBytes => "heap-bytes",
             SampleUnit::Events => "events",
         };
         let file = dir.join(format!("{name}.pb.gz"));

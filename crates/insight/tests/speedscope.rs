@@ -15,12 +15,13 @@ fn speedscope_json(profile: &Profile) -> Value {
     serde_json::from_slice(&out).expect("speedscope output is JSON")
 }
 
-fn units() -> [SampleUnit; 5] {
+fn units() -> [SampleUnit; 6] {
     [
         SampleUnit::CpuTime,
         SampleUnit::ThreadTime,
         SampleUnit::Bytes,
         SampleUnit::LiveBytes,
+        SampleUnit::HeapBytes,
         SampleUnit::Events,
     ]
 }
@@ -92,7 +93,7 @@ fn stacks_weights_and_threads_read_back_exactly() {
             SampleUnit::CpuTime | SampleUnit::ThreadTime => {
                 ("nanoseconds", common::PERIOD_NS as f64)
             }
-            SampleUnit::Bytes | SampleUnit::LiveBytes => ("bytes", 1.0),
+            SampleUnit::Bytes | SampleUnit::LiveBytes | SampleUnit::HeapBytes => ("bytes", 1.0),
             SampleUnit::Events => ("none", 1.0),
         };
         let mut got: BTreeMap<(u64, Vec<String>), f64> = BTreeMap::new();

@@ -678,9 +678,7 @@ fn number<K: AsRef<str>>(fields: &[(K, Value)], name: &str) -> Option<u64> {
 }
 
 /// The `Values` array of a bulk event, each value's fields.
-fn values<'v, K: AsRef<str>>(
-    fields: &'v [(K, Value)],
-) -> impl Iterator<Item = &'v [(String, Value)]> {
+fn values<K: AsRef<str>>(fields: &[(K, Value)]) -> impl Iterator<Item = &[(String, Value)]> {
     let array = match field(fields, "Values") {
         Some(Value::Array(items)) => items.as_slice(),
         _ => &[],
