@@ -15,7 +15,7 @@ use eventpipe_insight::SampleSelection;
 use crate::collect::{Profile, TargetSpec};
 use crate::convert::ConvertFormat;
 use crate::input::InputSpec;
-use crate::{collect, convert, demo, dump, gcdump, ps, report, stress};
+use crate::{collect, convert, demo, dump, gcdump, heap, ps, report, stress};
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -34,6 +34,8 @@ Examples:
   eptrace gcdump -p 1234 -o before.gcdump.nettrace
   eptrace gcdump report before.gcdump.nettrace
   eptrace gcdump diff before.gcdump.nettrace after.gcdump.nettrace
+  eptrace heap -n my-service -o now.heap.nettrace
+  eptrace heap diff then.heap.nettrace now.heap.nettrace
 
 Exit status:
   0  success (also when stdout is closed early, as by `| head`)
@@ -67,6 +69,9 @@ enum Command {
     /// Snapshot a .NET process's GC heap (as dotnet-gcdump does), and read snapshots: the
     /// heap per type with retained bytes, the growth between two, the retention view.
     Gcdump(GcdumpArgs),
+    /// Snapshot a Rust program's live heap (the allocation profiler's sampled live set),
+    /// and read snapshots: live bytes per allocation site, the growth between two.
+    Heap(HeapArgs),
     /// Start a demo workload, trace it for a few seconds, and show what the trace holds:
     /// trace.nettrace, a flame graph, a speedscope profile, a Chrome timeline, the report.
     Demo(DemoArgs),
@@ -258,6 +263,96 @@ struct GcdumpConvertArgs {
     /// Convert a dump that lost part of the heap, marked incomplete.
     #[arg(long)]
     allow_partial: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+struct HeapArgs {
+    #[command(subcommand)]
+    command: Option<HeapCommand>,
+    #[command(flatten)]
+    collect: HeapCollectArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum HeapCommand {
+    /// Snapshot a running Rust program's live heap (the default: `eptrace heap -p PID`).
+    Collect(HeapCollectArgs),
+    /// Live bytes and allocations per allocation site, with their sampling error.
+    Report(HeapReportArgs),
+    /// Per site, the growth from OLD to NEW: most growth first.
+    Diff(HeapDiffArgs),
+    /// The live heap as a profile: speedscope, pprof, a flame graph or collapsed stacks.
+    Convert(HeapConvertArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("heap_target").required(true).args(["pid", "name"]))]
+struct HeapCollectArgs {
+    /// The process id of the Rust program.
+    #[arg(short = 'p', long = "process-id", value_name = "PID")]
+    pid: Option<u32>,
+    /// The name of the Rust program (as `eptrace ps` shows it).
+    #[arg(short = 'n', long, value_name = "NAME")]
+    name: Option<String>,
+    /// The snapshot file [default: NAME_PID.heap.nettrace].
+    #[arg(short = 'o', long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Give up when no snapshot has come after this long.
+    #[arg(long, value_name = "TIME", default_value = "10s", value_parser = parse_duration)]
+    timeout: std::time::Duration,
+    /// The session's buffer budget in MB (Block mode: a small one slows the snapshot,
+    /// never loses it).
+    #[arg(long = "buffersize", value_name = "MB", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(1..=65536))]
+    buffer_mb: u32,
+}
+
+#[derive(Debug, Args)]
+struct HeapReportArgs {
+    /// The snapshot (written by `eptrace heap`).
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    #[command(flatten)]
+    format: FormatArgs,
+    /// Sites shown (JSON has all of them).
+    #[arg(long, value_name = "N", default_value_t = 30)]
+    top: usize,
+}
+
+#[derive(Debug, Args)]
+struct HeapDiffArgs {
+    /// The earlier snapshot.
+    #[arg(value_name = "OLD")]
+    old: PathBuf,
+    /// The later snapshot.
+    #[arg(value_name = "NEW")]
+    new: PathBuf,
+    #[command(flatten)]
+    format: FormatArgs,
+    /// Sites shown (JSON has all of them).
+    #[arg(long, value_name = "N", default_value_t = 30)]
+    top: usize,
+}
+
+#[derive(Debug, Args)]
+struct HeapConvertArgs {
+    /// The snapshot.
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    /// Output formats (comma list): speedscope, pprof, flamegraph, collapsed.
+    #[arg(
+        short = 'f',
+        long = "format",
+        value_name = "FORMAT,..",
+        value_delimiter = ',',
+        value_enum,
+        default_value = "speedscope"
+    )]
+    formats: Vec<ConvertFormat>,
+    /// Output file (`-`: standard output), for a single format.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    output: Option<PathBuf>,
 }
 
 /// A duration: `5s`, `250ms`, `2m`, `1h`, bare seconds (`1.5`) or `hh:mm:ss`.
@@ -475,6 +570,14 @@ pub(crate) enum Action {
     GcdumpDiff(gcdump::DiffConfig),
     /// `eptrace gcdump convert`.
     GcdumpConvert(gcdump::ConvertConfig),
+    /// `eptrace heap [collect]`.
+    HeapCollect(heap::CollectConfig),
+    /// `eptrace heap report`.
+    HeapReport(heap::ReportConfig),
+    /// `eptrace heap diff`.
+    HeapDiff(heap::DiffConfig),
+    /// `eptrace heap convert`.
+    HeapConvert(heap::ConvertConfig),
 }
 
 impl Cli {
@@ -550,6 +653,54 @@ impl Cli {
                 out_dir: a.out_dir,
             }),
             Command::DemoWorkload(a) => Action::DemoWorkload(a.seconds),
+            Command::Heap(a) => match a.command {
+                None | Some(HeapCommand::Collect(_)) => {
+                    let c = match a.command {
+                        Some(HeapCommand::Collect(c)) => c,
+                        _ => a.collect,
+                    };
+                    let target = match (c.pid, c.name) {
+                        (Some(pid), _) => TargetSpec::Pid(pid),
+                        (None, Some(name)) => TargetSpec::Name(name),
+                        (None, None) => {
+                            return Err(usage_error(
+                                "heap",
+                                "name the process: -p PID or -n NAME".into(),
+                            ))
+                        }
+                    };
+                    Action::HeapCollect(heap::CollectConfig {
+                        target,
+                        output: c.output,
+                        timeout: c.timeout,
+                        buffer_mb: c.buffer_mb,
+                    })
+                }
+                Some(HeapCommand::Report(r)) => Action::HeapReport(heap::ReportConfig {
+                    file: r.file,
+                    json: r.format.json,
+                    top: r.top,
+                }),
+                Some(HeapCommand::Diff(d)) => Action::HeapDiff(heap::DiffConfig {
+                    old: d.old,
+                    new: d.new,
+                    json: d.format.json,
+                    top: d.top,
+                }),
+                Some(HeapCommand::Convert(c)) => {
+                    if c.output.is_some() && c.formats.len() > 1 {
+                        return Err(usage_error(
+                            "heap",
+                            "-o names one file; give one --format with it".into(),
+                        ));
+                    }
+                    Action::HeapConvert(heap::ConvertConfig {
+                        file: c.file,
+                        formats: c.formats,
+                        output: c.output,
+                    })
+                }
+            },
             Command::Gcdump(a) => match a.command {
                 None | Some(GcdumpCommand::Collect(_)) => {
                     let c = match a.command {

@@ -30,6 +30,7 @@ use nettrace::TraceReader;
 
 use crate::collect::{Target, TargetSpec};
 use crate::convert::ConvertFormat;
+use crate::numbers::{signed, thousands};
 
 /// `eptrace gcdump collect`.
 #[derive(Debug)]
@@ -544,25 +545,4 @@ pub(crate) fn do_convert(config: &ConvertConfig) -> Result<()> {
         );
     }
     Ok(())
-}
-
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-fn signed(n: i128) -> String {
-    let magnitude = thousands(u64::try_from(n.unsigned_abs()).unwrap_or(u64::MAX));
-    match n.signum() {
-        1 => format!("+{magnitude}"),
-        -1 => format!("-{magnitude}"),
-        _ => "0".to_owned(),
-    }
 }

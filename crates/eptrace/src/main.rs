@@ -17,7 +17,9 @@ mod convert;
 mod demo;
 mod dump;
 mod gcdump;
+mod heap;
 mod input;
+mod numbers;
 mod progress;
 mod ps;
 mod report;
@@ -52,6 +54,10 @@ fn run() -> ExitCode {
         cli::Action::GcdumpReport(config) => gcdump::do_report(&config),
         cli::Action::GcdumpDiff(config) => gcdump::do_diff(&config),
         cli::Action::GcdumpConvert(config) => gcdump::do_convert(&config),
+        cli::Action::HeapCollect(config) => heap::do_collect(&config),
+        cli::Action::HeapReport(config) => heap::do_report(&config),
+        cli::Action::HeapDiff(config) => heap::do_diff(&config),
+        cli::Action::HeapConvert(config) => heap::do_convert(&config),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

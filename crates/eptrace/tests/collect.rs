@@ -359,3 +359,26 @@ fn gcdump_of_a_rust_process_says_what_to_use_instead() {
         "{err}"
     );
 }
+
+#[test]
+fn heap_of_a_program_without_the_profiled_allocator_names_what_it_needs() {
+    let app = App::start(&[]);
+    let out = eptrace(&[
+        "heap",
+        "-p",
+        &app.pid.to_string(),
+        "--timeout",
+        "1s",
+        "-o",
+        temp("no-heap.nettrace").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("sent no heap snapshot")
+            && err.contains("ProfiledAllocator")
+            && err.contains("EVENTPIPE_HEAP_TRACKING=1"),
+        "{err}"
+    );
+    std::fs::remove_file(temp("no-heap.nettrace")).ok();
+}

@@ -270,6 +270,7 @@ fn is_allocation_machinery(frame: &Frame) -> bool {
         "core::",
         "std::alloc",
         "__rust_",
+        "__rustc::",
         "__rdl_",
         "__rg_",
         "eventpipe_profiler::",
@@ -278,8 +279,13 @@ fn is_allocation_machinery(frame: &Frame) -> bool {
         "calloc",
         "realloc",
     ];
+    // `<Type as Trait>::f` is machinery when either the type or the trait is.
     let name = frame.function.trim_start_matches('<');
-    frame.kind != FrameKind::Unknown && PREFIXES.iter().any(|p| name.starts_with(p))
+    let as_trait = name.split_once(" as ").map(|(_, t)| t);
+    frame.kind != FrameKind::Unknown
+        && std::iter::once(name)
+            .chain(as_trait)
+            .any(|n| PREFIXES.iter().any(|p| n.starts_with(p)))
 }
 
 /// One site's growth from one snapshot to another.

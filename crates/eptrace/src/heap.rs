@@ -1,0 +1,424 @@
+//! `eptrace heap`: a Rust program's live heap, from the allocation profiler's sampled live
+//! set, taken on request and read back per allocation site.
+//!
+//! Collecting: a Block-mode session (`CollectTracing6`) enabling `EventPipeRs-Allocations`
+//! with `Snapshot=1` asks the program for its live set; the profiler writes it once the
+//! session streams and ends it with a `HeapSnapshot` event carrying the count it wrote, so
+//! the snapshot is known to be whole; then the session is stopped (its rundown lists the
+//! modules, for symbols). Block mode paces the snapshot through any budget: nothing is lost.
+//! The snapshot file is that session's nettrace.
+
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use eventpipe_insight::builder::ALLOCATION_PROVIDER;
+use eventpipe_insight::live_heap::{diff_live_heaps, LiveHeap, LiveHeapBuilder};
+use eventpipe_insight::{ProfileBuilder, SampleSelection};
+use eventpipe_ipc::command::CollectTracing;
+use eventpipe_ipc::ProviderRequest;
+use nettrace::TraceReader;
+
+use crate::collect::{Target, TargetSpec};
+use crate::convert::ConvertFormat;
+use crate::numbers::{signed, thousands};
+
+/// `eptrace heap collect`.
+#[derive(Debug)]
+pub(crate) struct CollectConfig {
+    pub(crate) target: TargetSpec,
+    pub(crate) output: Option<PathBuf>,
+    pub(crate) timeout: Duration,
+    pub(crate) buffer_mb: u32,
+}
+
+/// `eptrace heap report`.
+#[derive(Debug)]
+pub(crate) struct ReportConfig {
+    pub(crate) file: PathBuf,
+    pub(crate) json: bool,
+    pub(crate) top: usize,
+}
+
+/// `eptrace heap diff`.
+#[derive(Debug)]
+pub(crate) struct DiffConfig {
+    pub(crate) old: PathBuf,
+    pub(crate) new: PathBuf,
+    pub(crate) json: bool,
+    pub(crate) top: usize,
+}
+
+/// `eptrace heap convert`.
+#[derive(Debug)]
+pub(crate) struct ConvertConfig {
+    pub(crate) file: PathBuf,
+    pub(crate) formats: Vec<ConvertFormat>,
+    pub(crate) output: Option<PathBuf>,
+}
+
+/// What a program needs for `eptrace heap`, said when it does not answer.
+const WHAT_IT_NEEDS: &str = "a program answers heap snapshots when it installs \
+    `#[global_allocator] static A: eventpipe_profiler::alloc::ProfiledAllocator<std::alloc::System> = \
+    ProfiledAllocator::new(std::alloc::System);`, calls `eventpipe_profiler::alloc::register()` \
+    and tracks its heap (`eventpipe_profiler::alloc::track_heap(interval)`, or \
+    EVENTPIPE_HEAP_TRACKING=1 in its environment)";
+
+pub(crate) fn do_collect(config: &CollectConfig) -> Result<()> {
+    let began = Instant::now();
+    let mut target = Target::open(&config.target)?;
+    let runtime = crate::ps::Runtime::of(&target.process_info());
+    if !runtime.is_rust() {
+        bail!(
+            "process {} is not a Rust program using eventpipe: `eptrace heap` reads the \
+             allocation profiler's live set; for a .NET process's heap use `eptrace gcdump`",
+            target.pid()
+        );
+    }
+    let path = config.output.clone().unwrap_or_else(|| {
+        PathBuf::from(format!("{}_{}.heap.nettrace", target.name(), target.pid()))
+    });
+    let request = CollectTracing {
+        buffering_mode: 1,
+        circular_buffer_mb: config.buffer_mb,
+        stackwalk: false,
+        ..CollectTracing::new(
+            6,
+            vec![ProviderRequest {
+                keywords: 0,
+                level: 4,
+                name: ALLOCATION_PROVIDER.to_owned(),
+                arguments: "Snapshot=1".to_owned(),
+                filter: None,
+            }],
+        )
+    };
+    let stream = target
+        .collect(&request)
+        .context("starting the heap snapshot session")?;
+    let session = stream.session_id();
+    let closer = stream.closer()?;
+    let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+    let shared = Arc::new(Shared::default());
+    let reader = {
+        let shared = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("eptrace-heap".into())
+            .spawn(move || {
+                read_snapshot(stream, BufWriter::with_capacity(1 << 20, file), &shared)
+            })?
+    };
+    let mut err = std::io::stderr().lock();
+    let interactive = std::io::stderr().is_terminal();
+    let mut last_line = Instant::now() - Duration::from_secs(1);
+    let mut stopped = false;
+    let mut gave_up = false;
+    while !reader.is_finished() {
+        if !stopped && shared.ended.load(Ordering::Acquire) {
+            stopped = true;
+            if let Err(e) = target.stop(session) {
+                let _ = writeln!(err, "note: StopTracing failed ({e:#}); the stream was cut");
+                closer.close();
+            }
+        }
+        if !stopped && began.elapsed() > config.timeout {
+            stopped = true;
+            gave_up = true;
+            let _ = target.stop(session);
+        }
+        if last_line.elapsed() >= Duration::from_millis(250) {
+            last_line = Instant::now();
+            let line = format!(
+                "{:5.1}s  {} live allocations received",
+                began.elapsed().as_secs_f64(),
+                shared.samples.load(Ordering::Relaxed)
+            );
+            if interactive {
+                let _ = write!(err, "\r{line}\x1b[K");
+            } else {
+                let _ = writeln!(err, "{line}");
+            }
+        }
+        if stopped && began.elapsed() > config.timeout + Duration::from_secs(10) {
+            closer.close();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if interactive {
+        let _ = writeln!(err);
+    }
+    drop(err);
+    let (heap, lost) = reader
+        .join()
+        .map_err(|_| anyhow::anyhow!("the stream reader panicked"))??;
+    if gave_up || heap.samples == 0 && heap.sample_interval == 0 && !heap.complete {
+        bail!(
+            "process {} sent no heap snapshot within {:.0} s; {WHAT_IT_NEEDS}",
+            target.pid(),
+            config.timeout.as_secs_f64()
+        );
+    }
+    check(&heap, lost, &path)?;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "Heap snapshot written to {} (snapshot {}: {} live allocations sampled, about {} live \
+         bytes ± {} in about {} allocations; Block mode, nothing lost). Inspect it with \
+         `eptrace heap report {}`.",
+        path.display(),
+        heap.snapshot,
+        heap.samples,
+        heap.bytes,
+        heap.bytes_error,
+        heap.count,
+        path.display()
+    )?;
+    Ok(())
+}
+
+/// A snapshot is usable when the program tracked a heap, every allocation it listed
+/// arrived, and the trace lost nothing.
+fn check(heap: &LiveHeap, lost: u64, path: &Path) -> Result<()> {
+    if heap.sample_interval == 0 && heap.samples == 0 && heap.complete {
+        bail!(
+            "the program in {} tracks no heap, so its snapshot is empty; {WHAT_IT_NEEDS}",
+            path.display()
+        );
+    }
+    if !heap.complete || lost > 0 {
+        bail!(
+            "{} holds an incomplete heap snapshot ({} live allocations read{}{}); it is not \
+             a smaller heap",
+            path.display(),
+            heap.samples,
+            if heap.complete {
+                String::new()
+            } else {
+                ", the end marker missing or its count different".to_owned()
+            },
+            if lost > 0 {
+                format!(", {lost} events lost")
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(())
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    /// Release: set once the snapshot's end marker has been read.
+    ended: AtomicBool,
+    samples: AtomicU64,
+}
+
+fn read_snapshot(
+    stream: eventpipe_ipc::TraceStream,
+    mut file: BufWriter<File>,
+    shared: &Shared,
+) -> Result<(LiveHeap, u64)> {
+    struct Tee<'a, R> {
+        inner: R,
+        file: &'a mut BufWriter<File>,
+        error: Option<std::io::Error>,
+    }
+    impl<R: Read> Read for Tee<'_, R> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.inner.read(buf)?;
+            if self.error.is_none() {
+                if let Err(e) = self.file.write_all(&buf[..n]) {
+                    self.error = Some(e);
+                }
+            }
+            Ok(n)
+        }
+    }
+    let mut tee = Tee {
+        inner: stream,
+        file: &mut file,
+        error: None,
+    };
+    let mut builder = LiveHeapBuilder::new();
+    let mut reader =
+        TraceReader::from_read(&mut tee).context("reading the heap snapshot stream")?;
+    while let Some(event) = reader
+        .next_event()
+        .context("reading the heap snapshot stream")?
+    {
+        builder.observe(&event);
+        shared
+            .samples
+            .store(builder.samples() as u64, Ordering::Relaxed);
+        if builder.has_ended() {
+            shared.ended.store(true, Ordering::Release);
+        }
+    }
+    let lost = reader.stats().lost_events;
+    drop(reader);
+    let _ = std::io::copy(&mut tee, &mut std::io::sink());
+    if let Some(e) = tee.error.take() {
+        return Err(anyhow::Error::new(e).context("writing the snapshot file"));
+    }
+    file.flush().context("writing the snapshot file")?;
+    Ok((builder.finish(), lost))
+}
+
+/// Reads a snapshot file.
+fn load(path: &Path) -> Result<LiveHeap> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut reader = TraceReader::from_slice(&bytes)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let mut builder = LiveHeapBuilder::new();
+    while let Some(event) = reader
+        .next_event()
+        .with_context(|| format!("cannot read {}", path.display()))?
+    {
+        builder.observe(&event);
+    }
+    let lost = reader.stats().lost_events;
+    let heap = builder.finish();
+    if heap.samples == 0 && !heap.complete {
+        bail!(
+            "no heap snapshot in {} (no LiveAllocation or HeapSnapshot events of {ALLOCATION_PROVIDER})",
+            path.display()
+        );
+    }
+    check(&heap, lost, path)?;
+    Ok(heap)
+}
+
+pub(crate) fn do_report(config: &ReportConfig) -> Result<()> {
+    let heap = load(&config.file)?;
+    let mut out = std::io::stdout().lock();
+    if config.json {
+        serde_json::to_writer_pretty(&mut out, &heap)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "Live heap (snapshot {}, one sample per {} bytes allocated on average): about {} bytes \
+         ± {} (95%) in about {} allocations, from {} samples",
+        heap.snapshot,
+        heap.sample_interval,
+        thousands(heap.bytes),
+        thousands(heap.bytes_error),
+        thousands(heap.count),
+        heap.samples
+    )?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:>15}  {:>13}  {:>10}  {:>7}  Site",
+        "Live bytes", "± 95%", "Count", "Samples"
+    )?;
+    for row in heap.sites.iter().take(config.top) {
+        writeln!(
+            out,
+            "{:>15}  {:>13}  {:>10}  {:>7}  {}",
+            thousands(row.bytes),
+            thousands(row.bytes_error),
+            thousands(row.count),
+            row.samples,
+            row.site.label()
+        )?;
+    }
+    if heap.sites.len() > config.top {
+        writeln!(
+            out,
+            "  ... and {} more sites (--top N)",
+            heap.sites.len() - config.top
+        )?;
+    }
+    for note in &heap.notes {
+        writeln!(out, "note: {note}")?;
+    }
+    Ok(())
+}
+
+pub(crate) fn do_diff(config: &DiffConfig) -> Result<()> {
+    let old = load(&config.old)?;
+    let new = load(&config.new)?;
+    let rows = diff_live_heaps(&old, &new);
+    let mut out = std::io::stdout().lock();
+    if config.json {
+        serde_json::to_writer_pretty(&mut out, &rows)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "Live heap: about {} -> {} bytes ({})",
+        thousands(old.bytes),
+        thousands(new.bytes),
+        signed(i128::from(new.bytes) - i128::from(old.bytes))
+    )?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:>15}  {:>13}  {:>10}  Site (most growth first)",
+        "Live bytes Δ", "± 95%", "Count Δ"
+    )?;
+    for row in rows.iter().take(config.top) {
+        writeln!(
+            out,
+            "{:>15}  {:>13}  {:>10}  {}",
+            signed(row.delta()),
+            thousands(row.error),
+            signed(i128::from(row.count.1) - i128::from(row.count.0)),
+            row.site.label()
+        )?;
+    }
+    Ok(())
+}
+
+pub(crate) fn do_convert(config: &ConvertConfig) -> Result<()> {
+    let bytes = std::fs::read(&config.file)
+        .with_context(|| format!("cannot read {}", config.file.display()))?;
+    let mut reader = TraceReader::from_slice(&bytes)
+        .with_context(|| format!("cannot read {}", config.file.display()))?;
+    let mut builder = ProfileBuilder::new(SampleSelection::LiveHeap);
+    while let Some(event) = reader
+        .next_event()
+        .with_context(|| format!("cannot read {}", config.file.display()))?
+    {
+        builder.observe(&event);
+    }
+    let profile = builder.finish().profile;
+    if profile.samples.is_empty() {
+        bail!(
+            "no heap snapshot in {}: nothing to convert",
+            config.file.display()
+        );
+    }
+    let targets: Vec<(ConvertFormat, PathBuf)> = match (&config.output, config.formats.as_slice()) {
+        (Some(out), [format]) => vec![(*format, out.clone())],
+        (Some(_), _) => bail!(
+            "-o names one file; it cannot take {} formats",
+            config.formats.len()
+        ),
+        (None, formats) => formats
+            .iter()
+            .map(|&f| (f, crate::convert::output_path(&config.file, f)))
+            .collect(),
+    };
+    for (format, path) in targets {
+        if format == ConvertFormat::Chrome {
+            bail!("a heap snapshot has no timeline: choose speedscope, pprof, flamegraph or collapsed");
+        }
+        crate::convert::write_profile_file(format, &profile, &path)?;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "wrote {} (live heap: {} samples, {})",
+            path.display(),
+            profile.samples.len(),
+            profile.weight_text(profile.total_weight())
+        );
+    }
+    Ok(())
+}

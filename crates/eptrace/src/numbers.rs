@@ -1,0 +1,40 @@
+//! Numbers as the tables print them.
+
+/// `1234567` as `1,234,567`.
+pub(crate) fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A change with its sign: `+1,024`, `-3`, `0`.
+pub(crate) fn signed(n: i128) -> String {
+    let magnitude = thousands(u64::try_from(n.unsigned_abs()).unwrap_or(u64::MAX));
+    match n.signum() {
+        1 => format!("+{magnitude}"),
+        -1 => format!("-{magnitude}"),
+        _ => "0".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_group_by_thousands_with_their_sign() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_000), "1,000");
+        assert_eq!(thousands(21_760_056), "21,760,056");
+        assert_eq!(signed(-1_024), "-1,024");
+        assert_eq!(signed(5), "+5");
+        assert_eq!(signed(0), "0");
+    }
+}

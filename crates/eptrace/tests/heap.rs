@@ -1,0 +1,273 @@
+//! `eptrace heap` against a real Rust process: the profiler crate's `heap-leak` example
+//! keeps a known live set (100,000 blocks of 256 bytes and their vector, allocated in
+//! `keep_live_set`) and leaks 16 KiB blocks in `leak_more` on command. Snapshots go through a 1 MB budget in
+//! Block mode, smaller than the snapshot itself, and must lose nothing; the report must
+//! find the live set within its stated error, and the diff must rank the leak first.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// The `heap-leak` example, built once into this test's target dir.
+fn heap_leak() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let exe = std::env::current_exe().unwrap();
+        let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+        let target_dir = profile_dir.parent().unwrap();
+        let status = Command::new(option_env!("CARGO").unwrap_or("cargo"))
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "eventpipe-profiler",
+                "--example",
+                "heap-leak",
+            ])
+            .arg("--target-dir")
+            .arg(target_dir)
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building heap-leak failed");
+        profile_dir.join("examples/heap-leak")
+    })
+    .clone()
+}
+
+/// A running heap-leak, killed when dropped.
+struct App {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+    pid: u32,
+}
+
+impl App {
+    fn start(interval: u64) -> App {
+        let mut child = Command::new(heap_leak())
+            .args(["--interval", &interval.to_string()])
+            .args([
+                "--blocks",
+                &BLOCKS.to_string(),
+                "--block-size",
+                &BLOCK.to_string(),
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("heap-leak starts");
+        let stdin = child.stdin.take().unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut app = App {
+            child,
+            stdin,
+            lines,
+            pid: 0,
+        };
+        app.pid = app.line("pid ").parse().unwrap();
+        app.line("ready");
+        app
+    }
+
+    /// The rest of the next line starting with `prefix`.
+    fn line(&mut self, prefix: &str) -> String {
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|e| panic!("heap-leak said no {prefix:?} line: {e}"));
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return rest.trim().to_owned();
+            }
+        }
+    }
+
+    fn command(&mut self, line: &str) {
+        writeln!(self.stdin, "{line}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+}
+
+impl Drop for App {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn eptrace(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_eptrace"))
+        .args(args)
+        .output()
+        .expect("eptrace runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn snapshot(pid: u32, name: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!(
+        "eptrace-heap-{}-{name}.heap.nettrace",
+        std::process::id()
+    ));
+    let out = eptrace(&[
+        "heap",
+        "-p",
+        &pid.to_string(),
+        "--buffersize",
+        "1",
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "eptrace heap: {}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stdout).contains("nothing lost"),
+        "{}",
+        text(&out.stdout)
+    );
+    path
+}
+
+const BLOCKS: u64 = 100_000;
+const BLOCK: u64 = 256;
+/// The blocks and the vector holding them (16-byte boxed-slice pointers).
+const LIVE_BYTES: f64 = (BLOCKS * BLOCK + BLOCKS * 16) as f64;
+const LEAK_BLOCK: f64 = 16.0 * 1024.0;
+
+/// An estimate within its stated 95 % half-width times 2.5 (about 5 standard errors: a
+/// sampling error this test should never see).
+fn assert_estimate(what: &str, got: f64, error: f64, truth: f64) {
+    assert!(
+        (got - truth).abs() <= 2.5 * error.max(1.0),
+        "{what}: estimated {got:.0} ± {error:.0}, truly {truth:.0}"
+    );
+}
+
+#[test]
+fn snapshots_through_a_small_budget_lose_nothing_and_the_diff_finds_the_leak() {
+    // One sample per 256 bytes on average: the live set gives about 63,000 samples, a
+    // snapshot larger than the 1 MB budget it goes through.
+    let mut app = App::start(256);
+    let before = snapshot(app.pid, "before");
+    let size = std::fs::metadata(&before).unwrap().len();
+    assert!(
+        size > 1 << 20,
+        "the snapshot ({size} bytes) is larger than the budget"
+    );
+    app.command("leak 2000");
+    let leaked: f64 = app.line("leaked ").parse().unwrap();
+    assert_eq!(leaked, 2000.0 * LEAK_BLOCK);
+    let after = snapshot(app.pid, "after");
+
+    let report = eptrace(&["heap", "report", "--json", before.to_str().unwrap()]);
+    assert!(report.status.success(), "{}", text(&report.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    assert_eq!(json["complete"], true);
+    let site = |json: &serde_json::Value, name: &str| {
+        json["sites"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["site"]["function"].as_str().unwrap().contains(name))
+            .fold((0.0, 0.0f64, 0.0), |(b, e, c), s| {
+                let err = s["bytes_error"].as_f64().unwrap();
+                (
+                    b + s["bytes"].as_f64().unwrap(),
+                    (e * e + err * err).sqrt(),
+                    c + s["count"].as_f64().unwrap(),
+                )
+            })
+    };
+    let (bytes, error, count) = site(&json, "keep_live_set");
+    assert_estimate("keep_live_set's live bytes", bytes, error, LIVE_BYTES);
+    // Allocations: the blocks and the vector (whose one sample stands for itself).
+    assert_estimate(
+        "keep_live_set's allocations",
+        count,
+        error / BLOCK as f64,
+        (BLOCKS + 1) as f64,
+    );
+    assert!(
+        json["samples"].as_u64().unwrap() > 40_000,
+        "{} samples",
+        json["samples"]
+    );
+    let (leak_before, _, _) = site(&json, "leak_more");
+    assert_eq!(leak_before, 0.0, "nothing leaked yet");
+
+    // The diff ranks the leak first, grown by what was leaked.
+    let diff = eptrace(&[
+        "heap",
+        "diff",
+        "--json",
+        before.to_str().unwrap(),
+        after.to_str().unwrap(),
+    ]);
+    assert!(diff.status.success(), "{}", text(&diff.stderr));
+    let rows: serde_json::Value = serde_json::from_slice(&diff.stdout).unwrap();
+    let first = &rows[0];
+    assert!(
+        first["site"]["function"]
+            .as_str()
+            .unwrap()
+            .contains("leak_more"),
+        "{rows:#}"
+    );
+    let grown = first["bytes"][1].as_f64().unwrap() - first["bytes"][0].as_f64().unwrap();
+    assert_estimate(
+        "leak_more's growth",
+        grown,
+        first["error"].as_f64().unwrap(),
+        leaked,
+    );
+    let text_diff = text(
+        &eptrace(&[
+            "heap",
+            "diff",
+            before.to_str().unwrap(),
+            after.to_str().unwrap(),
+        ])
+        .stdout,
+    );
+    assert!(text_diff.contains("leak_more"), "{text_diff}");
+
+    // The same snapshot as a profile: its total is the report's.
+    let folded = eptrace(&[
+        "heap",
+        "convert",
+        "-f",
+        "collapsed",
+        "-o",
+        "-",
+        after.to_str().unwrap(),
+    ]);
+    assert!(folded.status.success(), "{}", text(&folded.stderr));
+    let total: u64 = text(&folded.stdout)
+        .lines()
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    let after_json: serde_json::Value = serde_json::from_slice(
+        &eptrace(&["heap", "report", "--json", after.to_str().unwrap()]).stdout,
+    )
+    .unwrap();
+    assert_eq!(Some(total), after_json["bytes"].as_u64());
+    std::fs::remove_file(&before).ok();
+    std::fs::remove_file(&after).ok();
+}
