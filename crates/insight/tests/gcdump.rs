@@ -54,8 +54,12 @@ fn header(index: u32, count: u32) -> Vec<u8> {
 }
 
 fn gc_start(count: u32, depth: u32, kind: u32) -> Vec<u8> {
+    gc_start_reason(count, depth, 1 /* induced */, kind)
+}
+
+fn gc_start_reason(count: u32, depth: u32, reason: u32, kind: u32) -> Vec<u8> {
     let mut p = Vec::new();
-    for v in [count, depth, 1 /* induced */, kind] {
+    for v in [count, depth, reason, kind] {
         p.extend(v.to_le_bytes());
     }
     p.extend(0u16.to_le_bytes());
@@ -188,6 +192,7 @@ fn dump_events(objects: &[Object], split_at: usize) -> Events {
         ),
         (GC_START, gc_start(7, 1, 0)), // not a full GC: not the dump
         (GC_START, gc_start(8, 2, 1)), // background: walks no heap
+        (GC_START, gc_start_reason(6, 2, 0, 0)), // full, but for want of memory: not induced
         (GC_START, gc_start(9, 2, 0)),
         (BULK_NODE, bulk_nodes(0, &objects[..split_at])),
         (BULK_EDGE, bulk_edges(0, &refs[..refs_split])),
@@ -268,7 +273,7 @@ fn holes_make_the_dump_incomplete_and_say_where() {
     };
     // A node block skipped (block 1 renumbered 2).
     let mut events = dump_events(&objects(), 4);
-    events[6].1[..4].copy_from_slice(&2u32.to_le_bytes());
+    events[7].1[..4].copy_from_slice(&2u32.to_le_bytes());
     let p = problems(events, 0);
     assert!(
         p.iter()
@@ -278,7 +283,7 @@ fn holes_make_the_dump_incomplete_and_say_where() {
 
     // An edge block lost whole: the references fall short.
     let mut events = dump_events(&objects(), 4);
-    events.remove(7);
+    events.remove(8);
     let p = problems(events, 0);
     assert!(
         p.iter()
@@ -288,7 +293,7 @@ fn holes_make_the_dump_incomplete_and_say_where() {
 
     // An extra edge block: they run over.
     let mut events = dump_events(&objects(), 4);
-    events.insert(8, (BULK_EDGE, bulk_edges(2, &[0x100])));
+    events.insert(9, (BULK_EDGE, bulk_edges(2, &[0x100])));
     let p = problems(events, 0);
     assert!(
         p.iter()
@@ -304,7 +309,7 @@ fn holes_make_the_dump_incomplete_and_say_where() {
 
     // The GC/Start lost, with events lost in the trace.
     let mut events = dump_events(&objects(), 4);
-    events.remove(3);
+    events.remove(4);
     let p = problems(events, 3);
     assert!(
         p.iter().any(|p| p.contains("GC/Start never arrived")),
@@ -317,7 +322,7 @@ fn holes_make_the_dump_incomplete_and_say_where() {
 fn lying_payloads_are_malformed_and_a_trace_without_a_dump_says_so() {
     // A node block whose Count claims more values than it has.
     let mut events = dump_events(&objects(), 4);
-    events[4].1[4..8].copy_from_slice(&1_000_000u32.to_le_bytes());
+    events[5].1[4..8].copy_from_slice(&1_000_000u32.to_le_bytes());
     let err = read(&trace(&events, 0)).unwrap_err();
     assert!(
         matches!(
@@ -331,7 +336,7 @@ fn lying_payloads_are_malformed_and_a_trace_without_a_dump_says_so() {
     );
     // Truncated mid-value.
     let mut events = dump_events(&objects(), 4);
-    events[5].1.truncate(13);
+    events[6].1.truncate(13);
     assert!(matches!(
         read(&trace(&events, 0)),
         Err(GcDumpError::Malformed { .. })

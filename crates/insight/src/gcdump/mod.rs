@@ -5,15 +5,17 @@
 //!
 //! A session enabling `Microsoft-Windows-DotNETRuntime` with the keywords
 //! [`GCDUMP_KEYWORDS`] at Verbose makes the runtime induce a full, blocking GC and walk the
-//! heap during it. Between that GC's `GC/Start` (Depth 2, not background) and the `GC/Stop`
+//! heap during it. Between that GC's `GC/Start` (Depth 2, induced, not background) and the
+//! `GC/Stop`
 //! with the same `Count`:
 //!
 //! * `GC/BulkNode`: objects (address, size, type id, number of references), in blocks
 //!   numbered 0, 1, 2, ...; each object owns the next `EdgeCount` references of the
 //!   `GC/BulkEdge` stream, which is numbered the same way;
 //! * `GC/BulkRootEdge`: roots (stack, handles, finalizer queue, ...; weak ones are not
-//!   roots), numbered too; `GC/BulkRootStaticVar` (statics, by field name) and
-//!   `GC/BulkRootConditionalWeakTableElementEdge` (dependent handles: the value is kept);
+//!   roots), numbered too; `GC/BulkRootStaticVar` (statics, by field name),
+//!   `GC/BulkRootConditionalWeakTableElementEdge` (dependent handles: the value is kept) and
+//!   `GC/BulkRootCCW` (objects COM holds; Windows);
 //! * `Type/BulkType`: type ids and names, also before the GC (any order).
 //!
 //! # What it becomes
@@ -62,11 +64,15 @@ mod event_id {
     pub(super) const BULK_ROOT_CWT: u32 = 17;
     pub(super) const BULK_NODE: u32 = 18;
     pub(super) const BULK_EDGE: u32 = 19;
+    pub(super) const BULK_ROOT_CCW: u32 = 36;
     pub(super) const BULK_ROOT_STATIC_VAR: u32 = 38;
 }
 
 /// `GC/Start`'s `Type` of a background GC, which walks no heap.
 const BACKGROUND_GC: u64 = 1;
+/// `GC/Start`'s `Reason`s of an induced GC (Induced, InducedNotForced, InducedLowMemory,
+/// InducedCompacting): the heap dump's GC is one the runtime induces for the session.
+const INDUCED_REASONS: [u64; 4] = [1, 7, 9, 10];
 
 /// Why a dump could not be made, or is not whole.
 #[derive(Debug, thiserror::Error)]
@@ -287,7 +293,8 @@ impl GcDumpBuilder {
                         .find(|(n, _)| *n == name)
                         .and_then(|(_, v)| v.as_u64())
                 };
-                if num("Depth") == Some(2) && num("Type") != Some(BACKGROUND_GC) {
+                let induced = num("Reason").is_some_and(|r| INDUCED_REASONS.contains(&r));
+                if num("Depth") == Some(2) && induced && num("Type") != Some(BACKGROUND_GC) {
                     self.gc = num("Count").and_then(|c| u32::try_from(c).ok());
                 }
             }
@@ -342,6 +349,16 @@ impl GcDumpBuilder {
                 for value in values(&fields) {
                     if let Some(target) = number(value, "GCValueNodeID") {
                         self.roots.push((RootGroup::DependentHandles, target));
+                    }
+                }
+            }
+            event_id::BULK_ROOT_CCW if in_dump => {
+                // Objects COM or WinRT holds through a COM-callable wrapper.
+                self.bytes += event.payload.len() as u64;
+                let fields = decoded(event, "GC/BulkRootCCW")?;
+                for value in values(&fields) {
+                    if let Some(object) = number(value, "ObjectID") {
+                        self.roots.push((RootGroup::ComObjects, object));
                     }
                 }
             }
