@@ -30,7 +30,7 @@ use criterion::{Criterion, SamplingMode, Throughput};
 use eventpipe_insight::heap::{dominators, HeapGraphBuilder, TypeId};
 
 const TYPES: u32 = 1000;
-const SEED: u64 = 0x5eed_0f_4ea9;
+const SEED: u64 = 0x5e_ed0f_4ea9;
 
 /// splitmix64: deterministic, no dependency.
 struct Rng(u64);

@@ -411,8 +411,8 @@ proptest! {
         let d = dominators(&g);
         let reachable = reachable_without(&g, None);
         prop_assert_eq!(d.reachable_count(), reachable.iter().filter(|&&r| r).count());
-        for n in 0..g.node_count() {
-            prop_assert_eq!(d.is_reachable(n as NodeId), reachable[n]);
+        for (n, &r) in reachable.iter().enumerate() {
+            prop_assert_eq!(d.is_reachable(n as NodeId), r);
         }
     }
 

@@ -9,25 +9,32 @@
 //! Flowgraph", TOPLAS 1979) with simple link-eval and path compression, O(m log n), over
 //! the graph's CSR arrays, every step iterative (a heap can be a million-deep linked list):
 //!
-//! 1. a depth-first search numbers the reachable nodes in preorder; its stack is the parent
-//!    array itself (each node's next-edge cursor kept per node), so it needs no other memory;
-//! 2. semidominators, in reverse preorder. A predecessor numbered below the node contributes
-//!    its own number (it is not linked into the forest yet), so those edges are folded in
-//!    during one forward pass over the graph; only the edges from higher numbers are
-//!    grouped by target (a reverse CSR in preorder numbers) for the main loop;
-//! 3. a node's bucket (the nodes it is the semidominator of) is emptied when the loop
-//!    reaches the node itself, after all its descendants are linked and before it is linked
-//!    to its parent, which gives the same evals as emptying it at each child's link; the
-//!    bucket lists live in the immediate-dominator array, whose slot for a node is free
-//!    until the node leaves its bucket;
-//! 4. "linked" is "numbered above the node the loop is at", so the DFS parent array is also
-//!    the forest's ancestor array;
-//! 5. a forward pass turns relative dominators into immediate dominators, and a pass in
-//!    reverse preorder adds each node's retained size to its immediate dominator's.
+//! 1. a depth-first search numbers the reachable nodes in preorder. Its stack is the parent
+//!    array itself (each node's next-edge cursor kept per number), and whether a node was
+//!    seen is asked of a bitmap of N bits, which mostly stays in cache where the per-node
+//!    number array would miss on every edge of a scattered heap;
+//! 2. one pass over every edge, in node order. A predecessor numbered below a node is not
+//!    linked into the forest when the main loop reaches the node, so it contributes just
+//!    its own number to the semidominator: those edges are folded in there and then. Only
+//!    the edges from a higher number are kept, grouped by target by a counting sort (a
+//!    reverse CSR in preorder numbers), for the main loop's evals;
+//! 3. the main loop, in reverse preorder: semidominators, then buckets. A node's bucket (the
+//!    nodes it is the semidominator of) is emptied when the loop reaches the node itself,
+//!    after all its descendants are linked and before it is linked to its parent, which
+//!    gives the same evals as emptying it at each child's link; the bucket lists live in
+//!    the immediate-dominator array, whose slot for a node is free until the node leaves
+//!    its bucket. "Linked" is "numbered above the node the loop is at", so the DFS parent
+//!    is also the forest's ancestor. The four fields a path compression reads and writes
+//!    (ancestor, label, the label's semidominator, the node's own) share one 16-byte
+//!    record per node, one cache miss per step up a path; the compression itself is
+//!    iterative by pointer reversal;
+//! 4. a forward pass turns relative dominators into immediate dominators;
+//! 5. a pass in reverse preorder adds each node's retained size to its immediate
+//!    dominator's.
 //!
 //! Memory, for `N` nodes of which `n` reachable and `m'` edges that go from a higher
-//! preorder number to a lower one: 4N + 16n + 4(n + m') bytes at the peak beside the
-//! graph, then 12N for the result (idom and retained size per node).
+//! preorder number to a lower one: at most about 4N + 24n + 12m' bytes beside the graph
+//! while it runs, then 12N for the result (idom and retained size per node).
 
 use std::fmt;
 
