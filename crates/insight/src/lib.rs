@@ -21,6 +21,10 @@
 //!                          chrome://tracing)
 //! ```
 //!
+//! Heap snapshots are a separate path: [`heap::HeapGraphBuilder`] collects a heap's objects
+//! and references into a [`heap::HeapGraph`], and [`heap::dominators`] gives every object's
+//! immediate dominator and retained size.
+//!
 //! The profile converters read only [`Profile`]; the Chrome converter reads the trace itself,
 //! holding nothing but the intervals and polls still open. Every converter writes to any
 //! `io::Write` and reports failures as [`Error`].

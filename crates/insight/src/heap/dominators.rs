@@ -9,25 +9,32 @@
 //! Flowgraph", TOPLAS 1979) with simple link-eval and path compression, O(m log n), over
 //! the graph's CSR arrays, every step iterative (a heap can be a million-deep linked list):
 //!
-//! 1. a depth-first search numbers the reachable nodes in preorder; its stack is the parent
-//!    array itself (each node's next-edge cursor kept per node), so it needs no other memory;
-//! 2. semidominators, in reverse preorder. A predecessor numbered below the node contributes
-//!    its own number (it is not linked into the forest yet), so those edges are folded in
-//!    during one forward pass over the graph; only the edges from higher numbers are
-//!    grouped by target (a reverse CSR in preorder numbers) for the main loop;
-//! 3. a node's bucket (the nodes it is the semidominator of) is emptied when the loop
-//!    reaches the node itself, after all its descendants are linked and before it is linked
-//!    to its parent, which gives the same evals as emptying it at each child's link; the
-//!    bucket lists live in the immediate-dominator array, whose slot for a node is free
-//!    until the node leaves its bucket;
-//! 4. "linked" is "numbered above the node the loop is at", so the DFS parent array is also
-//!    the forest's ancestor array;
-//! 5. a forward pass turns relative dominators into immediate dominators, and a pass in
-//!    reverse preorder adds each node's retained size to its immediate dominator's.
+//! 1. a depth-first search numbers the reachable nodes in preorder. Its stack is the parent
+//!    array itself (each node's next-edge cursor kept per number), and whether a node was
+//!    seen is asked of a bitmap of N bits, which mostly stays in cache where the per-node
+//!    number array would miss on every edge of a scattered heap;
+//! 2. one pass over every edge, in node order. A predecessor numbered below a node is not
+//!    linked into the forest when the main loop reaches the node, so it contributes just
+//!    its own number to the semidominator: those edges are folded in there and then. Only
+//!    the edges from a higher number are kept, grouped by target by a counting sort (a
+//!    reverse CSR in preorder numbers), for the main loop's evals;
+//! 3. the main loop, in reverse preorder: semidominators, then buckets. A node's bucket (the
+//!    nodes it is the semidominator of) is emptied when the loop reaches the node itself,
+//!    after all its descendants are linked and before it is linked to its parent, which
+//!    gives the same evals as emptying it at each child's link; the bucket lists live in
+//!    the immediate-dominator array, whose slot for a node is free until the node leaves
+//!    its bucket. "Linked" is "numbered above the node the loop is at", so the DFS parent
+//!    is also the forest's ancestor. The four fields a path compression reads and writes
+//!    (ancestor, label, the label's semidominator, the node's own) share one 16-byte
+//!    record per node, one cache miss per step up a path; the compression itself is
+//!    iterative by pointer reversal;
+//! 4. a forward pass turns relative dominators into immediate dominators;
+//! 5. a pass in reverse preorder adds each node's retained size to its immediate
+//!    dominator's.
 //!
 //! Memory, for `N` nodes of which `n` reachable and `m'` edges that go from a higher
-//! preorder number to a lower one: 4N + 16n + 4(n + m') bytes at the peak beside the
-//! graph, then 12N for the result (idom and retained size per node).
+//! preorder number to a lower one: at most about 4N + 24n + 12m' bytes beside the graph
+//! while it runs, then 12N for the result (idom and retained size per node).
 
 use std::fmt;
 
@@ -84,56 +91,75 @@ impl Dominators {
     }
 }
 
+/// A reachable node's state in the main loop, by preorder number. The four fields a path
+/// compression reads sit in one record, so that each step up a path costs one cache miss
+/// instead of one per array.
+#[derive(Clone, Copy)]
+#[repr(C, align(16))]
+struct Vertex {
+    /// The DFS parent's number until path compression moves it up to the tree's root.
+    /// Numbers above the loop's position are linked, so this is also the forest's
+    /// ancestor.
+    ancestor: u32,
+    /// The node of least semidominator on the compressed path above this one.
+    label: u32,
+    /// `label`'s semidominator, copied here so that comparing labels reads no other record.
+    label_semi: u32,
+    /// This node's semidominator: its DFS parent until the main loop reaches the node, the
+    /// least number of a predecessor numbered below it seen so far meanwhile.
+    semi: u32,
+}
+
 /// Computes the immediate dominator and retained size of every node of `g`.
 pub fn dominators(g: &HeapGraph) -> Dominators {
-    let node_count = g.node_count();
     const UNVISITED: u32 = u32::MAX;
+    let node_count = g.node_count();
 
-    // 1. Preorder numbers. `number[node]` is its number; `vertex[number]` the node back;
-    // `parent[number]` the DFS parent's number; `cursor[number]` how many of the node's
-    // children the search has looked at.
+    // 1. Preorder numbers, by a depth-first search from the root. Per number: `vertex` the
+    // node, `verts` its record, `cursor` how many of its children the search has looked
+    // at. Whether a node was seen is asked of a bitmap (N/8 bytes, mostly in cache) rather
+    // than of `number`, which a random heap would make a cache miss per edge.
     let mut number = vec![UNVISITED; node_count];
-    let mut vertex: Vec<NodeId> = Vec::new();
-    let mut parent: Vec<u32> = Vec::new();
-    let mut cursor: Vec<u32> = Vec::new();
-    number[0] = 0;
-    vertex.push(0);
-    parent.push(NO_NODE);
+    let mut seen = vec![0u64; node_count.div_ceil(64)];
+    let mut vertex: Vec<NodeId> = Vec::with_capacity(node_count);
+    let mut verts: Vec<Vertex> = Vec::with_capacity(node_count);
+    let mut cursor: Vec<u32> = Vec::with_capacity(node_count);
+    visit(0, NO_NODE, &mut seen, &mut number, &mut vertex, &mut verts);
     cursor.push(0);
-    let mut at = 0usize;
+    let mut at = 0u32;
     loop {
-        let children = g.children(vertex[at]);
-        let mut c = cursor[at] as usize;
-        // Skip the children already numbered without going back through the loop.
-        while c < children.len() && number[children[c] as usize] != UNVISITED {
+        let children = g.children(vertex[at as usize]);
+        let mut c = cursor[at as usize] as usize;
+        let mut descend = None;
+        while let Some(&child) = children.get(c) {
             c += 1;
+            if seen[child as usize / 64] & (1 << (child % 64)) == 0 {
+                descend = Some(child);
+                break;
+            }
         }
-        if c < children.len() {
-            cursor[at] = c as u32 + 1;
-            let child = children[c];
-            let n = vertex.len();
-            number[child as usize] = n as u32;
-            vertex.push(child);
-            parent.push(at as u32);
+        cursor[at as usize] = c as u32;
+        if let Some(child) = descend {
+            at = visit(child, at, &mut seen, &mut number, &mut vertex, &mut verts);
             cursor.push(0);
-            at = n;
         } else if at == 0 {
             break;
         } else {
-            cursor[at] = c as u32;
-            at = parent[at] as usize;
+            at = verts[at as usize].ancestor;
         }
     }
     drop(cursor);
+    drop(seen);
     let reachable = vertex.len();
-    vertex.shrink_to_fit();
-    parent.shrink_to_fit();
 
-    // 2. `semi[w]` starts as the smallest number among w itself and its predecessors
-    // numbered below it; the other predecessors (numbered above) go to `preds`, grouped by
-    // target: `preds[pred_start[w]..pred_start[w + 1]]`. Edges into the root or onto
-    // themselves never change a semidominator and are left out.
-    let mut semi: Vec<u32> = (0..reachable as u32).collect();
+    // 2. Every edge once, in node order (so the graph is read in sequence). An edge from a
+    // lower number lowers its target's semidominator to that number at once: the main loop
+    // reaches the source only after the target, so the source is not linked then and
+    // contributes its own number. Edges from a higher number are what the main loop
+    // evaluates; they are kept as (target, source) and grouped by target into
+    // `preds[pred_start[w]..pred_start[w + 1]]`. Edges into the root or onto themselves
+    // never change a semidominator and are left out.
+    let mut back: Vec<(u32, u32)> = Vec::new();
     let mut pred_start = vec![0u32; reachable + 1];
     for (node, &v) in number.iter().enumerate() {
         if v == UNVISITED {
@@ -142,68 +168,59 @@ pub fn dominators(g: &HeapGraph) -> Dominators {
         for &child in g.children(node as NodeId) {
             let w = number[child as usize];
             if v < w {
-                let s = &mut semi[w as usize];
-                *s = (*s).min(v);
+                let semi = &mut verts[w as usize].semi;
+                *semi = (*semi).min(v);
             } else if v > w && w != 0 {
+                back.push((w, v));
                 pred_start[w as usize] += 1;
             }
         }
     }
+    drop(number);
+    // Counts to ends, then each entry placed moves its target's end down to its start.
     let mut end = 0u32;
     for p in pred_start.iter_mut() {
         end += *p;
         *p = end;
     }
-    let mut preds = vec![0u32; end as usize];
-    for (node, &v) in number.iter().enumerate() {
-        if v == UNVISITED {
-            continue;
-        }
-        for &child in g.children(node as NodeId) {
-            let w = number[child as usize];
-            if v > w && w != 0 {
-                let slot = &mut pred_start[w as usize];
-                *slot -= 1;
-                preds[*slot as usize] = v;
-            }
-        }
+    let mut preds = vec![0u32; back.len()];
+    for &(w, v) in &back {
+        let slot = &mut pred_start[w as usize];
+        *slot -= 1;
+        preds[*slot as usize] = v;
     }
-    drop(number);
+    drop(back);
 
-    // 3. The main loop, in reverse preorder. `parent` doubles as the forest's ancestor
-    // array (a number above `w` is linked), `label` is the forest's path minimum.
-    let mut label: Vec<u32> = (0..reachable as u32).collect();
-    let mut ancestor = parent;
+    // 3. The main loop, in reverse preorder.
     // Until node x leaves its bucket, `idom[x]` is the next node of that bucket; before x
     // is reached, it is the head of x's own bucket.
     let mut idom = vec![NO_NODE; reachable];
     for w in (1..reachable).rev() {
-        empty_bucket(w as u32, &mut idom, &mut ancestor, &mut label, &semi);
-        let mut s = semi[w];
+        let at = w as u32;
+        empty_bucket(at, &mut idom, &mut verts);
+        let mut s = verts[w].semi;
         for &v in &preds[pred_start[w] as usize..pred_start[w + 1] as usize] {
-            let u = eval(v, w as u32, &mut ancestor, &mut label, &semi);
-            s = s.min(semi[u as usize]);
+            s = s.min(eval(v, at, &mut verts).1);
         }
-        semi[w] = s;
+        verts[w].semi = s;
+        verts[w].label_semi = s;
         // Into the bucket of its semidominator.
         idom[w] = idom[s as usize];
-        idom[s as usize] = w as u32;
+        idom[s as usize] = at;
         // Linking w to its parent is moving the loop below w.
     }
-    empty_bucket(0, &mut idom, &mut ancestor, &mut label, &semi);
+    empty_bucket(0, &mut idom, &mut verts);
     drop(preds);
     drop(pred_start);
-    drop(label);
-    drop(ancestor);
 
     // 4. A relative dominator (numbered above the semidominator) to the immediate one, in
     // preorder so that it is already final.
     for w in 1..reachable {
-        if idom[w] != semi[w] {
+        if idom[w] != verts[w].semi {
             idom[w] = idom[idom[w] as usize];
         }
     }
-    drop(semi);
+    drop(verts);
 
     // 5. Retained sizes: each node's into its immediate dominator's, from the last in
     // preorder (a dominator is numbered below every node it dominates).
@@ -227,16 +244,38 @@ pub fn dominators(g: &HeapGraph) -> Dominators {
     }
 }
 
+/// Numbers `node` next in preorder, as a child of number `parent`, and returns its number.
+fn visit(
+    node: NodeId,
+    parent: u32,
+    seen: &mut [u64],
+    number: &mut [u32],
+    vertex: &mut Vec<NodeId>,
+    verts: &mut Vec<Vertex>,
+) -> u32 {
+    let w = vertex.len() as u32;
+    seen[node as usize / 64] |= 1 << (node % 64);
+    number[node as usize] = w;
+    vertex.push(node);
+    verts.push(Vertex {
+        ancestor: parent,
+        label: w,
+        label_semi: w,
+        semi: w,
+    });
+    w
+}
+
 /// Gives each node of `p`'s bucket (those `p` is the semidominator of) its immediate
 /// dominator, or a relative one numbered above `p` that step 4 resolves. Called when the
 /// loop reaches `p`: all of `p`'s descendants are linked and `p` itself is not.
-fn empty_bucket(p: u32, idom: &mut [u32], ancestor: &mut [u32], label: &mut [u32], semi: &[u32]) {
+fn empty_bucket(p: u32, idom: &mut [u32], verts: &mut [Vertex]) {
     let mut v = idom[p as usize];
     idom[p as usize] = NO_NODE;
     while v != NO_NODE {
         let next = idom[v as usize];
-        let u = eval(v, p, ancestor, label, semi);
-        idom[v as usize] = if semi[u as usize] < semi[v as usize] {
+        let (u, semi_u) = eval(v, p, verts);
+        idom[v as usize] = if semi_u < verts[v as usize].semi {
             u
         } else {
             p
@@ -246,41 +285,49 @@ fn empty_bucket(p: u32, idom: &mut [u32], ancestor: &mut [u32], label: &mut [u32
 }
 
 /// The node of least semidominator on the forest path from `v` up to, not including, the
-/// root of its tree (`v` itself when `v` is a root). Nodes numbered above `at` are linked.
-fn eval(v: u32, at: u32, ancestor: &mut [u32], label: &mut [u32], semi: &[u32]) -> u32 {
+/// root of its tree (`v` itself when `v` is a root), and that semidominator. Nodes
+/// numbered above `at` are linked.
+fn eval(v: u32, at: u32, verts: &mut [Vertex]) -> (u32, u32) {
     if v <= at {
-        return v;
+        // Not linked, so not reached by the loop either: its number is what it gives.
+        return (v, v);
     }
-    compress(v, at, ancestor, label, semi);
-    label[v as usize]
+    compress(v, at, verts);
+    let x = verts[v as usize];
+    (x.label, x.label_semi)
 }
 
 /// Path compression: every node on the path from `v` to its tree's root gets the root as
 /// ancestor and, as label, the least-semidominator node of the path above it. Iterative by
 /// pointer reversal: going up, each node's ancestor slot points back down (it is rewritten
 /// anyway); coming down, it gets the root.
-fn compress(v: u32, at: u32, ancestor: &mut [u32], label: &mut [u32], semi: &[u32]) {
+fn compress(v: u32, at: u32, verts: &mut [Vertex]) {
     // Going up while the ancestor is linked (not the tree's root).
     let mut below = NO_NODE;
     let mut x = v;
-    while ancestor[x as usize] > at {
-        let up = ancestor[x as usize];
-        ancestor[x as usize] = below;
+    loop {
+        let up = verts[x as usize].ancestor;
+        if up <= at {
+            break;
+        }
+        verts[x as usize].ancestor = below;
         below = x;
         x = up;
     }
     // x is the top of the path: its ancestor is the root, and it keeps both.
-    let root = ancestor[x as usize];
-    let mut above = x;
+    let root = verts[x as usize].ancestor;
+    let (mut label, mut label_semi) = (verts[x as usize].label, verts[x as usize].label_semi);
     let mut y = below;
     while y != NO_NODE {
-        let down = ancestor[y as usize];
-        let l = label[above as usize];
-        if semi[l as usize] < semi[label[y as usize] as usize] {
-            label[y as usize] = l;
+        let node = &mut verts[y as usize];
+        let down = node.ancestor;
+        if label_semi < node.label_semi {
+            node.label = label;
+            node.label_semi = label_semi;
+        } else {
+            (label, label_semi) = (node.label, node.label_semi);
         }
-        ancestor[y as usize] = root;
-        above = y;
+        node.ancestor = root;
         y = down;
     }
 }
