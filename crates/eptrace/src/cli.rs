@@ -15,7 +15,7 @@ use eventpipe_insight::SampleSelection;
 use crate::collect::{Profile, TargetSpec};
 use crate::convert::ConvertFormat;
 use crate::input::InputSpec;
-use crate::{collect, convert, demo, dump, gcdump, heap, ps, report, stress};
+use crate::{collect, convert, counters, demo, dump, gcdump, heap, ps, report, stress};
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -35,6 +35,8 @@ Examples:
   eptrace gcdump report before.gcdump.nettrace
   eptrace gcdump diff before.gcdump.nettrace after.gcdump.nettrace
   eptrace heap -n my-service -o now.heap.nettrace
+  eptrace counters monitor -p 1234 --counters System.Runtime,MyMeter[requests]
+  eptrace counters collect -n my-service --format json -o counters.json --duration 1m
   eptrace heap diff then.heap.nettrace now.heap.nettrace
 
 Exit status:
@@ -69,6 +71,10 @@ enum Command {
     /// Snapshot a .NET process's GC heap (as dotnet-gcdump does), and read snapshots: the
     /// heap per type with retained bytes, the growth between two, the retention view.
     Gcdump(GcdumpArgs),
+    /// Watch a process's counters live (EventCounters and Meters; Rust or .NET), or collect
+    /// them to CSV or JSON as dotnet-counters does.
+    #[command(subcommand)]
+    Counters(CountersCommand),
     /// Snapshot a Rust program's live heap (the allocation profiler's sampled live set),
     /// and read snapshots: live bytes per allocation site, the growth between two.
     Heap(HeapArgs),
@@ -263,6 +269,107 @@ struct GcdumpConvertArgs {
     /// Convert a dump that lost part of the heap, marked incomplete.
     #[arg(long)]
     allow_partial: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum CountersCommand {
+    /// Show the counters live, refreshing in place (p pauses, r resumes, q quits).
+    Monitor(CountersSessionArgs),
+    /// Write the counters to a CSV or JSON file as they arrive.
+    Collect(CountersCollectArgs),
+    /// Summarize the counter values a trace file holds.
+    Report(CountersReportArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("counters_target").required(true).args(["pid", "name", "command"]))]
+struct CountersSessionArgs {
+    /// The process id.
+    #[arg(short = 'p', long = "process-id", value_name = "PID")]
+    pid: Option<u32>,
+    /// The process name (as `eptrace ps` shows it).
+    #[arg(short = 'n', long, value_name = "NAME")]
+    name: Option<String>,
+    /// Providers and counters: `System.Runtime,MyMeter[requests,latency]` [default:
+    /// System.Runtime for .NET, EventPipeRs-Runtime for Rust].
+    #[arg(long, value_name = "LIST")]
+    counters: Option<String>,
+    /// Seconds between two values of a counter.
+    #[arg(long, value_name = "SECONDS", default_value_t = 1.0)]
+    refresh_interval: f64,
+    /// Stop after this long (5s, 2m, hh:mm:ss).
+    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
+    duration: Option<std::time::Duration>,
+    /// Meters: the most time series (tag combinations) the target tracks.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    max_time_series: u32,
+    /// Meters: the most histograms the target tracks.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    max_histograms: u32,
+    /// The program to start and watch, after `--`.
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<std::ffi::OsString>,
+}
+
+#[derive(Debug, Args)]
+struct CountersCollectArgs {
+    #[command(flatten)]
+    session: CountersSessionArgs,
+    /// The file's format.
+    #[arg(long, value_enum, default_value = "csv")]
+    format: counters::ExportFormat,
+    /// The file [default: counter.csv or counter.json].
+    #[arg(short = 'o', long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct CountersReportArgs {
+    /// A trace with counter values.
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    #[command(flatten)]
+    format: FormatArgs,
+}
+
+impl CountersSessionArgs {
+    fn into_config(self) -> Result<counters::SessionConfig, clap::Error> {
+        let target = match (self.pid, self.name, self.command.is_empty()) {
+            (Some(pid), _, _) => TargetSpec::Pid(pid),
+            (None, Some(name), _) => TargetSpec::Name(name),
+            (None, None, false) => TargetSpec::Launch(self.command),
+            (None, None, true) => {
+                return Err(usage_error(
+                    "counters",
+                    "name the process: -p PID, -n NAME or -- CMD".into(),
+                ))
+            }
+        };
+        let counters = match self.counters {
+            Some(text) => Some(
+                counters::parse_counter_specs(&text)
+                    .map_err(|e| usage_error("counters", format!("--counters {e}")))?,
+            ),
+            None => None,
+        };
+        if !(self.refresh_interval.is_finite() && self.refresh_interval >= 0.1) {
+            return Err(usage_error(
+                "counters",
+                format!(
+                    "--refresh-interval {} is not a number of seconds of at least 0.1",
+                    self.refresh_interval
+                ),
+            ));
+        }
+        Ok(counters::SessionConfig {
+            target,
+            counters,
+            refresh_sec: self.refresh_interval,
+            duration: self.duration,
+            max_time_series: self.max_time_series,
+            max_histograms: self.max_histograms,
+        })
+    }
 }
 
 #[derive(Debug, Args)]
@@ -570,6 +677,12 @@ pub(crate) enum Action {
     GcdumpDiff(gcdump::DiffConfig),
     /// `eptrace gcdump convert`.
     GcdumpConvert(gcdump::ConvertConfig),
+    /// `eptrace counters monitor`.
+    CountersMonitor(counters::MonitorConfig),
+    /// `eptrace counters collect`.
+    CountersCollect(counters::CollectConfig),
+    /// `eptrace counters report`.
+    CountersReport(counters::ReportConfig),
     /// `eptrace heap [collect]`.
     HeapCollect(heap::CollectConfig),
     /// `eptrace heap report`.
@@ -653,6 +766,30 @@ impl Cli {
                 out_dir: a.out_dir,
             }),
             Command::DemoWorkload(a) => Action::DemoWorkload(a.seconds),
+            Command::Counters(CountersCommand::Monitor(a)) => {
+                Action::CountersMonitor(counters::MonitorConfig {
+                    session: a.into_config()?,
+                })
+            }
+            Command::Counters(CountersCommand::Collect(a)) => {
+                let output = a.output.unwrap_or_else(|| {
+                    PathBuf::from(match a.format {
+                        counters::ExportFormat::Csv => "counter.csv",
+                        counters::ExportFormat::Json => "counter.json",
+                    })
+                });
+                Action::CountersCollect(counters::CollectConfig {
+                    session: a.session.into_config()?,
+                    format: a.format,
+                    output,
+                })
+            }
+            Command::Counters(CountersCommand::Report(a)) => {
+                Action::CountersReport(counters::ReportConfig {
+                    file: a.file,
+                    json: a.format.json,
+                })
+            }
             Command::Heap(a) => match a.command {
                 None | Some(HeapCommand::Collect(_)) => {
                     let c = match a.command {

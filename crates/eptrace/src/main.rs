@@ -14,6 +14,7 @@
 mod cli;
 mod collect;
 mod convert;
+mod counters;
 mod demo;
 mod dump;
 mod gcdump;
@@ -54,6 +55,9 @@ fn run() -> ExitCode {
         cli::Action::GcdumpReport(config) => gcdump::do_report(&config),
         cli::Action::GcdumpDiff(config) => gcdump::do_diff(&config),
         cli::Action::GcdumpConvert(config) => gcdump::do_convert(&config),
+        cli::Action::CountersMonitor(config) => counters::do_monitor(&config),
+        cli::Action::CountersCollect(config) => counters::do_collect(&config),
+        cli::Action::CountersReport(config) => counters::do_report(&config),
         cli::Action::HeapCollect(config) => heap::do_collect(&config),
         cli::Action::HeapReport(config) => heap::do_report(&config),
         cli::Action::HeapDiff(config) => heap::do_diff(&config),

@@ -33,6 +33,7 @@ mod async_stacks;
 pub mod async_trace;
 pub mod builder;
 pub mod chrome;
+pub mod counters;
 mod error;
 pub mod flamegraph;
 pub mod gcdump;

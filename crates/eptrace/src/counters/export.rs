@@ -1,0 +1,224 @@
+//! `eptrace counters collect`'s files, in the shapes `dotnet-counters collect` writes, so
+//! scripts written for it keep working:
+//!
+//! * CSV: `Timestamp,Provider,Counter Name,Counter Type,Mean/Increment`, one row a value;
+//!   the name as `dotnet-counters` shows it, tags appended as `[k=v;k=v]`;
+//! * JSON: `{"TargetProcess": .., "StartTime": .., "Events": [{"timestamp", "provider",
+//!   "name", "tags", "counterType", "meterTags", "instrumentTags", "value"}, ..]}`.
+//!
+//! Both stay valid however collection ends: every row is flushed whole, and the JSON file's
+//! closing `]}` is written after every event and overwritten by the next, so a killed
+//! collector leaves a document that parses.
+
+use std::fs::File;
+use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result};
+use eventpipe_insight::counters::{CounterKind, CounterValue};
+
+/// `--format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ExportFormat {
+    /// Comma-separated values, as `dotnet-counters collect --format csv`.
+    Csv,
+    /// JSON, as `dotnet-counters collect --format json`.
+    Json,
+}
+
+/// Writes values as they come.
+pub(crate) struct Writer {
+    out: BufWriter<File>,
+    format: ExportFormat,
+    values: u64,
+    problems: Vec<String>,
+}
+
+impl Writer {
+    pub(crate) fn create(path: &Path, format: ExportFormat, target: &str) -> Result<Writer> {
+        let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        let mut w = Writer {
+            out: BufWriter::new(file),
+            format,
+            values: 0,
+            problems: Vec::new(),
+        };
+        match format {
+            ExportFormat::Csv => writeln!(
+                w.out,
+                "Timestamp,Provider,Counter Name,Counter Type,Mean/Increment"
+            )?,
+            ExportFormat::Json => {
+                write!(
+                    w.out,
+                    "{{ \"TargetProcess\": {}, \"StartTime\": {}, \"Events\": [",
+                    serde_json::to_string(target)?,
+                    serde_json::to_string(&iso8601(SystemTime::now()))?
+                )?;
+                w.close_json()?;
+            }
+        }
+        w.out.flush()?;
+        Ok(w)
+    }
+
+    /// Writes the JSON document's end, then steps back over it so the next event replaces
+    /// it.
+    fn close_json(&mut self) -> Result<()> {
+        self.out.write_all(b"]}")?;
+        self.out.flush()?;
+        self.out.seek(SeekFrom::Current(-2))?;
+        Ok(())
+    }
+
+    fn write(&mut self, v: &CounterValue) -> Result<()> {
+        let mut name = v.display();
+        if !v.tags.is_empty() {
+            name.push_str(&format!("[{}]", v.tags.replace(',', ";")));
+        }
+        let kind = match v.kind {
+            CounterKind::Rate => "Rate",
+            CounterKind::Metric => "Metric",
+            other => other.dotnet_name(),
+        };
+        match self.format {
+            ExportFormat::Csv => {
+                // A comma in a name would break the row; dotnet-counters writes them bare.
+                let name = name.replace(',', ";");
+                writeln!(
+                    self.out,
+                    "{},{},{},{},{}",
+                    dotnet_timestamp(SystemTime::now()),
+                    v.provider.replace(',', ";"),
+                    name,
+                    kind,
+                    v.value
+                )?;
+                self.out.flush()?;
+            }
+            ExportFormat::Json => {
+                let event = serde_json::json!({
+                    "timestamp": iso8601(SystemTime::now()),
+                    "provider": v.provider,
+                    "name": name,
+                    "tags": v.tags,
+                    "counterType": kind,
+                    "meterTags": "",
+                    "instrumentTags": "",
+                    "value": finite(v.value),
+                });
+                if self.values > 0 {
+                    self.out.write_all(b",")?;
+                }
+                serde_json::to_writer(&mut self.out, &event)?;
+                self.close_json()?;
+            }
+        }
+        self.values += 1;
+        Ok(())
+    }
+
+    /// Ends the file; returns the number of values written. Problems the publisher
+    /// reported are printed.
+    pub(crate) fn finish(mut self) -> Result<u64> {
+        if self.format == ExportFormat::Json {
+            // The end is already there; move past it.
+            self.out.seek(SeekFrom::End(0))?;
+        }
+        self.out.flush()?;
+        let mut err = std::io::stderr().lock();
+        for p in &self.problems {
+            let _ = writeln!(err, "note: {p}");
+        }
+        Ok(self.values)
+    }
+}
+
+impl super::Sink for Writer {
+    fn value(&mut self, value: CounterValue) -> Result<()> {
+        self.write(&value)
+    }
+    fn problem(&mut self, problem: String) -> Result<()> {
+        if !self.problems.contains(&problem) {
+            let _ = writeln!(std::io::stderr().lock(), "note: {problem}");
+            self.problems.push(problem);
+        }
+        Ok(())
+    }
+    fn tick(&mut self) -> Result<bool> {
+        Ok(true)
+    }
+    fn ended(&mut self, why: &str) -> Result<()> {
+        let _ = writeln!(std::io::stderr().lock(), "{why}");
+        Ok(())
+    }
+}
+
+/// JSON has no NaN or infinity: those are written as null.
+fn finite(v: f64) -> serde_json::Value {
+    if v.is_finite() {
+        serde_json::json!(v)
+    } else {
+        serde_json::Value::Null
+    }
+}
+
+/// (year, month, day, hour, minute, second, nanos) in UTC.
+fn civil(t: SystemTime) -> (i64, u32, u32, u32, u32, u32, u32) {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Days to civil date (proleptic Gregorian), after Howard Hinnant's algorithm.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (
+        year,
+        month,
+        day,
+        (rem / 3600) as u32,
+        (rem % 3600 / 60) as u32,
+        (rem % 60) as u32,
+        d.subsec_nanos(),
+    )
+}
+
+/// `2026-11-25T21:07:15.1234567Z`: .NET's round-trip format, in UTC.
+pub(crate) fn iso8601(t: SystemTime) -> String {
+    let (y, mo, d, h, mi, s, ns) = civil(t);
+    format!(
+        "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{:07}Z",
+        ns / 100
+    )
+}
+
+/// `11/25/2026 21:07:15`: .NET's invariant `DateTime.ToString()`, in UTC.
+pub(crate) fn dotnet_timestamp(t: SystemTime) -> String {
+    let (y, mo, d, h, mi, s, _) = civil(t);
+    format!("{mo:02}/{d:02}/{y:04} {h:02}:{mi:02}:{s:02}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn timestamps_read_as_dotnet_writes_them() {
+        // 2026-11-25 21:07:15.5 UTC.
+        let t = UNIX_EPOCH + Duration::from_millis(1_795_640_835_500);
+        assert_eq!(dotnet_timestamp(t), "11/25/2026 21:07:15");
+        assert_eq!(iso8601(t), "2026-11-25T21:07:15.5000000Z");
+        assert_eq!(iso8601(UNIX_EPOCH), "1970-01-01T00:00:00.0000000Z");
+        // A leap day.
+        let leap = UNIX_EPOCH + Duration::from_secs(951_782_400);
+        assert_eq!(dotnet_timestamp(leap), "02/29/2000 00:00:00");
+    }
+}

@@ -1,0 +1,489 @@
+//! `eptrace counters`: live counters of a .NET or Rust process, as `dotnet-counters` shows
+//! them, on the same protocol.
+//!
+//! A session enables each named provider with `EventCounterIntervalSec=N` (the
+//! EventCounters every .NET runtime and this project's runtime publish) and, for .NET
+//! targets, `System.Diagnostics.Metrics` listening to the same names (Meters, .NET 6+).
+//! Values are decoded as they stream in ([`eventpipe_insight::counters`]); `monitor` shows
+//! them refreshing in place, `collect` writes them as `dotnet-counters collect` does (CSV or
+//! JSON), and `report` reads them back from a trace file.
+
+mod export;
+mod screen;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use eventpipe_insight::counters::{
+    decode_counter_event, meters_filter_args, CounterEvent, CounterValue, METERS_PROVIDER,
+};
+use eventpipe_ipc::command::CollectTracing;
+use eventpipe_ipc::ProviderRequest;
+use nettrace::TraceReader;
+
+use crate::collect::{Target, TargetSpec};
+
+pub(crate) use export::ExportFormat;
+
+/// The providers and counters to show: `System.Runtime`, `MyMeter[requests,latency]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CounterSpec {
+    pub(crate) provider: String,
+    /// Counter names; empty: all of the provider's.
+    pub(crate) names: Vec<String>,
+}
+
+/// `--counters`: providers separated by commas, each optionally followed by its counters in
+/// brackets (commas inside brackets separate counters).
+pub(crate) fn parse_counter_specs(text: &str) -> std::result::Result<Vec<CounterSpec>, String> {
+    let mut specs = Vec::new();
+    let mut rest = text.trim();
+    while !rest.is_empty() {
+        let end = rest.find([',', '[']).unwrap_or(rest.len());
+        let provider = rest[..end].trim();
+        if provider.is_empty() {
+            return Err(format!("`{text}`: a provider name is missing"));
+        }
+        rest = &rest[end..];
+        let mut names = Vec::new();
+        if let Some(inner) = rest.strip_prefix('[') {
+            let close = inner
+                .find(']')
+                .ok_or_else(|| format!("`{text}`: `[` without its `]`"))?;
+            names = inner[..close]
+                .split(',')
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .map(str::to_owned)
+                .collect();
+            rest = &inner[close + 1..];
+        }
+        rest = rest
+            .trim_start()
+            .strip_prefix(',')
+            .unwrap_or(rest)
+            .trim_start();
+        specs.push(CounterSpec {
+            provider: provider.to_owned(),
+            names,
+        });
+    }
+    if specs.is_empty() {
+        return Err("no provider named".to_owned());
+    }
+    Ok(specs)
+}
+
+/// What a counters session is asked for; shared by `monitor` and `collect`.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionConfig {
+    pub(crate) target: TargetSpec,
+    /// `None`: the target's defaults (`System.Runtime`; `EventPipeRs-Runtime` for Rust).
+    pub(crate) counters: Option<Vec<CounterSpec>>,
+    pub(crate) refresh_sec: f64,
+    pub(crate) duration: Option<Duration>,
+    pub(crate) max_time_series: u32,
+    pub(crate) max_histograms: u32,
+}
+
+/// `eptrace counters monitor`.
+#[derive(Debug)]
+pub(crate) struct MonitorConfig {
+    pub(crate) session: SessionConfig,
+}
+
+/// `eptrace counters collect`.
+#[derive(Debug)]
+pub(crate) struct CollectConfig {
+    pub(crate) session: SessionConfig,
+    pub(crate) format: ExportFormat,
+    pub(crate) output: PathBuf,
+}
+
+/// `eptrace counters report`.
+#[derive(Debug)]
+pub(crate) struct ReportConfig {
+    pub(crate) file: PathBuf,
+    pub(crate) json: bool,
+}
+
+/// The default counters of a runtime.
+fn default_specs(is_rust: bool) -> Vec<CounterSpec> {
+    let provider = if is_rust {
+        "EventPipeRs-Runtime"
+    } else {
+        "System.Runtime"
+    };
+    vec![CounterSpec {
+        provider: provider.to_owned(),
+        names: Vec::new(),
+    }]
+}
+
+/// A running counters session and what it delivers.
+struct Live {
+    target: Target,
+    name: String,
+    session: u64,
+    closer: eventpipe_ipc::client::StreamCloser,
+    events: Receiver<Delivery>,
+    specs: Vec<CounterSpec>,
+    meters_session: String,
+}
+
+/// What the stream thread hands over.
+enum Delivery {
+    Event(CounterEvent),
+    /// The stream ended; why, if it was not the end of the trace.
+    Ended(Option<String>),
+}
+
+fn start(config: &SessionConfig) -> Result<Live> {
+    let mut target = Target::open(&config.target)?;
+    let runtime = crate::ps::Runtime::of(&target.process_info());
+    let is_rust = runtime.is_rust();
+    let specs = config
+        .counters
+        .clone()
+        .unwrap_or_else(|| default_specs(is_rust));
+    let interval = format!("EventCounterIntervalSec={}", config.refresh_sec);
+    let mut providers: Vec<ProviderRequest> = specs
+        .iter()
+        .map(|s| ProviderRequest {
+            keywords: 0xFFFF_FFFF,
+            level: 5,
+            name: s.provider.clone(),
+            arguments: interval.clone(),
+            filter: None,
+        })
+        .collect();
+    let meters_session = format!("eptrace-{}-{}", std::process::id(), target.pid());
+    if !is_rust {
+        let metrics: Vec<String> = specs
+            .iter()
+            .flat_map(|s| {
+                if s.names.is_empty() {
+                    vec![s.provider.clone()]
+                } else {
+                    s.names
+                        .iter()
+                        .map(|n| format!("{}\\{n}", s.provider))
+                        .collect()
+                }
+            })
+            .collect();
+        providers.push(ProviderRequest {
+            keywords: 0x2,
+            level: 5,
+            name: METERS_PROVIDER.to_owned(),
+            arguments: meters_filter_args(
+                &meters_session,
+                &metrics,
+                config.refresh_sec,
+                config.max_time_series,
+                config.max_histograms,
+            ),
+            filter: None,
+        });
+    }
+    let request = CollectTracing {
+        rundown_keyword: 0,
+        stackwalk: false,
+        circular_buffer_mb: 16,
+        ..CollectTracing::new(2, providers)
+    };
+    let stream = target
+        .collect(&request)
+        .context("starting the counters session")?;
+    let session = stream.session_id();
+    let closer = stream.closer()?;
+    let (tx, events) = mpsc::channel();
+    let wanted_session = meters_session.clone();
+    std::thread::Builder::new()
+        .name("eptrace-counters".into())
+        .spawn(move || {
+            let ended = (|| -> std::result::Result<(), String> {
+                let mut reader = TraceReader::from_read(stream).map_err(|e| e.to_string())?;
+                while let Some(event) = reader.next_event().map_err(|e| e.to_string())? {
+                    if let Some(decoded) = decode_counter_event(&event, Some(&wanted_session)) {
+                        if tx.send(Delivery::Event(decoded)).is_err() {
+                            return Ok(());
+                        }
+                    }
+                }
+                Ok(())
+            })();
+            let _ = tx.send(Delivery::Ended(ended.err()));
+        })?;
+    target.resume()?;
+    let name = target.name();
+    Ok(Live {
+        target,
+        name,
+        session,
+        closer,
+        events,
+        specs,
+        meters_session,
+    })
+}
+
+impl Live {
+    /// Whether `value` is one of the counters asked for.
+    fn wanted(&self, value: &CounterValue) -> bool {
+        self.specs.iter().any(|s| {
+            s.provider.eq_ignore_ascii_case(&value.provider)
+                && (s.names.is_empty() || s.names.iter().any(|n| n == &value.name))
+        })
+    }
+
+    /// Stops the session (the process may already be gone).
+    fn stop(mut self) {
+        let _ = self.target.stop(self.session);
+        self.closer.close();
+        let _ = self.meters_session;
+    }
+}
+
+/// What the caller of [`run`] does with each delivery, and whether to go on.
+trait Sink {
+    fn value(&mut self, value: CounterValue) -> Result<()>;
+    fn problem(&mut self, problem: String) -> Result<()>;
+    /// Called every tick (about 50 ms); `Ok(false)` ends the session.
+    fn tick(&mut self) -> Result<bool>;
+    fn ended(&mut self, why: &str) -> Result<()>;
+}
+
+/// Runs a session until the duration passes, the sink or the user ends it, or the process
+/// ends the stream.
+fn run(config: &SessionConfig, sink: &mut dyn Sink, stop: &AtomicBool) -> Result<()> {
+    let live = start(config)?;
+    let began = Instant::now();
+    let outcome = loop {
+        if stop.load(Ordering::Relaxed) {
+            break None;
+        }
+        if config.duration.is_some_and(|d| began.elapsed() >= d) {
+            break None;
+        }
+        match live.events.recv_timeout(Duration::from_millis(50)) {
+            Ok(Delivery::Event(CounterEvent::Value(v))) => {
+                if live.wanted(&v) {
+                    sink.value(v)?;
+                }
+            }
+            Ok(Delivery::Event(CounterEvent::Problem(p))) => sink.problem(p)?,
+            Ok(Delivery::Event(CounterEvent::Instrument { .. })) => {}
+            Ok(Delivery::Ended(why)) => break Some(why),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break Some(None),
+        }
+        if !sink.tick()? {
+            break None;
+        }
+    };
+    match outcome {
+        Some(why) => {
+            let name = live.name.clone();
+            let pid = live.target.pid();
+            live.stop();
+            sink.ended(&match why {
+                Some(problem) => format!("the stream from {name} ({pid}) broke: {problem}"),
+                None => format!("{name} ({pid}) ended the session (it exited?)"),
+            })
+        }
+        None => {
+            live.stop();
+            Ok(())
+        }
+    }
+}
+
+/// A flag raised by Ctrl-C (and SIGTERM).
+fn stop_flag() -> Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let on_signal = Arc::clone(&flag);
+    ctrlc::set_handler(move || on_signal.store(true, Ordering::Relaxed))
+        .context("installing the Ctrl-C handler")?;
+    Ok(flag)
+}
+
+pub(crate) fn do_monitor(config: &MonitorConfig) -> Result<()> {
+    let stop = stop_flag()?;
+    let mut screen = screen::Screen::new(config.session.refresh_sec)?;
+    let result = run(&config.session, &mut screen, &stop);
+    screen.close();
+    result
+}
+
+pub(crate) fn do_collect(config: &CollectConfig) -> Result<()> {
+    let stop = stop_flag()?;
+    let mut writer = export::Writer::create(
+        &config.output,
+        config.format,
+        &target_label(&config.session.target),
+    )?;
+    let result = run(&config.session, &mut writer, &stop);
+    let values = writer.finish()?;
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(
+        err,
+        "{} values written to {}",
+        values,
+        config.output.display()
+    );
+    result
+}
+
+fn target_label(target: &TargetSpec) -> String {
+    match target {
+        TargetSpec::Pid(pid) => format!("pid {pid}"),
+        TargetSpec::Name(name) => name.clone(),
+        TargetSpec::Launch(argv) => argv
+            .first()
+            .map(|a| a.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    }
+}
+
+/// One counter's values over a trace.
+#[derive(Debug, serde::Serialize)]
+struct Summary {
+    provider: String,
+    name: String,
+    display: String,
+    kind: &'static str,
+    values: u64,
+    last: f64,
+    min: f64,
+    max: f64,
+    mean: f64,
+}
+
+pub(crate) fn do_report(config: &ReportConfig) -> Result<()> {
+    let bytes = std::fs::read(&config.file)
+        .with_context(|| format!("cannot read {}", config.file.display()))?;
+    let mut reader = TraceReader::from_slice(&bytes)
+        .with_context(|| format!("cannot read {}", config.file.display()))?;
+    let mut by_counter: BTreeMap<(String, String), (Summary, f64)> = BTreeMap::new();
+    let mut problems = Vec::new();
+    while let Some(event) = reader
+        .next_event()
+        .with_context(|| format!("cannot read {}", config.file.display()))?
+    {
+        match decode_counter_event(&event, None) {
+            Some(CounterEvent::Value(v)) => {
+                let key = (v.provider.clone(), format!("{}{}", v.name, tag_suffix(&v)));
+                let entry = by_counter.entry(key).or_insert_with(|| {
+                    (
+                        Summary {
+                            provider: v.provider.clone(),
+                            name: v.name.clone(),
+                            display: v.display(),
+                            kind: v.kind.dotnet_name(),
+                            values: 0,
+                            last: v.value,
+                            min: f64::INFINITY,
+                            max: f64::NEG_INFINITY,
+                            mean: 0.0,
+                        },
+                        0.0,
+                    )
+                });
+                let (s, sum) = entry;
+                s.values += 1;
+                s.last = v.value;
+                s.min = s.min.min(v.value);
+                s.max = s.max.max(v.value);
+                *sum += v.value;
+                s.mean = *sum / s.values as f64;
+            }
+            Some(CounterEvent::Problem(p)) => problems.push(p),
+            _ => {}
+        }
+    }
+    let rows: Vec<Summary> = by_counter.into_values().map(|(s, _)| s).collect();
+    if rows.is_empty() && problems.is_empty() {
+        bail!(
+            "no counter values in {}: collect them with `eptrace counters collect`, or a \
+             session whose providers have EventCounterIntervalSec=N",
+            config.file.display()
+        );
+    }
+    let mut out = std::io::stdout().lock();
+    if config.json {
+        serde_json::to_writer_pretty(
+            &mut out,
+            &serde_json::json!({"counters": rows, "problems": problems}),
+        )?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    let mut provider = "";
+    for r in &rows {
+        if r.provider != provider {
+            writeln!(out, "[{}]", r.provider)?;
+            provider = &r.provider;
+        }
+        writeln!(
+            out,
+            "    {:<50} {:>7} values  last {:>14}  min {:>14}  max {:>14}  mean {:>14}",
+            r.display,
+            r.values,
+            screen::format_value(r.last),
+            screen::format_value(r.min),
+            screen::format_value(r.max),
+            screen::format_value(r.mean)
+        )?;
+    }
+    for p in &problems {
+        writeln!(out, "note: {p}")?;
+    }
+    Ok(())
+}
+
+/// ` [k=v;k=v]` for a value with tags, as `dotnet-counters` prints them.
+fn tag_suffix(v: &CounterValue) -> String {
+    if v.tags.is_empty() {
+        String::new()
+    } else {
+        format!("[{}]", v.tags.replace(',', ";"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counter_specs_read_as_dotnet_counters_reads_them() {
+        let specs =
+            parse_counter_specs("System.Runtime, MyMeter[requests, latency],Other").unwrap();
+        assert_eq!(
+            specs,
+            vec![
+                CounterSpec {
+                    provider: "System.Runtime".into(),
+                    names: vec![]
+                },
+                CounterSpec {
+                    provider: "MyMeter".into(),
+                    names: vec!["requests".into(), "latency".into()]
+                },
+                CounterSpec {
+                    provider: "Other".into(),
+                    names: vec![]
+                },
+            ]
+        );
+        assert!(parse_counter_specs("A[b").is_err());
+        assert!(parse_counter_specs(",A").is_err());
+        assert!(parse_counter_specs("").is_err());
+    }
+}
