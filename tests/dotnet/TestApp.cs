@@ -4,6 +4,7 @@
 //        TestApp.runtimeconfig.json that lets one exe run on .NET Core 3.1 and .NET 8)
 // Run:   dotnet TestApp.exe SECONDS   SECONDS may be fractional; 0 or "forever" = until killed
 //        dotnet TestApp.exe heap SECONDS   the known heap below, then idle (no events)
+//        dotnet TestApp.exe counters SECONDS   the known counters below, then idle
 //
 // Stdout: "pid N" and "runtime X" first (flushed), then at the end
 //         "done iterations=N exceptions=E gc0=A gc1=B gc2=C".
@@ -88,6 +89,25 @@
 // bytes on 64-bit), 20,000 byte[1024] from the graph (1,048 bytes each on 64-bit), one
 // List<HeapNode> and its HeapNode[20000] (160,024 bytes), plus what the runtime holds.
 // Stdout: "pid N", "runtime X", then "heap ready" once the graph is built.
+//
+// COUNTERS MODE ("counters SECONDS"): publishes counters with known values, then loops
+// every 10 ms (printing "progress I" to stderr every 100 loops):
+// - EventCounters of the EventSource "EventPipeRs-Counters" (every runtime):
+//   - "fixed-gauge" (PollingCounter, DisplayName "Fixed Gauge", DisplayUnits "MB"): 42.5,
+//     so every Mean payload has Mean = Min = Max = 42.5;
+//   - "request-latency" (EventCounter, DisplayName "Request Latency", DisplayUnits "ms"):
+//     WriteMetric(3.0) every loop, so Mean = Min = Max = 3, StandardDeviation = 0;
+//   - "fixed-total" (IncrementingPollingCounter, DisplayName "Fixed Total"): a total that
+//     grows by 7 each time the runtime polls it (once an interval), so every Increment = 7.
+// - Meters, where the runtime has System.Diagnostics.Metrics (.NET 6+; made through
+//   reflection, since mcs compiles against .NET Framework's libraries): the meter
+//   "EventPipeRs.TestMeter" with
+//   - "temperature" (ObservableGauge<double>, unit "Cel"): 21.5;
+//   - "orders" (ObservableCounter<long>, unit "{order}"): 5 more at each observation, so
+//     each interval's rate after the first is 5;
+//   - "latency" (Histogram<double>, unit "ms"): Record(10.0) every loop, so every quantile
+//     is 10.
+// Stdout: "pid N", "runtime X", then "counters ready meters=yes" (or "meters=no").
 // ---------------------------------------------------------------------------------------
 
 using System;
@@ -242,6 +262,88 @@ public static class KnownHeap
     }
 }
 
+[EventSource(Name = "EventPipeRs-Counters")]
+public sealed class CountersSource : EventSource
+{
+    public static readonly CountersSource Log = new CountersSource();
+}
+
+/// The counters mode's instruments, built through reflection: the counter types are not
+/// in the .NET Framework libraries mcs compiles against.
+public static class KnownCounters
+{
+    static object latency;
+    static System.Reflection.MethodInfo writeMetric;
+    static object histogram;
+    static System.Reflection.MethodInfo record;
+    static long total;
+    static long orders;
+
+    static Type CoreType(string name)
+    {
+        return typeof(EventSource).Assembly.GetType(name, true);
+    }
+
+    static object Counter(string typeName, string name, object provider, string display, string units)
+    {
+        var type = CoreType(typeName);
+        object counter = provider == null
+            ? Activator.CreateInstance(type, name, CountersSource.Log)
+            : Activator.CreateInstance(type, name, CountersSource.Log, provider);
+        type.GetProperty("DisplayName").SetValue(counter, display, null);
+        if (units != null) type.GetProperty("DisplayUnits").SetValue(counter, units, null);
+        return counter;
+    }
+
+    public static bool Start()
+    {
+        Counter("System.Diagnostics.Tracing.PollingCounter", "fixed-gauge",
+                (Func<double>)(() => 42.5), "Fixed Gauge", "MB");
+        latency = Counter("System.Diagnostics.Tracing.EventCounter", "request-latency", null,
+                          "Request Latency", "ms");
+        writeMetric = latency.GetType().GetMethod("WriteMetric", new[] { typeof(double) });
+        Counter("System.Diagnostics.Tracing.IncrementingPollingCounter", "fixed-total",
+                (Func<double>)(() => Interlocked.Add(ref total, 7)), "Fixed Total", null);
+        return StartMeters();
+    }
+
+    static System.Reflection.MethodInfo Create(Type meter, string name, Type valueType, int parameters)
+    {
+        foreach (var m in meter.GetMethods())
+        {
+            if (m.Name != name || !m.IsGenericMethodDefinition) continue;
+            var ps = m.GetParameters();
+            if (ps.Length != parameters) continue;
+            if (parameters == 4 && !(ps[1].ParameterType.IsGenericType
+                && ps[1].ParameterType.GetGenericTypeDefinition() == typeof(Func<>))) continue;
+            if (parameters == 3 && ps[1].ParameterType != typeof(string)) continue;
+            return m.MakeGenericMethod(valueType);
+        }
+        throw new MissingMethodException(meter.FullName, name);
+    }
+
+    static bool StartMeters()
+    {
+        var meterType = Type.GetType("System.Diagnostics.Metrics.Meter, System.Diagnostics.DiagnosticSource");
+        if (meterType == null) return false;
+        object meter = Activator.CreateInstance(meterType, "EventPipeRs.TestMeter");
+        Create(meterType, "CreateObservableGauge", typeof(double), 4).Invoke(meter, new object[] {
+            "temperature", (Func<double>)(() => 21.5), "Cel", "A fixed temperature" });
+        Create(meterType, "CreateObservableCounter", typeof(long), 4).Invoke(meter, new object[] {
+            "orders", (Func<long>)(() => Interlocked.Add(ref orders, 5)), "{order}", "Orders so far" });
+        histogram = Create(meterType, "CreateHistogram", typeof(double), 3).Invoke(meter, new object[] {
+            "latency", "ms", "A fixed latency" });
+        record = histogram.GetType().GetMethod("Record", new[] { typeof(double) });
+        return true;
+    }
+
+    public static void Tick()
+    {
+        writeMetric.Invoke(latency, new object[] { 3.0 });
+        if (histogram != null) record.Invoke(histogram, new object[] { 10.0 });
+    }
+}
+
 static class Program
 {
     static readonly Color[] Colors = { Color.Red, Color.Green, Color.Blue };
@@ -249,7 +351,8 @@ static class Program
     static int Main(string[] args)
     {
         bool heap = args.Length > 0 && args[0] == "heap";
-        if (heap) args = args.Length > 1 ? new[] { args[1] } : new string[0];
+        bool counters = args.Length > 0 && args[0] == "counters";
+        if (heap || counters) args = args.Length > 1 ? new[] { args[1] } : new string[0];
         double seconds = 5;
         if (args.Length > 0)
         {
@@ -266,6 +369,7 @@ static class Program
         Console.WriteLine("runtime " + Environment.Version);
         Console.Out.Flush();
         if (heap) return HeapMode(seconds);
+        if (counters) return CountersMode(seconds);
 
         var log = TestEvents.Log;
         var ring = new byte[20000][];
@@ -320,6 +424,25 @@ static class Program
 
         GC.KeepAlive(large);
         return Done(i, exceptions);
+    }
+
+    static int CountersMode(double seconds)
+    {
+        bool meters = KnownCounters.Start();
+        Console.WriteLine("counters ready meters=" + (meters ? "yes" : "no"));
+        Console.Out.Flush();
+        var clock = System.Diagnostics.Stopwatch.StartNew();
+        long limitMs = seconds == 0 ? long.MaxValue : (long)Math.Ceiling(seconds * 1000.0);
+        long step = 0;
+        while (clock.ElapsedMilliseconds < limitMs)
+        {
+            KnownCounters.Tick();
+            Thread.Sleep(10);
+            step++;
+            if (step % 100 == 0)
+                Console.Error.WriteLine("progress " + step.ToString(CultureInfo.InvariantCulture));
+        }
+        return Done(0, 0);
     }
 
     static int HeapMode(double seconds)

@@ -80,6 +80,10 @@ pub struct CounterValue {
     pub value: f64,
     /// Seconds the value covers, when the event says.
     pub interval_sec: Option<f64>,
+    /// The interval the publisher was asked for, in ms (EventCounters' `Series`,
+    /// `Interval=1000`): a runtime serving several sessions publishes each of their series,
+    /// and a reader keeps its own.
+    pub series_ms: Option<u64>,
     /// Tags (`k=v,k=v`): Meters' tags, or an EventCounter's `Metadata`.
     pub tags: String,
     /// Percentiles (quantile, value), for histograms.
@@ -192,6 +196,7 @@ pub fn decode_counter_event(event: &Event<'_>, session_id: Option<&str>) -> Opti
             kind,
             value: value?,
             interval_sec: None,
+            series_ms: None,
             tags: text(&fields, "tags").unwrap_or_default().to_owned(),
             quantiles: Vec::new(),
             stats: None,
@@ -356,6 +361,9 @@ fn decode_payload_fields(event: &Event<'_>, p: &[(&str, Value)]) -> Option<Count
         kind,
         value,
         interval_sec,
+        series_ms: text(p, "Series")
+            .and_then(|s| s.trim().strip_prefix("Interval="))
+            .and_then(|ms| ms.trim().parse().ok()),
         tags: metadata,
         quantiles,
         stats,
@@ -412,6 +420,7 @@ mod tests {
             kind: CounterKind::Rate,
             value: 1.0,
             interval_sec: Some(1.0),
+            series_ms: Some(1000),
             tags: String::new(),
             quantiles: Vec::new(),
             stats: None,

@@ -72,10 +72,27 @@ impl Writer {
         Ok(())
     }
 
+    /// A value's rows: one, or one per percentile of a histogram (`name[Percentile=50]`,
+    /// as `dotnet-counters` writes them).
     fn write(&mut self, v: &CounterValue) -> Result<()> {
+        if v.quantiles.is_empty() {
+            return self.write_row(v, &v.tags, v.value);
+        }
+        for &(q, value) in &v.quantiles {
+            let mut tags = v.tags.clone();
+            if !tags.is_empty() {
+                tags.push(',');
+            }
+            tags.push_str(&format!("Percentile={}", q * 100.0));
+            self.write_row(v, &tags, value)?;
+        }
+        Ok(())
+    }
+
+    fn write_row(&mut self, v: &CounterValue, tags: &str, value: f64) -> Result<()> {
         let mut name = v.display();
-        if !v.tags.is_empty() {
-            name.push_str(&format!("[{}]", v.tags.replace(',', ";")));
+        if !tags.is_empty() {
+            name.push_str(&format!("[{}]", tags.replace(',', ";")));
         }
         let kind = match v.kind {
             CounterKind::Rate => "Rate",
@@ -93,7 +110,7 @@ impl Writer {
                     v.provider.replace(',', ";"),
                     name,
                     kind,
-                    v.value
+                    value
                 )?;
                 self.out.flush()?;
             }
@@ -102,11 +119,11 @@ impl Writer {
                     "timestamp": iso8601(SystemTime::now()),
                     "provider": v.provider,
                     "name": name,
-                    "tags": v.tags,
+                    "tags": tags,
                     "counterType": kind,
                     "meterTags": "",
                     "instrumentTags": "",
-                    "value": finite(v.value),
+                    "value": finite(value),
                 });
                 if self.values > 0 {
                     self.out.write_all(b",")?;
@@ -119,18 +136,13 @@ impl Writer {
         Ok(())
     }
 
-    /// Ends the file; returns the number of values written. Problems the publisher
-    /// reported are printed.
+    /// Ends the file; returns the number of values written.
     pub(crate) fn finish(mut self) -> Result<u64> {
         if self.format == ExportFormat::Json {
             // The end is already there; move past it.
             self.out.seek(SeekFrom::End(0))?;
         }
         self.out.flush()?;
-        let mut err = std::io::stderr().lock();
-        for p in &self.problems {
-            let _ = writeln!(err, "note: {p}");
-        }
         Ok(self.values)
     }
 }

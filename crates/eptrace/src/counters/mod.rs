@@ -135,6 +135,8 @@ struct Live {
     events: Receiver<Delivery>,
     specs: Vec<CounterSpec>,
     meters_session: String,
+    /// The EventCounters interval asked for, in ms.
+    series_ms: u64,
 }
 
 /// What the stream thread hands over.
@@ -231,12 +233,26 @@ fn start(config: &SessionConfig) -> Result<Live> {
         events,
         specs,
         meters_session,
+        series_ms: (config.refresh_sec * 1000.0).round() as u64,
     })
 }
 
 impl Live {
-    /// Whether `value` is one of the counters asked for.
+    /// Whether `value` is one of the counters asked for, in the series this session asked
+    /// for (another session's interval, or the extra payloads some runtimes send as a
+    /// session starts, are another series).
     fn wanted(&self, value: &CounterValue) -> bool {
+        if value.series_ms.is_some_and(|ms| ms != self.series_ms) {
+            return false;
+        }
+        // .NET Core 3.1 publishes each counter a second time a few ms after the first; a
+        // value covering less than half its interval is that stray second publication.
+        if value
+            .interval_sec
+            .is_some_and(|s| s * 1000.0 < self.series_ms as f64 / 2.0)
+        {
+            return false;
+        }
         self.specs.iter().any(|s| {
             s.provider.eq_ignore_ascii_case(&value.provider)
                 && (s.names.is_empty() || s.names.iter().any(|n| n == &value.name))
@@ -265,6 +281,10 @@ trait Sink {
 fn run(config: &SessionConfig, sink: &mut dyn Sink, stop: &AtomicBool) -> Result<()> {
     let live = start(config)?;
     let began = Instant::now();
+    // A provider that has published nothing after a few intervals is probably misnamed.
+    let patience = Duration::from_secs_f64((3.0 * config.refresh_sec).max(3.0));
+    let mut heard: Vec<bool> = vec![false; live.specs.len()];
+    let mut warned = false;
     let outcome = loop {
         if stop.load(Ordering::Relaxed) {
             break None;
@@ -274,6 +294,9 @@ fn run(config: &SessionConfig, sink: &mut dyn Sink, stop: &AtomicBool) -> Result
         }
         match live.events.recv_timeout(Duration::from_millis(50)) {
             Ok(Delivery::Event(CounterEvent::Value(v))) => {
+                for (spec, heard) in live.specs.iter().zip(heard.iter_mut()) {
+                    *heard |= spec.provider.eq_ignore_ascii_case(&v.provider);
+                }
                 if live.wanted(&v) {
                     sink.value(v)?;
                 }
@@ -283,6 +306,17 @@ fn run(config: &SessionConfig, sink: &mut dyn Sink, stop: &AtomicBool) -> Result
             Ok(Delivery::Ended(why)) => break Some(why),
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break Some(None),
+        }
+        if !warned && began.elapsed() >= patience {
+            warned = true;
+            for (spec, _) in live.specs.iter().zip(&heard).filter(|(_, h)| !**h) {
+                sink.problem(format!(
+                    "no values from {} after {:.0} s: is the name right? (EventSource and \
+                     Meter names as the program declares them; `eptrace ps` shows the runtime)",
+                    spec.provider,
+                    patience.as_secs_f64()
+                ))?;
+            }
         }
         if !sink.tick()? {
             break None;
@@ -331,6 +365,11 @@ pub(crate) fn do_collect(config: &CollectConfig) -> Result<()> {
     )?;
     let result = run(&config.session, &mut writer, &stop);
     let values = writer.finish()?;
+    if result.is_err() && values == 0 {
+        // Nothing was collected: leave no empty file behind.
+        let _ = std::fs::remove_file(&config.output);
+        return result;
+    }
     let mut err = std::io::stderr().lock();
     let _ = writeln!(
         err,
