@@ -141,7 +141,7 @@ struct Live {
 
 /// What the stream thread hands over.
 enum Delivery {
-    Event(CounterEvent),
+    Event(Box<CounterEvent>),
     /// The stream ended; why, if it was not the end of the trace.
     Ended(Option<String>),
 }
@@ -214,7 +214,7 @@ fn start(config: &SessionConfig) -> Result<Live> {
                 let mut reader = TraceReader::from_read(stream).map_err(|e| e.to_string())?;
                 while let Some(event) = reader.next_event().map_err(|e| e.to_string())? {
                     if let Some(decoded) = decode_counter_event(&event, Some(&wanted_session)) {
-                        if tx.send(Delivery::Event(decoded)).is_err() {
+                        if tx.send(Delivery::Event(Box::new(decoded))).is_err() {
                             return Ok(());
                         }
                     }
@@ -292,8 +292,14 @@ fn run(config: &SessionConfig, sink: &mut dyn Sink, stop: &AtomicBool) -> Result
         if config.duration.is_some_and(|d| began.elapsed() >= d) {
             break None;
         }
-        match live.events.recv_timeout(Duration::from_millis(50)) {
-            Ok(Delivery::Event(CounterEvent::Value(v))) => {
+        match live
+            .events
+            .recv_timeout(Duration::from_millis(50))
+            .map(|d| match d {
+                Delivery::Event(e) => Ok(*e),
+                Delivery::Ended(why) => Err(why),
+            }) {
+            Ok(Ok(CounterEvent::Value(v))) => {
                 for (spec, heard) in live.specs.iter().zip(heard.iter_mut()) {
                     *heard |= spec.provider.eq_ignore_ascii_case(&v.provider);
                 }
@@ -301,9 +307,9 @@ fn run(config: &SessionConfig, sink: &mut dyn Sink, stop: &AtomicBool) -> Result
                     sink.value(v)?;
                 }
             }
-            Ok(Delivery::Event(CounterEvent::Problem(p))) => sink.problem(p)?,
-            Ok(Delivery::Event(CounterEvent::Instrument { .. })) => {}
-            Ok(Delivery::Ended(why)) => break Some(why),
+            Ok(Ok(CounterEvent::Problem(p))) => sink.problem(p)?,
+            Ok(Ok(CounterEvent::Instrument { .. })) => {}
+            Ok(Err(why)) => break Some(why),
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break Some(None),
         }
