@@ -367,3 +367,43 @@ fn monitor_says_when_the_target_exits_and_when_a_name_publishes_nothing() {
         "{label}: {shown}"
     );
 }
+
+#[test]
+fn report_reads_the_counters_a_trace_recorded() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(dotnet) = Dotnet::locate() else {
+        return;
+    };
+    let label = "eptrace counters report, .NET 8";
+    let app = counters_app(&dotnet.dotnet8, &dotnet.testapp, label, "120");
+    let trace = out_path("recorded.nettrace");
+    let out = eptrace(&[
+        "collect",
+        "-p",
+        &app.pid.to_string(),
+        "--providers",
+        "EventPipeRs-Counters:0xFFFFFFFF:5:EventCounterIntervalSec=1",
+        "--duration",
+        "3500ms",
+        "-o",
+        trace.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{label}: {}", text(&out.stderr));
+    let report = eptrace(&["counters", "report", "--json", trace.to_str().unwrap()]);
+    assert!(report.status.success(), "{label}: {}", text(&report.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    let gauge = json["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "fixed-gauge")
+        .unwrap_or_else(|| panic!("{label}: {json}"));
+    assert!(gauge["values"].as_u64().unwrap() >= 2, "{gauge}");
+    for key in ["last", "min", "max", "mean"] {
+        assert_eq!(gauge[key].as_f64(), Some(42.5), "{key}: {gauge}");
+    }
+    // A trace without counters says so.
+    let none = eptrace(&["counters", "report", env!("CARGO_BIN_EXE_eptrace")]);
+    assert_eq!(none.status.code(), Some(1));
+    std::fs::remove_file(&trace).ok();
+}
