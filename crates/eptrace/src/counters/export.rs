@@ -6,6 +6,8 @@
 //! * JSON: `{"TargetProcess": .., "StartTime": .., "Events": [{"timestamp", "provider",
 //!   "name", "tags", "counterType", "meterTags", "instrumentTags", "value"}, ..]}`.
 //!
+//! Timestamps are when the target published each value (its trace clock), UTC.
+//!
 //! Both stay valid however collection ends: every row is flushed whole, and the JSON file's
 //! closing `]}` is written after every event and overwritten by the next, so a killed
 //! collector leaves a document that parses.
@@ -74,9 +76,9 @@ impl Writer {
 
     /// A value's rows: one, or one per percentile of a histogram (`name[Percentile=50]`,
     /// as `dotnet-counters` writes them).
-    fn write(&mut self, v: &CounterValue) -> Result<()> {
+    fn write(&mut self, v: &CounterValue, at: SystemTime) -> Result<()> {
         if v.quantiles.is_empty() {
-            return self.write_row(v, &v.tags, v.value);
+            return self.write_row(v, &v.tags, v.value, at);
         }
         for &(q, value) in &v.quantiles {
             let mut tags = v.tags.clone();
@@ -84,12 +86,18 @@ impl Writer {
                 tags.push(',');
             }
             tags.push_str(&format!("Percentile={}", q * 100.0));
-            self.write_row(v, &tags, value)?;
+            self.write_row(v, &tags, value, at)?;
         }
         Ok(())
     }
 
-    fn write_row(&mut self, v: &CounterValue, tags: &str, value: f64) -> Result<()> {
+    fn write_row(
+        &mut self,
+        v: &CounterValue,
+        tags: &str,
+        value: f64,
+        at: SystemTime,
+    ) -> Result<()> {
         let mut name = v.display();
         if !tags.is_empty() {
             name.push_str(&format!("[{}]", tags.replace(',', ";")));
@@ -106,7 +114,7 @@ impl Writer {
                 writeln!(
                     self.out,
                     "{},{},{},{},{}",
-                    dotnet_timestamp(SystemTime::now()),
+                    dotnet_timestamp(at),
                     v.provider.replace(',', ";"),
                     name,
                     kind,
@@ -116,7 +124,7 @@ impl Writer {
             }
             ExportFormat::Json => {
                 let event = serde_json::json!({
-                    "timestamp": iso8601(SystemTime::now()),
+                    "timestamp": iso8601(at),
                     "provider": v.provider,
                     "name": name,
                     "tags": tags,
@@ -148,8 +156,8 @@ impl Writer {
 }
 
 impl super::Sink for Writer {
-    fn value(&mut self, value: CounterValue) -> Result<()> {
-        self.write(&value)
+    fn value(&mut self, value: CounterValue, at: SystemTime) -> Result<()> {
+        self.write(&value, at)
     }
     fn problem(&mut self, problem: String) -> Result<()> {
         if !self.problems.contains(&problem) {

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
 use eventpipe_insight::counters::{
@@ -141,7 +141,8 @@ struct Live {
 
 /// What the stream thread hands over.
 enum Delivery {
-    Event(Box<CounterEvent>),
+    /// An event, and when the target wrote it.
+    Event(Box<(CounterEvent, SystemTime)>),
     /// The stream ended; why, if it was not the end of the trace.
     Ended(Option<String>),
 }
@@ -214,7 +215,16 @@ fn start(config: &SessionConfig) -> Result<Live> {
                 let mut reader = TraceReader::from_read(stream).map_err(|e| e.to_string())?;
                 while let Some(event) = reader.next_event().map_err(|e| e.to_string())? {
                     if let Some(decoded) = decode_counter_event(&event, Some(&wanted_session)) {
-                        if tx.send(Delivery::Event(Box::new(decoded))).is_err() {
+                        // The event's own time, not when it reached us: delivery comes in
+                        // bursts.
+                        let at = event
+                            .trace
+                            .ticks_to_unix_nanos(event.header.timestamp)
+                            .and_then(|ns| u64::try_from(ns).ok())
+                            .map_or_else(SystemTime::now, |ns| {
+                                SystemTime::UNIX_EPOCH + Duration::from_nanos(ns)
+                            });
+                        if tx.send(Delivery::Event(Box::new((decoded, at)))).is_err() {
                             return Ok(());
                         }
                     }
@@ -269,7 +279,8 @@ impl Live {
 
 /// What the caller of [`run`] does with each delivery, and whether to go on.
 trait Sink {
-    fn value(&mut self, value: CounterValue) -> Result<()>;
+    /// A value the target published at `at`.
+    fn value(&mut self, value: CounterValue, at: SystemTime) -> Result<()>;
     fn problem(&mut self, problem: String) -> Result<()>;
     /// Called every tick (about 50 ms); `Ok(false)` ends the session.
     fn tick(&mut self) -> Result<bool>;
@@ -299,16 +310,16 @@ fn run(config: &SessionConfig, sink: &mut dyn Sink, stop: &AtomicBool) -> Result
                 Delivery::Event(e) => Ok(*e),
                 Delivery::Ended(why) => Err(why),
             }) {
-            Ok(Ok(CounterEvent::Value(v))) => {
+            Ok(Ok((CounterEvent::Value(v), at))) => {
                 for (spec, heard) in live.specs.iter().zip(heard.iter_mut()) {
                     *heard |= spec.provider.eq_ignore_ascii_case(&v.provider);
                 }
                 if live.wanted(&v) {
-                    sink.value(v)?;
+                    sink.value(v, at)?;
                 }
             }
-            Ok(Ok(CounterEvent::Problem(p))) => sink.problem(p)?,
-            Ok(Ok(CounterEvent::Instrument { .. })) => {}
+            Ok(Ok((CounterEvent::Problem(p), _))) => sink.problem(p)?,
+            Ok(Ok((CounterEvent::Instrument { .. }, _))) => {}
             Ok(Err(why)) => break Some(why),
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break Some(None),

@@ -190,7 +190,7 @@ impl Screen {
 }
 
 impl super::Sink for Screen {
-    fn value(&mut self, v: CounterValue) -> Result<()> {
+    fn value(&mut self, v: CounterValue, _at: std::time::SystemTime) -> Result<()> {
         if self.paused {
             return Ok(());
         }
