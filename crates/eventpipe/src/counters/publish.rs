@@ -123,9 +123,6 @@ struct ProviderEntry {
     instruments: Arc<Vec<Instrument>>,
     /// The sessions asking for publication: slot and interval in seconds.
     intervals: Vec<(usize, f64)>,
-    /// Set when publication (re)starts: the publisher first takes the running totals as
-    /// the start of the first interval.
-    needs_baseline: bool,
     last_publication: Instant,
     next_due: Instant,
 }
@@ -229,7 +226,6 @@ fn new_entry(provider: &'static Provider) -> ProviderEntry {
         sum_event: event(SUM_EVENT_ID, SUM_PAYLOAD),
         instruments: Arc::new(Vec::new()),
         intervals: Vec::new(),
-        needs_baseline: false,
         last_publication: now,
         next_due: now,
     }
@@ -285,8 +281,15 @@ fn apply(provider: *const Provider, slot: usize, interval: Option<f64>) {
         entry.intervals.push((slot, seconds));
     }
     let now = Instant::now();
+    let mut starting = None;
     match (before, entry.interval()) {
-        (None, Some(_)) => entry.needs_baseline = true,
+        (None, Some(seconds)) => {
+            // The first interval starts now: what was added before is not in it (as .NET
+            // resets its counters when a session enables them).
+            entry.last_publication = now;
+            entry.next_due = now + Duration::from_secs_f64(seconds);
+            starting = Some(Arc::clone(&entry.instruments));
+        }
         (Some(old), Some(new)) if new < old => {
             // A faster session: publish on its schedule from the last publication on.
             entry.next_due = entry
@@ -305,19 +308,24 @@ fn apply(provider: *const Provider, slot: usize, interval: Option<f64>) {
         table.publisher_running = spawned.is_ok();
     }
     drop(table);
+    // The totals now are the start of the first interval. Taken here, before the
+    // registration or session start that led here returns (a counter registered later
+    // starts from zero, all of it in its first interval), and out of the lock: an observed
+    // counter's callback may do anything. The publisher's first run for the provider is an
+    // interval away.
+    if let Some(instruments) = starting {
+        baseline(&instruments);
+    }
     SCHEDULE_CHANGED.notify_all();
 }
 
-/// What the publisher does with one due provider, out of the lock.
-enum Job {
-    Baseline(Arc<Vec<Instrument>>),
-    Publish {
-        instruments: Arc<Vec<Instrument>>,
-        mean_event: &'static EventDescriptor,
-        sum_event: &'static EventDescriptor,
-        elapsed: Duration,
-        interval_ms: u64,
-    },
+/// One due provider's publication, made out of the lock.
+struct Job {
+    instruments: Arc<Vec<Instrument>>,
+    mean_event: &'static EventDescriptor,
+    sum_event: &'static EventDescriptor,
+    elapsed: Duration,
+    interval_ms: u64,
 }
 
 fn run_publisher() {
@@ -335,13 +343,8 @@ fn run_publisher() {
                 continue;
             };
             let period = Duration::from_secs_f64(seconds);
-            if entry.needs_baseline {
-                entry.needs_baseline = false;
-                entry.last_publication = now;
-                entry.next_due = now + period;
-                jobs.push(Job::Baseline(Arc::clone(&entry.instruments)));
-            } else if entry.next_due <= now {
-                jobs.push(Job::Publish {
+            if entry.next_due <= now {
+                jobs.push(Job {
                     instruments: Arc::clone(&entry.instruments),
                     mean_event: entry.mean_event,
                     sum_event: entry.sum_event,
@@ -372,32 +375,23 @@ fn run_publisher() {
         // No lock while writing: a Block-mode session may park this thread.
         drop(table);
         for job in jobs {
-            match job {
-                Job::Baseline(instruments) => baseline(&instruments),
-                Job::Publish {
-                    instruments,
-                    mean_event,
-                    sum_event,
-                    elapsed,
-                    interval_ms,
-                } => {
-                    let context = Context {
-                        mean_event,
-                        sum_event,
-                        interval_sec: elapsed.as_secs_f32(),
-                        series: format!("Interval={interval_ms}"),
-                    };
-                    for &instrument in instruments.iter() {
-                        publish(&context, instrument);
-                    }
-                }
+            let context = Context {
+                mean_event: job.mean_event,
+                sum_event: job.sum_event,
+                interval_sec: job.elapsed.as_secs_f32(),
+                series: format!("Interval={}", job.interval_ms),
+            };
+            for &instrument in job.instruments.iter() {
+                publish(&context, instrument);
             }
         }
         table = lock(&TABLE);
     }
 }
 
-/// Takes the running totals as the start of the first interval.
+/// Takes the running totals as the start of the first interval. The `published` fields
+/// are otherwise the publisher's alone; this runs while no session has the provider
+/// published, so the publisher has no job for it.
 fn baseline(instruments: &[Instrument]) {
     use std::sync::atomic::Ordering::Relaxed;
     for &instrument in instruments {
