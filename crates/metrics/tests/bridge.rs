@@ -109,8 +109,7 @@ fn metrics_macros_become_eventpipe_counters() {
     let last = |name: &str| {
         events
             .iter()
-            .filter(|f| text(f, "Name") == name)
-            .last()
+            .rfind(|f| text(f, "Name") == name)
             .unwrap()
             .clone()
     };
