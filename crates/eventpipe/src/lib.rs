@@ -44,6 +44,8 @@ pub mod clock;
 #[cfg(not(eventpipe_loom))]
 mod config;
 #[cfg(not(eventpipe_loom))]
+pub mod counters;
+#[cfg(not(eventpipe_loom))]
 pub mod diagnostics;
 #[cfg(not(eventpipe_loom))]
 mod drain;
@@ -72,6 +74,10 @@ mod writer;
 #[cfg(not(eventpipe_loom))]
 pub use config::{
     BufferingMode, ListenerCallback, Output, ProviderConfig, SessionConfig, MIN_BUDGET,
+};
+#[cfg(not(eventpipe_loom))]
+pub use counters::{
+    Counter, CounterInfo, FloatCounter, Gauge, Histogram, ObservedCounter, UpDownCounter,
 };
 #[cfg(not(eventpipe_loom))]
 pub use payload::{PayloadField, PayloadWriter};

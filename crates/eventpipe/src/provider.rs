@@ -12,7 +12,7 @@
 use std::mem::MaybeUninit;
 
 use crate::payload::PayloadWriter;
-use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// Verbosity of an event (the ETW/EventPipe scale).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -59,6 +59,8 @@ pub struct EnableChange<'a> {
     pub filter_args: Option<&'a str>,
     /// The session's slot (0..64).
     pub session_slot: usize,
+    /// The provider being told (one callback may serve several providers).
+    pub provider: &'a Provider,
     /// True for the first of the two calls a stopping session makes (both with `enabled:
     /// false`): this one comes while the session still records, the provider's chance to
     /// write its last events (a profiler's final heap profile) into it; the second, with
@@ -72,6 +74,9 @@ pub struct EnableChange<'a> {
 pub struct Provider {
     name: &'static str,
     callback: Option<fn(&EnableChange<'_>)>,
+    /// Set once a counter of this provider registers (never cleared): the registry then
+    /// also tells the counters' publisher of every session that enables the provider.
+    has_counters: AtomicBool,
 }
 
 impl Provider {
@@ -81,6 +86,7 @@ impl Provider {
         Provider {
             name,
             callback: None,
+            has_counters: AtomicBool::new(false),
         }
     }
 
@@ -95,6 +101,7 @@ impl Provider {
         Provider {
             name,
             callback: Some(callback),
+            has_counters: AtomicBool::new(false),
         }
     }
 
@@ -108,8 +115,20 @@ impl Provider {
         crate::guid::event_source_guid(self.name)
     }
 
-    pub(crate) fn callback(&self) -> Option<fn(&EnableChange<'_>)> {
-        self.callback
+    /// What to tell of a session that enables or disables this provider: its own callback
+    /// and, once it has counters, the counters' publisher.
+    pub(crate) fn hooks(&self) -> impl Iterator<Item = fn(&EnableChange<'_>)> {
+        // Relaxed: the flag is set before the counters' descriptors register, under the
+        // registry lock that every reader of this takes, which orders the two.
+        let counters = self
+            .has_counters
+            .load(Ordering::Relaxed)
+            .then_some(crate::counters::on_enable_change as fn(&EnableChange<'_>));
+        self.callback.into_iter().chain(counters)
+    }
+
+    pub(crate) fn mark_has_counters(&self) {
+        self.has_counters.store(true, Ordering::Relaxed);
     }
 }
 
@@ -152,6 +171,9 @@ pub enum FieldKind {
     I64Array,
     /// A slice of `f64`.
     F64Array,
+    /// A nested struct (TypeCode Object): its fields, concatenated in the payload. Written
+    /// with [`EventDescriptor::write_with`], which puts the members one after the other.
+    Struct(&'static [FieldSpec]),
 }
 
 impl FieldKind {
@@ -177,12 +199,24 @@ impl FieldKind {
             FieldKind::U64Array => array(T::UInt64),
             FieldKind::I64Array => array(T::Int64),
             FieldKind::F64Array => array(T::Double),
+            FieldKind::Struct(fields) => T::Object(field_descs(fields)),
         }
     }
 }
 
+/// The metadata's description of `fields`, nested structs included.
+fn field_descs(fields: &[FieldSpec]) -> Vec<nettrace::FieldDesc> {
+    fields
+        .iter()
+        .map(|f| nettrace::FieldDesc {
+            name: f.name.to_string(),
+            ty: f.kind.to_field_type(),
+        })
+        .collect()
+}
+
 /// One declared payload field.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FieldSpec {
     /// Field name.
     pub name: &'static str,
@@ -491,14 +525,7 @@ impl EventDescriptor {
             version: u32::from(self.version),
             level: self.level as u32,
             opcode: (self.opcode != 0).then_some(self.opcode),
-            fields: self
-                .fields
-                .iter()
-                .map(|f| nettrace::FieldDesc {
-                    name: f.name.to_string(),
-                    ty: f.kind.to_field_type(),
-                })
-                .collect(),
+            fields: field_descs(self.fields),
             ..Default::default()
         }
     }

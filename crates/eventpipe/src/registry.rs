@@ -11,8 +11,13 @@ use crate::session::SessionShared;
 use crate::sync::Arc;
 use crate::Error;
 
-/// A provider's enable callback and the configuration to tell it, run once no lock is held.
-pub(crate) type PendingCallback = (fn(&EnableChange<'_>), crate::ProviderConfig);
+/// A provider's enable callback, the configuration to tell it and the provider, run once
+/// no lock is held.
+pub(crate) type PendingCallback = (
+    fn(&EnableChange<'_>),
+    crate::ProviderConfig,
+    &'static Provider,
+);
 
 /// What a session tells its providers' callbacks.
 #[derive(Debug, Clone, Copy)]
@@ -27,8 +32,9 @@ pub(crate) enum Notice {
 
 /// Runs `callbacks` for the session in `slot`, with no lock held.
 pub(crate) fn notify(callbacks: Vec<PendingCallback>, slot: usize, notice: Notice) {
-    for (callback, pc) in callbacks {
+    for (callback, pc, provider) in callbacks {
         callback(&EnableChange {
+            provider,
             enabled: matches!(notice, Notice::Enabled),
             keywords: pc.keywords,
             level: pc.level,
@@ -78,13 +84,20 @@ impl Registry {
 #[cold]
 pub(crate) fn register_event(event: &'static EventDescriptor) -> u64 {
     crate::diagnostics::autostart();
+    register_event_quiet(event)
+}
+
+/// [`register_event`] without starting the diagnostics server: for the server's own
+/// counters, registered while it starts.
+#[cold]
+pub(crate) fn register_event_quiet(event: &'static EventDescriptor) -> u64 {
     let mut callbacks = Vec::new();
     let mask = {
         let mut r = registry();
         if event.index().is_none() {
             if !r.knows_provider(event.provider) {
                 // A provider appearing while sessions already name it: tell it now.
-                if let Some(cb) = event.provider.callback() {
+                for cb in event.provider.hooks() {
                     for (slot, s) in r.sessions.iter().enumerate() {
                         if let Some(pc) = s
                             .as_ref()
@@ -104,7 +117,7 @@ pub(crate) fn register_event(event: &'static EventDescriptor) -> u64 {
         mask
     };
     for (cb, pc, slot) in callbacks {
-        notify(vec![(cb, pc)], slot, Notice::Enabled);
+        notify(vec![(cb, pc, event.provider)], slot, Notice::Enabled);
     }
     mask
 }
@@ -149,11 +162,10 @@ fn provider_callbacks(r: &Registry, session: &SessionShared) -> Vec<PendingCallb
             continue;
         }
         seen.push(p);
-        if let (Some(cb), Some(pc)) = (
-            event.provider.callback(),
-            session.provider_config(event.provider.name()),
-        ) {
-            out.push((cb, pc.clone()));
+        if let Some(pc) = session.provider_config(event.provider.name()) {
+            for cb in event.provider.hooks() {
+                out.push((cb, pc.clone(), event.provider));
+            }
         }
     }
     out
@@ -188,6 +200,26 @@ pub(crate) fn remove_session(session: &SessionShared) -> Vec<PendingCallback> {
     }
     r.sessions[slot] = None;
     provider_callbacks(&r, session)
+}
+
+/// The configuration of every running session that enables `provider`, with its slot.
+pub(crate) fn configs_naming(provider: &Provider) -> Vec<(usize, crate::ProviderConfig)> {
+    let r = registry();
+    r.sessions
+        .iter()
+        .enumerate()
+        .filter_map(|(slot, s)| {
+            let pc = s.as_ref()?.provider_config(provider.name())?;
+            Some((slot, pc.clone()))
+        })
+        .collect()
+}
+
+/// The counters of every running session, by slot.
+pub(crate) fn running_session_stats() -> Vec<(usize, crate::SessionStats)> {
+    let sessions: Vec<_> = registry().sessions.iter().flatten().cloned().collect();
+    // Outside the registry lock: reading a session's usage takes its own lock.
+    sessions.iter().map(|s| (s.slot(), s.stats())).collect()
 }
 
 /// The session currently in `slot`.

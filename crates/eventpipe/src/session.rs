@@ -34,6 +34,8 @@ pub(crate) struct SessionShared {
     pub(crate) wake: Mutex<bool>,
     pub(crate) wake_signal: Condvar,
     pub(crate) stop_requested: AtomicBool,
+    /// What the drain has moved to the output so far.
+    pub(crate) progress: Arc<crate::drain::Progress>,
 }
 
 /// Size of a thread's first buffer.
@@ -64,6 +66,17 @@ impl SessionShared {
                 }
                 self.providers.iter().find(|p| p.name == "*")
             })
+    }
+
+    /// Counters so far: the drain's progress and the manager's usage.
+    pub(crate) fn stats(&self) -> SessionStats {
+        let usage = self.manager.usage();
+        let mut s = self.progress.snapshot();
+        s.live_thread_states = usage.thread_states;
+        s.live_buffers = usage.buffers;
+        s.buffer_bytes = usage.bytes;
+        s.spare_buffers = usage.spare_buffers;
+        s
     }
 
     pub(crate) fn enables(&self, event: &EventDescriptor) -> bool {
@@ -137,6 +150,7 @@ impl Session {
     /// Starts a session. Its drain thread runs before any provider's enable callback.
     pub fn start(config: SessionConfig) -> Result<Session, Error> {
         config.validate()?;
+        let progress = Arc::new(crate::drain::Progress::default());
         let shared = registry::add_session(|slot| {
             Arc::new(SessionShared {
                 id: NEXT_SESSION_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
@@ -152,9 +166,9 @@ impl Session {
                 wake: Mutex::new(false),
                 wake_signal: Condvar::new(),
                 stop_requested: AtomicBool::new(false),
+                progress: Arc::clone(&progress),
             })
         })?;
-        let progress = Arc::new(crate::drain::Progress::default());
         let drain = match crate::drain::spawn(Arc::clone(&shared), config, Arc::clone(&progress)) {
             Ok(handle) => handle,
             Err(e) => {
@@ -180,13 +194,7 @@ impl Session {
 
     /// Counters so far.
     pub fn stats(&self) -> SessionStats {
-        let usage = self.shared.manager.usage();
-        let mut s = self.progress.snapshot();
-        s.live_thread_states = usage.thread_states;
-        s.live_buffers = usage.buffers;
-        s.buffer_bytes = usage.bytes;
-        s.spare_buffers = usage.spare_buffers;
-        s
+        self.shared.stats()
     }
 
     /// Asks the drain to move buffered events to the output now.

@@ -60,6 +60,9 @@ pub fn start_server() -> Result<&'static DiagnosticServer, crate::Error> {
         }
         started
     });
+    if server.is_ok() {
+        crate::counters::runtime::register();
+    }
     server
         .as_ref()
         .map_err(|e| crate::Error::Diagnostics(e.clone()))

@@ -251,6 +251,9 @@ impl<A: GlobalAlloc> ProfiledAllocator<A> {
 
 /// Samples taken.
 static SAMPLES: AtomicU64 = AtomicU64::new(0);
+/// The bytes the samples taken stand for (their weights): an unbiased estimate of the bytes
+/// allocated while sampling was on.
+static SAMPLED_BYTES: AtomicU64 = AtomicU64::new(0);
 /// Samples not tracked (the profiler stopped or restarted meanwhile, or memory was short).
 static UNTRACKED: AtomicU64 = AtomicU64::new(0);
 /// Frees of tracked allocations.
@@ -364,6 +367,7 @@ fn sample(t: &ThreadState, addr: usize, size: u64, interval: u64, epoch: u64, ma
         UNDER_LOCK.fetch_add(1, Ordering::Relaxed);
     }
     let weight = sample_weight(size, interval);
+    SAMPLED_BYTES.fetch_add(weight, Ordering::Relaxed);
     let thread = thread::os_tid(t);
     let stack = stack::capture(marker);
     // The event gets its own exact-size copy: the table's may be freed (by a free of `addr`
@@ -436,6 +440,8 @@ fn free_tracked(addr: usize) {
 /// `64KiB`), it also calls [`track_heap`].
 pub fn register() -> bool {
     let samples = thread::with_guard(|| {
+        ALLOC_RATE.register();
+        LIVE_BYTES.register();
         let samples = emitter::ALLOCATION_SAMPLE.register();
         emitter::FREE_SAMPLE.register();
         emitter::LIVE_ALLOCATION.register();
@@ -452,6 +458,29 @@ pub fn register() -> bool {
     }
     samples
 }
+
+/// `alloc-rate` on the runtime's counters provider: the sampled estimate of the bytes
+/// allocated (the samples' weights), while sampling is on (a session records
+/// `EventPipeRs-Allocations`, or the heap is tracked); nothing otherwise.
+static ALLOC_RATE: eventpipe::ObservedCounter = eventpipe::ObservedCounter::new(
+    &eventpipe::counters::runtime::PROVIDER,
+    eventpipe::CounterInfo::new("alloc-rate")
+        .display_name("Allocation Rate")
+        .unit("B")
+        .description("Bytes allocated, estimated from the allocation profiler's samples"),
+    || SAMPLED_BYTES.load(Ordering::Relaxed),
+);
+
+/// `live-bytes` on the runtime's counters provider: the sampled live set's estimate (the
+/// weights of the sampled allocations not yet freed); 0 while sampling is off.
+static LIVE_BYTES: eventpipe::Gauge = eventpipe::Gauge::observed(
+    &eventpipe::counters::runtime::PROVIDER,
+    eventpipe::CounterInfo::new("live-bytes")
+        .display_name("Live Bytes")
+        .unit("B")
+        .description("Bytes live on the heap, estimated from the allocation profiler's samples"),
+    || thread::with_guard(table::live_weight) as f64,
+);
 
 /// Keeps sampling on with no session, at a mean interval of `sample_interval` bytes, so
 /// the sampled live set is always known and a heap snapshot (`eptrace heap -p PID`, a

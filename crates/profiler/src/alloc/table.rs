@@ -268,6 +268,14 @@ pub(crate) fn clear() -> usize {
     cleared
 }
 
+/// The weights of the entries tracked now: the estimated live bytes. Call with the
+/// re-entrancy guard raised (it takes the shard locks).
+pub(crate) fn live_weight() -> u64 {
+    (0..SHARDS)
+        .map(|s| Locked::new(s).values().map(|e| e.weight).sum::<u64>())
+        .sum()
+}
+
 /// Entries currently tracked.
 pub(crate) fn len() -> usize {
     (0..SHARDS).map(|s| Locked::new(s).len()).sum()
