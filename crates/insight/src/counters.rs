@@ -352,6 +352,12 @@ fn decode_payload_fields(event: &Event<'_>, p: &[(&str, Value)]) -> Option<Count
     } else {
         CounterKind::Histogram
     };
+    // The percentiles are values, not tags.
+    let metadata = metadata
+        .split(',')
+        .filter(|kv| !kv.trim().starts_with("Percentiles="))
+        .collect::<Vec<_>>()
+        .join(",");
     Some(CounterEvent::Value(CounterValue {
         time_ms: event.timestamp_msec(),
         provider: event.metadata.provider.clone(),

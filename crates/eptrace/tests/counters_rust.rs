@@ -1,0 +1,180 @@
+//! `eptrace counters` against a Rust program: the metrics crate's `counters-demo` example
+//! publishes counters with known values through the runtime's API and through the
+//! `metrics` bridge, parks a known number of threads and allocates at a known rate; what
+//! `collect` writes must hold those values, and the built-in `EventPipeRs-Runtime`
+//! counters must track the thread count and the allocation rate within 10 %.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// Bytes the demo allocates per second (512 KiB every 10 ms, on a fixed schedule).
+const ALLOC_RATE: f64 = 512.0 * 1024.0 * 100.0;
+
+fn demo_path() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let exe = std::env::current_exe().unwrap();
+        let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+        let target_dir = profile_dir.parent().unwrap();
+        let status = Command::new(option_env!("CARGO").unwrap_or("cargo"))
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "eventpipe-metrics",
+                "--example",
+                "counters-demo",
+            ])
+            .arg("--target-dir")
+            .arg(target_dir)
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building counters-demo failed");
+        profile_dir.join("examples/counters-demo")
+    })
+    .clone()
+}
+
+struct Demo {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+    pid: u32,
+}
+
+impl Demo {
+    fn start() -> Demo {
+        let mut child = Command::new(demo_path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("counters-demo starts");
+        let stdin = child.stdin.take().unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut demo = Demo {
+            child,
+            stdin,
+            lines,
+            pid: 0,
+        };
+        demo.pid = demo.line("pid ").parse().unwrap();
+        demo.line("ready");
+        demo
+    }
+
+    fn line(&mut self, prefix: &str) -> String {
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|e| panic!("counters-demo said no {prefix:?} line: {e}"));
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return rest.trim().to_owned();
+            }
+        }
+    }
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_rust_programs_counters_arrive_exact_and_its_runtime_counters_track_it() {
+    let mut demo = Demo::start();
+    let path =
+        std::env::temp_dir().join(format!("eptrace-counters-rust-{}.csv", std::process::id()));
+    let collector = Command::new(env!("CARGO_BIN_EXE_eptrace"))
+        .args([
+            "counters",
+            "collect",
+            "-p",
+            &demo.pid.to_string(),
+            "--counters",
+            "Demo,Metrics,EventPipeRs-Runtime",
+            "--duration",
+            "5s",
+            "-o",
+            path.to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Threads while the session runs (its own included), and 100 jobs during it.
+    std::thread::sleep(Duration::from_millis(2000));
+    let threads_seen = std::fs::read_dir(format!("/proc/{}/task", demo.pid))
+        .unwrap()
+        .count() as f64;
+    writeln!(demo.stdin, "jobs 100").unwrap();
+    demo.stdin.flush().unwrap();
+    assert_eq!(demo.line("jobs "), "100");
+    let out = collector.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let csv = std::fs::read_to_string(&path).unwrap();
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    let of = |provider: &str, name: &str| -> Vec<f64> {
+        rows.iter()
+            .filter(|r| r[1] == provider && r[2] == name)
+            .map(|r| r[4].parse().unwrap())
+            .collect()
+    };
+    let exact = |provider: &str, name: &str, want: f64| {
+        let vs = of(provider, name);
+        assert!(vs.len() >= 3, "{provider}/{name}: {csv}");
+        assert!(vs.iter().all(|&v| v == want), "{provider}/{name} = {vs:?}");
+    };
+    // The direct API.
+    exact("Demo", "fixed-gauge (MB)", 42.5);
+    exact("Demo", "fixed-total (Count / 1 sec)", 7.0);
+    for p in ["50", "95", "99"] {
+        exact("Demo", &format!("latency (ms)[Percentile={p}]"), 10.0);
+    }
+    // The metrics bridge: a gauge, and a labelled counter whose increments add up to what
+    // was counted.
+    exact("Metrics", "queue_depth", 12.0);
+    let jobs = of("Metrics", "jobs (Count / 1 sec)[kind=batch]");
+    assert_eq!(jobs.iter().sum::<f64>(), 100.0, "{jobs:?}");
+
+    // Built in: the thread count and the allocation rate, within 10 %.
+    let threads = of("EventPipeRs-Runtime", "Thread Count");
+    assert!(!threads.is_empty(), "{csv}");
+    for t in &threads {
+        assert!(
+            (t - threads_seen).abs() <= 0.1 * threads_seen,
+            "{t} threads, /proc says {threads_seen}"
+        );
+    }
+    let rates = of("EventPipeRs-Runtime", "Allocation Rate (B / 1 sec)");
+    assert!(rates.len() >= 3, "{csv}");
+    let mean = rates.iter().sum::<f64>() / rates.len() as f64;
+    assert!(
+        (mean - ALLOC_RATE).abs() <= 0.1 * ALLOC_RATE,
+        "allocation rate {mean:.0} B/s, truly {ALLOC_RATE:.0}: {rates:?}"
+    );
+    std::fs::remove_file(&path).ok();
+}
