@@ -51,7 +51,7 @@ fn main() {
     jobs.absolute(0);
 
     let parked: Vec<_> = (0..8)
-        .map(|_| std::thread::spawn(|| std::thread::park()))
+        .map(|_| std::thread::spawn(std::thread::park))
         .collect();
     std::thread::spawn(|| {
         let mut next = Instant::now();
