@@ -407,3 +407,33 @@ fn report_reads_the_counters_a_trace_recorded() {
     assert_eq!(none.status.code(), Some(1));
     std::fs::remove_file(&trace).ok();
 }
+
+#[test]
+fn the_meters_publishers_limits_are_said_in_words() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(dotnet) = Dotnet::locate() else {
+        return;
+    };
+    let label = "eptrace counters monitor with Meters limits, .NET 8";
+    let app = counters_app(&dotnet.dotnet8, &dotnet.testapp, label, "120");
+    let out = eptrace(&[
+        "counters",
+        "monitor",
+        "-p",
+        &app.pid.to_string(),
+        "--counters",
+        "EventPipeRs.TestMeter",
+        "--max-histograms",
+        "0",
+        "--duration",
+        "3s",
+    ]);
+    assert!(out.status.success(), "{label}: {}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains("reached its limit of histograms (--max-histograms)"),
+        "{label}: {shown}"
+    );
+    // The other instruments still arrive.
+    assert!(shown.contains("temperature (Cel)"), "{label}: {shown}");
+}

@@ -138,8 +138,9 @@ impl Screen {
                 }
             }
         }
+        // Whole here; a terminal's redraw cuts every line to its width.
         for p in &self.problems {
-            lines.push(fit(&format!("note: {p}"), width));
+            lines.push(format!("note: {p}"));
         }
         lines
     }
