@@ -3,7 +3,7 @@
 //! ```text
 //! HeapGraphBuilder (nodes with a size and a type, references in any order)
 //!   ─▶ finish: ids checked, references laid out as CSR ─▶ HeapGraph
-//!   ─▶ dominators: Lengauer–Tarjan from the synthetic root ─▶ Dominators
+//!   ─▶ dominators: Semi-NCA from the synthetic root ─▶ Dominators
 //!      (immediate dominator and retained size of every node)
 //! ```
 //!
