@@ -575,13 +575,17 @@ impl GcDumpBuilder {
         }
         kinds.sort_unstable();
         kinds.dedup();
+        // Nodes first, then the edges in order of their source, so the builder keeps them
+        // as they come instead of sorting them: the root's, each root kind's, each static
+        // field's, then the objects' (a heap walk gives each object's together).
         let mut group_nodes: HashMap<RootGroup, NodeId> = HashMap::new();
+        let mut group_order: Vec<RootGroup> = Vec::new();
         for kind in kinds {
             let ty = g.add_type(kind.name());
-            let node = g.add_node(0, ty);
-            g.add_edge(0, node);
-            group_nodes.insert(kind, node);
+            group_nodes.insert(kind, g.add_node(0, ty));
+            group_order.push(kind);
         }
+        let mut held: HashMap<RootGroup, Vec<NodeId>> = HashMap::new();
         let mut static_types: HashMap<&str, TypeId> = HashMap::new();
         let mut static_nodes = Vec::with_capacity(statics.len());
         for &(name, object, thread) in &statics {
@@ -594,7 +598,7 @@ impl GcDumpBuilder {
                 .entry(name)
                 .or_insert_with(|| g.add_type(&format!("[static var {name}]")));
             let node = g.add_node(0, ty);
-            g.add_edge(group_nodes[&kind], node);
+            held.entry(kind).or_default().push(node);
             static_nodes.push((node, object));
         }
 
@@ -627,6 +631,30 @@ impl GcDumpBuilder {
             g.add_node(size, type_of[t as usize]);
             bytes = bytes.saturating_add(size);
         }
+        let mut root_count = 0u64;
+        for &(kind, object) in &roots {
+            if object != UNRESOLVED {
+                held.entry(kind).or_default().push(first_object + object);
+                root_count += 1;
+            }
+        }
+        held.entry(RootGroup::Unreported)
+            .or_default()
+            .extend(orphans.iter().map(|&o| first_object + o));
+        for &kind in &group_order {
+            g.add_edge(0, group_nodes[&kind]);
+        }
+        for kind in &group_order {
+            for &node in held.get(kind).map_or(&[][..], Vec::as_slice) {
+                g.add_edge(group_nodes[kind], node);
+            }
+        }
+        for &(node, object) in &static_nodes {
+            if object != UNRESOLVED {
+                g.add_edge(node, first_object + object);
+                root_count += 1;
+            }
+        }
         let mut unresolved = 0u64;
         let mut references = 0u64;
         for i in 0..objects {
@@ -639,22 +667,6 @@ impl GcDumpBuilder {
                     references += 1;
                 }
             }
-        }
-        let mut root_count = 0u64;
-        for &(kind, object) in &roots {
-            if object != UNRESOLVED {
-                g.add_edge(group_nodes[&kind], first_object + object);
-                root_count += 1;
-            }
-        }
-        for &(node, object) in &static_nodes {
-            if object != UNRESOLVED {
-                g.add_edge(node, first_object + object);
-                root_count += 1;
-            }
-        }
-        for &object in &orphans {
-            g.add_edge(group_nodes[&RootGroup::Unreported], first_object + object);
         }
         let graph = g.finish()?;
         Ok(GcDump {
