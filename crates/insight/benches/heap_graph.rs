@@ -7,9 +7,10 @@
 //! the root, so almost everything is reachable), and 20 M more references join random
 //! objects. The last 1 % of the objects form an island that refers to the rest but that
 //! nothing reachable refers to, so they are unreachable. Sizes are 16 to 1024 bytes in steps
-//! of 8, types one of 1000. References are added in generation order, not grouped by
-//! source, so `finish` has to sort them (a heap walk, which emits each object's references
-//! together, takes the faster path that does not).
+//! of 8, types one of 1000. With `HEAP_GRAPH_ORDER=walk` (the default) the references reach
+//! the builder grouped by their source, as a heap walk delivers them (`GC/BulkNode` gives
+//! each object's count, its edges follow), so `finish` keeps them as they come; with
+//! `generated` they come in generation order and `finish` sorts them.
 //!
 //! Generating the builder's input is not timed. Criterion reports the time per
 //! build-plus-dominators and objects/s; after it the bench prints every run's time
@@ -69,9 +70,23 @@ const WINDOW: u32 = 256;
 
 /// The builder of the generated heap: `nodes` objects besides the root, `edges` references;
 /// `local`: references mostly join objects allocated close together.
-fn generate(nodes: u32, edges: u64, local: bool) -> HeapGraphBuilder {
+///
+/// `walk`: the references reach the builder grouped by their source, as a heap walk gives
+/// them (each object with its references); otherwise in generation order.
+fn generate(nodes: u32, edges: u64, local: bool, walk: bool) -> HeapGraphBuilder {
     let mut rng = Rng(SEED);
     let mut b = HeapGraphBuilder::new();
+    let mut walked: Vec<(u32, u32)> = Vec::new();
+    if walk {
+        walked.reserve(edges as usize);
+    }
+    let mut add_edge = |b: &mut HeapGraphBuilder, from: u32, to: u32| {
+        if walk {
+            walked.push((from, to));
+        } else {
+            b.add_edge(from, to);
+        }
+    };
     b.reserve(nodes as usize, edges as usize);
     let types: Vec<TypeId> = (0..TYPES)
         .map(|t| b.add_type(&format!("Type{t}")))
@@ -92,11 +107,11 @@ fn generate(nodes: u32, edges: u64, local: bool) -> HeapGraphBuilder {
             } else {
                 rng.range(0, i)
             };
-            b.add_edge(from, i);
+            add_edge(&mut b, from, i);
         } else if i > island {
-            b.add_edge(rng.range(island, i), i);
+            add_edge(&mut b, rng.range(island, i), i);
         } else {
-            b.add_edge(rng.range(island, count), i); // the island's first object
+            add_edge(&mut b, rng.range(island, count), i); // the island's first object
         }
         let due = extra * u64::from(i) / u64::from(nodes);
         while extra_added < due {
@@ -112,9 +127,14 @@ fn generate(nodes: u32, edges: u64, local: bool) -> HeapGraphBuilder {
             } else {
                 rng.range(lo, hi)
             };
-            b.add_edge(from, to);
+            add_edge(&mut b, from, to);
             extra_added += 1;
         }
+    }
+    // Not timed: the order a heap walk would have delivered them in.
+    walked.sort_unstable_by_key(|&(from, _)| from);
+    for (from, to) in walked {
+        b.add_edge(from, to);
     }
     b
 }
@@ -160,6 +180,12 @@ fn main() {
     let edges = env_count("HEAP_GRAPH_EDGES", 3 * nodes as usize) as u64;
     assert!(nodes >= 100, "HEAP_GRAPH_NODES: at least 100");
     let shape = std::env::var("HEAP_GRAPH_SHAPE").unwrap_or_else(|_| "random".into());
+    let order = std::env::var("HEAP_GRAPH_ORDER").unwrap_or_else(|_| "walk".into());
+    let walk = match order.as_str() {
+        "walk" => true,
+        "generated" => false,
+        other => panic!("HEAP_GRAPH_ORDER: walk or generated, not {other:?}"),
+    };
     let local = match shape.as_str() {
         "random" => false,
         "local" => true,
@@ -179,12 +205,12 @@ fn main() {
         group.sampling_mode(SamplingMode::Flat);
         group.throughput(Throughput::Elements(u64::from(nodes) + 1));
         group.bench_function(
-            format!("finish+dominators/{shape}/{nodes}n/{edges}e"),
+            format!("finish+dominators/{shape}/{order}/{nodes}n/{edges}e"),
             |bencher| {
                 bencher.iter_custom(|iters| {
                     let mut total = Duration::ZERO;
                     for _ in 0..iters {
-                        let builder = generate(nodes, edges, local);
+                        let builder = generate(nodes, edges, local, walk);
                         let cpu_start = thread_cpu_time();
                         let start = Instant::now();
                         let graph = builder.finish().expect("a valid graph");
@@ -222,7 +248,7 @@ fn main() {
     let med = median(totals);
     let objects = f64::from(nodes) + 1.0;
     println!(
-        "heap_graph ({shape}): {} objects ({} reachable), {} references; {} runs (warm-up included)",
+        "heap_graph ({shape}, {order} order): {} objects ({} reachable), {} references; {} runs (warm-up included)",
         nodes + 1,
         reachable,
         edges,
