@@ -101,17 +101,7 @@ pub(crate) fn do_convert(config: &Config) -> Result<()> {
         InputSpec::Path(p) => p.clone(),
         InputSpec::Stdin => PathBuf::from("stdin.nettrace"),
     };
-    let targets: Vec<(ConvertFormat, PathBuf)> = match (&config.output, config.formats.as_slice()) {
-        (Some(out), [format]) => vec![(*format, out.clone())],
-        (Some(_), _) => bail!(
-            "-o names one file; it cannot take {} formats",
-            config.formats.len()
-        ),
-        (None, formats) => formats
-            .iter()
-            .map(|&f| (f, output_path(&base, f)))
-            .collect(),
-    };
+    let targets = crate::stream_file::targets(&base, &config.formats, config.output.as_ref())?;
     let written = convert_bytes(data, &name, &targets, config)?;
     let mut err = std::io::stderr().lock();
     for w in &written {

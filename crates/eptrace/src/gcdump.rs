@@ -12,7 +12,7 @@
 //! nettrace, which `dotnet-gcdump convert` and PerfView also read.
 
 use std::fs::File;
-use std::io::{BufWriter, IsTerminal, Read, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -142,7 +142,7 @@ pub(crate) fn do_collect(config: &CollectConfig) -> Result<()> {
         let shared = Arc::clone(&shared);
         std::thread::Builder::new()
             .name("eptrace-gcdump".into())
-            .spawn(move || read_dump(stream, BufWriter::with_capacity(1 << 20, file), &shared))?
+            .spawn(move || read_dump(stream, file, &shared))?
     };
     let interactive = std::io::stderr().is_terminal();
     let mut stopped = false;
@@ -261,43 +261,11 @@ struct ReadDump {
 }
 
 /// Tees the stream into the file and the dump builder until the stream ends.
-fn read_dump(
-    stream: eventpipe_ipc::TraceStream,
-    mut file: BufWriter<File>,
-    shared: &Shared,
-) -> Result<ReadDump> {
-    struct Tee<'a, R> {
-        inner: R,
-        file: &'a mut BufWriter<File>,
-        error: Option<std::io::Error>,
-    }
-    impl<R: Read> Read for Tee<'_, R> {
-        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-            let n = self.inner.read(buf)?;
-            if self.error.is_none() {
-                if let Err(e) = self.file.write_all(&buf[..n]) {
-                    self.error = Some(e);
-                }
-            }
-            Ok(n)
-        }
-    }
-    let mut tee = Tee {
-        inner: stream,
-        file: &mut file,
-        error: None,
-    };
+fn read_dump(stream: eventpipe_ipc::TraceStream, file: File, shared: &Shared) -> Result<ReadDump> {
     let mut builder = GcDumpBuilder::new();
-    let mut lost = 0;
-    let mut reader = TraceReader::from_read(&mut tee).context("reading the heap dump stream")?;
     let mut seen = 0u64;
-    loop {
-        let event = match reader.next_event() {
-            Ok(Some(event)) => event,
-            Ok(None) => break,
-            Err(e) => return Err(anyhow::Error::new(e).context("reading the heap dump stream")),
-        };
-        builder.observe(&event).context("reading the heap dump")?;
+    let lost = crate::stream_file::read_into_file(stream, file, "the heap dump stream", |event| {
+        builder.observe(event).context("reading the heap dump")?;
         seen += 1;
         if seen % 64 == 0 || builder.is_finished() {
             let p = builder.progress();
@@ -308,15 +276,8 @@ fn read_dump(
             shared.bytes.store(p.bytes, Ordering::Relaxed);
             shared.finished.store(p.finished, Ordering::Release);
         }
-        lost = reader.stats().lost_events;
-    }
-    lost = lost.max(reader.stats().lost_events);
-    drop(reader);
-    let _ = std::io::copy(&mut tee, &mut std::io::sink());
-    if let Some(e) = tee.error.take() {
-        return Err(anyhow::Error::new(e).context("writing the snapshot file"));
-    }
-    file.flush().context("writing the snapshot file")?;
+        Ok(())
+    })?;
     Ok(ReadDump { builder, lost })
 }
 
@@ -520,29 +481,11 @@ pub(crate) fn do_convert(config: &ConvertConfig) -> Result<()> {
     let dump = load(&config.file, config.allow_partial)?;
     let doms = dominators(&dump.graph);
     let profile = retention_profile(&dump.graph, &doms, dump.first_object);
-    let targets: Vec<(ConvertFormat, PathBuf)> = match (&config.output, config.formats.as_slice()) {
-        (Some(out), [format]) => vec![(*format, out.clone())],
-        (Some(_), _) => bail!(
-            "-o names one file; it cannot take {} formats",
-            config.formats.len()
-        ),
-        (None, formats) => formats
-            .iter()
-            .map(|&f| (f, crate::convert::output_path(&config.file, f)))
-            .collect(),
-    };
-    for (format, path) in targets {
-        if format == ConvertFormat::Chrome {
-            bail!("a heap snapshot has no timeline: choose speedscope, pprof, flamegraph or collapsed");
-        }
-        crate::convert::write_profile_file(format, &profile, &path)?;
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "wrote {} (retention view: {} objects, {})",
-            path.display(),
-            profile.samples.len(),
-            profile.weight_text(profile.total_weight())
-        );
-    }
-    Ok(())
+    crate::stream_file::write_profiles(
+        &config.file,
+        &profile,
+        &config.formats,
+        config.output.as_ref(),
+        "retention view",
+    )
 }

@@ -9,7 +9,7 @@
 //! The snapshot file is that session's nettrace.
 
 use std::fs::File;
-use std::io::{BufWriter, IsTerminal, Read, Write};
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -108,9 +108,7 @@ pub(crate) fn do_collect(config: &CollectConfig) -> Result<()> {
         let shared = Arc::clone(&shared);
         std::thread::Builder::new()
             .name("eptrace-heap".into())
-            .spawn(move || {
-                read_snapshot(stream, BufWriter::with_capacity(1 << 20, file), &shared)
-            })?
+            .spawn(move || read_snapshot(stream, file, &shared))?
     };
     let mut err = std::io::stderr().lock();
     let interactive = std::io::stderr().is_terminal();
@@ -219,52 +217,21 @@ struct Shared {
 
 fn read_snapshot(
     stream: eventpipe_ipc::TraceStream,
-    mut file: BufWriter<File>,
+    file: File,
     shared: &Shared,
 ) -> Result<(LiveHeap, u64)> {
-    struct Tee<'a, R> {
-        inner: R,
-        file: &'a mut BufWriter<File>,
-        error: Option<std::io::Error>,
-    }
-    impl<R: Read> Read for Tee<'_, R> {
-        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-            let n = self.inner.read(buf)?;
-            if self.error.is_none() {
-                if let Err(e) = self.file.write_all(&buf[..n]) {
-                    self.error = Some(e);
-                }
-            }
-            Ok(n)
-        }
-    }
-    let mut tee = Tee {
-        inner: stream,
-        file: &mut file,
-        error: None,
-    };
     let mut builder = LiveHeapBuilder::new();
-    let mut reader =
-        TraceReader::from_read(&mut tee).context("reading the heap snapshot stream")?;
-    while let Some(event) = reader
-        .next_event()
-        .context("reading the heap snapshot stream")?
-    {
-        builder.observe(&event);
-        shared
-            .samples
-            .store(builder.samples() as u64, Ordering::Relaxed);
-        if builder.has_ended() {
-            shared.ended.store(true, Ordering::Release);
-        }
-    }
-    let lost = reader.stats().lost_events;
-    drop(reader);
-    let _ = std::io::copy(&mut tee, &mut std::io::sink());
-    if let Some(e) = tee.error.take() {
-        return Err(anyhow::Error::new(e).context("writing the snapshot file"));
-    }
-    file.flush().context("writing the snapshot file")?;
+    let lost =
+        crate::stream_file::read_into_file(stream, file, "the heap snapshot stream", |event| {
+            builder.observe(event);
+            shared
+                .samples
+                .store(builder.samples() as u64, Ordering::Relaxed);
+            if builder.has_ended() {
+                shared.ended.store(true, Ordering::Release);
+            }
+            Ok(())
+        })?;
     Ok((builder.finish(), lost))
 }
 
@@ -396,29 +363,11 @@ pub(crate) fn do_convert(config: &ConvertConfig) -> Result<()> {
             config.file.display()
         );
     }
-    let targets: Vec<(ConvertFormat, PathBuf)> = match (&config.output, config.formats.as_slice()) {
-        (Some(out), [format]) => vec![(*format, out.clone())],
-        (Some(_), _) => bail!(
-            "-o names one file; it cannot take {} formats",
-            config.formats.len()
-        ),
-        (None, formats) => formats
-            .iter()
-            .map(|&f| (f, crate::convert::output_path(&config.file, f)))
-            .collect(),
-    };
-    for (format, path) in targets {
-        if format == ConvertFormat::Chrome {
-            bail!("a heap snapshot has no timeline: choose speedscope, pprof, flamegraph or collapsed");
-        }
-        crate::convert::write_profile_file(format, &profile, &path)?;
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "wrote {} (live heap: {} samples, {})",
-            path.display(),
-            profile.samples.len(),
-            profile.weight_text(profile.total_weight())
-        );
-    }
-    Ok(())
+    crate::stream_file::write_profiles(
+        &config.file,
+        &profile,
+        &config.formats,
+        config.output.as_ref(),
+        "live heap",
+    )
 }

@@ -24,6 +24,7 @@ mod numbers;
 mod progress;
 mod ps;
 mod report;
+mod stream_file;
 mod stress;
 mod value_json;
 

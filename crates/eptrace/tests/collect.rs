@@ -1,6 +1,7 @@
 //! `eptrace ps` and `eptrace collect` against a real Rust process: the workspace's
 //! `traced-app` example, attached to over its diagnostics socket or started by `collect`.
 
+mod support;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -12,27 +13,8 @@ use nettrace::{TraceReader, Value};
 /// The `traced-app` example, built (once per test run) into this test's target dir.
 fn traced_app() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let exe = std::env::current_exe().unwrap();
-        let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-        let target_dir = profile_dir.parent().unwrap();
-        let status = Command::new(option_env!("CARGO").unwrap_or("cargo"))
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "eventpipe",
-                "--example",
-                "traced-app",
-            ])
-            .arg("--target-dir")
-            .arg(target_dir)
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "building traced-app failed");
-        profile_dir.join("examples/traced-app")
-    })
-    .clone()
+    PATH.get_or_init(|| support::build_example("eventpipe", "traced-app"))
+        .clone()
 }
 
 /// A running traced-app, killed when dropped.

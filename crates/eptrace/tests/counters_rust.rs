@@ -4,6 +4,8 @@
 //! `collect` writes must hold those values, and the built-in `EventPipeRs-Runtime`
 //! counters must track the thread count and the allocation rate within 10 %.
 
+mod support;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -16,27 +18,8 @@ const ALLOC_RATE: f64 = 512.0 * 1024.0 * 100.0;
 
 fn demo_path() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let exe = std::env::current_exe().unwrap();
-        let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-        let target_dir = profile_dir.parent().unwrap();
-        let status = Command::new(option_env!("CARGO").unwrap_or("cargo"))
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "eventpipe-metrics",
-                "--example",
-                "counters-demo",
-            ])
-            .arg("--target-dir")
-            .arg(target_dir)
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "building counters-demo failed");
-        profile_dir.join("examples/counters-demo")
-    })
-    .clone()
+    PATH.get_or_init(|| support::build_example("eventpipe-metrics", "counters-demo"))
+        .clone()
 }
 
 struct Demo {
@@ -176,5 +159,73 @@ fn a_rust_programs_counters_arrive_exact_and_its_runtime_counters_track_it() {
         (mean - ALLOC_RATE).abs() <= 0.1 * ALLOC_RATE,
         "allocation rate {mean:.0} B/s, truly {ALLOC_RATE:.0}: {rates:?}"
     );
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn counters_of_a_program_started_by_eptrace_and_named_by_name() {
+    let path = std::env::temp_dir().join(format!(
+        "eptrace-counters-launch-{}.json",
+        std::process::id()
+    ));
+    let demo = demo_path();
+    let out = Command::new(env!("CARGO_BIN_EXE_eptrace"))
+        .args([
+            "counters",
+            "collect",
+            "--counters",
+            "Demo",
+            "--format",
+            "json",
+        ])
+        .args(["--duration", "3s", "-o", path.to_str().unwrap(), "--"])
+        .arg(&demo)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let gauges: Vec<f64> = doc["Events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "fixed-gauge (MB)")
+        .map(|e| e["value"].as_f64().unwrap())
+        .collect();
+    assert!(
+        !gauges.is_empty() && gauges.iter().all(|&g| g == 42.5),
+        "{doc}"
+    );
+
+    // By name: the demo running, attached to as `counters-demo`.
+    let running = Demo::start();
+    let out = Command::new(env!("CARGO_BIN_EXE_eptrace"))
+        .args([
+            "counters",
+            "monitor",
+            "-n",
+            "counters-demo",
+            "--counters",
+            "Demo",
+        ])
+        .args(["--duration", "2500ms"])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Another counters-demo (a parallel test) makes the name ambiguous: then it says so.
+    if stderr.contains("choose one with -p") {
+        return;
+    }
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        shown.contains("fixed-gauge (MB)") && shown.contains("42.5"),
+        "{shown}"
+    );
+    drop(running);
     std::fs::remove_file(&path).ok();
 }

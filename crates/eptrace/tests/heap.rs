@@ -4,6 +4,8 @@
 //! Block mode, smaller than the snapshot itself, and must lose nothing; the report must
 //! find the live set within its stated error, and the diff must rank the leak first.
 
+mod support;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Output, Stdio};
@@ -14,27 +16,8 @@ use std::time::Duration;
 /// The `heap-leak` example, built once into this test's target dir.
 fn heap_leak() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let exe = std::env::current_exe().unwrap();
-        let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-        let target_dir = profile_dir.parent().unwrap();
-        let status = Command::new(option_env!("CARGO").unwrap_or("cargo"))
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "eventpipe-profiler",
-                "--example",
-                "heap-leak",
-            ])
-            .arg("--target-dir")
-            .arg(target_dir)
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "building heap-leak failed");
-        profile_dir.join("examples/heap-leak")
-    })
-    .clone()
+    PATH.get_or_init(|| support::build_example("eventpipe-profiler", "heap-leak"))
+        .clone()
 }
 
 /// A running heap-leak, killed when dropped.

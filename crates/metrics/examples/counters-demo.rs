@@ -10,7 +10,8 @@
 //!   an allocation rate of 512 KiB allocated and freed every 10 ms (52,428,800 B/s, kept on a
 //!   fixed schedule), seen by the allocation profiler, which tracks the heap.
 //!
-//! Stdout: `pid N`, then `ready`; `jobs N` on stdin answers `jobs TOTAL`.
+//! Stdout: `pid N`, then `ready`; `jobs N` on stdin answers `jobs TOTAL`. It runs until
+//! killed.
 
 use std::alloc::System;
 use std::io::{BufRead, Write};
@@ -50,7 +51,7 @@ fn main() {
     let jobs = metrics::counter!("jobs", "kind" => "batch");
     jobs.absolute(0);
 
-    let parked: Vec<_> = (0..8)
+    let _parked: Vec<_> = (0..8)
         .map(|_| std::thread::spawn(std::thread::park))
         .collect();
     std::thread::spawn(|| {
@@ -83,5 +84,8 @@ fn main() {
             out.flush().unwrap();
         }
     }
-    drop(parked);
+    // Without more input (stdin closed, or none), run on until stopped.
+    loop {
+        std::thread::park();
+    }
 }

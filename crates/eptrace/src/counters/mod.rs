@@ -134,7 +134,6 @@ struct Live {
     closer: eventpipe_ipc::client::StreamCloser,
     events: Receiver<Delivery>,
     specs: Vec<CounterSpec>,
-    meters_session: String,
     /// The EventCounters interval asked for, in ms.
     series_ms: u64,
 }
@@ -207,7 +206,7 @@ fn start(config: &SessionConfig) -> Result<Live> {
     let session = stream.session_id();
     let closer = stream.closer()?;
     let (tx, events) = mpsc::channel();
-    let wanted_session = meters_session.clone();
+    let wanted_session = meters_session;
     std::thread::Builder::new()
         .name("eptrace-counters".into())
         .spawn(move || {
@@ -242,7 +241,6 @@ fn start(config: &SessionConfig) -> Result<Live> {
         closer,
         events,
         specs,
-        meters_session,
         series_ms: (config.refresh_sec * 1000.0).round() as u64,
     })
 }
@@ -269,11 +267,12 @@ impl Live {
         })
     }
 
-    /// Stops the session (the process may already be gone).
+    /// Stops the session (the process may already be gone), and ends a program `counters`
+    /// started.
     fn stop(mut self) {
         let _ = self.target.stop(self.session);
         self.closer.close();
-        let _ = self.meters_session;
+        self.target.finish();
     }
 }
 
