@@ -78,6 +78,10 @@ enum Command {
     /// Snapshot a Rust program's live heap (the allocation profiler's sampled live set),
     /// and read snapshots: live bytes per allocation site, the growth between two.
     Heap(HeapArgs),
+    /// Run unattended: find every attachable process, serve traces, heap snapshots,
+    /// counters and Prometheus metrics over HTTP, and collect when a rule fires (as
+    /// dotnet-monitor does). `eptrace agent key` makes an API key.
+    Agent(AgentArgs),
     /// Start a demo workload, trace it for a few seconds, and show what the trace holds:
     /// trace.nettrace, a flame graph, a speedscope profile, a Chrome timeline, the report.
     Demo(DemoArgs),
@@ -100,6 +104,26 @@ struct FormatArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+struct AgentArgs {
+    #[command(subcommand)]
+    command: Option<AgentCommand>,
+    /// The agent's configuration (TOML: listen, api_keys, egress, metrics, rules).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Where the API listens: HOST:PORT, or unix:PATH (owner-only) [default:
+    /// 127.0.0.1:52323]. An address other than loopback needs an API key.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum AgentCommand {
+    /// Print a new API key, and the hash its config line holds.
+    Key,
 }
 
 #[derive(Debug, Args)]
@@ -655,6 +679,10 @@ fn finite_ms(s: &str) -> Result<f64, String> {
 pub(crate) enum Action {
     /// `eptrace ps`.
     Ps(ps::Config),
+    /// `eptrace agent`.
+    Agent(crate::agent::Config),
+    /// `eptrace agent key`.
+    AgentKey,
     /// `eptrace collect`.
     Collect(collect::Config),
     /// `eptrace report`.
@@ -701,6 +729,13 @@ impl Cli {
             Command::Ps(a) => Action::Ps(ps::Config {
                 json: a.format.json,
             }),
+            Command::Agent(a) => match a.command {
+                Some(AgentCommand::Key) => Action::AgentKey,
+                None => Action::Agent(crate::agent::Config {
+                    settings_file: a.config,
+                    listen: a.listen,
+                }),
+            },
             Command::Collect(a) => Action::Collect(collect::Config {
                 target: match (a.pid, a.name) {
                     (Some(pid), _) => TargetSpec::Pid(pid),
@@ -809,8 +844,10 @@ impl Cli {
                     Action::HeapCollect(heap::CollectConfig {
                         target,
                         output: c.output,
-                        timeout: c.timeout,
-                        buffer_mb: c.buffer_mb,
+                        options: heap::CaptureOptions {
+                            timeout: c.timeout,
+                            buffer_mb: c.buffer_mb,
+                        },
                     })
                 }
                 Some(HeapCommand::Report(r)) => Action::HeapReport(heap::ReportConfig {
@@ -857,9 +894,11 @@ impl Cli {
                     Action::GcdumpCollect(gcdump::CollectConfig {
                         target,
                         output: c.output,
-                        timeout: c.timeout,
-                        allow_partial: c.allow_partial,
-                        buffer_mb: c.buffer_mb,
+                        options: gcdump::CaptureOptions {
+                            timeout: c.timeout,
+                            allow_partial: c.allow_partial,
+                            buffer_mb: c.buffer_mb,
+                        },
                     })
                 }
                 Some(GcdumpCommand::Report(r)) => Action::GcdumpReport(gcdump::ReportConfig {

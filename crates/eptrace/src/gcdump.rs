@@ -37,10 +37,7 @@ use crate::numbers::{signed, thousands};
 pub(crate) struct CollectConfig {
     pub(crate) target: TargetSpec,
     pub(crate) output: Option<PathBuf>,
-    pub(crate) timeout: Duration,
-    pub(crate) allow_partial: bool,
-    /// The Drop-mode buffer when the runtime has no Block mode.
-    pub(crate) buffer_mb: u32,
+    pub(crate) options: CaptureOptions,
 }
 
 /// `eptrace gcdump report`.
@@ -78,8 +75,95 @@ const TYPE_FLUSH_WAIT: Duration = Duration::from_secs(3);
 const START_WAIT: Duration = Duration::from_secs(5);
 
 pub(crate) fn do_collect(config: &CollectConfig) -> Result<()> {
-    let began = Instant::now();
     let mut target = Target::open(&config.target)?;
+    let path = config.output.clone().unwrap_or_else(|| {
+        PathBuf::from(format!(
+            "{}_{}.gcdump.nettrace",
+            target.name(),
+            target.pid()
+        ))
+    });
+    let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+    let interactive = std::io::stderr().is_terminal();
+    let mut progressed = false;
+    let captured = capture(
+        &mut target,
+        file,
+        &path,
+        &config.options,
+        &AtomicBool::new(false),
+        &mut |report| crate::progress::say(report, interactive, &mut progressed),
+    );
+    crate::progress::end_line(interactive, progressed);
+    let captured = captured?;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "Heap snapshot written to {} ({}). Inspect it with `eptrace gcdump report {}`.",
+        path.display(),
+        captured.summary(),
+        path.display()
+    );
+    Ok(())
+}
+
+/// How a heap dump is taken.
+#[derive(Debug, Clone)]
+pub(crate) struct CaptureOptions {
+    pub(crate) timeout: Duration,
+    pub(crate) allow_partial: bool,
+    /// The Drop-mode buffer when the runtime has no Block mode.
+    pub(crate) buffer_mb: u32,
+}
+
+/// A heap dump taken and checked.
+#[derive(Debug)]
+pub(crate) struct Captured {
+    pub(crate) dump: GcDump,
+    /// Block mode: nothing could be dropped.
+    pub(crate) lossless: bool,
+}
+
+impl Captured {
+    /// What the dump holds, in one clause.
+    pub(crate) fn summary(&self) -> String {
+        let dump = &self.dump;
+        format!(
+            "{} objects, {} bytes, {} references, {} roots{}; {} mode{}",
+            dump.objects,
+            dump.bytes,
+            dump.references,
+            dump.roots,
+            if dump.unresolved_references > 0 {
+                format!(
+                    ", {} references to memory outside the dump",
+                    dump.unresolved_references
+                )
+            } else {
+                String::new()
+            },
+            if self.lossless { "Block" } else { "Drop" },
+            if self.lossless {
+                ", lossless"
+            } else {
+                ", nothing was lost"
+            },
+        )
+    }
+}
+
+/// Takes a heap dump of `target` into `file` (named `path` in messages), telling `report`
+/// what happens; `cancel` ends it early (an error: a dump cut short is no dump).
+pub(crate) fn capture(
+    target: &mut Target,
+    file: File,
+    path: &Path,
+    options: &CaptureOptions,
+    cancel: &AtomicBool,
+    report: &mut dyn FnMut(crate::progress::Report<'_>),
+) -> Result<Captured> {
+    use crate::progress::Report;
+    let began = Instant::now();
     let runtime = crate::ps::Runtime::of(&target.process_info());
     if runtime.is_rust() {
         bail!(
@@ -88,16 +172,8 @@ pub(crate) fn do_collect(config: &CollectConfig) -> Result<()> {
             target.pid()
         );
     }
-    let path = config.output.clone().unwrap_or_else(|| {
-        PathBuf::from(format!(
-            "{}_{}.gcdump.nettrace",
-            target.name(),
-            target.pid()
-        ))
-    });
-    let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "Flushing the runtime's type table...");
-    flush_type_table(&mut target)?;
+    report(Report::Note("Flushing the runtime's type table..."));
+    flush_type_table(target)?;
 
     let provider = ProviderRequest {
         keywords: GCDUMP_KEYWORDS,
@@ -114,15 +190,14 @@ pub(crate) fn do_collect(config: &CollectConfig) -> Result<()> {
     let (stream, lossless) = match target.collect(&block) {
         Ok(stream) => (stream, true),
         Err(e) if refused_as_unknown(&e) => {
-            let _ = writeln!(
-                err,
+            report(Report::Note(&format!(
                 "note: this runtime has no Block mode (CollectTracing6, .NET 11+): the dump \
                  goes through a {} MB Drop-mode buffer, and is reported incomplete if the \
                  runtime drops any of it",
-                config.buffer_mb
-            );
+                options.buffer_mb
+            )));
             let drop = CollectTracing {
-                circular_buffer_mb: config.buffer_mb,
+                circular_buffer_mb: options.buffer_mb,
                 ..CollectTracing::new(2, vec![provider])
             };
             (
@@ -136,7 +211,6 @@ pub(crate) fn do_collect(config: &CollectConfig) -> Result<()> {
     };
     let session = stream.session_id();
     let closer = stream.closer()?;
-    let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
     let shared = Arc::new(Shared::default());
     let reader = {
         let shared = Arc::clone(&shared);
@@ -144,18 +218,22 @@ pub(crate) fn do_collect(config: &CollectConfig) -> Result<()> {
             .name("eptrace-gcdump".into())
             .spawn(move || read_dump(stream, file, &shared))?
     };
-    let interactive = std::io::stderr().is_terminal();
     let mut stopped = false;
     let mut last_line = Instant::now() - Duration::from_secs(1);
     let outcome = loop {
         if reader.is_finished() {
             break None;
         }
+        if cancel.load(Ordering::Relaxed) {
+            break Some("cancelled".to_owned());
+        }
         let finished = shared.finished.load(Ordering::Acquire);
         if finished && !stopped {
             stopped = true;
             if let Err(e) = target.stop(session) {
-                let _ = writeln!(err, "note: StopTracing failed ({e:#}); the stream was cut");
+                report(Report::Note(&format!(
+                    "note: StopTracing failed ({e:#}); the stream was cut"
+                )));
                 closer.close();
             }
         }
@@ -169,78 +247,52 @@ pub(crate) fn do_collect(config: &CollectConfig) -> Result<()> {
                 (START_WAIT + TYPE_FLUSH_WAIT).as_secs()
             ));
         }
-        if !stopped && waited > config.timeout {
+        if !stopped && waited > options.timeout {
             break Some(format!(
                 "the heap dump did not finish within {:.0} s (--timeout)",
-                config.timeout.as_secs_f64()
+                options.timeout.as_secs_f64()
             ));
         }
         if last_line.elapsed() >= Duration::from_millis(250) {
             last_line = Instant::now();
-            let line = format!(
+            report(Report::Progress(&format!(
                 "{:5.1}s  {} objects, {} references, {} types, {:.1} MB received",
                 waited.as_secs_f64(),
                 shared.objects.load(Ordering::Relaxed),
                 shared.references.load(Ordering::Relaxed),
                 shared.types.load(Ordering::Relaxed),
                 shared.bytes.load(Ordering::Relaxed) as f64 / 1e6
-            );
-            if interactive {
-                let _ = write!(err, "\r{line}\x1b[K");
-            } else {
-                let _ = writeln!(err, "{line}");
-            }
+            )));
         }
         std::thread::sleep(Duration::from_millis(20));
     };
     if let Some(why) = &outcome {
-        let _ = writeln!(
-            err,
-            "{}{why}: stopping the session",
-            if interactive { "\n" } else { "" }
-        );
+        report(Report::Note(&format!("{why}: stopping the session")));
         if let Err(e) = target.stop(session) {
-            let _ = writeln!(err, "note: StopTracing failed ({e:#})");
+            report(Report::Note(&format!("note: StopTracing failed ({e:#})")));
         }
         let deadline = Instant::now() + Duration::from_secs(10);
         while !reader.is_finished() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
         closer.close();
-    } else if interactive {
-        let _ = writeln!(err);
     }
     let read = reader
         .join()
         .map_err(|_| anyhow::anyhow!("the stream reader panicked"))??;
-    drop(err);
     let dump = match (
-        accept(read.builder.finish(read.lost), config.allow_partial, &path),
+        accept(
+            read.builder.finish(read.lost),
+            options.allow_partial,
+            path,
+            report,
+        ),
         outcome,
     ) {
         (Err(e), Some(why)) => return Err(e.context(why)),
         (dump, _) => dump?,
     };
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(
-        out,
-        "Heap snapshot written to {} ({} objects, {} bytes, {} references, {} roots{}; {} mode{}). \
-         Inspect it with `eptrace gcdump report {}`.",
-        path.display(),
-        dump.objects,
-        dump.bytes,
-        dump.references,
-        dump.roots,
-        if dump.unresolved_references > 0 {
-            format!(", {} references to memory outside the dump", dump.unresolved_references)
-        } else {
-            String::new()
-        },
-        if lossless { "Block" } else { "Drop" },
-        if lossless { ", lossless" } else { ", nothing was lost" },
-        path.display()
-    );
-    Ok(())
+    Ok(Captured { dump, lossless })
 }
 
 /// What the reader thread shares with the progress line.
@@ -333,25 +385,22 @@ fn refused_as_unknown(e: &anyhow::Error) -> bool {
 }
 
 /// A dump, or why it is not whole: an incomplete dump is an error unless the user allowed
-/// a partial one, and then every problem is printed first.
+/// a partial one, and then every problem is reported first.
 fn accept(
     dump: std::result::Result<GcDump, GcDumpError>,
     allow_partial: bool,
     path: &Path,
+    report: &mut dyn FnMut(crate::progress::Report<'_>),
 ) -> Result<GcDump> {
     match dump {
         Ok(dump) => Ok(dump),
         Err(GcDumpError::Incomplete { problems, partial }) if allow_partial => {
-            let mut err = std::io::stderr().lock();
-            let _ = writeln!(
-                err,
+            report(crate::progress::Report::Note(&format!(
                 "warning: {} is an INCOMPLETE heap dump; what follows is part of the heap, \
-                 not a smaller heap:",
-                path.display()
-            );
-            for p in &problems {
-                let _ = writeln!(err, "  - {p}");
-            }
+                 not a smaller heap:\n  - {}",
+                path.display(),
+                problems.join("\n  - ")
+            )));
             Ok(*partial)
         }
         Err(GcDumpError::Incomplete { problems, .. }) => bail!(
@@ -378,10 +427,12 @@ fn load(path: &Path, allow_partial: bool) -> Result<GcDump> {
             .observe(&event)
             .with_context(|| format!("reading the heap dump in {}", path.display()))?;
     }
+    let interactive = std::io::stderr().is_terminal();
     accept(
         builder.finish(reader.stats().lost_events),
         allow_partial,
         path,
+        &mut |report| crate::progress::say(report, interactive, &mut false),
     )
 }
 

@@ -32,8 +32,7 @@ use crate::numbers::{signed, thousands};
 pub(crate) struct CollectConfig {
     pub(crate) target: TargetSpec,
     pub(crate) output: Option<PathBuf>,
-    pub(crate) timeout: Duration,
-    pub(crate) buffer_mb: u32,
+    pub(crate) options: CaptureOptions,
 }
 
 /// `eptrace heap report`.
@@ -69,8 +68,61 @@ const WHAT_IT_NEEDS: &str = "a program answers heap snapshots when it installs \
     EVENTPIPE_HEAP_TRACKING=1 in its environment)";
 
 pub(crate) fn do_collect(config: &CollectConfig) -> Result<()> {
-    let began = Instant::now();
     let mut target = Target::open(&config.target)?;
+    let path = config.output.clone().unwrap_or_else(|| {
+        PathBuf::from(format!("{}_{}.heap.nettrace", target.name(), target.pid()))
+    });
+    let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+    let interactive = std::io::stderr().is_terminal();
+    let mut in_line = false;
+    let heap = capture(
+        &mut target,
+        file,
+        &path,
+        &config.options,
+        &AtomicBool::new(false),
+        &mut |report| crate::progress::say(report, interactive, &mut in_line),
+    );
+    crate::progress::end_line(interactive, in_line);
+    let heap = heap?;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "Heap snapshot written to {} ({}). Inspect it with `eptrace heap report {}`.",
+        path.display(),
+        summary(&heap),
+        path.display()
+    )?;
+    Ok(())
+}
+
+/// How a heap snapshot is taken.
+#[derive(Debug, Clone)]
+pub(crate) struct CaptureOptions {
+    pub(crate) timeout: Duration,
+    pub(crate) buffer_mb: u32,
+}
+
+/// What a snapshot holds, in one clause.
+pub(crate) fn summary(heap: &LiveHeap) -> String {
+    format!(
+        "snapshot {}: {} live allocations sampled, about {} live bytes ± {} in about {} \
+         allocations; Block mode, nothing lost",
+        heap.snapshot, heap.samples, heap.bytes, heap.bytes_error, heap.count,
+    )
+}
+
+/// Asks `target` for its live heap and writes the snapshot session into `file` (named
+/// `path` in messages), telling `report` how far it is; `cancel` ends it early.
+pub(crate) fn capture(
+    target: &mut Target,
+    file: File,
+    path: &Path,
+    options: &CaptureOptions,
+    cancel: &AtomicBool,
+    report: &mut dyn FnMut(crate::progress::Report<'_>),
+) -> Result<LiveHeap> {
+    let began = Instant::now();
     let runtime = crate::ps::Runtime::of(&target.process_info());
     if !runtime.is_rust() {
         bail!(
@@ -79,12 +131,9 @@ pub(crate) fn do_collect(config: &CollectConfig) -> Result<()> {
             target.pid()
         );
     }
-    let path = config.output.clone().unwrap_or_else(|| {
-        PathBuf::from(format!("{}_{}.heap.nettrace", target.name(), target.pid()))
-    });
     let request = CollectTracing {
         buffering_mode: 1,
-        circular_buffer_mb: config.buffer_mb,
+        circular_buffer_mb: options.buffer_mb,
         stackwalk: false,
         ..CollectTracing::new(
             6,
@@ -102,7 +151,6 @@ pub(crate) fn do_collect(config: &CollectConfig) -> Result<()> {
         .context("starting the heap snapshot session")?;
     let session = stream.session_id();
     let closer = stream.closer()?;
-    let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
     let shared = Arc::new(Shared::default());
     let reader = {
         let shared = Arc::clone(&shared);
@@ -110,8 +158,6 @@ pub(crate) fn do_collect(config: &CollectConfig) -> Result<()> {
             .name("eptrace-heap".into())
             .spawn(move || read_snapshot(stream, file, &shared))?
     };
-    let mut err = std::io::stderr().lock();
-    let interactive = std::io::stderr().is_terminal();
     let mut last_line = Instant::now() - Duration::from_secs(1);
     let mut stopped = false;
     let mut gave_up = false;
@@ -119,63 +165,45 @@ pub(crate) fn do_collect(config: &CollectConfig) -> Result<()> {
         if !stopped && shared.ended.load(Ordering::Acquire) {
             stopped = true;
             if let Err(e) = target.stop(session) {
-                let _ = writeln!(err, "note: StopTracing failed ({e:#}); the stream was cut");
+                report(crate::progress::Report::Note(&format!(
+                    "note: StopTracing failed ({e:#}); the stream was cut"
+                )));
                 closer.close();
             }
         }
-        if !stopped && began.elapsed() > config.timeout {
+        if !stopped && (began.elapsed() > options.timeout || cancel.load(Ordering::Relaxed)) {
             stopped = true;
             gave_up = true;
             let _ = target.stop(session);
         }
         if last_line.elapsed() >= Duration::from_millis(250) {
             last_line = Instant::now();
-            let line = format!(
+            report(crate::progress::Report::Progress(&format!(
                 "{:5.1}s  {} live allocations received",
                 began.elapsed().as_secs_f64(),
                 shared.samples.load(Ordering::Relaxed)
-            );
-            if interactive {
-                let _ = write!(err, "\r{line}\x1b[K");
-            } else {
-                let _ = writeln!(err, "{line}");
-            }
+            )));
         }
-        if stopped && began.elapsed() > config.timeout + Duration::from_secs(10) {
+        if stopped && began.elapsed() > options.timeout + Duration::from_secs(10) {
             closer.close();
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    if interactive {
-        let _ = writeln!(err);
-    }
-    drop(err);
     let (heap, lost) = reader
         .join()
         .map_err(|_| anyhow::anyhow!("the stream reader panicked"))??;
+    if cancel.load(Ordering::Relaxed) {
+        bail!("cancelled before the snapshot was complete");
+    }
     if gave_up || heap.samples == 0 && heap.sample_interval == 0 && !heap.complete {
         bail!(
             "process {} sent no heap snapshot within {:.0} s; {WHAT_IT_NEEDS}",
             target.pid(),
-            config.timeout.as_secs_f64()
+            options.timeout.as_secs_f64()
         );
     }
-    check(&heap, lost, &path)?;
-    let mut out = std::io::stdout().lock();
-    writeln!(
-        out,
-        "Heap snapshot written to {} (snapshot {}: {} live allocations sampled, about {} live \
-         bytes ± {} in about {} allocations; Block mode, nothing lost). Inspect it with \
-         `eptrace heap report {}`.",
-        path.display(),
-        heap.snapshot,
-        heap.samples,
-        heap.bytes,
-        heap.bytes_error,
-        heap.count,
-        path.display()
-    )?;
-    Ok(())
+    check(&heap, lost, path)?;
+    Ok(heap)
 }
 
 /// A snapshot is usable when the program tracked a heap, every allocation it listed

@@ -11,6 +11,7 @@
 //!   file and, for bad bytes, the offset;
 //! * 2: a usage error (clap's own exit status).
 
+mod agent;
 mod cli;
 mod collect;
 mod convert;
@@ -45,6 +46,8 @@ fn run() -> ExitCode {
     };
     let result = match action {
         cli::Action::Ps(config) => ps::do_ps(&config),
+        cli::Action::Agent(config) => agent::do_agent(&config),
+        cli::Action::AgentKey => agent::do_key(),
         cli::Action::Collect(config) => collect::do_collect(&config),
         cli::Action::Report(config) => report::do_report(&config),
         cli::Action::Dump(config) => dump::do_dump(&config),

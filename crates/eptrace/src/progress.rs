@@ -69,3 +69,42 @@ impl Drop for Progress {
         self.finish();
     }
 }
+
+/// What a long capture tells its watcher.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Report<'a> {
+    /// Something the user should know (a fallback, a warning).
+    Note(&'a str),
+    /// A status line, replaced by the next one.
+    Progress(&'a str),
+}
+
+/// Writes `report` to stderr: status lines in place on a terminal, one per line elsewhere.
+/// `in_line` tracks whether a status line is on screen (it must be ended before a note).
+pub(crate) fn say(report: Report<'_>, interactive: bool, in_line: &mut bool) {
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    match report {
+        Report::Note(text) => {
+            if std::mem::take(in_line) && interactive {
+                let _ = writeln!(err);
+            }
+            let _ = writeln!(err, "{text}");
+        }
+        Report::Progress(line) if interactive => {
+            *in_line = true;
+            let _ = write!(err, "\r{line}\x1b[K");
+        }
+        Report::Progress(line) => {
+            let _ = writeln!(err, "{line}");
+        }
+    }
+}
+
+/// Ends a status line left on screen.
+pub(crate) fn end_line(interactive: bool, in_line: bool) {
+    if interactive && in_line {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr().lock());
+    }
+}

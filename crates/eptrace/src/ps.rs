@@ -68,7 +68,7 @@ impl std::fmt::Display for Runtime {
     }
 }
 
-fn proc_text(pid: u32, file: &str) -> Option<String> {
+pub(crate) fn proc_text(pid: u32, file: &str) -> Option<String> {
     let raw = std::fs::read(format!("/proc/{pid}/{file}")).ok()?;
     let text = String::from_utf8_lossy(&raw);
     Some(

@@ -10,8 +10,9 @@
 //!   an allocation rate of 512 KiB allocated and freed every 10 ms (52,428,800 B/s, kept on a
 //!   fixed schedule), seen by the allocation profiler, which tracks the heap.
 //!
-//! Stdout: `pid N`, then `ready`; `jobs N` on stdin answers `jobs TOTAL`. It runs until
-//! killed.
+//! Stdout: `pid N`, then `ready`; `jobs N` on stdin answers `jobs TOTAL`; `spin` starts a
+//! thread that keeps one core busy (for CPU-usage triggers) and answers `spinning`. It runs
+//! until killed.
 
 use std::alloc::System;
 use std::io::{BufRead, Write};
@@ -81,6 +82,15 @@ fn main() {
             jobs.increment(n);
             total += n;
             writeln!(out, "jobs {total}").unwrap();
+            out.flush().unwrap();
+        } else if line.trim() == "spin" {
+            std::thread::spawn(|| {
+                let mut x = 0u64;
+                loop {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            });
+            writeln!(out, "spinning").unwrap();
             out.flush().unwrap();
         }
     }

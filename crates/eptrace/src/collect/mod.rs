@@ -6,7 +6,7 @@
 //! process ending) sends `StopTracing` and reads on until the process ends the stream, so
 //! the file ends the way the format requires.
 
-mod profile;
+pub(crate) mod profile;
 mod target;
 
 use std::collections::BTreeMap;
@@ -288,7 +288,7 @@ fn end_cut_trace(path: &std::path::Path) -> Result<String> {
     ))
 }
 
-fn build_request(
+pub(crate) fn build_request(
     config: &Config,
     is_rust: bool,
     providers: Vec<eventpipe_ipc::ProviderRequest>,

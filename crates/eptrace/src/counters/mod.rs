@@ -8,7 +8,7 @@
 //! them refreshing in place, `collect` writes them as `dotnet-counters collect` does (CSV or
 //! JSON), and `report` reads them back from a trace file.
 
-mod export;
+pub(crate) mod export;
 mod screen;
 
 use std::collections::BTreeMap;
@@ -114,7 +114,7 @@ pub(crate) struct ReportConfig {
 }
 
 /// The default counters of a runtime.
-fn default_specs(is_rust: bool) -> Vec<CounterSpec> {
+pub(crate) fn default_specs(is_rust: bool) -> Vec<CounterSpec> {
     let provider = if is_rust {
         "EventPipeRs-Runtime"
     } else {
@@ -277,7 +277,11 @@ impl Live {
 }
 
 /// What the caller of [`run`] does with each delivery, and whether to go on.
-trait Sink {
+pub(crate) trait Sink {
+    /// The session runs (called once, before any value).
+    fn started(&mut self) -> Result<()> {
+        Ok(())
+    }
     /// A value the target published at `at`.
     fn value(&mut self, value: CounterValue, at: SystemTime) -> Result<()>;
     fn problem(&mut self, problem: String) -> Result<()>;
@@ -288,8 +292,9 @@ trait Sink {
 
 /// Runs a session until the duration passes, the sink or the user ends it, or the process
 /// ends the stream.
-fn run(config: &SessionConfig, sink: &mut dyn Sink, stop: &AtomicBool) -> Result<()> {
+pub(crate) fn run(config: &SessionConfig, sink: &mut dyn Sink, stop: &AtomicBool) -> Result<()> {
     let live = start(config)?;
+    sink.started()?;
     let began = Instant::now();
     // A provider that has published nothing after a few intervals is probably misnamed.
     let patience = Duration::from_secs_f64((3.0 * config.refresh_sec).max(3.0));

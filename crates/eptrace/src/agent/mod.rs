@@ -1,0 +1,528 @@
+//! `eptrace agent`: unattended diagnostics for every process on the host, shaped after
+//! `dotnet-monitor`. It finds the attachable processes (as `eptrace ps`), keeps a standing
+//! counters session in each for `/metrics` and the rules, serves traces, heap snapshots,
+//! live counters and operations over HTTP, and runs the configured collection rules.
+//!
+//! Threads: the HTTP server runs on a small tokio runtime; everything that speaks IPC to a
+//! target is blocking and runs on threads of its own (one scanner, one counters watcher
+//! per target, one per operation, tokio's blocking pool for streamed requests).
+//!
+//! Stopping (SIGTERM, SIGINT): the server stops accepting, every running operation and
+//! streamed trace is stopped with StopTracing and read to its end (so its file is a whole
+//! trace; a snapshot cut short is discarded), the counters sessions are stopped, and the
+//! agent waits for all of it before it exits.
+
+pub(crate) mod auth;
+pub(crate) mod egress;
+mod http;
+mod operations;
+mod processes;
+mod prometheus;
+mod rules;
+mod sessions;
+pub(crate) mod settings;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use anyhow::{bail, Context, Result};
+use eventpipe_insight::counters::CounterValue;
+
+use self::operations::{Handle, Operations};
+use self::processes::{Process, Registry};
+use self::rules::{Firing, Rules};
+use self::sessions::{CounterListener, Snapshot, TraceAsk};
+use self::settings::{Action, Settings};
+
+/// `eptrace agent`.
+#[derive(Debug)]
+pub(crate) struct Config {
+    pub(crate) settings_file: Option<PathBuf>,
+    pub(crate) listen: Option<String>,
+}
+
+/// Where the API listens.
+#[derive(Debug, Clone)]
+pub(crate) enum Listen {
+    Tcp(SocketAddr),
+    /// A Unix socket, owner-only.
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for Listen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Listen::Tcp(addr) => write!(f, "http://{addr}"),
+            Listen::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+fn parse_listen(text: &str) -> Result<Listen> {
+    if let Some(path) = text.strip_prefix("unix:") {
+        if path.is_empty() {
+            bail!("--listen unix:PATH needs a path");
+        }
+        return Ok(Listen::Unix(PathBuf::from(path)));
+    }
+    let addr = text
+        .to_socket_addrs()
+        .with_context(|| format!("--listen `{text}`: not HOST:PORT or unix:PATH"))?
+        .next()
+        .with_context(|| format!("--listen `{text}`: the name has no address"))?;
+    Ok(Listen::Tcp(addr))
+}
+
+/// `eptrace agent key`: a new API key, and the line the config needs.
+pub(crate) fn do_key() -> Result<()> {
+    let key = auth::new_key()?;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "API key (give it to clients as `Authorization: Bearer KEY`):"
+    )?;
+    writeln!(out, "  {key}")?;
+    writeln!(
+        out,
+        "For the agent's config file (only the hash is stored):"
+    )?;
+    writeln!(out, "  api_keys = [\"{}\"]", auth::hash_text(&key))?;
+    Ok(())
+}
+
+/// Everything the agent shares between its threads.
+pub(crate) struct Agent {
+    pub(crate) settings: Settings,
+    pub(crate) keys: Vec<auth::KeyHash>,
+    pub(crate) listen: Listen,
+    pub(crate) processes: Registry,
+    pub(crate) store: prometheus::Store,
+    pub(crate) rules: Rules,
+    pub(crate) operations: Operations,
+    /// Where request snapshots without egress are staged: the egress folder, else a
+    /// private temporary folder.
+    pub(crate) staging: PathBuf,
+    pub(crate) stopping: AtomicBool,
+    /// Per target: its counters watcher's stop flag.
+    watchers: Mutex<HashMap<u32, Arc<AtomicBool>>>,
+    /// Every thread that must finish before the agent exits.
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// Cancel flags of traces streamed straight to a client.
+    pub(crate) streams: Mutex<Vec<Arc<AtomicBool>>>,
+    pub(crate) session_errors: AtomicU64,
+    pub(crate) requests: AtomicU64,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("listen", &self.listen)
+            .finish()
+    }
+}
+
+/// A line in the agent's log (stderr), with the time.
+pub(crate) fn log(message: &str) {
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "{} {message}",
+        crate::counters::export::iso8601(SystemTime::now())
+    );
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Every update under these locks is a whole insert or removal: a poisoned value is
+    // still consistent.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `eptrace agent`: runs until SIGTERM or SIGINT.
+pub(crate) fn do_agent(config: &Config) -> Result<()> {
+    let settings = settings::load(config.settings_file.as_deref())?;
+    let listen_text = config
+        .listen
+        .clone()
+        .or_else(|| settings.listen.clone())
+        .unwrap_or_else(|| settings::DEFAULT_LISTEN.to_owned());
+    let listen = parse_listen(&listen_text)?;
+    let keys = settings
+        .api_keys
+        .iter()
+        .map(|k| auth::parse_hash(k))
+        .collect::<Result<Vec<_>>>()?;
+    if let Listen::Tcp(addr) = &listen {
+        if !addr.ip().is_loopback() && keys.is_empty() {
+            bail!(
+                "listening on {addr}, which is not loopback, needs an API key: run `eptrace \
+                 agent key` and put the hash it prints in the config's api_keys (or listen on \
+                 loopback, or on unix:PATH)"
+            );
+        }
+    }
+    let staging = match &settings.egress {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("creating the egress folder {}", dir.display()))?;
+            dir.clone()
+        }
+        None => {
+            let dir = std::env::temp_dir().join(format!("eptrace-agent-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+                .with_context(|| format!("restricting {}", dir.display()))?;
+            dir
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(256)
+        .thread_name("eptrace-agent")
+        .enable_all()
+        .build()
+        .context("starting the agent's runtime")?;
+    let listener = runtime.block_on(http::bind(&listen))?;
+    let listen = listener.address(&listen);
+    let agent = Arc::new(Agent {
+        rules: Rules::new(settings.rules.clone()),
+        settings,
+        keys,
+        listen: listen.clone(),
+        processes: Registry::default(),
+        store: prometheus::Store::default(),
+        operations: Operations::default(),
+        staging,
+        stopping: AtomicBool::new(false),
+        watchers: Mutex::new(HashMap::new()),
+        threads: Mutex::new(Vec::new()),
+        streams: Mutex::new(Vec::new()),
+        session_errors: AtomicU64::new(0),
+        requests: AtomicU64::new(0),
+    });
+    log(&format!(
+        "eptrace agent listening on {listen}{}; egress {}; {} rule(s)",
+        if agent.keys.is_empty() {
+            " (no API key: loopback or owner-only socket)"
+        } else {
+            " (API key required)"
+        },
+        agent
+            .settings
+            .egress
+            .as_ref()
+            .map_or_else(|| "none".to_owned(), |p| p.display().to_string()),
+        agent.settings.rules.len()
+    ));
+    let scanner = {
+        let agent = Arc::clone(&agent);
+        std::thread::Builder::new()
+            .name("eptrace-agent-scan".into())
+            .spawn(move || scan_loop(&agent))?
+    };
+    let served = runtime.block_on(http::serve(Arc::clone(&agent), listener));
+    log("stopping: finishing operations and sessions");
+    agent.stopping.store(true, Ordering::Relaxed);
+    agent.operations.cancel_all();
+    for flag in lock(&agent.streams).iter() {
+        flag.store(true, Ordering::Relaxed);
+    }
+    for flag in lock(&agent.watchers).values() {
+        flag.store(true, Ordering::Relaxed);
+    }
+    let _ = scanner.join();
+    let threads = std::mem::take(&mut *lock(&agent.threads));
+    for t in threads {
+        let _ = t.join();
+    }
+    runtime.shutdown_timeout(Duration::from_secs(20));
+    if let Listen::Unix(path) = &listen {
+        let _ = std::fs::remove_file(path);
+    }
+    if agent.settings.egress.is_none() {
+        let _ = std::fs::remove_dir_all(&agent.staging);
+    }
+    log("stopped");
+    served
+}
+
+/// Finds processes every second until the agent stops.
+fn scan_loop(agent: &Arc<Agent>) {
+    while !agent.stopping.load(Ordering::Relaxed) {
+        let changes = agent.processes.scan();
+        for s in &changes.skipped {
+            log(&format!("skipping process {}: {}", s.pid, s.reason));
+        }
+        for pid in &changes.exited {
+            log(&format!("process {pid} is gone"));
+            if let Some(flag) = lock(&agent.watchers).remove(pid) {
+                flag.store(true, Ordering::Relaxed);
+            }
+            agent.store.forget(*pid);
+            agent.rules.forget(*pid);
+        }
+        for p in &changes.started {
+            log(&format!("found {} ({}), {}", p.name, p.pid, p.runtime));
+            if agent.settings.metrics.enabled {
+                start_watcher(agent, p.clone());
+            }
+            for firing in agent.rules.on_start(p) {
+                act(agent, p, &firing);
+            }
+        }
+        // Finished threads are joined as they go, so the list stays short.
+        let mut threads = lock(&agent.threads);
+        let (done, running): (Vec<_>, Vec<_>) = std::mem::take(&mut *threads)
+            .into_iter()
+            .partition(|t| t.is_finished());
+        *threads = running;
+        drop(threads);
+        for t in done {
+            let _ = t.join();
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// Feeds one target's counters to the store and the rules.
+struct Watcher {
+    agent: Arc<Agent>,
+    process: Process,
+    labels: prometheus::TargetLabels,
+    problems: Vec<String>,
+}
+
+impl CounterListener for Watcher {
+    fn value(&mut self, value: CounterValue, at: SystemTime) {
+        self.agent.store.record(&self.labels, &value);
+        for firing in self.agent.rules.on_value(&self.process, &value, at) {
+            act(&self.agent, &self.process, &firing);
+        }
+    }
+    fn problem(&mut self, problem: &str) {
+        if !self.problems.iter().any(|p| p == problem) && self.problems.len() < 16 {
+            log(&format!(
+                "counters of {} ({}): {problem}",
+                self.process.name, self.process.pid
+            ));
+            self.problems.push(problem.to_owned());
+        }
+    }
+}
+
+/// A standing counters session in `process`, restarted (after a pause) if it fails while
+/// the process lives.
+fn start_watcher(agent: &Arc<Agent>, process: Process) {
+    let stop = Arc::new(AtomicBool::new(false));
+    lock(&agent.watchers).insert(process.pid, Arc::clone(&stop));
+    let is_rust = process.kind == Some(settings::RuntimeKind::Rust);
+    let mut specs = crate::counters::default_specs(is_rust);
+    for text in &agent.settings.metrics.counters {
+        specs.extend(crate::counters::parse_counter_specs(text).unwrap_or_default());
+    }
+    for provider in agent.rules.providers_for(&process) {
+        if !specs
+            .iter()
+            .any(|s| s.provider.eq_ignore_ascii_case(&provider))
+        {
+            specs.push(crate::counters::CounterSpec {
+                provider,
+                names: Vec::new(),
+            });
+        }
+    }
+    let interval = agent.settings.metrics.interval_seconds;
+    let thread_agent = Arc::clone(agent);
+    let spawned = std::thread::Builder::new()
+        .name(format!("eptrace-agent-counters-{}", process.pid))
+        .spawn(move || {
+            let agent = thread_agent;
+            let mut watcher = Watcher {
+                labels: prometheus::TargetLabels {
+                    pid: process.pid,
+                    process: process.name.clone(),
+                    runtime: match process.kind {
+                        Some(settings::RuntimeKind::Rust) => "rust",
+                        Some(settings::RuntimeKind::Dotnet) => "dotnet",
+                        None => "unknown",
+                    }
+                    .to_owned(),
+                },
+                agent: Arc::clone(&agent),
+                process: process.clone(),
+                problems: Vec::new(),
+            };
+            while !stop.load(Ordering::Relaxed) {
+                let outcome = sessions::watch_counters(
+                    &process,
+                    specs.clone(),
+                    interval,
+                    &stop,
+                    &mut watcher,
+                );
+                if stop.load(Ordering::Relaxed) || agent.processes.get(process.pid).is_none() {
+                    break;
+                }
+                agent.session_errors.fetch_add(1, Ordering::Relaxed);
+                if let Err(e) = outcome {
+                    watcher.problem(&format!("{e:#}; trying again in 5 s"));
+                }
+                for _ in 0..50 {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        });
+    match spawned {
+        Ok(t) => lock(&agent.threads).push(t),
+        Err(e) => log(&format!("cannot start a counters thread: {e}")),
+    }
+}
+
+/// Runs a rule's action on `process` as an operation.
+fn act(agent: &Arc<Agent>, process: &Process, firing: &Firing) {
+    let rule = agent.rules.get(firing.rule);
+    let Some(egress) = agent.settings.egress.clone() else {
+        return;
+    };
+    let (kind, default_ext) = match &rule.action {
+        Action::Trace { .. } => ("trace", ".nettrace"),
+        Action::Gcdump { .. } => ("gcdump", Snapshot::Gcdump.extension()),
+        Action::Heap { .. } => ("heap", Snapshot::Heap.extension()),
+    };
+    let template = rule
+        .action
+        .name_template()
+        .unwrap_or("{process}_{pid}_{time}_{rule}");
+    let name = egress::expand(
+        template,
+        &egress::NameFields {
+            rule: &rule.name,
+            process: &process.name,
+            pid: process.pid,
+            time: SystemTime::now(),
+        },
+    ) + default_ext;
+    let handle = agent
+        .operations
+        .start(kind, process.pid, &process.name, Some(&rule.name));
+    log(&format!(
+        "rule `{}` fired for {} ({}): {}; operation {} writes {}",
+        rule.name, process.name, process.pid, firing.why, handle.id, name
+    ));
+    let work = match &rule.action {
+        Action::Trace {
+            profile,
+            providers,
+            duration_seconds,
+            ..
+        } => Work::Trace(TraceAsk {
+            profile: profile
+                .as_deref()
+                .map(settings::parse_profile)
+                .transpose()
+                .unwrap_or(None),
+            providers: providers.clone(),
+            duration: Duration::from_secs_f64(*duration_seconds),
+            buffer_mb: 256,
+            rundown: true,
+        }),
+        Action::Gcdump { .. } => Work::Snapshot(Snapshot::Gcdump),
+        Action::Heap { .. } => Work::Snapshot(Snapshot::Heap),
+    };
+    run_operation(agent, process.clone(), work, egress, name, handle);
+}
+
+/// What an operation does.
+#[derive(Debug, Clone)]
+pub(crate) enum Work {
+    Trace(TraceAsk),
+    Snapshot(Snapshot),
+}
+
+/// Runs `work` on its own thread, into `dir/name` (appearing only once complete).
+pub(crate) fn run_operation(
+    agent: &Arc<Agent>,
+    process: Process,
+    work: Work,
+    dir: PathBuf,
+    name: String,
+    handle: Handle,
+) {
+    let thread_agent = Arc::clone(agent);
+    let spawned = std::thread::Builder::new()
+        .name(format!("eptrace-agent-op-{}", handle.id))
+        .spawn(move || {
+            let outcome = operate(&process, &work, &dir, &name, &handle);
+            match &outcome {
+                Ok(path) => log(&format!("operation {} wrote {path}", handle.id)),
+                Err(e) => log(&format!("operation {} failed: {e}", handle.id)),
+            }
+            handle.finish(outcome);
+            drop(thread_agent);
+        });
+    match spawned {
+        Ok(t) => lock(&agent.threads).push(t),
+        Err(e) => log(&format!("cannot start an operation thread: {e}")),
+    }
+}
+
+fn operate(
+    process: &Process,
+    work: &Work,
+    dir: &std::path::Path,
+    name: &str,
+    handle: &Handle,
+) -> std::result::Result<String, String> {
+    let (pending, mut file) = egress::Pending::create(dir, name).map_err(|e| format!("{e:#}"))?;
+    let result: Result<()> = (|| match work {
+        Work::Trace(ask) => {
+            let request = sessions::trace_request(process, ask)?;
+            let mut write = |bytes: &[u8]| file.write_all(bytes);
+            let end = sessions::run_trace(
+                process,
+                &request,
+                ask.duration,
+                &handle.cancel,
+                |_| {},
+                &mut write,
+            )?;
+            file.sync_all()?;
+            if !end.whole {
+                bail!("the trace stream broke after {} bytes", end.bytes);
+            }
+            if end.early {
+                handle.note("stopped before its duration (cancelled or the agent stopping); the trace is whole");
+            }
+            Ok(())
+        }
+        Work::Snapshot(which) => {
+            let file = file.try_clone()?;
+            let summary = sessions::take_snapshot(
+                *which,
+                process,
+                file,
+                pending.partial_path(),
+                &handle.cancel,
+                &mut |n| handle.note(n),
+            )?;
+            handle.note(&summary);
+            Ok(())
+        }
+    })();
+    match result {
+        Ok(()) => pending
+            .commit()
+            .map(|p| p.display().to_string())
+            .map_err(|e| format!("{e:#}")),
+        Err(e) => {
+            pending.discard();
+            Err(format!("{e:#}"))
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! What the agent does to a target: a trace streamed to a sink for a while, a heap
+//! snapshot into a file, a standing counters session feeding `/metrics` and the rules.
+//! All of it is blocking IPC, run on threads of its own (tokio's blocking pool for
+//! requests), never on the HTTP server's workers.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, Result};
+use eventpipe_insight::counters::CounterValue;
+use eventpipe_ipc::command::CollectTracing;
+use eventpipe_ipc::Client;
+
+use super::processes::Process;
+use super::settings::RuntimeKind;
+use crate::collect::{Profile, Target, TargetSpec};
+
+/// How long a stopped session may take to end its stream (rundown included) before the
+/// connection is cut.
+const STOP_GRACE: Duration = Duration::from_secs(15);
+
+/// What a trace asks for.
+#[derive(Debug, Clone)]
+pub(crate) struct TraceAsk {
+    pub(crate) profile: Option<Profile>,
+    pub(crate) providers: Vec<String>,
+    pub(crate) duration: Duration,
+    pub(crate) buffer_mb: u32,
+    pub(crate) rundown: bool,
+}
+
+/// The session request for `ask` on `process`, built as `eptrace collect` builds it.
+pub(crate) fn trace_request(process: &Process, ask: &TraceAsk) -> Result<CollectTracing> {
+    let is_rust = process.kind == Some(RuntimeKind::Rust);
+    let config = crate::collect::Config {
+        target: TargetSpec::Pid(process.pid),
+        providers: ask.providers.clone(),
+        profile: ask.profile,
+        block: false,
+        buffer_mb: ask.buffer_mb,
+        duration: Some(ask.duration),
+        rundown: ask.rundown,
+        output: None,
+        v6: false,
+        stacks: false,
+        convert: Vec::new(),
+    };
+    let providers = crate::collect::profile::providers(&config, is_rust)?;
+    crate::collect::build_request(&config, is_rust, providers)
+}
+
+/// How a trace ended.
+#[derive(Debug)]
+pub(crate) struct TraceEnd {
+    pub(crate) bytes: u64,
+    /// The stream ended after StopTracing (or with the process): the trace is whole.
+    pub(crate) whole: bool,
+    /// It was stopped before its duration (cancelled, or the agent stopping).
+    pub(crate) early: bool,
+}
+
+/// Runs a trace session on `process`: `started` hears whether it began; then the stream's
+/// bytes go to `out` until the duration passes or `cancel` is raised (StopTracing, and
+/// the stream read to its end, so the trace is whole), or `out` fails (the reader went
+/// away: the session is stopped and the connection cut).
+pub(crate) fn run_trace(
+    process: &Process,
+    request: &CollectTracing,
+    duration: Duration,
+    cancel: &AtomicBool,
+    started: impl FnOnce(std::result::Result<(), String>),
+    out: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+) -> Result<TraceEnd> {
+    let client = Client::at(&process.socket);
+    let mut stream = match client.collect_tracing(request) {
+        Ok(s) => s,
+        Err(e) => {
+            let message = format!(
+                "starting the session in {} ({}): {e}",
+                process.name, process.pid
+            );
+            started(Err(message.clone()));
+            anyhow::bail!(message);
+        }
+    };
+    started(Ok(()));
+    let session = stream.session_id();
+    let closer = stream.closer()?;
+    let finished = Arc::new(AtomicBool::new(false));
+    let reader_gone = Arc::new(AtomicBool::new(false));
+    let early = Arc::new(AtomicBool::new(false));
+    std::thread::scope(|scope| -> Result<TraceEnd> {
+        // The stopper: at the deadline (or on cancel, or when the reader goes) it stops the
+        // session, then gives the stream its grace before cutting the connection.
+        let stopper = {
+            let finished = Arc::clone(&finished);
+            let reader_gone = Arc::clone(&reader_gone);
+            let early = Arc::clone(&early);
+            let client = &client;
+            let closer = &closer;
+            scope.spawn(move || {
+                let deadline = Instant::now() + duration;
+                while !finished.load(Ordering::Acquire) {
+                    let gone = reader_gone.load(Ordering::Acquire);
+                    let cancelled = cancel.load(Ordering::Relaxed);
+                    if Instant::now() >= deadline || cancelled || gone {
+                        early.store(cancelled && !gone, Ordering::Relaxed);
+                        let _ = client.stop_tracing(session);
+                        if gone {
+                            closer.close();
+                            return;
+                        }
+                        let cut = Instant::now() + STOP_GRACE;
+                        while !finished.load(Ordering::Acquire) && Instant::now() < cut {
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                        closer.close();
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            })
+        };
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut bytes = 0u64;
+        let mut whole = true;
+        loop {
+            match stream.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    bytes += n as u64;
+                    if out(&buf[..n]).is_err() {
+                        reader_gone.store(true, Ordering::Release);
+                        whole = false;
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    whole = false;
+                    break;
+                }
+            }
+        }
+        finished.store(true, Ordering::Release);
+        let _ = stopper.join();
+        Ok(TraceEnd {
+            bytes,
+            whole,
+            early: early.load(Ordering::Relaxed),
+        })
+    })
+}
+
+/// Which heap snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Snapshot {
+    /// A .NET GC heap dump.
+    Gcdump,
+    /// A Rust program's live heap.
+    Heap,
+}
+
+impl Snapshot {
+    pub(crate) fn kind(self) -> &'static str {
+        match self {
+            Snapshot::Gcdump => "gcdump",
+            Snapshot::Heap => "heap",
+        }
+    }
+
+    pub(crate) fn extension(self) -> &'static str {
+        match self {
+            Snapshot::Gcdump => ".gcdump.nettrace",
+            Snapshot::Heap => ".heap.nettrace",
+        }
+    }
+
+    /// Why `process` cannot give this snapshot, if it cannot.
+    pub(crate) fn unfit(self, process: &Process) -> Option<String> {
+        match (self, process.kind) {
+            (Snapshot::Gcdump, Some(RuntimeKind::Rust)) => Some(format!(
+                "{} ({}) is a Rust program: a gcdump walks a .NET runtime's GC heap; ask /heap",
+                process.name, process.pid
+            )),
+            (Snapshot::Heap, Some(RuntimeKind::Dotnet)) => Some(format!(
+                "{} ({}) is a .NET process: /heap reads a Rust program's allocation profiler; \
+                 ask /gcdump",
+                process.name, process.pid
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// Takes `which` snapshot of `process` into `file`; returns what it holds, in one clause.
+pub(crate) fn take_snapshot(
+    which: Snapshot,
+    process: &Process,
+    file: File,
+    path: &Path,
+    cancel: &AtomicBool,
+    note: &mut dyn FnMut(&str),
+) -> Result<String> {
+    let mut target = Target::open(&TargetSpec::Pid(process.pid))?;
+    let mut report = |r: crate::progress::Report<'_>| {
+        if let crate::progress::Report::Note(text) = r {
+            note(text);
+        }
+    };
+    match which {
+        Snapshot::Gcdump => {
+            let options = crate::gcdump::CaptureOptions {
+                timeout: Duration::from_secs(120),
+                allow_partial: false,
+                buffer_mb: 1024,
+            };
+            let captured =
+                crate::gcdump::capture(&mut target, file, path, &options, cancel, &mut report)?;
+            Ok(captured.summary())
+        }
+        Snapshot::Heap => {
+            let options = crate::heap::CaptureOptions {
+                timeout: Duration::from_secs(60),
+                buffer_mb: 64,
+            };
+            let heap =
+                crate::heap::capture(&mut target, file, path, &options, cancel, &mut report)?;
+            Ok(crate::heap::summary(&heap))
+        }
+    }
+}
+
+/// What a standing counters session does with what it hears.
+pub(crate) trait CounterListener: Send {
+    fn value(&mut self, value: CounterValue, at: SystemTime);
+    fn problem(&mut self, problem: &str);
+}
+
+struct ListenerSink<'a> {
+    listener: &'a mut dyn CounterListener,
+    stop: &'a AtomicBool,
+}
+
+impl crate::counters::Sink for ListenerSink<'_> {
+    fn value(&mut self, value: CounterValue, at: SystemTime) -> Result<()> {
+        self.listener.value(value, at);
+        Ok(())
+    }
+    fn problem(&mut self, problem: String) -> Result<()> {
+        self.listener.problem(&problem);
+        Ok(())
+    }
+    fn tick(&mut self) -> Result<bool> {
+        Ok(!self.stop.load(Ordering::Relaxed))
+    }
+    fn ended(&mut self, why: &str) -> Result<()> {
+        self.listener.problem(why);
+        Ok(())
+    }
+}
+
+/// Watches `process`'s counters (`specs`, every `interval`) until `stop` is raised or
+/// the process ends its session.
+pub(crate) fn watch_counters(
+    process: &Process,
+    specs: Vec<crate::counters::CounterSpec>,
+    interval: f64,
+    stop: &AtomicBool,
+    listener: &mut dyn CounterListener,
+) -> Result<()> {
+    let config = crate::counters::SessionConfig {
+        target: TargetSpec::Pid(process.pid),
+        counters: Some(specs),
+        refresh_sec: interval,
+        duration: None,
+        max_time_series: 1000,
+        max_histograms: 20,
+    };
+    let mut sink = ListenerSink { listener, stop };
+    crate::counters::run(&config, &mut sink, stop)
+        .with_context(|| format!("counters of {} ({})", process.name, process.pid))
+}
