@@ -537,8 +537,13 @@ impl ProviderItem {
     }
 }
 
-async fn trace_post(State(agent): State<Arc<Agent>>, query: Params, body: Bytes) -> Reply {
+async fn trace_post(
+    State(agent): State<Arc<Agent>>,
+    query: Params,
+    body: std::result::Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Reply {
     let params = params(query, &["pid", "name", "durationSeconds", "egress"])?;
+    let body = body.map_err(|e| Problem::new(e.status(), format!("the request body: {e}")))?;
     let process = target(&agent, &params)?;
     let body: TraceBody = serde_json::from_slice(&body)
         .map_err(|e| Problem::bad(format!("the request body: {e}")))?;

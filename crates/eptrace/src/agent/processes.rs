@@ -165,7 +165,7 @@ fn examine(endpoint: &transport::Endpoint) -> Result<Process, String> {
                 "{} refuses connections (the process stopped listening)",
                 endpoint.path.display()
             ),
-            _ => format!("its diagnostics socket failed: {source}"),
+            _ => format!("it did not answer ProcessInfo ({source})"),
         });
     }
     let runtime = Runtime::of(&info);

@@ -1,0 +1,955 @@
+//! `eptrace agent` from the outside: real targets (the metrics crate's `counters-demo`, a
+//! Rust program with known counters; TestApp on .NET 8), real HTTP clients, a real
+//! Prometheus scraping the agent, and requests no client should send.
+//!
+//! Prometheus comes from `bash ci/prometheus.sh` (Debian's package), .NET from
+//! `bash ci/dotnet.sh`; without them the tests that need them print one line and pass,
+//! unless EVENTPIPE_REQUIRE_PROMETHEUS=1 (set by .ci/run).
+
+mod support;
+
+#[allow(dead_code)]
+#[path = "../../ipc/tests/support/dotnet_app.rs"]
+mod dotnet_app;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// One agent at a time: each watches every process on the machine.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn demo_path() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| support::build_example("eventpipe-metrics", "counters-demo"))
+        .clone()
+}
+
+fn scratch(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("eptrace-agent-test-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The Rust target: publishes `Demo/fixed-gauge` = 42.5 MB, tracks its heap.
+struct Demo {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+    pid: u32,
+}
+
+impl Demo {
+    fn start() -> Demo {
+        let mut child = Command::new(demo_path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("counters-demo starts");
+        let stdin = child.stdin.take().unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut demo = Demo {
+            child,
+            stdin,
+            lines,
+            pid: 0,
+        };
+        demo.pid = demo.line("pid ").parse().unwrap();
+        demo.line("ready");
+        demo
+    }
+
+    fn line(&mut self, prefix: &str) -> String {
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|e| panic!("counters-demo said no {prefix:?} line: {e}"));
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return rest.trim().to_owned();
+            }
+        }
+    }
+
+    fn spin(&mut self) {
+        writeln!(self.stdin, "spin").unwrap();
+        self.stdin.flush().unwrap();
+        self.line("spinning");
+    }
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A running agent, and what it logged.
+struct Agent {
+    child: Child,
+    base: String,
+    log: Arc<Mutex<Vec<String>>>,
+    key: Option<String>,
+}
+
+impl Agent {
+    fn start(dir: &Path, config: &str) -> Agent {
+        Agent::start_with(dir, config, &["--listen", "127.0.0.1:0"])
+    }
+
+    fn start_with(dir: &Path, config: &str, args: &[&str]) -> Agent {
+        let config_path = dir.join("agent.toml");
+        std::fs::write(&config_path, config).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_eptrace"))
+            .arg("agent")
+            .arg("--config")
+            .arg(&config_path)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("eptrace agent starts");
+        let err = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = mpsc::channel();
+        {
+            let log = Arc::clone(&log);
+            std::thread::spawn(move || {
+                for line in BufReader::new(err).lines().map_while(Result::ok) {
+                    eprintln!("agent: {line}");
+                    let _ = tx.send(line.clone());
+                    log.lock().unwrap().push(line);
+                }
+            });
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let base = loop {
+            let line = rx
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .expect("the agent says where it listens");
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                break rest.split([' ', ';']).next().unwrap().to_owned();
+            }
+        };
+        Agent {
+            child,
+            base,
+            log,
+            key: None,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn request(&self, method: &str, path: &str, body: Option<&str>) -> (u16, Vec<u8>) {
+        http(method, &self.url(path), self.key.as_deref(), body)
+    }
+
+    fn get_json(&self, path: &str) -> Value {
+        let (status, body) = self.request("GET", path, None);
+        assert_eq!(
+            status,
+            200,
+            "GET {path}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    /// Waits until the agent lists `pid`.
+    fn wait_for_process(&self, pid: u32) -> Value {
+        wait_for(&format!("the agent to list process {pid}"), 20, || {
+            self.get_json("/processes")
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["pid"] == pid)
+                .cloned()
+        })
+    }
+
+    fn logged(&self, text: &str) -> bool {
+        self.log.lock().unwrap().iter().any(|l| l.contains(text))
+    }
+
+    fn rss_kb(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn http(method: &str, url: &str, key: Option<&str>, body: Option<&str>) -> (u16, Vec<u8>) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(120)))
+        .build()
+        .into();
+    let auth = key.map(|k| format!("Bearer {k}"));
+    let result = match (method, body) {
+        ("GET", _) => {
+            let mut r = agent.get(url);
+            if let Some(a) = &auth {
+                r = r.header("Authorization", a);
+            }
+            r.call()
+        }
+        ("DELETE", _) => {
+            let mut r = agent.delete(url);
+            if let Some(a) = &auth {
+                r = r.header("Authorization", a);
+            }
+            r.call()
+        }
+        ("POST", body) => {
+            let mut r = agent.post(url).header("Content-Type", "application/json");
+            if let Some(a) = &auth {
+                r = r.header("Authorization", a);
+            }
+            r.send(body.unwrap_or(""))
+        }
+        _ => unreachable!(),
+    };
+    let mut response = result.unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+    let status = response.status().as_u16();
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(1 << 32)
+        .read_to_vec()
+        .unwrap_or_else(|e| panic!("{method} {url}: reading the body: {e}"));
+    (status, body)
+}
+
+fn wait_for<T>(what: &str, seconds: u64, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "waited {seconds} s for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn eptrace(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_eptrace"))
+        .args(args)
+        .output()
+        .expect("eptrace runs")
+}
+
+/// `eptrace report`'s total event count for a trace file (and that it reads at all).
+fn report_events(path: &Path) -> u64 {
+    let out = eptrace(&["report", "--json", path.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "eptrace report {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    report["total_events"]
+        .as_u64()
+        .or_else(|| report["events"].as_u64())
+        .unwrap_or_else(|| panic!("no event count in {report}"))
+}
+
+fn prometheus_binary() -> Option<PathBuf> {
+    let found = std::env::var_os("PROMETHEUS")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("PATH").and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|p| p.join("prometheus"))
+                    .find(|p| p.is_file())
+            })
+        });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("EVENTPIPE_REQUIRE_PROMETHEUS").is_none_or(|v| v != "1"),
+            "prometheus is not installed (bash ci/prometheus.sh) and EVENTPIPE_REQUIRE_PROMETHEUS=1"
+        );
+        println!("skipping: prometheus is not installed (run bash ci/prometheus.sh)");
+    }
+    found
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn prometheus_scrapes_a_rust_targets_counter_with_the_agents_labels() {
+    let _one = serial();
+    let Some(prometheus) = prometheus_binary() else {
+        return;
+    };
+    let dir = scratch("prometheus");
+    let demo = Demo::start();
+    let agent = Agent::start(
+        &dir,
+        "[metrics]\ninterval_seconds = 1\ncounters = [\"Demo[fixed-gauge]\"]\n",
+    );
+    agent.wait_for_process(demo.pid);
+    let port = free_port();
+    let host = agent.base.trim_start_matches("http://");
+    std::fs::write(
+        dir.join("prometheus.yml"),
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: eptrace-agent\n    \
+             static_configs:\n      - targets: ['{host}']\n"
+        ),
+    )
+    .unwrap();
+    let mut server = Command::new(prometheus)
+        .arg(format!(
+            "--config.file={}",
+            dir.join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("prometheus starts");
+    struct Kill<'a>(&'a mut Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _server = Kill(&mut server);
+    // Ask Prometheus, not the agent: the value must have gone through a real scrape.
+    let query = format!("demo_fixed_gauge_bytes{{pid=\"{}\"}}", demo.pid);
+    let url = format!(
+        "http://127.0.0.1:{port}/api/v1/query?query={}",
+        query
+            .bytes()
+            .map(|b| if b.is_ascii_alphanumeric() || b == b'_' {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            })
+            .collect::<String>()
+    );
+    let series = wait_for("Prometheus to have scraped the gauge", 60, || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let mut r = agent.get(&url).call().ok()?;
+        let body: Value = serde_json::from_slice(&r.body_mut().read_to_vec().ok()?).ok()?;
+        let result = body["data"]["result"].as_array()?.first()?.clone();
+        Some(result)
+    });
+    // 42.5 MB, in bytes (dotnet-monitor's MB: 10^6).
+    assert_eq!(series["value"][1], "42500000", "{series}");
+    let metric = &series["metric"];
+    assert_eq!(metric["process"], "counters-demo", "{series}");
+    assert_eq!(metric["runtime"], "rust", "{series}");
+    assert_eq!(metric["pid"], demo.pid.to_string(), "{series}");
+    assert_eq!(metric["job"], "eptrace-agent", "{series}");
+    // The agent's own health is scraped too.
+    let (_, body) = agent.request("GET", "/metrics", None);
+    let text = String::from_utf8(body).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("eptrace_agent_targets ")),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn one_agent_serves_a_dotnet_and_a_rust_process() {
+    let _one = serial();
+    let dir = scratch("both");
+    let demo = Demo::start();
+    let dotnet = dotnet_app::Dotnet::locate();
+    let mut app = dotnet.as_ref().map(|d| {
+        let mut app = dotnet_app::App::spawn_with(&d.dotnet8, &d.testapp, &["heap", "300"], &[]);
+        drop(app.wait_for_socket("agent, .NET 8"));
+        app.line("heap ready", Duration::from_secs(60));
+        app
+    });
+    let agent = Agent::start(
+        &dir,
+        &format!("egress = \"{}\"\n", dir.join("out").display()),
+    );
+
+    // Both listed, each with its runtime.
+    let rust = agent.wait_for_process(demo.pid);
+    assert_eq!(rust["name"], "counters-demo");
+    assert!(
+        rust["runtime"].as_str().unwrap().starts_with("Rust"),
+        "{rust}"
+    );
+    if let Some(app) = &app {
+        let net = agent.wait_for_process(app.pid);
+        assert!(
+            net["runtime"].as_str().unwrap().starts_with(".NET 8"),
+            "{net}"
+        );
+    }
+
+    // A streamed trace of the Rust program, read by `eptrace report`.
+    let (status, bytes) = agent.request(
+        "GET",
+        &format!("/trace?pid={}&durationSeconds=2&profile=default", demo.pid),
+        None,
+    );
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    let path = dir.join("rust.nettrace");
+    std::fs::write(&path, &bytes).unwrap();
+    assert!(report_events(&path) > 0);
+
+    // POST with a provider list, written to the egress folder as an operation.
+    let (status, body) = agent.request(
+        "POST",
+        &format!("/trace?pid={}&durationSeconds=1&egress=posted.nettrace", demo.pid),
+        Some(r#"{"providers": [{"name": "EventPipeRs-Runtime", "keywords": "0xFFFFFFFF", "level": "Verbose", "arguments": {"EventCounterIntervalSec": "1"}}]}"#),
+    );
+    assert_eq!(status, 202, "{}", String::from_utf8_lossy(&body));
+    let op: Value = serde_json::from_slice(&body).unwrap();
+    let id = op["operationId"].as_str().unwrap().to_owned();
+    let done = wait_for("the POSTed trace to be written", 30, || {
+        let s = agent.get_json(&format!("/operations/{id}"));
+        (s["state"] != "Running").then_some(s)
+    });
+    assert_eq!(done["state"], "Succeeded", "{done}");
+    let posted = dir.join("out/posted.nettrace");
+    assert_eq!(done["egressPath"], posted.display().to_string());
+    assert!(report_events(&posted) > 0);
+
+    // The Rust program's live heap.
+    let (status, bytes) = agent.request("GET", &format!("/heap?pid={}", demo.pid), None);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    let heap = dir.join("rust.heap.nettrace");
+    std::fs::write(&heap, &bytes).unwrap();
+    let out = eptrace(&["heap", "report", heap.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Live heap"));
+
+    // A gcdump of a Rust program is a client error, said in words.
+    let (status, body) = agent.request("GET", &format!("/gcdump?pid={}", demo.pid), None);
+    assert_eq!(status, 400);
+    let problem: Value = serde_json::from_slice(&body).unwrap();
+    assert!(
+        problem["detail"].as_str().unwrap().contains("/heap"),
+        "{problem}"
+    );
+
+    // Live counters as JSON lines.
+    let (status, body) = agent.request(
+        "GET",
+        &format!(
+            "/counters?pid={}&durationSeconds=3&counters=Demo[fixed-gauge]",
+            demo.pid
+        ),
+        None,
+    );
+    assert_eq!(status, 200);
+    let gauges: Vec<Value> = String::from_utf8(body)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &Value| v["name"] == "fixed-gauge")
+        .collect();
+    assert!(!gauges.is_empty());
+    assert!(
+        gauges
+            .iter()
+            .all(|g| g["value"] == 42.5 && g["unit"] == "MB"),
+        "{gauges:?}"
+    );
+
+    // A process that exits is forgotten, and so are its series.
+    let rust_pid = demo.pid;
+    drop(demo);
+    wait_for("the agent to forget the exited process", 20, || {
+        let listed = agent.get_json("/processes");
+        let (_, metrics) = agent.request("GET", "/metrics", None);
+        let metrics = String::from_utf8(metrics).unwrap();
+        (!listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["pid"] == rust_pid)
+            && !metrics.contains(&format!("pid=\"{rust_pid}\"")))
+        .then_some(())
+    });
+
+    // The .NET process: a trace with the runtime's sample profiler, and a complete gcdump.
+    let Some(app) = app.as_mut() else {
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    };
+    let (status, bytes) = agent.request(
+        "GET",
+        &format!(
+            "/trace?pid={}&durationSeconds=2&profile=cpu-sampling",
+            app.pid
+        ),
+        None,
+    );
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    let path = dir.join("dotnet.nettrace");
+    std::fs::write(&path, &bytes).unwrap();
+    assert!(report_events(&path) > 0);
+    let (status, bytes) = agent.request("GET", &format!("/gcdump?pid={}", app.pid), None);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    let dump = dir.join("dotnet.gcdump.nettrace");
+    std::fs::write(&dump, &bytes).unwrap();
+    let out = eptrace(&["gcdump", "report", "--json", dump.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = String::from_utf8_lossy(&out.stdout);
+    // TestApp's heap mode holds 20,000 HeapNode objects (tests/dotnet/TestApp.cs).
+    assert!(report.contains("HeapNode"), "{report}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_cpu_rule_fires_once_within_its_limit_and_leaves_a_readable_trace() {
+    let _one = serial();
+    let dir = scratch("rule");
+    let out = dir.join("out");
+    let mut demo = Demo::start();
+    demo.spin();
+    let agent = Agent::start(
+        &dir,
+        &format!(
+            r#"
+egress = "{}"
+[metrics]
+interval_seconds = 1
+[[rules]]
+name = "busy"
+filter = {{ name = "counters-demo", runtime = "rust" }}
+trigger = {{ kind = "counter", provider = "EventPipeRs-Runtime", counter = "cpu-usage", above = 20, for_seconds = 2 }}
+action = {{ kind = "trace", profile = "default", duration_seconds = 2, name = "{{rule}}-{{pid}}" }}
+limit = {{ count = 1, window_seconds = 3600 }}
+"#,
+            out.display()
+        ),
+    );
+    agent.wait_for_process(demo.pid);
+    let ops = wait_for("the rule to act and its trace to be written", 60, || {
+        let ops = agent.get_json("/operations");
+        let list = ops.as_array().unwrap().clone();
+        (list
+            .iter()
+            .any(|o| o["pid"] == demo.pid && o["state"] != "Running"))
+        .then_some(list)
+    });
+    let mine: Vec<&Value> = ops.iter().filter(|o| o["pid"] == demo.pid).collect();
+    assert_eq!(mine.len(), 1, "{ops:?}");
+    assert_eq!(mine[0]["state"], "Succeeded", "{ops:?}");
+    assert_eq!(mine[0]["rule"], "busy");
+    let file = out.join(format!("busy-{}.nettrace", demo.pid));
+    assert_eq!(mine[0]["egressPath"], file.display().to_string());
+    assert!(report_events(&file) > 0);
+    assert!(agent.logged("rule `busy` fired for counters-demo"));
+    // The CPU stays high: the trigger holds again every 2 s, and the limit holds it back.
+    wait_for("the limit to hold a later firing back", 30, || {
+        let (_, body) = agent.request("GET", "/metrics", None);
+        let text = String::from_utf8(body).unwrap();
+        let held = text
+            .lines()
+            .find_map(|l| l.strip_prefix("eptrace_agent_rule_limited_total{rule=\"busy\"} "))?
+            .parse::<f64>()
+            .ok()?;
+        (held >= 1.0).then_some(())
+    });
+    let ops = agent.get_json("/operations");
+    let mine = ops
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["pid"] == demo.pid)
+        .count();
+    assert_eq!(mine, 1, "fired more than its limit: {ops}");
+    let leftovers: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(leftovers, [format!("busy-{}.nettrace", demo.pid)]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_start_rule_takes_a_heap_snapshot_of_a_new_rust_process() {
+    let _one = serial();
+    let dir = scratch("start-rule");
+    let out = dir.join("out");
+    let agent = Agent::start(
+        &dir,
+        &format!(
+            r#"
+egress = "{}"
+[[rules]]
+name = "first-heap"
+filter = {{ name = "counters-demo", command_line = "counters-demo" }}
+trigger = {{ kind = "process-start" }}
+action = {{ kind = "heap" }}
+"#,
+            out.display()
+        ),
+    );
+    // Started after the agent: found by a later scan.
+    let demo = Demo::start();
+    let op = wait_for("the start rule's heap snapshot", 60, || {
+        agent
+            .get_json("/operations")
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["pid"] == demo.pid && o["state"] != "Running")
+            .cloned()
+    });
+    assert_eq!(op["state"], "Succeeded", "{op}");
+    assert_eq!(op["kind"], "heap");
+    let path = op["egressPath"].as_str().unwrap();
+    assert!(
+        path.ends_with(".heap.nettrace") && path.contains("first-heap"),
+        "{path}"
+    );
+    let report = eptrace(&["heap", "report", path]);
+    assert!(
+        report.status.success(),
+        "{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Sends raw bytes and returns the status line's code (0: the connection closed first).
+fn raw_status(addr: &str, request: &[u8]) -> u16 {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let _ = s.write_all(request);
+    let mut head = Vec::new();
+    let _ = s.take(4096).read_to_end(&mut head);
+    let text = String::from_utf8_lossy(&head);
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn hostile_requests_get_the_right_status_and_the_agent_keeps_serving() {
+    let _one = serial();
+    let dir = scratch("hostile");
+    let demo = Demo::start();
+    let key = "4f1c0e6b2a9d8c7b6a5f4e3d2c1b0a99887766554433221100ffeeddccbbaa01";
+    let hash = {
+        let out = Command::new("sha256sum")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                c.stdin.take().unwrap().write_all(key.as_bytes())?;
+                c.wait_with_output()
+            })
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()[..64].to_owned()
+    };
+    let mut agent = Agent::start(
+        &dir,
+        &format!(
+            "api_keys = [\"sha256:{hash}\"]\negress = \"{}\"\n",
+            dir.join("out").display()
+        ),
+    );
+    let addr = agent.base.trim_start_matches("http://").to_owned();
+
+    // No key, a wrong key: 401, and nothing is done.
+    let (status, body) = agent.request("GET", "/processes", None);
+    assert_eq!(status, 401, "{}", String::from_utf8_lossy(&body));
+    let problem: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(problem["status"], 401);
+    let (status, _) = http(
+        "GET",
+        &agent.url(&format!("/trace?pid={}&egress=x.nettrace", demo.pid)),
+        Some("not-the-key"),
+        None,
+    );
+    assert_eq!(status, 401);
+    agent.key = Some(key.to_owned());
+    agent.wait_for_process(demo.pid);
+    assert_eq!(agent.get_json("/operations"), serde_json::json!([]));
+
+    // Bad requests, each with its status and a problem document.
+    let pid = demo.pid;
+    for (path, expected) in [
+        (format!("/trace?pid={pid}&egress=../../etc/passwd"), 400),
+        (format!("/trace?pid={pid}&egress=%2e%2e%2fescape"), 400),
+        (format!("/trace?pid={pid}&egress=.hidden"), 400),
+        (format!("/trace?pid={pid}&durationSeconds=-1"), 400),
+        (format!("/trace?pid={pid}&durationSeconds=1e9"), 400),
+        (format!("/trace?pid={pid}&profile=nonsense"), 400),
+        ("/trace?pid=abc".to_owned(), 400),
+        ("/trace?pid=4000000000".to_owned(), 404),
+        ("/trace".to_owned(), 400),
+        (format!("/trace?pid={pid}&pid2=1"), 400),
+        ("/counters?pid=%zz".to_owned(), 400),
+        ("/nothing/here".to_owned(), 404),
+        ("/operations/ffffffff".to_owned(), 404),
+        ("/operations/..%2F..%2Fetc".to_owned(), 404),
+    ] {
+        let (status, body) = agent.request("GET", &path, None);
+        assert_eq!(
+            status,
+            expected,
+            "GET {path}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        let problem: Value = serde_json::from_slice(&body)
+            .unwrap_or_else(|e| panic!("GET {path}: not a problem document ({e})"));
+        assert_eq!(problem["status"], expected, "{problem}");
+    }
+    let (status, _) = agent.request("POST", &format!("/trace?pid={pid}"), Some("{not json"));
+    assert_eq!(status, 400);
+    let (status, _) = agent.request(
+        "POST",
+        &format!("/trace?pid={pid}"),
+        Some(r#"{"providers": ["Bad:zz:Verbose"]}"#),
+    );
+    assert_eq!(status, 400);
+    let big = format!("{{\"providers\": [\"{}\"]}}", "x".repeat(1 << 20));
+    let (status, body) = agent.request("POST", &format!("/trace?pid={pid}"), Some(&big));
+    assert_eq!(status, 413);
+    let problem: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(problem["status"], 413, "{problem}");
+
+    // A huge query string: refused at the head, the connection closed.
+    let huge = format!(
+        "GET /processes?{} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\r\n",
+        "a=1&".repeat(50_000)
+    );
+    let status = raw_status(&addr, huge.as_bytes());
+    assert!(
+        status == 431 || status == 414 || status == 400 || status == 0,
+        "{status}"
+    );
+    assert_eq!(raw_status(&addr, b"NONSENSE\r\n\r\n"), 400);
+
+    // Slow clients: 100 connections that never finish their head hold nothing the others
+    // need, and are closed after the header timeout.
+    let slow: Vec<TcpStream> = (0..100)
+        .map(|_| {
+            let mut s = TcpStream::connect(&addr).unwrap();
+            s.write_all(b"GET /processes HTTP/1.1\r\nHost: x\r\n")
+                .unwrap();
+            s
+        })
+        .collect();
+    let began = Instant::now();
+    assert!(agent.get_json("/processes").as_array().unwrap().len() >= 1);
+    assert!(
+        began.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        began.elapsed()
+    );
+
+    // 200 requests at once: every one answered.
+    let statuses: Vec<u16> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..200)
+            .map(|i| {
+                let agent = &agent;
+                scope.spawn(move || {
+                    let path = if i % 2 == 0 { "/processes" } else { "/metrics" };
+                    agent.request("GET", path, None).0
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+
+    for mut s in slow {
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut buf = Vec::new();
+        // The agent answers 408 or just closes; either way the read ends.
+        let _ = s.read_to_end(&mut buf);
+        assert!(began.elapsed() < Duration::from_secs(25));
+    }
+    let rss_mb = agent.rss_kb() / 1024;
+    assert!(
+        rss_mb < 100,
+        "the agent holds {rss_mb} MB after the hostile requests"
+    );
+    assert_eq!(agent.get_json("/operations"), serde_json::json!([]));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_address_off_loopback_needs_a_key_and_a_unix_socket_is_owner_only() {
+    let _one = serial();
+    let dir = scratch("listen");
+    let out = Command::new(env!("CARGO_BIN_EXE_eptrace"))
+        .args(["agent", "--listen", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs an API key"), "{err}");
+
+    let socket = dir.join("agent.sock");
+    let listen = format!("unix:{}", socket.display());
+    let agent = Agent::start_with(&dir, "", &["--listen", &listen]);
+    assert!(agent.base.starts_with("unix:"), "{}", agent.base);
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&socket).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    let mut s = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    s.write_all(b"GET /info HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(reply.contains("\"listen\":\"unix:"), "{reply}");
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_process_that_cannot_be_attached_is_skipped_with_the_reason() {
+    let _one = serial();
+    let dir = scratch("skip");
+    // A diagnostics socket of this test's own process that hangs up on every client.
+    let me = std::process::id();
+    let key = eventpipe_ipc::transport::start_time(me).unwrap();
+    let path =
+        eventpipe_ipc::transport::socket_path(&eventpipe_ipc::transport::socket_dir(), me, key);
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hangups = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            listener.set_nonblocking(true).unwrap();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok((s, _)) = listener.accept() {
+                    drop(s);
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+    let agent = Agent::start(&dir, "");
+    let skipped = wait_for("the agent to skip this process", 20, || {
+        let info = agent.get_json("/info");
+        info["skipped"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["pid"] == me)
+            .cloned()
+    });
+    assert!(
+        skipped["reason"].as_str().unwrap().contains("ProcessInfo"),
+        "{skipped}"
+    );
+    assert!(agent.logged(&format!("skipping process {me}")));
+    let (status, body) = agent.request("GET", &format!("/trace?pid={me}"), None);
+    assert_eq!(status, 403, "{}", String::from_utf8_lossy(&body));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    hangups.join().unwrap();
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sigterm_finishes_a_running_trace_and_leaves_a_whole_file() {
+    let _one = serial();
+    let dir = scratch("sigterm");
+    let out = dir.join("out");
+    let demo = Demo::start();
+    let mut agent = Agent::start(&dir, &format!("egress = \"{}\"\n", out.display()));
+    agent.wait_for_process(demo.pid);
+    let (status, body) = agent.request(
+        "GET",
+        &format!(
+            "/trace?pid={}&durationSeconds=600&profile=default&egress=long.nettrace",
+            demo.pid
+        ),
+        None,
+    );
+    assert_eq!(status, 202, "{}", String::from_utf8_lossy(&body));
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        !out.join("long.nettrace").exists(),
+        "the file appeared before it was complete"
+    );
+    // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
+    unsafe { libc::kill(agent.child.id() as i32, libc::SIGTERM) };
+    let began = Instant::now();
+    let status = loop {
+        if let Some(status) = agent.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(40),
+            "the agent did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "{status:?}");
+    let file = out.join("long.nettrace");
+    assert!(report_events(&file) > 0);
+    let names: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["long.nettrace"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
