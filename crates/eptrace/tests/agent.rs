@@ -794,7 +794,7 @@ fn hostile_requests_get_the_right_status_and_the_agent_keeps_serving() {
         })
         .collect();
     let began = Instant::now();
-    assert!(agent.get_json("/processes").as_array().unwrap().len() >= 1);
+    assert!(!agent.get_json("/processes").as_array().unwrap().is_empty());
     assert!(
         began.elapsed() < Duration::from_secs(5),
         "{:?}",
