@@ -765,11 +765,22 @@ fn hostile_requests_get_the_right_status_and_the_agent_keeps_serving() {
         Some(r#"{"providers": ["Bad:zz:Verbose"]}"#),
     );
     assert_eq!(status, 400);
-    let big = format!("{{\"providers\": [\"{}\"]}}", "x".repeat(1 << 20));
-    let (status, body) = agent.request("POST", &format!("/trace?pid={pid}"), Some(&big));
-    assert_eq!(status, 413);
-    let problem: Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(problem["status"], 413, "{problem}");
+    // A 1 MB body is refused from its Content-Length, before a byte of it is read (so the
+    // request goes raw: a client still sending would see its connection closed).
+    let mut s = TcpStream::connect(agent.base.trim_start_matches("http://")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "POST /trace?pid={pid} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        1 << 20
+    )
+    .unwrap();
+    let mut reply = Vec::new();
+    let _ = s.read_to_end(&mut reply);
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 413"), "{reply}");
+    assert!(reply.contains("\"status\":413"), "{reply}");
 
     // A huge query string: refused at the head, the connection closed.
     let huge = format!(
@@ -925,7 +936,40 @@ fn sigterm_finishes_a_running_trace_and_leaves_a_whole_file() {
         None,
     );
     assert_eq!(status, 202, "{}", String::from_utf8_lossy(&body));
-    std::thread::sleep(Duration::from_secs(2));
+
+    // Another, stopped early by DELETE: its trace is still whole.
+    let (status, body) = agent.request(
+        "GET",
+        &format!(
+            "/trace?pid={}&durationSeconds=600&egress=cancelled.nettrace",
+            demo.pid
+        ),
+        None,
+    );
+    assert_eq!(status, 202, "{}", String::from_utf8_lossy(&body));
+    let id = serde_json::from_slice::<Value>(&body).unwrap()["operationId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    std::thread::sleep(Duration::from_secs(1));
+    let (status, body) = agent.request("DELETE", &format!("/operations/{id}"), None);
+    assert_eq!(status, 202, "{}", String::from_utf8_lossy(&body));
+    let ended = wait_for("the cancelled trace to end", 30, || {
+        let s = agent.get_json(&format!("/operations/{id}"));
+        (s["state"] != "Running").then_some(s)
+    });
+    assert_eq!(ended["state"], "Succeeded", "{ended}");
+    assert!(
+        ended["notes"]
+            .to_string()
+            .contains("stopped before its duration"),
+        "{ended}"
+    );
+    assert!(report_events(&out.join("cancelled.nettrace")) > 0);
+    let (status, _) = agent.request("DELETE", &format!("/operations/{id}"), None);
+    assert_eq!(status, 409);
+
+    std::thread::sleep(Duration::from_secs(1));
     assert!(
         !out.join("long.nettrace").exists(),
         "the file appeared before it was complete"
@@ -950,6 +994,8 @@ fn sigterm_finishes_a_running_trace_and_leaves_a_whole_file() {
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(names, ["long.nettrace"]);
+    let mut names = names;
+    names.sort();
+    assert_eq!(names, ["cancelled.nettrace", "long.nettrace"]);
     let _ = std::fs::remove_dir_all(&dir);
 }

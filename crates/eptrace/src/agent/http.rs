@@ -151,6 +151,18 @@ async fn authorize(State(agent): State<Arc<Agent>>, request: Request, next: Next
         .get(header::AUTHORIZATION)
         .map(HeaderValue::as_bytes);
     if agent.keys.is_empty() || super::auth::accepts(header, &agent.keys) {
+        // A body announced too large is refused before a byte of it is read.
+        let announced = request
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if announced.is_some_and(|n| n > MAX_BODY as u64) {
+            return Problem::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("a request body has at most {MAX_BODY} bytes"),
+            )
+            .into_response();
+        }
         next.run(request).await
     } else {
         Problem::new(
