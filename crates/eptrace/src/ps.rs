@@ -68,7 +68,7 @@ impl std::fmt::Display for Runtime {
     }
 }
 
-pub(crate) fn proc_text(pid: u32, file: &str) -> Option<String> {
+fn proc_text(pid: u32, file: &str) -> Option<String> {
     let raw = std::fs::read(format!("/proc/{pid}/{file}")).ok()?;
     let text = String::from_utf8_lossy(&raw);
     Some(
@@ -78,25 +78,74 @@ pub(crate) fn proc_text(pid: u32, file: &str) -> Option<String> {
     )
 }
 
-/// The attachable processes, by pid.
+/// What a process says about itself over its diagnostics socket.
+#[derive(Debug, Clone)]
+pub(crate) struct Examined {
+    pub(crate) pid: u32,
+    pub(crate) name: String,
+    pub(crate) command_line: String,
+    pub(crate) runtime: Runtime,
+}
+
+/// Asks the process behind `endpoint` who it is; the error says why it cannot be attached
+/// to (another user's process, a socket that refuses or does not answer).
+pub(crate) fn examine(endpoint: &transport::Endpoint) -> std::result::Result<Examined, String> {
+    let info = Client::at(&endpoint.path).process_info();
+    if let Err(eventpipe_ipc::Error::Io { source, .. }) = &info {
+        return Err(match source.kind() {
+            std::io::ErrorKind::PermissionDenied => format!(
+                "permission denied on {} (another user's process: this runs as uid {})",
+                endpoint.path.display(),
+                // SAFETY: geteuid(2) has no preconditions and cannot fail.
+                unsafe { libc::geteuid() }
+            ),
+            std::io::ErrorKind::ConnectionRefused => format!(
+                "{} refuses connections (the process stopped listening)",
+                endpoint.path.display()
+            ),
+            _ => format!("it did not answer ProcessInfo ({source})"),
+        });
+    }
+    let runtime = Runtime::of(&info);
+    if runtime == Runtime::Unknown {
+        return Err(format!(
+            "it did not answer ProcessInfo ({})",
+            info.err().map(|e| e.to_string()).unwrap_or_default()
+        ));
+    }
+    let command_line = match &info {
+        Ok(i) if !i.command_line.is_empty() => i.command_line.clone(),
+        _ => proc_text(endpoint.pid, "cmdline").unwrap_or_default(),
+    };
+    Ok(Examined {
+        pid: endpoint.pid,
+        name: proc_text(endpoint.pid, "comm").unwrap_or_else(|| "?".into()),
+        command_line,
+        runtime,
+    })
+}
+
+/// The processes with a live diagnostics socket, by pid; one that cannot be attached to
+/// says why in its runtime column.
 pub(crate) fn list() -> Result<Vec<Row>> {
     let dir = transport::socket_dir();
     let endpoints = transport::discover(&dir)
         .with_context(|| format!("looking for diagnostics sockets in {}", dir.display()))?;
     Ok(endpoints
-        .into_iter()
-        .map(|e| {
-            let info = Client::at(&e.path).process_info();
-            let command_line = match &info {
-                Ok(i) if !i.command_line.is_empty() => i.command_line.clone(),
-                _ => proc_text(e.pid, "cmdline").unwrap_or_default(),
-            };
-            Row {
+        .iter()
+        .map(|e| match examine(e) {
+            Ok(p) => Row {
+                pid: p.pid,
+                name: p.name,
+                runtime: p.runtime.to_string(),
+                command_line: p.command_line,
+            },
+            Err(why) => Row {
                 pid: e.pid,
                 name: proc_text(e.pid, "comm").unwrap_or_else(|| "?".into()),
-                runtime: Runtime::of(&info).to_string(),
-                command_line,
-            }
+                runtime: format!("unknown: {why}"),
+                command_line: proc_text(e.pid, "cmdline").unwrap_or_default(),
+            },
         })
         .collect())
 }

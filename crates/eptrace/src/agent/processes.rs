@@ -3,11 +3,10 @@
 //! ones are forgotten, and ones the agent may not attach to are listed with the reason.
 
 use std::collections::BTreeMap;
-use std::io::ErrorKind;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use eventpipe_ipc::{transport, Client};
+use eventpipe_ipc::transport;
 use serde::Serialize;
 
 use super::settings::RuntimeKind;
@@ -149,46 +148,20 @@ impl Registry {
     }
 }
 
-/// Asks a new process who it is; the error says why it cannot be attached to.
+/// Asks a new process who it is (as `eptrace ps` does); the error says why it cannot be
+/// attached to.
 fn examine(endpoint: &transport::Endpoint) -> Result<Process, String> {
-    let client = Client::at(&endpoint.path);
-    let info = client.process_info();
-    if let Err(eventpipe_ipc::Error::Io { source, .. }) = &info {
-        return Err(match source.kind() {
-            ErrorKind::PermissionDenied => format!(
-                "permission denied on {} (another user's process: the agent runs as uid {})",
-                endpoint.path.display(),
-                // SAFETY: geteuid(2) has no preconditions and cannot fail.
-                unsafe { libc::geteuid() }
-            ),
-            ErrorKind::ConnectionRefused => format!(
-                "{} refuses connections (the process stopped listening)",
-                endpoint.path.display()
-            ),
-            _ => format!("it did not answer ProcessInfo ({source})"),
-        });
-    }
-    let runtime = Runtime::of(&info);
-    let kind = match &runtime {
+    let p = crate::ps::examine(endpoint)?;
+    let kind = match &p.runtime {
         Runtime::Rust(_) => Some(RuntimeKind::Rust),
         Runtime::DotNet(_) | Runtime::OldDotNet => Some(RuntimeKind::Dotnet),
         Runtime::Unknown => None,
     };
-    if kind.is_none() {
-        return Err(format!(
-            "it did not answer ProcessInfo ({})",
-            info.err().map(|e| e.to_string()).unwrap_or_default()
-        ));
-    }
-    let command_line = match &info {
-        Ok(i) if !i.command_line.is_empty() => i.command_line.clone(),
-        _ => crate::ps::proc_text(endpoint.pid, "cmdline").unwrap_or_default(),
-    };
     Ok(Process {
-        pid: endpoint.pid,
-        name: crate::ps::proc_text(endpoint.pid, "comm").unwrap_or_else(|| "?".into()),
-        command_line,
-        runtime: runtime.to_string(),
+        pid: p.pid,
+        name: p.name,
+        command_line: p.command_line,
+        runtime: p.runtime.to_string(),
         kind,
         key: endpoint.key,
         socket: endpoint.path.clone(),
