@@ -98,6 +98,15 @@ struct InputArgs {
     file: PathBuf,
 }
 
+/// What to do with a trace that was cut off; `report`, `dump` and `convert`.
+#[derive(Debug, Args)]
+struct CutArgs {
+    /// A trace that was cut off (its collector killed, its disk full) is an error, rather
+    /// than read up to its last whole block with a warning and exit status 3.
+    #[arg(long)]
+    require_complete: bool,
+}
+
 /// Output format; shared by every subcommand.
 #[derive(Debug, Args)]
 struct FormatArgs {
@@ -525,6 +534,8 @@ struct ReportArgs {
     #[command(flatten)]
     input: InputArgs,
     #[command(flatten)]
+    cut: CutArgs,
+    #[command(flatten)]
     format: FormatArgs,
     /// Rows shown in each text table (JSON always has all of them).
     #[arg(long, value_name = "N", default_value_t = 20)]
@@ -535,6 +546,8 @@ struct ReportArgs {
 struct DumpArgs {
     #[command(flatten)]
     input: InputArgs,
+    #[command(flatten)]
+    cut: CutArgs,
     #[command(flatten)]
     format: FormatArgs,
     /// Only events of this provider (case-insensitive; repeatable).
@@ -567,6 +580,8 @@ struct DumpArgs {
 struct ConvertArgs {
     #[command(flatten)]
     input: InputArgs,
+    #[command(flatten)]
+    cut: CutArgs,
     /// Output formats (comma list).
     #[arg(
         short = 'f',
@@ -755,6 +770,7 @@ impl Cli {
             }),
             Command::Report(a) => Action::Report(report::Config {
                 input: InputSpec::from_arg(a.input.file),
+                cut: crate::cut::CutTraces::from_flag(a.cut.require_complete),
                 json: a.format.json,
                 top: a.top,
             }),
@@ -769,6 +785,7 @@ impl Cli {
                 }
                 Action::Dump(dump::Config {
                     input: InputSpec::from_arg(a.input.file),
+                    cut: crate::cut::CutTraces::from_flag(a.cut.require_complete),
                     json: a.format.json,
                     providers: a.providers,
                     events: a.events,
@@ -789,6 +806,7 @@ impl Cli {
                 }
                 Action::Convert(convert::Config {
                     input: InputSpec::from_arg(a.input.file),
+                    cut: crate::cut::CutTraces::from_flag(a.cut.require_complete),
                     formats: a.formats,
                     output: a.output,
                     samples: parse_samples(&a.samples),

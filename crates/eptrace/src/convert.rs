@@ -56,6 +56,8 @@ impl ConvertFormat {
 pub(crate) struct Config {
     /// The trace to read.
     pub(crate) input: InputSpec,
+    /// Whether a cut-off trace is read.
+    pub(crate) cut: crate::cut::CutTraces,
     /// Formats to write, at least one.
     pub(crate) formats: Vec<ConvertFormat>,
     /// The output file (one format; `-` is standard output) or `None` for names derived
@@ -102,7 +104,7 @@ pub(crate) fn do_convert(config: &Config) -> Result<()> {
         InputSpec::Stdin => PathBuf::from("stdin.nettrace"),
     };
     let targets = crate::stream_file::targets(&base, &config.formats, config.output.as_ref())?;
-    let written = convert_bytes(data, &name, &targets, config)?;
+    let (written, truncation) = convert_bytes(data, &name, &targets, config)?;
     let mut err = std::io::stderr().lock();
     for w in &written {
         let name = if w.path.as_os_str() == "-" {
@@ -112,7 +114,11 @@ pub(crate) fn do_convert(config: &Config) -> Result<()> {
         };
         let _ = writeln!(err, "wrote {name} ({})", w.summary);
     }
-    Ok(())
+    drop(err);
+    match truncation {
+        Some((cut, events)) => crate::cut::verdict(&name, Some(&cut), events),
+        None => Ok(()),
+    }
 }
 
 /// `trace.nettrace` → `trace.speedscope.json` (and so on).
@@ -137,13 +143,14 @@ pub(crate) fn convert_file(
     let targets: Vec<_> = formats.iter().map(|&f| (f, output_path(path, f))).collect();
     let config = Config {
         input: InputSpec::Path(path.to_path_buf()),
+        cut: crate::cut::CutTraces::Refuse,
         formats: formats.to_vec(),
         output: None,
         samples,
         by_thread: false,
         async_stacks: true,
     };
-    convert_bytes(data, &name, &targets, &config)
+    Ok(convert_bytes(data, &name, &targets, &config)?.0)
 }
 
 fn convert_bytes(
@@ -151,10 +158,13 @@ fn convert_bytes(
     name: &str,
     targets: &[(ConvertFormat, PathBuf)],
     config: &Config,
-) -> Result<Vec<Written>> {
+) -> Result<(Vec<Written>, Option<(nettrace::Truncation, u64)>)> {
     let mut written = Vec::new();
+    // Where a cut-off trace ends, as the last reader saw it.
+    let mut truncation = None;
     let profile = if targets.iter().any(|(f, _)| f.needs_profile()) {
-        let built = read_profile(data, name, config.samples.clone(), config.async_stacks)?;
+        let (built, cut) = read_profile(data, name, config)?;
+        truncation = truncation.or(cut);
         if built.profile.samples.is_empty() {
             bail!("{}", nothing_to_convert(name, &config.samples, &built));
         }
@@ -174,10 +184,13 @@ fn convert_bytes(
         let mut out = BufWriter::new(sink);
         let summary = match (format, &profile) {
             (ConvertFormat::Chrome, _) => {
-                let mut reader =
-                    TraceReader::from_slice(data).with_context(|| format!("cannot read {name}"))?;
+                let mut reader = config.cut.apply(
+                    TraceReader::from_slice(data).with_context(|| format!("cannot read {name}"))?,
+                );
                 let s = eventpipe_insight::write_chrome_trace(&mut reader, &mut out)
                     .with_context(|| format!("cannot convert {name} to Chrome JSON"))?;
+                let stats = reader.stats();
+                truncation = truncation.or(stats.truncation.map(|t| (t, stats.events)));
                 let polls = if s.poll_spans > 0 {
                     format!(", {} async polls", s.poll_spans)
                 } else {
@@ -202,7 +215,7 @@ fn convert_bytes(
             summary,
         });
     }
-    Ok(written)
+    Ok((written, truncation))
 }
 
 /// Why a profile came out empty, and what the trace has instead.
@@ -236,13 +249,13 @@ fn nothing_to_convert(name: &str, asked: &SampleSelection, built: &BuiltProfile)
 pub(crate) fn read_profile(
     data: &[u8],
     name: &str,
-    samples: SampleSelection,
-    async_stacks: bool,
-) -> Result<BuiltProfile> {
+    config: &Config,
+) -> Result<(BuiltProfile, Option<(nettrace::Truncation, u64)>)> {
     let mut progress = Progress::new(Some(data.len() as u64));
-    let mut reader =
-        TraceReader::from_slice(data).with_context(|| format!("cannot read {name}"))?;
-    let mut builder = ProfileBuilder::new(samples).async_stacks(async_stacks);
+    let mut reader = config
+        .cut
+        .apply(TraceReader::from_slice(data).with_context(|| format!("cannot read {name}"))?);
+    let mut builder = ProfileBuilder::new(config.samples.clone()).async_stacks(config.async_stacks);
     let mut seen = 0u64;
     while let Some(event) = reader
         .next_event()
@@ -255,7 +268,11 @@ pub(crate) fn read_profile(
         }
     }
     progress.finish();
-    Ok(builder.finish())
+    let stats = reader.stats();
+    Ok((
+        builder.finish(),
+        stats.truncation.map(|t| (t, stats.events)),
+    ))
 }
 
 /// Writes `profile` in `format` to the file at `path` (`-`: standard output).

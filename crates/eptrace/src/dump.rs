@@ -19,6 +19,8 @@ use crate::value_json::{decimal_to_string, Fields};
 pub(crate) struct Config {
     /// The trace to read.
     pub(crate) input: InputSpec,
+    /// Whether a cut-off trace is read.
+    pub(crate) cut: crate::cut::CutTraces,
     /// JSON lines instead of text.
     pub(crate) json: bool,
     /// Keep events of these providers (case-insensitive); empty keeps all.
@@ -45,32 +47,40 @@ pub(crate) fn do_dump(config: &Config) -> Result<()> {
     let name = config.input.display_name();
     let opened = input::open(&config.input)?;
     let mut out = BufWriter::with_capacity(64 * 1024, io::stdout().lock());
-    match opened {
+    let stats = match opened {
         Opened::Mapped(_) => {
             let bytes = opened.bytes().unwrap_or(&[]);
-            dump_from(TraceReader::from_slice(bytes), config, &name, &mut out)?;
+            dump_from(TraceReader::from_slice(bytes), config, &name, &mut out)?
         }
         Opened::Stream(stream) => {
             dump_from(TraceReader::from_read(stream), config, &name, &mut out)?
         }
-    }
-    out.flush().context("cannot write to stdout")
+    };
+    out.flush().context("cannot write to stdout")?;
+    crate::cut::verdict(&name, stats.truncation.as_ref(), stats.events)
 }
 
 /// Both readers yield events the same way; this lets one loop drive either.
 trait Events {
     fn next_event(&mut self) -> nettrace::Result<Option<Event<'_>>>;
+    fn stats(&self) -> nettrace::ReadStats;
 }
 
 impl<I: Input> Events for TraceReader<I> {
     fn next_event(&mut self) -> nettrace::Result<Option<Event<'_>>> {
         TraceReader::next_event(self)
     }
+    fn stats(&self) -> nettrace::ReadStats {
+        TraceReader::stats(self)
+    }
 }
 
 impl<I: Input> Events for SortedReader<I> {
     fn next_event(&mut self) -> nettrace::Result<Option<Event<'_>>> {
         SortedReader::next_event(self)
+    }
+    fn stats(&self) -> nettrace::ReadStats {
+        SortedReader::stats(self)
     }
 }
 
@@ -79,8 +89,10 @@ fn dump_from<I: Input>(
     config: &Config,
     name: &str,
     out: &mut impl Write,
-) -> Result<()> {
-    let reader = reader.with_context(|| format!("cannot read {name}"))?;
+) -> Result<nettrace::ReadStats> {
+    let reader = config
+        .cut
+        .apply(reader.with_context(|| format!("cannot read {name}"))?);
     if config.sorted {
         pump(SortedReader::new(reader), config, name, out)
     } else {
@@ -88,9 +100,14 @@ fn dump_from<I: Input>(
     }
 }
 
-fn pump(mut events: impl Events, config: &Config, name: &str, out: &mut impl Write) -> Result<()> {
+fn pump(
+    mut events: impl Events,
+    config: &Config,
+    name: &str,
+    out: &mut impl Write,
+) -> Result<nettrace::ReadStats> {
     if config.limit == Some(0) {
-        return Ok(());
+        return Ok(events.stats());
     }
     let filter = Filter::new(config);
     let mut printed = 0u64;
@@ -119,7 +136,7 @@ fn pump(mut events: impl Events, config: &Config, name: &str, out: &mut impl Wri
             break;
         }
     }
-    Ok(())
+    Ok(events.stats())
 }
 
 /// The event filters, ready to test.

@@ -9,13 +9,16 @@
 //! * 1: the trace could not be read or the output could not be written, or a `stress` cell
 //!   lost or miscounted events; the message is printed as `eptrace: {error:#}`, naming the
 //!   file and, for bad bytes, the offset;
-//! * 2: a usage error (clap's own exit status).
+//! * 2: a usage error (clap's own exit status);
+//! * 3: `report`, `dump` or `convert` read a trace that was cut off, up to its last whole
+//!   block, and wrote what that covers ([`cut`]).
 
 mod agent;
 mod cli;
 mod collect;
 mod convert;
 mod counters;
+mod cut;
 mod demo;
 mod dump;
 mod gcdump;
@@ -70,6 +73,10 @@ fn run() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
+        Err(err) if err.downcast_ref::<cut::CutTrace>().is_some() => {
+            let _ = writeln!(io::stderr().lock(), "eptrace: warning: {err}");
+            ExitCode::from(cut::EXIT_STATUS)
+        }
         Err(err) => {
             // Not `eprintln!`: it panics when stderr itself is closed.
             let _ = writeln!(io::stderr().lock(), "eptrace: {err:#}");

@@ -33,6 +33,8 @@ pub(crate) struct Config {
     pub(crate) json: bool,
     /// How many rows each text table shows.
     pub(crate) top: usize,
+    /// Whether a cut-off trace is read.
+    pub(crate) cut: crate::cut::CutTraces,
 }
 
 /// How many events pass between progress updates and cancellation checks.
@@ -42,7 +44,8 @@ const CHECK_EVERY: u64 = 4096;
 pub(crate) fn do_report(config: &Config) -> Result<()> {
     let name = config.input.display_name();
     let opened = input::open(&config.input)?;
-    let report = gather(opened, &name).with_context(|| format!("cannot read {name}"))?;
+    let report =
+        gather(opened, &name, config.cut).with_context(|| format!("cannot read {name}"))?;
     let text = if config.json {
         let mut s = serde_json::to_string_pretty(&report).context("cannot serialize the report")?;
         s.push('\n');
@@ -54,11 +57,24 @@ pub(crate) fn do_report(config: &Config) -> Result<()> {
     out.write_all(text.as_bytes())
         .context("cannot write to stdout")?;
     out.flush().context("cannot write to stdout")?;
-    Ok(())
+    let cut = report.truncated.as_ref().map(|t| nettrace::Truncation {
+        offset: t.at_byte,
+        what: t.reading,
+    });
+    crate::cut::verdict(&name, cut.as_ref(), report.total_events)
 }
 
 // ---------------------------------------------------------------------------------------
 // The report itself (its JSON form is the documented output).
+
+/// Where a cut-off trace ends.
+#[derive(Debug, Serialize)]
+struct Truncated {
+    /// The offset of the incomplete block (or missing block header).
+    at_byte: u64,
+    /// What was being read when the input ended.
+    reading: &'static str,
+}
 
 #[derive(Debug, Serialize)]
 struct Report {
@@ -72,6 +88,8 @@ struct Report {
     duration_ms: Option<f64>,
     file_bytes: u64,
     total_events: u64,
+    /// Where a cut-off trace ends; `None` for a whole trace.
+    truncated: Option<Truncated>,
     events_by_provider: BTreeMap<String, u64>,
     event_counts: BTreeMap<String, u64>,
     /// Most events first.
@@ -242,7 +260,7 @@ struct TimeOrder {
 // Reading.
 
 /// Reads the whole trace twice (file order and sorted) and builds the report.
-fn gather(opened: Opened, name: &str) -> Result<Report> {
+fn gather(opened: Opened, name: &str, cut: crate::cut::CutTraces) -> Result<Report> {
     let stop = AtomicBool::new(false);
     let sorted_pos = AtomicU64::new(0);
     match opened {
@@ -251,10 +269,15 @@ fn gather(opened: Opened, name: &str) -> Result<Report> {
             let total = bytes.len() as u64;
             let mut progress = Progress::new(Some(total));
             thread::scope(|s| {
-                let sorted =
-                    s.spawn(|| sorted_pass(TraceReader::from_slice(bytes)?, &sorted_pos, &stop));
+                let sorted = s.spawn(|| {
+                    sorted_pass(
+                        cut.apply(TraceReader::from_slice(bytes)?),
+                        &sorted_pos,
+                        &stop,
+                    )
+                });
                 let main = TraceReader::from_slice(bytes)
-                    .and_then(|r| file_pass(r, &mut progress, &sorted_pos));
+                    .and_then(|r| file_pass(cut.apply(r), &mut progress, &sorted_pos));
                 finish(main, sorted, total, name, &mut progress, &sorted_pos, &stop)
             })
         }
@@ -274,12 +297,16 @@ fn gather(opened: Opened, name: &str) -> Result<Report> {
                         chunk: Vec::new(),
                         pos: 0,
                     };
-                    sorted_pass(TraceReader::from_read(reader)?, &sorted_pos, &stop)
+                    sorted_pass(
+                        cut.apply(TraceReader::from_read(reader)?),
+                        &sorted_pos,
+                        &stop,
+                    )
                 });
                 // The file-order reader owns the tee; it is dropped when the pass returns,
                 // which closes the channel and lets the sorted pass reach its end.
                 let main = TraceReader::from_read(tee)
-                    .and_then(|r| file_pass(r, &mut progress, &sorted_pos));
+                    .and_then(|r| file_pass(cut.apply(r), &mut progress, &sorted_pos));
                 let total = read.get();
                 finish(main, sorted, total, name, &mut progress, &sorted_pos, &stop)
             })
@@ -662,6 +689,10 @@ fn build(main: FilePass, sorted: SortedCheck, file_bytes: u64, name: &str) -> Re
         duration_ms,
         file_bytes,
         total_events: tally.events,
+        truncated: stats.truncation.as_ref().map(|t| Truncated {
+            at_byte: t.offset,
+            reading: t.what,
+        }),
         events_by_provider,
         event_counts,
         threads,
@@ -774,6 +805,14 @@ fn render_text(r: &Report, top: usize) -> String {
         plural(r.threads.len(), "thread")
     );
     let _ = writeln!(s, "events lost:     {}", r.lost_events.total);
+    if let Some(t) = &r.truncated {
+        let _ = writeln!(
+            s,
+            "CUT OFF:         the trace ends early at byte {} (inside a {}); everything here \
+             covers only what came before",
+            t.at_byte, t.reading
+        );
+    }
     let _ = writeln!(
         s,
         "stacks:          {} events with a stack, {} distinct{}",

@@ -272,21 +272,97 @@ fn dump_to_closed_pipe_exits_zero() {
     assert_eq!(stderr(&out), "");
 }
 
+/// A real trace cut off at 60 % of its bytes, as a killed collector leaves it.
+fn cut_trace(test: &str, name: &str) -> Option<(PathBuf, PathBuf)> {
+    let path = trace(test, name)?;
+    let bytes = std::fs::read(&path).unwrap();
+    let cut = std::env::temp_dir().join(format!(
+        "eptrace-cut-{}-{test}.nettrace",
+        std::process::id()
+    ));
+    std::fs::write(&cut, &bytes[..bytes.len() * 6 / 10]).unwrap();
+    Some((path, cut))
+}
+
 #[test]
-fn truncated_trace_fails_with_offset() {
-    let Some(path) = trace("truncated_trace_fails_with_offset", OBJVER4) else {
+fn a_cut_trace_is_read_to_its_last_whole_block_and_said_so() {
+    let Some((whole, cut)) = cut_trace("cut_report", MANAGED_SAMPLES) else {
         return;
     };
-    let bytes = std::fs::read(&path).unwrap();
-    let name = format!("eptrace-truncated-{}.nettrace", std::process::id());
-    let cut = std::env::temp_dir().join(&name);
-    std::fs::write(&cut, &bytes[..1000]).unwrap();
-    let out = run(&["report", cut.to_str().unwrap()]);
+    let cut_s = cut.to_str().unwrap();
+    let full = report_json(whole.to_str().unwrap());
+    let full_events = full["total_events"].as_u64().unwrap();
+
+    // report: everything before the cut, the cut named, status 3.
+    let out = run(&["report", "--json", cut_s]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let events = report["total_events"].as_u64().unwrap();
+    assert!(
+        events > 0 && events < full_events,
+        "{events} of {full_events}"
+    );
+    let at = report["truncated"]["at_byte"].as_u64().unwrap();
+    assert!(at <= std::fs::metadata(&cut).unwrap().len());
+    let err = stderr(&out);
+    assert!(err.starts_with("eptrace: warning: "), "{err}");
+    assert!(err.contains(&format!("byte {at}")), "{err}");
+    assert!(
+        err.contains(&format!("the {events} events before it")),
+        "{err}"
+    );
+    // The file order and the sorted pass agree on what was read.
+    assert_eq!(
+        report["time_order"]["sorted_events"].as_u64(),
+        Some(events),
+        "{report}"
+    );
+    let text = run(&["report", cut_s]);
+    assert_eq!(text.status.code(), Some(3));
+    assert!(stdout(&text).contains("CUT OFF:"), "{}", stdout(&text));
+
+    // The same from a stream.
+    let piped = eptrace(&["report", "--json", "-"])
+        .stdin(std::fs::File::open(&cut).unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(piped.status.code(), Some(3));
+    let piped: Value = serde_json::from_str(&stdout(&piped)).unwrap();
+    assert_eq!(piped["total_events"].as_u64(), Some(events));
+
+    // dump: one line per event read, status 3.
+    let out = run(&["dump", "--json", "--no-payload", cut_s]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert_eq!(stdout(&out).lines().count() as u64, events);
+    let sorted = run(&["dump", "--sorted", "--no-payload", cut_s]);
+    assert_eq!(sorted.status.code(), Some(3));
+    assert_eq!(stdout(&sorted).lines().count() as u64, events);
+
+    // convert: the files are written from what was read, status 3.
+    let speedscope = std::env::temp_dir().join(format!(
+        "eptrace-cut-{}.speedscope.json",
+        std::process::id()
+    ));
+    let out = run(&[
+        "convert",
+        "-f",
+        "speedscope",
+        "-o",
+        speedscope.to_str().unwrap(),
+        cut_s,
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let written: Value = serde_json::from_slice(&std::fs::read(&speedscope).unwrap()).unwrap();
+    assert!(!written["profiles"].as_array().unwrap().is_empty());
+    let _ = std::fs::remove_file(&speedscope);
+
+    // --require-complete: an error naming the offset, status 1, nothing on stdout.
+    let out = run(&["report", "--require-complete", cut_s]);
     let _ = std::fs::remove_file(&cut);
     assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stdout(&out), "");
     let err = stderr(&out);
     assert!(err.starts_with("eptrace: "), "{err}");
-    assert!(err.contains(&name), "{err}");
     let after = err.split("byte ").nth(1).unwrap_or_default();
     assert!(
         after.starts_with(|c: char| c.is_ascii_digit()),

@@ -55,6 +55,6 @@ pub use model::{
     SystemTime, ThreadInfo, TraceInfo,
 };
 pub use payload::{ArrayIter, ArrayRef, ObjectFields, ObjectRef, Utf16Str, Value, ValueRef};
-pub use reader::{Event, EventRef, OwnedEvent, ReadStats, TraceReader};
+pub use reader::{Event, EventRef, OwnedEvent, ReadStats, TraceReader, Truncation};
 pub use sorted::SortedReader;
 pub use time::format_unix_nanos;

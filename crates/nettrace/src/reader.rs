@@ -37,6 +37,20 @@ pub struct ReadStats {
     /// Events lost per capturing thread (OS thread id when known, else thread index),
     /// in order of first loss.
     pub lost_by_thread: Vec<(u64, u64)>,
+    /// Where the input ended early, when the reader accepts a cut-off trace
+    /// ([`TraceReader::accept_truncation`]) and the input was cut off.
+    pub truncation: Option<Truncation>,
+}
+
+/// Where a cut-off trace ends: the input stopped inside a block, or between blocks before
+/// the end-of-stream marker. Everything before it was read; the events of the cut block
+/// (and whatever followed it) are missing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Truncation {
+    /// Where the incomplete block (or the missing block header) starts.
+    pub offset: u64,
+    /// What the reader was reading when the input ended.
+    pub what: &'static str,
 }
 
 impl ReadStats {
@@ -542,6 +556,9 @@ pub struct TraceReader<I: Input> {
     stats: ReadStats,
     /// Counted where stacks are resolved, which borrows the reader immutably.
     unresolved_stacks: std::cell::Cell<u64>,
+    /// Whether input that ends early ends the stream (recorded in the stats) instead of
+    /// being an error.
+    accept_truncation: bool,
 }
 
 impl<'a> TraceReader<SliceInput<'a>> {
@@ -572,7 +589,17 @@ impl<I: Input> TraceReader<I> {
             v6,
             stats: ReadStats::default(),
             unresolved_stacks: std::cell::Cell::new(0),
+            accept_truncation: false,
         })
+    }
+
+    /// Reads a trace that was cut off (its collector killed, its disk full, a copy
+    /// interrupted) up to its last whole block: where the input ends early, the stream
+    /// ends, and [`ReadStats::truncation`] says where and in what. Only the input running
+    /// out is accepted; bytes that break the format are still an error.
+    pub fn accept_truncation(mut self, accept: bool) -> Self {
+        self.accept_truncation = accept;
+        self
     }
 
     /// Facts from the trace header.
@@ -740,7 +767,26 @@ impl<I: Input> TraceReader<I> {
             if let Some(loc) = self.next_in_block()? {
                 return Ok(Step::Event(loc));
             }
-            let Some(info) = self.blocks.next_block()? else {
+            // A cut input has ended: the reader stays at its end (the input's position is
+            // inside the cut block, where nothing more can be read).
+            let next = if self.stats.truncation.is_some() {
+                None
+            } else {
+                match self.blocks.next_block() {
+                    Err(e) if self.accept_truncation => match e.kind() {
+                        crate::ErrorKind::UnexpectedEof { offset, what } => {
+                            self.stats.truncation = Some(Truncation {
+                                offset: offset.0,
+                                what,
+                            });
+                            None
+                        }
+                        _ => return Err(e),
+                    },
+                    other => other?,
+                }
+            };
+            let Some(info) = next else {
                 self.current = None;
                 return Ok(Step::End);
             };

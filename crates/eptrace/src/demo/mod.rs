@@ -67,6 +67,7 @@ pub(crate) fn do_demo(config: &Config) -> Result<()> {
         input: InputSpec::Path(trace.clone()),
         json: false,
         top: 10,
+        cut: crate::cut::CutTraces::Refuse,
     })?;
     println!(
         "\nOpen {} in a browser, {} at https://www.speedscope.app and {} at \
