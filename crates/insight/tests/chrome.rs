@@ -1435,12 +1435,10 @@ fn demo_shaped_trace(requests_per_task: u64) -> (Vec<u8>, u64, u64) {
                 t += jitter(100);
             }
             t += jitter(1_300_000);
-            for id in [checksum] {
-                events.push((thread, t, STOP, id.to_le_bytes().to_vec()));
-                t += jitter(50);
-                events.push((thread, t, CLOSE, id.to_le_bytes().to_vec()));
-                t += jitter(50);
-            }
+            events.push((thread, t, STOP, checksum.to_le_bytes().to_vec()));
+            t += jitter(50);
+            events.push((thread, t, CLOSE, checksum.to_le_bytes().to_vec()));
+            t += jitter(50);
             events.push((thread, t, NEW, new(sort, request, "sort", 1)));
             t += jitter(100);
             events.push((thread, t, START, span_start(sort, "sort")));
