@@ -68,5 +68,23 @@ fn the_demo_traces_its_workload_and_writes_every_view() {
         ) > 0,
         "{folded}"
     );
+    // The timeline: the async worker's polls as slices on its thread, each named by its
+    // future (the full path once, in the frame's AsyncFrame instant) with its context.
+    let timeline: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("trace.timeline.json")).unwrap()).unwrap();
+    let events = timeline["traceEvents"].as_array().unwrap();
+    let polls: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["args"].get("ctx").is_some())
+        .collect();
+    assert!(polls.len() > 100, "{} polls", polls.len());
+    for name in ["serve", "handle_request", "parse", "render"] {
+        assert!(polls.iter().any(|e| e["name"] == name), "no {name} poll");
+        let frames = events
+            .iter()
+            .filter(|e| e["args"]["Name"] == format!("eptrace::demo::workload::{name}"))
+            .count();
+        assert_eq!(frames, 1, "{name}'s AsyncFrame instant");
+    }
     std::fs::remove_dir_all(&dir).ok();
 }

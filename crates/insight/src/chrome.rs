@@ -4,9 +4,10 @@
 //!
 //! # What each event becomes
 //!
-//! * Every event is an instant (`"ph":"I"`, thread scoped) named `Provider/EventName`, with
-//!   `pid`, `tid`, `cat` = the provider, and `args` = the decoded payload (a payload that
-//!   does not decode gives `{"decode_error": "..."}`).
+//! * Every event is an instant (`"ph":"I"`, thread scoped: the format's default, so no
+//!   `s`) named `Provider/EventName`, with `pid`, `tid` and `args` = the decoded payload (a
+//!   payload that does not decode gives `{"decode_error": "..."}`; an empty one, no `args`).
+//!   No `cat`: the name holds the provider.
 //! * Except begin/end pairs, which become one complete event (`"ph":"X"` with `dur`) on the
 //!   thread that wrote them: a begin opens an interval on its thread; the next end on the
 //!   same thread, of the same provider and with the same base name closes the innermost
@@ -43,13 +44,23 @@
 //!   slice: its `SpanNew` and `SpanClose` are not written again
 //!   ([`ChromeSummary::folded_span_events`]). A span never entered, entered several times
 //!   (an async span) or never closed keeps its `SpanNew` and `SpanClose` as instants, since
-//!   its lifetime is not one slice.
+//!   its lifetime is not one slice. Ids are written where they link facts, not where the
+//!   drawing already does:
+//!   - `ParentSpanId` is left out when the parent is the innermost span of the same
+//!     provider open around the slice on its thread: the viewer draws the slice beneath it.
+//!   - The slice of a span entered once is written when the span closes (the tracing
+//!     registry closes a parent after its children), with its `SpanId` only if something
+//!     written names that id (a child's `ParentSpanId` on another thread, a `SpanNew`
+//!     instant). A span entered again, or never closed, keeps its `SpanId` on every slice.
 //! * The async profiler's `AsyncBuffer` events are not instants: their records become
 //!   **poll spans**, complete events on the track of the thread that polled, named by the
-//!   polled future's frame (`frame#N` if its `AsyncFrame` event has not been read yet),
-//!   category `EventPipeRs-AsyncProfiler`, `args` = `{"ctx", "ended"}` (`suspend`,
-//!   `complete`, `unwind`, `lost`, `open at end`; plus `"start_exact": false` for a poll
-//!   first seen in a Stack record after lost data). A nested poll lies within the poll that
+//!   polled future's frame: its path without the leading segments no other frame needs to
+//!   be told apart (`handle_request` for `app::server::handle_request`; the full name, file
+//!   and line are the frame's `AsyncFrame` instant), or `frame#N` if that event has not
+//!   been read yet. No `cat`; `args` = `{"ctx"}`, the context polled, which CPU samples
+//!   name as their `AsyncContext`, plus `"ended"` for a poll that did not return `Pending`
+//!   (`complete`, `unwind`, `lost`, `open at end`) and `"start_exact": false` for a poll
+//!   first seen in a Stack record after lost data. A nested poll lies within the poll that
 //!   ran it, so viewers draw it beneath. Polls still open at the end of the trace end at
 //!   its last timestamp. See [`crate::async_trace`].
 //! * So the trace's event count is exactly instants + 2 × complete events + async buffers
@@ -69,9 +80,10 @@
 //! The viewers are JavaScript, whose numbers are doubles:
 //! * `ts` is the time since the trace's start in microseconds with at most three decimals
 //!   (nanoseconds, exact from the trace's ticks). `dur` too, whenever `ts + dur` computed in
-//!   doubles gives the end's written time exactly; otherwise `dur` is the difference of the
-//!   two written times, so that a slice ending with its parent never seems to end after it
-//!   (viewers nest by comparing `ts + dur`).
+//!   doubles gives the end's written time exactly; otherwise `dur` is the shortest decimal
+//!   near the difference of the two written times for which it does, so that a slice
+//!   ending with its parent never seems to end after it (viewers nest by comparing
+//!   `ts + dur`).
 //! * Integers beyond ±(2^53 − 1) ([`MAX_SAFE_INTEGER`]: 64-bit span ids, pointers read as
 //!   integers, hashes) are written as strings of their decimal digits, which a viewer shows
 //!   as they are instead of rounding.
@@ -80,13 +92,17 @@
 //!
 //! Output is streamed: each event is written as it is read, and only open intervals are
 //! held (at most [`MAX_OPEN_PER_KEY`] per thread, provider and base name; beyond that the
-//! oldest is given up and written as an instant), the tracing layer's live spans (at most
-//! [`MAX_LIVE_SPANS`]; beyond that a `SpanNew` is written at once), the names already
+//! oldest is given up and written as an instant), the tracing layer's live spans with the
+//! slice of each exited one (at most [`MAX_LIVE_SPANS`]; beyond that a `SpanNew` is
+//! written at once, and the span's slices with their ids), the names already
 //! announced per thread and process, and for the async profiler each thread's open polls,
-//! the interned poll stacks and the frame names. Events are written in stream order, not
-//! sorted: the viewers sort.
+//! the interned poll stacks and the frame names. Events are written as they complete (the
+//! slice of a span entered once when the span closes), not sorted: the viewers sort. A
+//! parent whose Start is given up (more than [`MAX_OPEN_PER_KEY`] spans open inside it on
+//! its thread) leaves the children already written without their `ParentSpanId`.
 
 use std::collections::{HashMap, VecDeque};
+use std::fmt::Write as _;
 use std::io::{BufWriter, Write};
 
 use nettrace::source::Input;
@@ -94,7 +110,7 @@ use nettrace::{Event, TraceInfo, TraceReader, Value};
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 
-use crate::async_trace::{self, AsyncEvent, AsyncFrameId, Decoder, Fact, PollSpan};
+use crate::async_trace::{AsyncEvent, AsyncFrameId, Decoder, Fact, PollSpan, SpanEnd};
 use crate::error::Result;
 use crate::symbolize::RUNDOWN_PROVIDER;
 
@@ -286,11 +302,22 @@ impl Serialize for Duration {
             return ser.serialize_f64(decimal);
         }
         let difference = end - ts;
-        if difference >= 0.0 && ts + difference == end {
-            ser.serialize_f64(difference)
-        } else {
-            ser.serialize_f64(decimal)
+        if !(difference >= 0.0 && ts + difference == end) {
+            return ser.serialize_f64(decimal);
         }
+        // The difference rounded to the fewest decimals that still add up to the end: a
+        // few more than three, where the difference itself takes up to seventeen digits.
+        let mut text = String::with_capacity(32);
+        for decimals in 4..17 {
+            text.clear();
+            let _ = write!(text, "{difference:.decimals$}");
+            if let Ok(shorter) = text.parse::<f64>() {
+                if shorter >= 0.0 && ts + shorter == end {
+                    return ser.serialize_f64(shorter);
+                }
+            }
+        }
+        ser.serialize_f64(difference)
     }
 }
 
@@ -305,7 +332,7 @@ fn ticks_to_ns(trace: &TraceInfo, ticks: i64) -> i64 {
 }
 
 #[derive(Serialize)]
-struct JsonEvent<'a, A> {
+struct JsonEvent<'a, A: EventArgs> {
     name: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     cat: Option<&'a str>,
@@ -314,11 +341,15 @@ struct JsonEvent<'a, A> {
     ts: Option<Micros>,
     #[serde(skip_serializing_if = "Option::is_none")]
     dur: Option<Duration>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    s: Option<&'static str>,
     pid: u64,
     tid: u64,
+    #[serde(skip_serializing_if = "EventArgs::is_empty")]
     args: A,
+}
+
+/// An event's `args`, left out when it holds nothing.
+trait EventArgs: Serialize {
+    fn is_empty(&self) -> bool;
 }
 
 /// An integer as JSON: a number when JavaScript holds it exactly, else its decimal text.
@@ -446,48 +477,92 @@ impl<N: AsRef<str>> Payload<N> {
 /// A slice's `args`: one object holding each fact of its begin and end once. The begin's
 /// fields first; then the end's fields that the begin does not already hold with the same
 /// value (under `stop.<name>` when the begin holds that name with another value). The
-/// `Name` field that names the slice is not repeated.
-struct SliceArgs<'a> {
+/// `Name` field that names the slice is not repeated, nor what [`Omit`] says the document
+/// shows otherwise.
+struct SliceArgs<'a, N> {
     start: &'a Payload<String>,
-    stop: &'a Payload<&'a str>,
+    stop: &'a Payload<N>,
     /// The slice's name when it came from a `Name` field.
     named_by: Option<&'a str>,
+    omit: Omit,
 }
 
-impl Serialize for SliceArgs<'_> {
-    fn serialize<S: Serializer>(&self, ser: S) -> std::result::Result<S::Ok, S::Error> {
-        let is_label = |name: &str, value: &Value| {
-            name == "Name" && self.named_by.is_some() && value.as_str() == self.named_by
+/// Fields of a tracing-layer span's slice that the document shows otherwise.
+#[derive(Debug, Clone, Copy, Default)]
+struct Omit {
+    /// `SpanId`: nothing in the document refers to the span.
+    span_id: bool,
+    /// `ParentSpanId`: the parent is the slice around this one.
+    parent: bool,
+}
+
+/// A field of [`SliceArgs`]: its name (`stop.` prefixed or not) and value, or a decode error.
+enum SliceField<'a> {
+    Value(&'a str, bool, &'a Value),
+    Error(&'static str, &'a str),
+}
+
+impl<'a, N: AsRef<str>> SliceArgs<'a, N> {
+    /// Each field to write, in order.
+    fn fields(&self) -> impl Iterator<Item = SliceField<'a>> + '_ {
+        let named_by = self.named_by;
+        let omit = self.omit;
+        let keep = move |name: &str, value: &Value| {
+            !(name == "Name" && named_by.is_some() && value.as_str() == named_by
+                || omit.span_id && name == "SpanId"
+                || omit.parent && name == "ParentSpanId")
         };
+        let start: Box<dyn Iterator<Item = SliceField<'a>>> = match self.start {
+            Payload::Fields(fields) => Box::new(
+                fields
+                    .iter()
+                    .filter(move |(n, v)| keep(n, v))
+                    .map(|(n, v)| SliceField::Value(n, false, v)),
+            ),
+            Payload::Error(e) => Box::new(std::iter::once(SliceField::Error("decode_error", e))),
+        };
+        let begin = self.start;
+        let stop: Box<dyn Iterator<Item = SliceField<'a>>> = match self.stop {
+            Payload::Fields(fields) => {
+                Box::new(fields.iter().filter_map(move |(n, v)| {
+                    let n = n.as_ref();
+                    match begin.field(n) {
+                        // The begin's value, written (or omitted) there.
+                        Some(same) if same == v => None,
+                        Some(_) => Some(SliceField::Value(n, true, v)),
+                        None => keep(n, v).then_some(SliceField::Value(n, false, v)),
+                    }
+                }))
+            }
+            Payload::Error(e) => {
+                Box::new(std::iter::once(SliceField::Error("stop.decode_error", e)))
+            }
+        };
+        start.chain(stop)
+    }
+}
+
+impl<N: AsRef<str>> Serialize for SliceArgs<'_, N> {
+    fn serialize<S: Serializer>(&self, ser: S) -> std::result::Result<S::Ok, S::Error> {
         let mut map = ser.serialize_map(None)?;
-        match self.start {
-            Payload::Fields(fields) => {
-                for (name, value) in fields {
-                    if !is_label(name, value) {
-                        map.serialize_entry(name, &JsonValue(value))?;
-                    }
+        for field in self.fields() {
+            match field {
+                SliceField::Value(name, false, value) => {
+                    map.serialize_entry(name, &JsonValue(value))?
                 }
-            }
-            Payload::Error(e) => map.serialize_entry("decode_error", e)?,
-        }
-        match self.stop {
-            Payload::Fields(fields) => {
-                for (name, value) in fields {
-                    if is_label(name, value) {
-                        continue;
-                    }
-                    match self.start.field(name) {
-                        Some(same) if same == value => {}
-                        Some(_) => {
-                            map.serialize_entry(&format!("stop.{name}"), &JsonValue(value))?
-                        }
-                        None => map.serialize_entry(name, &JsonValue(value))?,
-                    }
+                SliceField::Value(name, true, value) => {
+                    map.serialize_entry(&format_args!("stop.{name}"), &JsonValue(value))?
                 }
+                SliceField::Error(name, e) => map.serialize_entry(name, e)?,
             }
-            Payload::Error(e) => map.serialize_entry("stop.decode_error", e)?,
         }
         map.end()
+    }
+}
+
+impl<N: AsRef<str>> EventArgs for SliceArgs<'_, N> {
+    fn is_empty(&self) -> bool {
+        self.fields().next().is_none()
     }
 }
 
@@ -496,12 +571,39 @@ struct NameArg<'a> {
     name: &'a str,
 }
 
+/// A poll's facts beyond its name, thread and times: the context polled, how the poll
+/// ended unless it returned `Pending` (most do), and a start that was not seen.
 #[derive(Serialize)]
 struct PollArgs {
     ctx: Integer<u64>,
-    ended: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ended: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     start_exact: Option<bool>,
+}
+
+impl<T: EventArgs + ?Sized> EventArgs for &T {
+    fn is_empty(&self) -> bool {
+        (**self).is_empty()
+    }
+}
+
+impl<N: AsRef<str>> EventArgs for Payload<N> {
+    fn is_empty(&self) -> bool {
+        matches!(self, Payload::Fields(fields) if fields.is_empty())
+    }
+}
+
+impl EventArgs for NameArg<'_> {
+    fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+impl EventArgs for PollArgs {
+    fn is_empty(&self) -> bool {
+        false
+    }
 }
 
 /// A begin waiting for its end.
@@ -517,7 +619,19 @@ struct Open {
     named_by_field: bool,
     /// The value of the rule's `same` field, which the end must carry too.
     same: Option<Value>,
+    /// The `SpanId` of a tracing-layer span the begin enters.
+    span: Option<u64>,
     args: Payload<String>,
+}
+
+/// The slice of a tracing-layer span entered once so far, ended, held until the span
+/// closes: only then is it known whether anything written refers to its `SpanId`.
+struct Ended {
+    open: Open,
+    end: i64,
+    stop: Payload<String>,
+    /// `ParentSpanId` is left out: the parent's slice lies around this one.
+    omit_parent: bool,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -662,6 +776,10 @@ struct LiveSpan {
     new: Payload<String>,
     /// Slices begun for it (each `SpanStart`).
     entered: u32,
+    /// Its one slice so far, ended.
+    ended: Option<Ended>,
+    /// Something written names it by its `SpanId` (as a `ParentSpanId`).
+    referenced: bool,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -697,13 +815,62 @@ fn program_name(command_line: &str) -> Option<&str> {
     (!name.is_empty()).then_some(name)
 }
 
+/// The poll slices' names: each frame's path without the leading segments that no other
+/// frame of the trace needs to tell it apart (`app::server::handle` is `handle`, unless
+/// another frame's name ends in `::handle` too: then one of them is `server::handle`).
+/// Segments are split at `::` outside `<...>`, so `<app::Conn as Service>::call` is `call`.
+#[derive(Default)]
+struct ShortNames {
+    /// Short name → the full name it stands for.
+    taken: HashMap<String, String>,
+}
+
+impl ShortNames {
+    fn name(&mut self, id: AsyncFrameId, full: &str) -> String {
+        let mut depth = 0i32;
+        let mut starts = vec![0];
+        let bytes = full.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'<' => depth += 1,
+                b'>' => depth -= 1,
+                b':' if depth == 0 && bytes.get(i + 1) == Some(&b':') => {
+                    starts.push(i + 2);
+                    i += 1;
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        for &start in starts.iter().rev() {
+            let short = &full[start..];
+            if short.is_empty() {
+                continue;
+            }
+            match self.taken.get(short) {
+                Some(owner) if owner == full => return short.to_owned(),
+                Some(_) => {}
+                None => {
+                    self.taken.insert(short.to_owned(), full.to_owned());
+                    return short.to_owned();
+                }
+            }
+        }
+        // Every suffix, the full name too, stands for another frame already.
+        let name = format!("{full} ({id})");
+        self.taken.insert(name.clone(), full.to_owned());
+        name
+    }
+}
+
 struct Writer<W: Write> {
     out: BufWriter<W>,
     first: bool,
 }
 
 impl<W: Write> Writer<W> {
-    fn event<A: Serialize>(&mut self, e: &JsonEvent<'_, A>) -> Result<()> {
+    fn event<A: EventArgs>(&mut self, e: &JsonEvent<'_, A>) -> Result<()> {
         if self.first {
             self.first = false;
         } else {
@@ -728,6 +895,7 @@ struct Converter<W: Write> {
     polls: Decoder,
     facts: Vec<Fact>,
     frame_names: HashMap<AsyncFrameId, String>,
+    short_names: ShortNames,
     /// The process of each thread that wrote async-profiler buffers.
     poll_pids: HashMap<u64, u64>,
 }
@@ -749,6 +917,7 @@ impl<W: Write> Converter<W> {
             polls: Decoder::default(),
             facts: Vec::new(),
             frame_names: HashMap::new(),
+            short_names: ShortNames::default(),
             poll_pids: HashMap::new(),
         })
     }
@@ -759,7 +928,8 @@ impl<W: Write> Converter<W> {
         for fact in facts.drain(..) {
             match fact {
                 Fact::Frame(id, frame) => {
-                    self.frame_names.insert(id, frame.name);
+                    let name = self.short_names.name(id, &frame.name);
+                    self.frame_names.insert(id, name);
                 }
                 Fact::Span(span) => self.poll_span(&span)?,
                 Fact::Reference(_) | Fact::Created { .. } | Fact::Dropped { .. } => {}
@@ -771,8 +941,8 @@ impl<W: Write> Converter<W> {
 
     fn poll_span(&mut self, span: &PollSpan) -> Result<()> {
         self.summary.poll_spans += 1;
-        // The name is the frame's (or `frame#N` before its AsyncFrame event): the frame id
-        // is not repeated in args.
+        // The name is the frame's short name (or `frame#N` before its AsyncFrame event):
+        // the frame id is not repeated in args, the full name is the AsyncFrame instant's.
         let name = match self.frame_names.get(&span.frame) {
             Some(name) => name.clone(),
             None => span.frame.to_string(),
@@ -781,11 +951,11 @@ impl<W: Write> Converter<W> {
         let end = ticks_to_ns(&self.trace, span.end);
         self.w.event(&JsonEvent {
             name: &name,
-            cat: Some(async_trace::PROVIDER),
+            // No category: a poll is known by its `ctx`.
+            cat: None,
             ph: "X",
             ts: Some(Micros(start)),
             dur: Some(Duration { start, end }),
-            s: None,
             pid: self
                 .poll_pids
                 .get(&span.thread)
@@ -794,7 +964,7 @@ impl<W: Write> Converter<W> {
             tid: span.thread,
             args: PollArgs {
                 ctx: Integer(span.ctx.0),
-                ended: span.ended.as_str(),
+                ended: (span.ended != SpanEnd::Suspend).then(|| span.ended.as_str()),
                 start_exact: (!span.start_exact).then_some(false),
             },
         })
@@ -810,19 +980,79 @@ impl<W: Write> Converter<W> {
         args: &Payload<N>,
     ) -> Result<()> {
         self.summary.instants += 1;
+        debug_assert!(name.starts_with(cat));
+        self.refer(pid, cat, args);
         self.w.event(&JsonEvent {
+            // `Provider/EventName`: the provider is not repeated as the category.
             name,
-            cat: Some(cat),
+            cat: None,
             // Upper-case: the DevTools trace engine knows instants only by `I` (Chrome's
-            // own phase letter); Perfetto and chrome://tracing read both.
+            // own phase letter); Perfetto and chrome://tracing read both. Thread scoped,
+            // the format's default (no `s`).
             ph: "I",
             ts: Some(Micros(ts)),
             dur: None,
-            s: Some("t"),
             pid,
             tid,
             args,
         })
+    }
+
+    /// Notes that `args`, about to be written, name a live span as their `ParentSpanId`.
+    fn refer<N: AsRef<str>>(&mut self, pid: u64, provider: &str, args: &Payload<N>) {
+        let Some(span) = args.field("ParentSpanId").and_then(Value::as_u64) else {
+            return;
+        };
+        if span == 0 || self.live_spans.is_empty() {
+            return;
+        }
+        let key = SpanKey {
+            pid,
+            provider: provider.to_owned(),
+            span,
+        };
+        if let Some(live) = self.live_spans.get_mut(&key) {
+            live.referenced = true;
+        }
+    }
+
+    /// A begin and its end as one complete event.
+    fn slice<N: AsRef<str>>(
+        &mut self,
+        start: &Open,
+        end: i64,
+        cat: &str,
+        stop: &Payload<N>,
+        omit: Omit,
+    ) -> Result<()> {
+        self.summary.complete += 1;
+        self.w.event(&JsonEvent {
+            name: &start.label,
+            cat: Some(cat),
+            ph: "X",
+            ts: Some(Micros(start.ts)),
+            dur: Some(Duration {
+                start: start.ts,
+                end,
+            }),
+            pid: start.pid,
+            tid: start.tid,
+            args: SliceArgs {
+                start: &start.args,
+                stop,
+                named_by: start.named_by_field.then_some(start.label.as_str()),
+                omit,
+            },
+        })
+    }
+
+    /// A held span slice, with its `SpanId` unless `unnamed`.
+    fn write_ended(&mut self, ended: &Ended, cat: &str, unnamed: bool) -> Result<()> {
+        let omit = Omit {
+            span_id: unnamed,
+            parent: ended.omit_parent,
+        };
+        self.slice(&ended.open, ended.end, cat, &ended.stop, omit)
     }
 
     /// A Start that will never be closed.
@@ -860,7 +1090,6 @@ impl<W: Write> Converter<W> {
             ph: "M",
             ts: None,
             dur: None,
-            s: None,
             pid,
             tid,
             args: NameArg { name },
@@ -894,10 +1123,15 @@ impl<W: Write> Converter<W> {
                     qualified: event.qualified_name(),
                     new: payload.into_owned(),
                     entered: 0,
+                    ended: None,
+                    referenced: false,
                 };
-                // A reused id whose close was lost: the earlier span's creation is a fact
-                // of its own.
+                // A reused id whose close was lost: the earlier span's slice and creation
+                // are facts of their own.
                 if let Some(earlier) = self.live_spans.insert(key, live) {
+                    if let Some(ended) = &earlier.ended {
+                        self.write_ended(ended, provider, false)?;
+                    }
                     self.instant(
                         &earlier.qualified,
                         provider,
@@ -916,10 +1150,14 @@ impl<W: Write> Converter<W> {
                     span,
                 };
                 match self.live_spans.remove(&key) {
-                    // Created, entered once, exited, closed: the slice says it all.
+                    // Created, entered once, exited, closed: the slice says it all, and names
+                    // the span by its id only if something written refers to it.
                     Some(live) if live.entered == 1 => {
                         self.summary.folded_span_events += 2;
-                        Ok(())
+                        match &live.ended {
+                            Some(ended) => self.write_ended(ended, provider, !live.referenced),
+                            None => Ok(()),
+                        }
                     }
                     // Never entered, or entered several times (an async span): its
                     // lifetime is not one slice, so its creation and close are written.
@@ -1018,22 +1256,26 @@ impl<W: Write> Converter<W> {
         };
         let same = same_field.and_then(|f| payload.field(f)).cloned();
         if is_begin {
-            let span_key = payload
-                .field("SpanId")
-                .and_then(Value::as_u64)
-                .map(|span| SpanKey {
-                    pid,
-                    provider: md.provider.clone(),
-                    span,
-                });
+            let span = payload.field("SpanId").and_then(Value::as_u64);
+            let span_key = span.map(|span| SpanKey {
+                pid,
+                provider: md.provider.clone(),
+                span,
+            });
             let live = span_key.as_ref().and_then(|k| self.live_spans.get_mut(k));
+            let mut again = None;
             let args = match live {
                 Some(live) => {
                     live.entered = live.entered.saturating_add(1);
+                    // Entered again: its first slice is one of several, named by its id.
+                    again = live.ended.take();
                     span_slice_args(Some(live), payload.into_owned())
                 }
                 None => payload.into_owned(),
             };
+            if let Some(ended) = again {
+                self.write_ended(&ended, &md.provider, false)?;
+            }
             let stack = self.open.entry(key).or_default();
             stack.push_back(Open {
                 ts,
@@ -1043,6 +1285,7 @@ impl<W: Write> Converter<W> {
                 label,
                 named_by_field,
                 same,
+                span,
                 args,
             });
             if stack.len() > MAX_OPEN_PER_KEY {
@@ -1061,34 +1304,49 @@ impl<W: Write> Converter<W> {
                     Some(_) => stack.iter().rposition(|o| same.is_some() && o.same == same),
                 };
                 let start = at.and_then(|i| stack.remove(i));
+                // The innermost begin still open around it.
+                let around = stack.back().and_then(|o| o.span);
                 if stack.is_empty() {
                     self.open.remove(&key);
                 }
-                start
+                start.map(|s| (s, around))
             }
             None => None,
         };
         match start {
-            Some(start) => {
-                self.summary.complete += 1;
-                self.w.event(&JsonEvent {
-                    name: &start.label,
-                    cat: Some(&md.provider),
-                    ph: "X",
-                    ts: Some(Micros(start.ts)),
-                    dur: Some(Duration {
-                        start: start.ts,
-                        end: ts,
-                    }),
-                    s: None,
-                    pid: start.pid,
-                    tid: start.tid,
-                    args: SliceArgs {
-                        start: &start.args,
-                        stop: &payload,
-                        named_by: start.named_by_field.then_some(start.label.as_str()),
-                    },
-                })
+            Some((start, around)) => {
+                // A span's parent that is the span around it on its thread is shown by the
+                // nesting.
+                let parent = start.args.field("ParentSpanId").and_then(Value::as_u64);
+                let omit_parent = start.span.is_some() && parent.is_some() && parent == around;
+                if !omit_parent {
+                    self.refer(start.pid, &md.provider, &start.args);
+                }
+                let live = start.span.and_then(|span| {
+                    self.live_spans.get_mut(&SpanKey {
+                        pid: start.pid,
+                        provider: md.provider.clone(),
+                        span,
+                    })
+                });
+                match live {
+                    Some(live) if live.entered == 1 && live.ended.is_none() => {
+                        live.ended = Some(Ended {
+                            open: start,
+                            end: ts,
+                            stop: payload.into_owned(),
+                            omit_parent,
+                        });
+                        Ok(())
+                    }
+                    _ => {
+                        let omit = Omit {
+                            span_id: false,
+                            parent: omit_parent,
+                        };
+                        self.slice(&start, ts, &md.provider, &payload, omit)
+                    }
+                }
             }
             None => {
                 self.summary.unmatched_stops += 1;
@@ -1130,6 +1388,10 @@ impl<W: Write> Converter<W> {
         let mut live: Vec<(SpanKey, LiveSpan)> = self.live_spans.drain().collect();
         live.sort_by_key(|(_, l)| l.ts);
         for (key, span) in live {
+            // Never closed: its slice keeps its id, as its creation does.
+            if let Some(ended) = &span.ended {
+                self.write_ended(ended, &key.provider, false)?;
+            }
             self.instant(
                 &span.qualified,
                 &key.provider,
@@ -1216,6 +1478,37 @@ mod tests {
         );
         assert_eq!(program_name("   "), None);
         assert_eq!(program_name("dir/"), None);
+    }
+
+    #[test]
+    fn short_names_keep_frames_apart() {
+        let mut names = ShortNames::default();
+        let mut name = |id: u32, full: &str| names.name(AsyncFrameId(id), full);
+        assert_eq!(name(1, "app::server::handle"), "handle");
+        // Seen again: the same short name.
+        assert_eq!(name(1, "app::server::handle"), "handle");
+        assert_eq!(name(2, "app::client::handle"), "client::handle");
+        assert_eq!(name(3, "<app::Conn as tower::Service>::call"), "call");
+        assert_eq!(name(4, "GET /users"), "GET /users");
+        // Every suffix taken by other frames.
+        assert_eq!(name(5, "client::handle"), "client::handle (frame#5)");
+        assert_eq!(name(6, "handle"), "handle (frame#6)");
+    }
+
+    fn dur(start: i64, end: i64) -> String {
+        serde_json::to_string(&Duration { start, end }).unwrap()
+    }
+
+    #[test]
+    fn durations_add_up_to_the_written_end_with_the_fewest_digits() {
+        assert_eq!(dur(1_000, 2_500), "1.5");
+        assert_eq!(dur(13_720_846, 13_770_694), "49.848");
+        // 2004.698 + 40.275 is not 2044.973 in doubles: more digits, as few as add up.
+        let text = dur(2_004_698, 2_044_973);
+        assert_eq!(text, "40.2749999999999");
+        let d: f64 = text.parse().unwrap();
+        assert_eq!(2004.698 + d, 2044.973);
+        assert_eq!(2004.698 + 40.275, 2044.9730000000002);
     }
 
     fn json(v: Value) -> String {

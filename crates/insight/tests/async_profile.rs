@@ -576,31 +576,41 @@ fn polls_are_complete_events_on_their_thread() {
             .as_array()
             .unwrap()
             .iter()
-            .filter(|e| e["cat"] == "EventPipeRs-AsyncProfiler" && e["ph"] == "X")
+            .filter(|e| e["ph"] == "X" && e["args"].get("ctx").is_some())
             .collect();
         let mut rows: Vec<(u64, String, f64, f64, u64, String)> = polls
             .iter()
             .map(|e| {
                 assert_eq!(e["pid"], PID);
+                // A poll is known by its ctx: no category. Its frame is its name (the
+                // AsyncFrame instant holds the full name).
+                assert!(e.get("cat").is_none(), "{e}");
+                let args = e["args"].as_object().unwrap();
+                assert!(args.keys().all(|k| k == "ctx" || k == "ended"), "{e}");
                 (
                     e["tid"].as_u64().unwrap(),
                     e["name"].as_str().unwrap().to_owned(),
                     e["ts"].as_f64().unwrap(),
                     e["dur"].as_f64().unwrap(),
                     e["args"]["ctx"].as_u64().unwrap(),
-                    e["args"]["ended"].as_str().unwrap().to_owned(),
+                    // Written unless the poll returned Pending.
+                    e["args"]
+                        .get("ended")
+                        .map_or("(pending)", |v| v.as_str().unwrap())
+                        .to_owned(),
                 )
             })
             .collect();
         rows.sort_by(|a, b| (a.0, a.2).partial_cmp(&(b.0, b.2)).unwrap());
+        // app::serve and app::handle are told apart by their last path segment.
         let want = [
-            (MAIN, "app::serve", 1.0, 7.0, 10, "suspend"),
-            (MAIN, "app::handle", 2.0, 3.0, 11, "complete"),
-            (MAIN, "frame#3", 6.0, 1.0, 12, "suspend"),
-            (MAIN, "app::serve", 8.2, 0.1, 20, "suspend"),
-            (MAIN, "app::serve", 10.0, 0.0, 10, "open at end"),
-            (WORKER, "app::handle", 9.05, 0.0, 30, "lost"),
-            (WORKER, "app::handle", 9.6, 0.1, 31, "suspend"),
+            (MAIN, "serve", 1.0, 7.0, 10, "(pending)"),
+            (MAIN, "handle", 2.0, 3.0, 11, "complete"),
+            (MAIN, "frame#3", 6.0, 1.0, 12, "(pending)"),
+            (MAIN, "serve", 8.2, 0.1, 20, "(pending)"),
+            (MAIN, "serve", 10.0, 0.0, 10, "open at end"),
+            (WORKER, "handle", 9.05, 0.0, 30, "lost"),
+            (WORKER, "handle", 9.6, 0.1, 31, "(pending)"),
         ];
         assert_eq!(rows.len(), want.len(), "{version}: {rows:?}");
         for (got, want) in rows.iter().zip(want) {
@@ -633,5 +643,25 @@ fn polls_are_complete_events_on_their_thread() {
             .collect();
         assert!(!instants.iter().any(|n| n.ends_with("AsyncBuffer")));
         assert!(instants.contains(&"EventPipeRs-AsyncProfiler/AsyncFrame"));
+        // The frames' full names and places, once each: in their AsyncFrame instants.
+        let frames: Vec<(&str, &str)> = doc["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["name"] == "EventPipeRs-AsyncProfiler/AsyncFrame")
+            .map(|e| {
+                (
+                    e["args"]["Name"].as_str().unwrap(),
+                    e["args"]["File"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            frames,
+            [
+                ("app::serve", "src/serve.rs"),
+                ("app::handle", "src/handle.rs")
+            ]
+        );
     }
 }

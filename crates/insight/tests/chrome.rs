@@ -283,12 +283,13 @@ fn start_stop_pairs_become_complete_events() {
         let request = xs.iter().find(|e| e["name"] == "Request").unwrap();
         assert_eq!(request["args"], json!({"Url": "/a", "Status": 200}));
 
-        // Everything else is an instant, thread-scoped, at its own time.
+        // Everything else is an instant, thread-scoped (the format's default, so no `s`),
+        // at its own time, named `Provider/Event` (so no category repeating the provider).
         let instants = of_phase(&doc, "I");
         let mut names: Vec<(&str, u64, f64)> = instants
             .iter()
             .map(|e| {
-                assert_eq!(e["s"], "t");
+                assert!(e.get("s").is_none() && e.get("cat").is_none(), "{e}");
                 (
                     e["name"].as_str().unwrap(),
                     e["tid"].as_u64().unwrap(),
@@ -312,7 +313,12 @@ fn start_stop_pairs_become_complete_events() {
             "{ctx}"
         );
         assert_eq!(instants[0]["args"], json!({"Count": 1}));
-        assert_eq!(instants[0]["cat"], "Test");
+        // An instant with no payload has no args.
+        let work = instants
+            .iter()
+            .find(|e| e["name"] == "Test/Work/Start")
+            .unwrap();
+        assert!(work.get("args").is_none(), "{work}");
         let bad = instants.iter().find(|e| e["ts"] == 9.5).unwrap();
         let error = bad["args"]["decode_error"]
             .as_str()
@@ -721,8 +727,9 @@ const SPAN_CLOSE: u32 = 12;
 const BIG: u32 = 13;
 
 /// A trace of the tracing layer's span events (`eventpipe-tracing`'s table): a span entered
-/// once (with a nested one), an async span entered twice, a span never entered, a span
-/// never closed; and an event with 64-bit values above 2^53.
+/// once (with a nested one, and a child entered on another thread), an async span entered
+/// twice, a span never entered, a span never entered nor closed, a span entered but never
+/// closed; and an event with 64-bit values above 2^53.
 fn tracing_layer_trace() -> Vec<u8> {
     use FieldType::{Int64, UInt64, Utf16String};
     let mut metadata = metadata();
@@ -770,6 +777,11 @@ fn tracing_layer_trace() -> Vec<u8> {
         (MAIN, 2_001, SPAN_START, span_start(2, "inner")),
         (MAIN, 2_500, SPAN_STOP, id(2)),
         (MAIN, 2_501, SPAN_CLOSE, id(2)),
+        // A child of outer that runs on the worker: it names outer by its id.
+        (MAIN, 2_600, SPAN_NEW, new(6, OUTER, "remote")),
+        (WORKER, 2_700, SPAN_START, span_start(6, "remote")),
+        (WORKER, 2_800, SPAN_STOP, id(6)),
+        (WORKER, 2_900, SPAN_CLOSE, id(6)),
         (MAIN, 3_000, SPAN_NEW, new(3, 0, "async")),
         (MAIN, 3_100, SPAN_START, span_start(3, "async")),
         (MAIN, 3_200, SPAN_STOP, id(3)),
@@ -779,6 +791,9 @@ fn tracing_layer_trace() -> Vec<u8> {
         (MAIN, 4_000, SPAN_NEW, new(4, 0, "idle")),
         (MAIN, 4_100, SPAN_CLOSE, id(4)),
         (MAIN, 5_000, SPAN_NEW, new(5, 0, "open")),
+        (MAIN, 5_100, SPAN_NEW, new(7, 0, "unclosed")),
+        (MAIN, 5_200, SPAN_START, span_start(7, "unclosed")),
+        (MAIN, 5_300, SPAN_STOP, id(7)),
         (MAIN, 1_234_567_891, BIG, big),
         (MAIN, 1_234_567_892, SPAN_STOP, id(OUTER)),
         (MAIN, 1_234_567_893, SPAN_CLOSE, id(OUTER)),
@@ -816,17 +831,39 @@ fn a_span_entered_once_is_one_slice_holding_its_fields() {
             .map(|e| e["args"].clone())
             .collect::<Vec<_>>()
     };
-    // The span's fields from SpanNew, its id as a string (above 2^53), no repeated Name,
-    // no root's ParentSpanId of 0.
+    let outer = ((1u64 << 60) + 1).to_string();
+    // The span's fields from SpanNew, no repeated Name, no root's ParentSpanId of 0. Its id
+    // (a string: above 2^53) because remote names it as its parent.
+    assert_eq!(slice("outer"), [json!({"SpanId": outer, "user": "ann"})]);
+    // Nested in outer on its thread: the nesting says who the parent is, and nothing names
+    // inner by its id.
+    assert_eq!(slice("inner"), [json!({"user": "ann"})]);
+    // On another thread: its parent by id.
     assert_eq!(
-        slice("outer"),
-        [json!({"SpanId": ((1u64 << 60) + 1).to_string(), "user": "ann"})]
+        slice("remote"),
+        [json!({"ParentSpanId": outer, "user": "ann"})]
     );
+    // Entered twice, or never closed: each slice names its span.
     assert_eq!(
-        slice("inner"),
-        [json!({"SpanId": 2, "ParentSpanId": ((1u64 << 60) + 1).to_string(), "user": "ann"})]
+        slice("async"),
+        [
+            json!({"SpanId": 3, "user": "ann"}),
+            json!({"SpanId": 3, "user": "ann"})
+        ]
     );
-    assert_eq!(slice("async").len(), 2);
+    assert_eq!(slice("unclosed"), [json!({"SpanId": 7, "user": "ann"})]);
+    // Every ParentSpanId written names a SpanId written.
+    let ids: Vec<&Value> = doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["args"].get("SpanId"))
+        .collect();
+    for e in doc["traceEvents"].as_array().unwrap() {
+        if let Some(parent) = e["args"].get("ParentSpanId") {
+            assert!(parent == 0 || ids.contains(&parent), "{e}");
+        }
+    }
     // SpanNew/SpanClose are written only for the spans whose lifetime is not one slice.
     let mut instants: Vec<(String, String)> = of_phase(&doc, "I")
         .iter()
@@ -847,14 +884,16 @@ fn a_span_entered_once_is_one_slice_holding_its_fields() {
             ("Tracing/SpanNew".to_owned(), "3".to_owned()),
             ("Tracing/SpanNew".to_owned(), "4".to_owned()),
             ("Tracing/SpanNew".to_owned(), "5".to_owned()), // never closed
+            ("Tracing/SpanNew".to_owned(), "7".to_owned()), // never closed
         ]
     );
-    assert_eq!(summary.folded_span_events, 4);
+    assert_eq!(summary.folded_span_events, 6);
+    assert_eq!(summary.complete, 6);
     assert_eq!(
         summary.events,
         summary.instants + 2 * summary.complete + summary.folded_span_events
     );
-    assert_eq!(summary.events, 18);
+    assert_eq!(summary.events, 25);
 }
 
 #[test]
@@ -1005,10 +1044,11 @@ fn the_trace_engine_rebuilds_every_slice_of_a_synthetic_trace() {
     ) else {
         return;
     };
-    // MAIN: outer ⊃ inner, the async span's first entry; WORKER: its second.
+    // MAIN: outer ⊃ inner, the async span's first entry, unclosed; WORKER: remote and the
+    // async span's second entry.
     assert_eq!(
         engine_counts(&view),
-        BTreeMap::from([(MAIN, (3, 5, 0)), (WORKER, (1, 1, 0))])
+        BTreeMap::from([(MAIN, (4, 6, 0)), (WORKER, (2, 1, 0))])
     );
 }
 
@@ -1147,4 +1187,382 @@ fn the_default_file_name_is_recognised_by_speedscope_from_its_content() {
     assert!(suffixes
         .iter()
         .any(|s| "trace.chrome.json".ends_with(s.as_str())));
+}
+
+// ---------------------------------------------------------------------------------------
+// Size: one representation per fact, on a trace shaped like the demo's
+
+/// A trace shaped like `eptrace demo`'s (deterministic): on an executor thread, four
+/// `serve` tasks polled round-robin, each serving requests (`handle_request`, which runs
+/// `parse`, waits three polls for its backend, then runs `render`); on two worker threads,
+/// tracing-layer spans (`request` with the nested `checksum` and `sort`). Thread and process
+/// ids have five digits, times run past a second with nanoseconds that are not round.
+/// Returns the trace and its number of polls and of spans.
+fn demo_shaped_trace(requests_per_task: u64) -> (Vec<u8>, u64, u64) {
+    use eventpipe_insight::async_trace::{encode_records, AsyncFrameId, ContextId, Record};
+    use FieldType::{Int64, UInt32, UInt64, Utf16String};
+    const PROCESS: u64 = 31_207;
+    const EXECUTOR: u64 = 31_220;
+    const WORKERS: [u64; 2] = [31_216, 31_217];
+    const META: u32 = 1;
+    const FRAME: u32 = 2;
+    const BUFFER: u32 = 3;
+    const NEW: u32 = 4;
+    const START: u32 = 5;
+    const STOP: u32 = 6;
+    const CLOSE: u32 = 7;
+    let bytes = FieldType::Array(Box::new(FieldType::Byte));
+    let metadata = vec![
+        md(
+            META,
+            "EventPipeRs-AsyncProfiler",
+            "AsyncProfilerMetadata",
+            None,
+            &[
+                ("Version", UInt32),
+                ("ReferenceTimestamp", UInt64),
+                ("TimestampFrequency", UInt64),
+                ("ReferenceUtcUnixNanos", Int64),
+            ],
+        ),
+        md(
+            FRAME,
+            "EventPipeRs-AsyncProfiler",
+            "AsyncFrame",
+            None,
+            &[
+                ("FrameId", UInt32),
+                ("Name", Utf16String),
+                ("File", Utf16String),
+                ("Line", UInt32),
+            ],
+        ),
+        md(
+            BUFFER,
+            "EventPipeRs-AsyncProfiler",
+            "AsyncBuffer",
+            None,
+            &[
+                ("OsThreadId", UInt64),
+                ("Sequence", UInt32),
+                ("BufferTimestamp", UInt64),
+                ("Records", bytes),
+            ],
+        ),
+        md(
+            NEW,
+            "demo-workload",
+            "SpanNew",
+            None,
+            &[
+                ("SpanId", UInt64),
+                ("ParentSpanId", UInt64),
+                ("Name", Utf16String),
+                ("units", UInt32),
+            ],
+        ),
+        md(
+            START,
+            "demo-workload",
+            "SpanStart",
+            Some(1),
+            &[("SpanId", UInt64), ("Name", Utf16String)],
+        ),
+        md(
+            STOP,
+            "demo-workload",
+            "SpanStop",
+            Some(2),
+            &[("SpanId", UInt64)],
+        ),
+        md(
+            CLOSE,
+            "demo-workload",
+            "SpanClose",
+            None,
+            &[("SpanId", UInt64)],
+        ),
+    ];
+    // Deterministic jitter: a few hundred ns that are not round.
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut jitter = move |scale: i64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        scale + (seed % 997) as i64
+    };
+    let mut events: Vec<(u64, i64, u32, Vec<u8>)> = Vec::new();
+    let mut meta = 1u32.to_le_bytes().to_vec();
+    meta.extend(0u64.to_le_bytes());
+    meta.extend(1_000_000_000u64.to_le_bytes());
+    meta.extend(1_790_000_000_000_000_000i64.to_le_bytes());
+    events.push((EXECUTOR, 1_000, META, meta));
+    let frames: [(u32, &str, u32); 4] = [
+        (1, "demo::workload::serve", 178),
+        (2, "demo::workload::handle_request", 188),
+        (3, "demo::workload::parse", 195),
+        (4, "demo::workload::render", 200),
+    ];
+    for (id, name, line) in frames {
+        let mut p = id.to_le_bytes().to_vec();
+        p.extend(utf16(name));
+        p.extend(utf16("src/demo/workload.rs"));
+        p.extend(line.to_le_bytes());
+        events.push((EXECUTOR, 1_100 + i64::from(id), FRAME, p));
+    }
+
+    // The executor: per round, each task's poll runs its request's next step.
+    let (ctx, frame) = (ContextId, AsyncFrameId);
+    let mut records: Vec<Record> = Vec::new();
+    let mut polls = 0u64;
+    let mut next_ctx = 5u64;
+    let mut t = 2_000_000i64;
+    // Per task: its request's context and the step it is at (0 parse, 1-3 backend, 4 render).
+    let mut tasks: Vec<(u64, u64, u32, u64)> = (1..=4).map(|c| (c, 0, 0, 0)).collect();
+    for c in 1..=4 {
+        records.push(Record::Create {
+            ts: t,
+            ctx: ctx(c),
+            frame: frame(1),
+            parent: None,
+        });
+    }
+    while tasks.iter().any(|task| task.3 < requests_per_task) {
+        for task in tasks.iter_mut().filter(|task| task.3 < requests_per_task) {
+            let (serve, request, step, _) = *task;
+            t += jitter(2_000);
+            records.push(Record::Resume {
+                ts: t,
+                ctx: ctx(serve),
+                frame: frame(1),
+            });
+            let request = if step == 0 {
+                next_ctx += 1;
+                t += jitter(300);
+                records.push(Record::Create {
+                    ts: t,
+                    ctx: ctx(next_ctx),
+                    frame: frame(2),
+                    parent: Some(ctx(serve)),
+                });
+                next_ctx
+            } else {
+                request
+            };
+            t += jitter(400);
+            records.push(Record::Resume {
+                ts: t,
+                ctx: ctx(request),
+                frame: frame(2),
+            });
+            polls += 2;
+            if step == 0 || step == 4 {
+                next_ctx += 1;
+                let inner = if step == 0 { 3 } else { 4 };
+                t += jitter(200);
+                records.push(Record::Create {
+                    ts: t,
+                    ctx: ctx(next_ctx),
+                    frame: frame(inner),
+                    parent: Some(ctx(request)),
+                });
+                t += jitter(100);
+                records.push(Record::Resume {
+                    ts: t,
+                    ctx: ctx(next_ctx),
+                    frame: frame(inner),
+                });
+                t += jitter(if step == 0 { 40_000 } else { 80_000 });
+                records.push(Record::Complete { ts: t });
+                polls += 1;
+            }
+            t += jitter(300);
+            if step == 4 {
+                records.push(Record::Complete { ts: t });
+                *task = (serve, 0, 0, task.3 + 1);
+            } else {
+                records.push(Record::Suspend { ts: t });
+                *task = (serve, request, step + 1, task.3);
+            }
+            t += jitter(200);
+            records.push(Record::Suspend { ts: t });
+        }
+        t += jitter(300_000);
+    }
+    for (sequence, chunk) in records.chunks(500).enumerate() {
+        let base = match chunk[0] {
+            Record::Create { ts, .. } | Record::Resume { ts, .. } => ts,
+            Record::Suspend { ts } | Record::Complete { ts } => ts,
+            _ => unreachable!(),
+        };
+        let encoded = encode_records(chunk, base);
+        let mut p = EXECUTOR.to_le_bytes().to_vec();
+        p.extend((sequence as u32).to_le_bytes());
+        p.extend((base as u64).to_le_bytes());
+        p.extend((encoded.len() as u16).to_le_bytes());
+        p.extend(encoded);
+        let last = match chunk[chunk.len() - 1] {
+            Record::Create { ts, .. } | Record::Resume { ts, .. } => ts,
+            Record::Suspend { ts } | Record::Complete { ts } => ts,
+            _ => unreachable!(),
+        };
+        events.push((EXECUTOR, last + 1, BUFFER, p));
+    }
+
+    // The workers: request ⊃ checksum, sort, as the tracing layer writes them (ids from a
+    // registry: large, reused after close).
+    let mut spans = 0u64;
+    let new = |id: u64, parent: u64, name: &str, units: u32| {
+        let mut p = id.to_le_bytes().to_vec();
+        p.extend(parent.to_le_bytes());
+        p.extend(utf16(name));
+        p.extend(units.to_le_bytes());
+        p
+    };
+    for (w, &thread) in WORKERS.iter().enumerate() {
+        let mut t = 2_500_000 + w as i64 * 1_000;
+        let base = (w as u64 + 1) << 40;
+        while t < 1_400_000_000 {
+            let round = (t as u64 / 1_000) & 0xffff;
+            let (request, checksum, sort) = (base | 1, base | 2 | round << 48, base | 3);
+            for (id, parent, name, units) in [
+                (request, 0, "request", 1),
+                (checksum, request, "checksum", 3),
+            ] {
+                events.push((thread, t, NEW, new(id, parent, name, units)));
+                t += jitter(100);
+                events.push((thread, t, START, span_start(id, name)));
+                t += jitter(100);
+            }
+            t += jitter(1_300_000);
+            events.push((thread, t, STOP, checksum.to_le_bytes().to_vec()));
+            t += jitter(50);
+            events.push((thread, t, CLOSE, checksum.to_le_bytes().to_vec()));
+            t += jitter(50);
+            events.push((thread, t, NEW, new(sort, request, "sort", 1)));
+            t += jitter(100);
+            events.push((thread, t, START, span_start(sort, "sort")));
+            t += jitter(120_000);
+            for id in [sort, request] {
+                events.push((thread, t, STOP, id.to_le_bytes().to_vec()));
+                t += jitter(50);
+                events.push((thread, t, CLOSE, id.to_le_bytes().to_vec()));
+                t += jitter(50);
+            }
+            spans += 3;
+            t += jitter(200_000);
+        }
+    }
+    events.sort_by_key(|e| e.1);
+
+    let mut info = TraceInfo::new(FormatVersion::V5, 8);
+    info.process_id = Some(PROCESS);
+    let mut w = TraceWriter::new(Vec::new(), &info).unwrap();
+    w.write_metadata_block(&metadata).unwrap();
+    let mut sequence: BTreeMap<u64, u32> = BTreeMap::new();
+    for chunk in events.chunks(1_000) {
+        let mut block = EventBlockBuilder::new(FormatVersion::V5);
+        for (thread, ts, id, payload) in chunk {
+            let seq = sequence.entry(*thread).or_insert(0);
+            *seq += 1;
+            let header = EventHeader {
+                metadata_id: *id,
+                sequence_number: *seq,
+                thread: *thread,
+                capture_thread: *thread,
+                timestamp: *ts,
+                ..Default::default()
+            };
+            block.push(&header, payload);
+        }
+        w.write_event_block(&block).unwrap();
+    }
+    (w.finish().unwrap(), polls, spans)
+}
+
+#[test]
+fn a_demo_shaped_timeline_writes_each_fact_once() {
+    let (trace, polls, spans) = demo_shaped_trace(100);
+    let mut reader = TraceReader::from_slice(&trace).unwrap();
+    let mut out = Vec::new();
+    let summary = write_chrome_trace(&mut reader, &mut out).unwrap();
+    assert_eq!((summary.poll_spans, summary.complete), (polls, spans));
+    assert!(
+        polls > 1_000 && spans > 1_000,
+        "{polls} polls, {spans} spans"
+    );
+    let text = std::str::from_utf8(&out).unwrap();
+    serde_json::from_str::<Value>(text).expect("valid JSON");
+
+    // One event a line: the bytes of each kind.
+    let mut poll_bytes = 0;
+    let mut span_bytes = 0;
+    let mut contexts: BTreeMap<u64, Vec<Value>> = BTreeMap::new();
+    for line in text.lines() {
+        let Ok(e) = serde_json::from_str::<Value>(line.trim_end_matches(',')) else {
+            continue; // the document's first and last lines
+        };
+        if e["ph"] != "X" {
+            continue;
+        }
+        if let Some(ctx) = e["args"].get("ctx") {
+            poll_bytes += line.len() + 1;
+            // No category, no frame id, no full path: the short name, the context once.
+            assert!(e.get("cat").is_none(), "{line}");
+            assert!(!e["name"].as_str().unwrap().contains("::"), "{line}");
+            assert_eq!(line.matches("\"ctx\"").count(), 1, "{line}");
+            contexts
+                .entry(ctx.as_u64().unwrap())
+                .or_default()
+                .push(e["args"].get("ended").cloned().unwrap_or(Value::Null));
+        } else {
+            span_bytes += line.len() + 1;
+            // Nested in its parent on its thread, referred to by nothing: no ids.
+            assert!(
+                e["args"].get("SpanId").is_none() && e["args"].get("ParentSpanId").is_none(),
+                "{line}"
+            );
+        }
+    }
+    // Every context's polls but its last returned Pending and say nothing of it; the
+    // last of each finished request says it completed.
+    for (ctx, ends) in &contexts {
+        let (last, before) = ends.split_last().unwrap();
+        assert!(before.iter().all(Value::is_null), "ctx {ctx}: {ends:?}");
+        if *ctx > 4 {
+            assert_eq!(*last, "complete", "ctx {ctx}: {ends:?}");
+        }
+    }
+    // The frames' full names are written once each: in their AsyncFrame instants.
+    for name in ["serve", "handle_request", "parse", "render"] {
+        assert_eq!(
+            text.matches(&format!("demo::workload::{name}\"")).count(),
+            1
+        );
+    }
+    // The bytes per slice: a poll is its name, its times in µs with ns precision, its
+    // thread, process and context (about 45 bytes here) in the format's frame of keys
+    // (about 65 bytes): 108 bytes here. A span slice is its name, category, times,
+    // thread, process and fields: 126 bytes here. The converter's output before it wrote
+    // each fact once took 208 bytes a poll and 240 a span slice of the demo's trace.
+    let per_poll = poll_bytes as f64 / polls as f64;
+    let per_span = span_bytes as f64 / spans as f64;
+    eprintln!(
+        "{} bytes: {polls} polls at {per_poll:.1} bytes, {spans} span slices at {per_span:.1}",
+        out.len()
+    );
+    assert!(per_poll <= 112.0, "{per_poll:.1} bytes a poll");
+    assert!(per_span <= 130.0, "{per_span:.1} bytes a span slice");
+
+    // The DevTools trace engine rebuilds every slice, nested as written.
+    let Some(view) = trace_engine_view("a demo-shaped trace through the trace engine", &out) else {
+        return;
+    };
+    let counts = engine_counts(&view);
+    assert_eq!(
+        counts.values().map(|c| c.0).sum::<u64>(),
+        polls + spans,
+        "{counts:?}"
+    );
+    assert!(counts.values().all(|c| c.2 == 0), "{counts:?}");
 }
