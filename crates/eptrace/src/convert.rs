@@ -79,6 +79,9 @@ pub(crate) struct Written {
     pub(crate) summary: String,
 }
 
+/// Where a cut-off trace ended, and the events read before it.
+type Cut = (nettrace::Truncation, u64);
+
 /// Runs `eptrace convert`.
 pub(crate) fn do_convert(config: &Config) -> Result<()> {
     let name = config.input.display_name();
@@ -158,7 +161,7 @@ fn convert_bytes(
     name: &str,
     targets: &[(ConvertFormat, PathBuf)],
     config: &Config,
-) -> Result<(Vec<Written>, Option<(nettrace::Truncation, u64)>)> {
+) -> Result<(Vec<Written>, Option<Cut>)> {
     let mut written = Vec::new();
     // Where a cut-off trace ends, as the last reader saw it.
     let mut truncation = None;
@@ -250,7 +253,7 @@ pub(crate) fn read_profile(
     data: &[u8],
     name: &str,
     config: &Config,
-) -> Result<(BuiltProfile, Option<(nettrace::Truncation, u64)>)> {
+) -> Result<(BuiltProfile, Option<Cut>)> {
     let mut progress = Progress::new(Some(data.len() as u64));
     let mut reader = config
         .cut

@@ -13,6 +13,11 @@ use eventpipe_ipc::header::{eventpipe as ep, set, HEADER_LEN};
 use eventpipe_ipc::{Client, Header, ProviderRequest, ServerError};
 use nettrace::{TraceReader, Value};
 
+// The .NET reference runtime and its test app, from `bash ci/dotnet.sh`.
+#[allow(dead_code)]
+#[path = "../../ipc/tests/support/dotnet_app.rs"]
+mod dotnet_app;
+
 fn client() -> Client {
     let server = eventpipe::diagnostics::start_server().expect("server starts");
     Client::at(server.socket_path())
@@ -194,11 +199,11 @@ fn two_concurrent_sessions_each_get_exactly_their_events() {
     assert_consecutive(&s1.counters["Test-Ipc-A"], "session A");
     assert_consecutive(&s2.counters["Test-Ipc-B"], "session B");
     assert_eq!((s1.lost, s2.lost), (0, 0));
-    // A stopped session is gone: stopping it again is refused.
-    match client.stop_tracing(id1) {
-        Err(eventpipe_ipc::Error::Refused(code)) => assert_eq!(code, ServerError::INVALID_ARG),
-        other => panic!("stopping twice: {other:?}"),
-    }
+    // A stopped session is gone: stopping it again is done already, as the runtime
+    // answers it (OK, the id echoed).
+    client
+        .stop_tracing(id1)
+        .expect("stopping twice is answered OK");
 }
 
 #[test]
@@ -352,6 +357,173 @@ fn hostile_clients_get_errors_or_closed_connections_and_others_are_served() {
             Err(e) => panic!("the server stopped serving after a connection flood: {e}"),
         }
     }
+}
+
+/// A CollectTracing2 message with one provider as given.
+fn collect2(buffer_mb: u32, format: u32, providers: &[(u32, &str)]) -> Vec<u8> {
+    let providers = providers
+        .iter()
+        .map(|&(level, name)| ProviderRequest {
+            keywords: 1,
+            level,
+            name: name.into(),
+            arguments: String::new(),
+            filter: None,
+        })
+        .collect();
+    eventpipe_ipc::Request::CollectTracing(CollectTracing {
+        circular_buffer_mb: buffer_mb,
+        format,
+        ..CollectTracing::new(2, providers)
+    })
+    .encode()
+    .unwrap()
+}
+
+/// Each mistake a client can make, and the answer the .NET runtime gives it (its
+/// ds-eventpipe-protocol.c: what its payload parser rejects is BAD_ENCODING; StopTracing of
+/// a session that is not running is done, answered with the id). `None`: an OK answer.
+fn mistakes() -> Vec<(&'static str, Vec<u8>, Option<ServerError>)> {
+    let mut bad_magic = Header::new(set::PROCESS, 0, 0).unwrap().encode().to_vec();
+    bad_magic[..5].copy_from_slice(b"HELLO");
+    vec![
+        (
+            "no provider",
+            collect2(16, FORMAT_NETTRACE, &[]),
+            Some(ServerError::BAD_ENCODING),
+        ),
+        (
+            "a zero buffer",
+            collect2(0, FORMAT_NETTRACE, &[(5, "P")]),
+            Some(ServerError::BAD_ENCODING),
+        ),
+        (
+            "a level above Verbose",
+            collect2(16, FORMAT_NETTRACE, &[(6, "P")]),
+            Some(ServerError::BAD_ENCODING),
+        ),
+        (
+            "an empty provider name",
+            collect2(16, FORMAT_NETTRACE, &[(5, "")]),
+            Some(ServerError::BAD_ENCODING),
+        ),
+        (
+            "a format that does not exist",
+            collect2(16, 9, &[(5, "P")]),
+            Some(ServerError::BAD_ENCODING),
+        ),
+        (
+            "StopTracing of a session that is not running",
+            eventpipe_ipc::Request::StopTracing {
+                session_id: 0x1234_5678,
+            }
+            .encode()
+            .unwrap(),
+            None,
+        ),
+        (
+            "an unknown command",
+            Header::message(0x42, 0x42, &[]).unwrap(),
+            Some(ServerError::UNKNOWN_COMMAND),
+        ),
+        ("a wrong magic", bad_magic, Some(ServerError::UNKNOWN_MAGIC)),
+    ]
+}
+
+/// The code of an error answer; `None` for an OK one.
+fn answer_code(answer: &[u8]) -> Option<ServerError> {
+    assert!(answer.len() >= HEADER_LEN, "no answer: {answer:?}");
+    (answer[16..18] == [0xFF, 0xFF]).then(|| error_code(answer))
+}
+
+#[test]
+fn mistakes_are_answered_with_the_runtimes_codes() {
+    let _one = serial();
+    let ours = client();
+    for (what, bytes, expected) in mistakes() {
+        assert_eq!(
+            answer_code(&raw(&ours, &bytes)),
+            expected,
+            "{what}, this runtime"
+        );
+    }
+    // A mistake only this runtime can be asked: a buffering mode that does not exist.
+    let mut block = request(&["P"], FORMAT_NETTRACE, false);
+    block.buffering_mode = 7;
+    let bytes = eventpipe_ipc::Request::CollectTracing(block)
+        .encode()
+        .unwrap();
+    assert_eq!(
+        answer_code(&raw(&ours, &bytes)),
+        Some(ServerError::BAD_ENCODING)
+    );
+    // And the same mistakes put to a real .NET 8 runtime.
+    let Some(dotnet) = dotnet_app::Dotnet::locate() else {
+        return;
+    };
+    let mut app = dotnet_app::App::spawn(&dotnet.dotnet8, &dotnet.testapp, &[]);
+    let theirs = app.wait_for_socket("the .NET 8 reference");
+    for (what, bytes, expected) in mistakes() {
+        // .NET 8 itself dies on these two (no answer, the process exits; seen with the
+        // runtime ci/dotnet.sh installs); its current source refuses them as
+        // BAD_ENCODING, as this runtime does.
+        if what == "a zero buffer" || what == "a format that does not exist" {
+            continue;
+        }
+        assert_eq!(
+            answer_code(&raw(&theirs, &bytes)),
+            expected,
+            "{what}, .NET 8"
+        );
+    }
+    app.check_running("the .NET 8 reference", "after the mistakes");
+}
+
+#[test]
+fn idle_and_half_sent_connections_never_delay_a_good_client() {
+    let client = client();
+    let mut held = Vec::new();
+    let partial_payload = {
+        let mut m = Header::new(set::PROCESS, 0, 100).unwrap().encode().to_vec();
+        m.extend_from_slice(&[0; 10]);
+        m
+    };
+    let header = Header::new(set::PROCESS, 0, 0).unwrap().encode();
+    for i in 0..300 {
+        let mut s = UnixStream::connect(client.path()).unwrap();
+        match i % 3 {
+            0 => {}
+            1 => s.write_all(&header[..7]).unwrap(),
+            _ => s.write_all(&partial_payload).unwrap(),
+        }
+        held.push(s);
+        // Every few new stallers, a good client: answered at once, every time.
+        if i % 6 == 5 {
+            let began = Instant::now();
+            let info = client.process_info().expect("a good client is served");
+            assert_eq!(info.process_id, u64::from(std::process::id()));
+            let took = began.elapsed();
+            assert!(
+                took < Duration::from_millis(100),
+                "served after {took:?} with {} held",
+                held.len()
+            );
+        }
+    }
+    // The stallers are closed within the command deadline (the oldest sooner: newer ones
+    // took their places), with nothing sent to them.
+    let began = Instant::now();
+    for mut s in held {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+        assert!(rest.is_empty(), "a staller got {rest:?}");
+    }
+    assert!(
+        began.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        began.elapsed()
+    );
 }
 
 /// The session tests share the providers' enabled state; run them one at a time.

@@ -1,7 +1,8 @@
 //! The diagnostics server: makes this process attachable by `eptrace` and `dotnet-trace`.
 //!
 //! [`start_server`] listens on `$TMPDIR/dotnet-diagnostic-{pid}-{key}-socket`, as a .NET
-//! runtime does, and serves one command per connection on a thread of its own:
+//! runtime does; one thread reads every client's command ([`accept`]), and each whole
+//! command is answered on a thread of its own:
 //! `CollectTracing` (1–6) starts a session whose trace streams back on that connection
 //! until `StopTracing` or the client hanging up; `ProcessInfo` (1–3) describes the
 //! process; `ResumeRuntime` releases a startup suspended on a reverse port.
@@ -10,6 +11,7 @@
 //! `EVENTPIPE_ENABLE_DIAGNOSTICS=1`, or reverse ports in `DOTNET_DiagnosticPorts`, start
 //! the server when the first event is declared, before that event can be written.
 
+mod accept;
 mod process;
 mod reverse;
 mod server;
@@ -76,21 +78,7 @@ fn listen() -> Result<DiagnosticServer, eventpipe_ipc::Error> {
     remove_at_exit(&socket);
     std::thread::Builder::new()
         .name("eventpipe-diagnostics".into())
-        .spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(stream) = stream else { continue };
-                // Over the limit the connection is simply closed.
-                let Some(slot) = server::PendingSlot::take() else {
-                    continue;
-                };
-                let _ = std::thread::Builder::new()
-                    .name("eventpipe-ipc-conn".into())
-                    .spawn(move || {
-                        let _slot = slot;
-                        server::serve(stream, false);
-                    });
-            }
-        })
+        .spawn(move || accept::run(listener))
         .map_err(|source| eventpipe_ipc::Error::Io {
             what: "starting the diagnostics thread".into(),
             source,

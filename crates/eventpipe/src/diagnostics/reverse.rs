@@ -148,7 +148,7 @@ fn connect_loop(port: Port, startup: &Startup) -> ! {
         match connected {
             Ok(stream) => {
                 delay = Duration::from_millis(10);
-                if server::serve(stream, true) == server::Served::Resume {
+                if server::serve_reverse(stream) == server::Served::Resume {
                     startup.resume_one(&mut suspended);
                 }
             }

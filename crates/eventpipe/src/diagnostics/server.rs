@@ -2,11 +2,12 @@
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use eventpipe_ipc::command::{
-    error_response, ok_response, CollectTracing, FORMAT_NETTRACE, FORMAT_NETTRACE_V6,
+    error_response, ok_response, CollectTracing, FORMAT_NETPERF, FORMAT_NETTRACE,
+    FORMAT_NETTRACE_V6,
 };
 use eventpipe_ipc::header::{HeaderError, HEADER_LEN};
 use eventpipe_ipc::{Header, Request, ServerError};
@@ -14,36 +15,11 @@ use eventpipe_ipc::{Header, Request, ServerError};
 use super::{process, streaming};
 use crate::{BufferingMode, Level, Output, ProviderConfig, Session, SessionConfig, MIN_BUDGET};
 
-/// A client has this long to send its whole command once connected (reverse connections
-/// wait indefinitely for the command to start, as the tool decides when to send it).
+/// A reverse connection's command, once it starts, has this long to arrive whole (the
+/// tool decides when to start it); and every answer this long to be written.
 pub(crate) const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
-/// Connections being read or answered at once; more are closed at once, so a flood of
-/// idle connections cannot exhaust the host's threads.
-pub(crate) const MAX_PENDING_CONNECTIONS: usize = 32;
 
-static PENDING: AtomicUsize = AtomicUsize::new(0);
 static NEXT_SESSION_ID: AtomicU64 = AtomicU64::new(1);
-
-/// Counts a connection being served; `None` when too many already are.
-pub(crate) struct PendingSlot(());
-
-impl PendingSlot {
-    pub(crate) fn take() -> Option<PendingSlot> {
-        // Relaxed: a counter bounding resource use; it orders nothing else.
-        let before = PENDING.fetch_add(1, Ordering::Relaxed);
-        if before >= MAX_PENDING_CONNECTIONS {
-            PENDING.fetch_sub(1, Ordering::Relaxed);
-            return None;
-        }
-        Some(PendingSlot(()))
-    }
-}
-
-impl Drop for PendingSlot {
-    fn drop(&mut self) {
-        PENDING.fetch_sub(1, Ordering::Relaxed);
-    }
-}
 
 /// What a served command asks of the caller.
 #[derive(Debug, PartialEq, Eq)]
@@ -54,20 +30,14 @@ pub(crate) enum Served {
     Resume,
 }
 
-/// Reads one command from `stream` and answers it. `wait_for_command` lets the first
-/// byte take as long as it takes (reverse connections).
-pub(crate) fn serve(mut stream: UnixStream, wait_for_command: bool) -> Served {
+/// Reads one command from a reverse connection, waiting as long as it takes for it to
+/// start, and answers it.
+pub(crate) fn serve_reverse(mut stream: UnixStream) -> Served {
     let mut head = [0u8; HEADER_LEN];
-    let first_read = if wait_for_command {
-        None
-    } else {
-        Some(COMMAND_TIMEOUT)
-    };
-    if stream.set_read_timeout(first_read).is_err() || stream.read_exact(&mut head[..1]).is_err() {
+    if stream.set_read_timeout(None).is_err() || stream.read_exact(&mut head[..1]).is_err() {
         return Served::Done;
     }
     if stream.set_read_timeout(Some(COMMAND_TIMEOUT)).is_err()
-        || stream.set_write_timeout(Some(COMMAND_TIMEOUT)).is_err()
         || stream.read_exact(&mut head[1..]).is_err()
     {
         return Served::Done;
@@ -81,7 +51,16 @@ pub(crate) fn serve(mut stream: UnixStream, wait_for_command: bool) -> Served {
     if stream.read_exact(&mut payload).is_err() {
         return Served::Done;
     }
-    let request = match Request::decode(&header, &payload) {
+    answer(stream, &header, &payload)
+}
+
+/// Answers a whole command, as the .NET runtime answers it (the codes are listed in
+/// ARCHITECTURE.md, "Attaching").
+pub(crate) fn answer(stream: UnixStream, header: &Header, payload: &[u8]) -> Served {
+    if stream.set_write_timeout(Some(COMMAND_TIMEOUT)).is_err() {
+        return Served::Done;
+    }
+    let request = match Request::decode(header, payload) {
         Ok(r) => r,
         Err((code, _why)) => return refuse(stream, code),
     };
@@ -91,10 +70,10 @@ pub(crate) fn serve(mut stream: UnixStream, wait_for_command: bool) -> Served {
             Served::Done
         }
         Request::StopTracing { session_id } => {
-            match streaming::stop(session_id) {
-                Some(_) => reply(stream, &session_id.to_le_bytes()),
-                None => refuse(stream, ServerError::INVALID_ARG),
-            };
+            // As the runtime: stopping a session that is not running (already stopped,
+            // never started) is done, and answered with the id.
+            let _ = streaming::stop(session_id);
+            reply(stream, &session_id.to_le_bytes());
             Served::Done
         }
         Request::ProcessInfo { version } => {
@@ -118,7 +97,14 @@ fn refuse(mut stream: UnixStream, code: ServerError) -> Served {
     Served::Done
 }
 
-/// The session a `CollectTracing` request asks for, or the code to refuse it with.
+/// The most providers a request may name (the runtime's bound).
+const MAX_PROVIDERS: usize = 1000;
+
+/// The session a `CollectTracing` request asks for, or the code to refuse it with: what
+/// the .NET runtime's payload parser rejects is `BAD_ENCODING`, as there (a zero buffer
+/// size, no provider or more than 1000, a level above Verbose, an empty provider name, a
+/// format or buffering mode that does not exist); what this runtime does not implement
+/// (NetPerf, per-event-id filters) is `NOT_SUPPORTED`.
 pub(crate) fn session_config(
     request: &CollectTracing,
     output: Output,
@@ -126,18 +112,25 @@ pub(crate) fn session_config(
     let format = match request.format {
         FORMAT_NETTRACE => nettrace::FormatVersion::V5,
         FORMAT_NETTRACE_V6 => nettrace::FormatVersion::V6,
-        _ => return Err(ServerError::NOT_SUPPORTED),
+        FORMAT_NETPERF => return Err(ServerError::NOT_SUPPORTED),
+        _ => return Err(ServerError::BAD_ENCODING),
     };
     let mode = match request.buffering_mode {
         0 => BufferingMode::Drop,
         1 => BufferingMode::Block,
-        _ => return Err(ServerError::INVALID_ARG),
+        _ => return Err(ServerError::BAD_ENCODING),
     };
-    if request.circular_buffer_mb == 0 || request.providers.is_empty() {
-        return Err(ServerError::INVALID_ARG);
+    if request.circular_buffer_mb == 0
+        || request.providers.is_empty()
+        || request.providers.len() > MAX_PROVIDERS
+    {
+        return Err(ServerError::BAD_ENCODING);
     }
     let mut providers = Vec::with_capacity(request.providers.len());
     for p in &request.providers {
+        if p.level > 5 || p.name.is_empty() {
+            return Err(ServerError::BAD_ENCODING);
+        }
         if p.filter.as_ref().is_some_and(|f| !f.event_ids.is_empty()) {
             // Per-event-id filters are not implemented by this runtime.
             return Err(ServerError::NOT_SUPPORTED);
@@ -145,7 +138,7 @@ pub(crate) fn session_config(
         providers.push(ProviderConfig {
             name: p.name.clone(),
             keywords: p.keywords,
-            level: Level::from_u8(p.level.min(5) as u8),
+            level: Level::from_u8(p.level as u8),
             filter_args: (!p.arguments.is_empty()).then(|| p.arguments.clone()),
         });
     }
@@ -171,12 +164,9 @@ fn collect(stream: UnixStream, request: &CollectTracing) {
             return;
         }
     };
+    // As the runtime when it cannot enable a session (every slot taken, say): FAIL.
     let session = match Session::start(config) {
         Ok(s) => s,
-        Err(crate::Error::InvalidConfig(_)) => {
-            refuse(stream, ServerError::INVALID_ARG);
-            return;
-        }
         Err(_) => {
             refuse(stream, ServerError::FAIL);
             return;
