@@ -526,6 +526,83 @@ fn idle_and_half_sent_connections_never_delay_a_good_client() {
     );
 }
 
+#[test]
+fn a_stalled_reader_aborts_its_block_session_after_the_limit_and_still_gets_a_whole_trace() {
+    let _one = serial();
+    let server = eventpipe::diagnostics::start_server().unwrap();
+    let client = client();
+    const LIMIT: Duration = Duration::from_secs(2);
+    for format in [FORMAT_NETTRACE, FORMAT_NETTRACE_V6] {
+        let mut req = request(&["Test-Ipc-A"], format, true);
+        req.circular_buffer_mb = 1;
+        req.providers.push(ProviderRequest {
+            keywords: 0,
+            level: 5,
+            name: "EventPipeRs-Session".into(),
+            arguments: format!("StallLimitMs={}", LIMIT.as_millis()),
+            filter: None,
+        });
+        // A writer flat out, timing each write: Block mode parks it while the reader
+        // stalls, for at most the limit.
+        let running = Arc::new(AtomicBool::new(true));
+        let longest = Arc::new(std::sync::Mutex::new(Duration::ZERO));
+        let writer = {
+            let (running, longest) = (Arc::clone(&running), Arc::clone(&longest));
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while running.load(Ordering::Relaxed) {
+                    let t = Instant::now();
+                    write_event!(TICK_A, n, "stalled");
+                    let took = t.elapsed();
+                    let mut l = longest.lock().unwrap();
+                    *l = (*l).max(took);
+                    n += 1;
+                }
+            })
+        };
+        let mut stream = client.collect_tracing(&req).expect("session starts");
+        let mut bytes = vec![0u8; 64 * 1024];
+        stream.read_exact(&mut bytes).unwrap();
+        // The reader stops reading: the socket fills, the writer parks, the limit runs.
+        let stalled = Instant::now();
+        while server.running_sessions() > 0 {
+            assert!(stalled.elapsed() < Duration::from_secs(20), "never aborted");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let aborted_after = stalled.elapsed();
+        assert!(aborted_after >= LIMIT, "aborted after {aborted_after:?}");
+        // One limit, not one per partial send (the socket's buffer fills in ms).
+        assert!(
+            aborted_after < LIMIT + Duration::from_millis(1500),
+            "aborted after {aborted_after:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        running.store(false, Ordering::Relaxed);
+        writer.join().unwrap();
+        let longest = *longest.lock().unwrap();
+        assert!(
+            longest < LIMIT + Duration::from_millis(1500),
+            "a write parked {longest:?}"
+        );
+        // Reading on: the rest of the block, the end marker, the end of the connection.
+        let mut rest = Vec::new();
+        let began = Instant::now();
+        stream.read_to_end(&mut rest).unwrap();
+        assert!(began.elapsed() < Duration::from_secs(5));
+        bytes.extend_from_slice(&rest);
+        let mut reader = TraceReader::from_slice(&bytes).unwrap();
+        let mut events = 0u64;
+        while reader.next_event().unwrap().is_some() {
+            events += 1;
+        }
+        assert!(
+            reader.is_finished(),
+            "format {format}: no end-of-stream marker"
+        );
+        assert!(events > 0);
+    }
+}
+
 /// The session tests share the providers' enabled state; run them one at a time.
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());

@@ -300,6 +300,10 @@ pub struct TraceWriter<W: Write> {
     version: FormatVersion,
     offset: u64,
     scratch: Vec<u8>,
+    /// A block's bytes, head to tail, so each block reaches the output in one
+    /// `write_all`: an output that must cut the stream short knows the rest of its
+    /// current write is the rest of a block (the IPC server's stalled-reader abort).
+    frame: Vec<u8>,
 }
 
 impl<W: Write> TraceWriter<W> {
@@ -322,6 +326,7 @@ impl<W: Write> TraceWriter<W> {
             version,
             offset: 0,
             scratch: Vec::new(),
+            frame: Vec::new(),
         };
         let mut head = Vec::new();
         head.extend_from_slice(b"Nettrace");
@@ -398,21 +403,30 @@ impl<W: Write> TraceWriter<W> {
             )));
         }
         let word = (body.len() as u32) | (u32::from(kind) << 24);
-        self.emit(&word.to_le_bytes())?;
-        self.emit(body)
+        let mut frame = std::mem::take(&mut self.frame);
+        frame.clear();
+        frame.extend_from_slice(&word.to_le_bytes());
+        frame.extend_from_slice(body);
+        let written = self.emit(&frame);
+        self.frame = frame;
+        written
     }
 
     fn fast_serialization_block(&mut self, name: &str, body: &[u8]) -> Result<()> {
         let len = i32::try_from(body.len())
             .map_err(|_| Error::invalid_input("block larger than 2 GiB"))?;
-        let mut head = vec![5u8];
-        type_object(&mut head, name, 2);
-        head.extend_from_slice(&len.to_le_bytes());
-        let after = self.offset + head.len() as u64;
-        head.resize(head.len() + ((4 - after % 4) % 4) as usize, 0);
-        self.emit(&head)?;
-        self.emit(body)?;
-        self.emit(&[6])
+        let mut frame = std::mem::take(&mut self.frame);
+        frame.clear();
+        frame.push(5u8);
+        type_object(&mut frame, name, 2);
+        frame.extend_from_slice(&len.to_le_bytes());
+        let after = self.offset + frame.len() as u64;
+        frame.resize(frame.len() + ((4 - after % 4) % 4) as usize, 0);
+        frame.extend_from_slice(body);
+        frame.push(6);
+        let written = self.emit(&frame);
+        self.frame = frame;
+        written
     }
 
     fn block(&mut self, v6_kind: u8, v5_name: &str, body: &[u8]) -> Result<()> {

@@ -154,9 +154,16 @@ pub(crate) fn session_config(
 }
 
 fn collect(stream: UnixStream, request: &CollectTracing) {
-    let Ok((output, gate)) = streaming::socket_output(&stream) else {
+    let format = if request.format == FORMAT_NETTRACE_V6 {
+        nettrace::FormatVersion::V6
+    } else {
+        nettrace::FormatVersion::V5
+    };
+    let limit = streaming::stall_limit(&request.providers);
+    let Ok((output, gate)) = streaming::socket_output(&stream, format, limit) else {
         return;
     };
+    let aborted = output.aborted_flag();
     let config = match session_config(request, Output::Stream(Box::new(output))) {
         Ok(c) => c,
         Err(code) => {
@@ -179,5 +186,5 @@ fn collect(stream: UnixStream, request: &CollectTracing) {
         let _ = session.stop();
         return;
     }
-    streaming::track(id, session, stream);
+    streaming::track(id, session, stream, aborted);
 }

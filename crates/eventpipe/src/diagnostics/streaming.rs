@@ -7,21 +7,57 @@
 //! gate holds is bounded ([`HOLD_LIMIT`]): past it the drain waits for the gate (as it
 //! would for a slow reader), so a provider that writes a burst as its session starts (a
 //! heap snapshot) cannot make the gate hold more than the session's budget allows.
+//!
+//! A client that stops reading parks a Block-mode session's writers (that is the mode's
+//! contract) for at most the session's stall limit ([`DEFAULT_STALL_LIMIT`]; a session
+//! sets its own with the `EventPipeRs-Session` provider's `StallLimitMs=N` argument, a
+//! process with `EVENTPIPE_STALL_LIMIT_MS`): a deadline for the whole stall, renewed only
+//! when the socket takes bytes. Past it the session is aborted as a stop ends it
+//! (writers released, its memory freed), and its stream is ended properly: the rest of
+//! the block being sent, then the end-of-stream marker, then the connection is closed,
+//! so a client that reads on gets a whole trace. The trace writer hands each block over
+//! in one write, so the rest of that write is the rest of a block.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use eventpipe_ipc::command::ok_response;
 
 use crate::{Session, SessionStats};
 
-/// A streaming session's socket may refuse writes this long before the session is ended:
-/// a client that stops reading must not park Block-mode writers for ever.
-pub(crate) const STALLED_READER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a streaming session's socket may take no bytes before the session is
+/// aborted: a client that stops reading must not park Block-mode writers for ever.
+pub(crate) const DEFAULT_STALL_LIMIT: Duration = Duration::from_secs(10);
+
+/// The pseudo-provider whose arguments configure the session (`StallLimitMs=N`).
+pub(crate) const SESSION_PROVIDER: &str = "EventPipeRs-Session";
+
+/// The stall limit of a session whose providers are `providers`: the `EventPipeRs-Session`
+/// provider's `StallLimitMs`, else `EVENTPIPE_STALL_LIMIT_MS`, else the default.
+pub(crate) fn stall_limit(providers: &[eventpipe_ipc::ProviderRequest]) -> Duration {
+    let ms = |text: &str| text.trim().parse::<u64>().ok().filter(|&ms| ms > 0);
+    providers
+        .iter()
+        .filter(|p| p.name.eq_ignore_ascii_case(SESSION_PROVIDER))
+        .flat_map(|p| p.arguments.split(';'))
+        .find_map(|kv| {
+            let (k, v) = kv.split_once('=')?;
+            k.trim()
+                .eq_ignore_ascii_case("StallLimitMs")
+                .then(|| ms(v))?
+        })
+        .or_else(|| {
+            std::env::var("EVENTPIPE_STALL_LIMIT_MS")
+                .ok()
+                .and_then(|v| ms(&v))
+        })
+        .map_or(DEFAULT_STALL_LIMIT, Duration::from_millis)
+}
 
 /// The sessions started over IPC, by the id their client was given.
 fn sessions() -> &'static Mutex<HashMap<u64, Streaming>> {
@@ -32,6 +68,10 @@ fn sessions() -> &'static Mutex<HashMap<u64, Streaming>> {
 struct Streaming {
     session: Session,
     stream: UnixStream,
+    /// Raised when the output aborted the session for a stalled reader: the abort ends
+    /// the stream itself (the rest of a block, the end marker), so a stop must not cut
+    /// the connection first.
+    aborted: Arc<AtomicBool>,
 }
 
 /// Trace bytes the gate holds at most before the drain waits for it to open.
@@ -40,9 +80,13 @@ pub(crate) const HOLD_LIMIT: usize = 256 * 1024;
 enum GateState {
     /// Trace bytes written before the OK was sent.
     Holding(Vec<u8>),
-    Open,
+    /// Streaming to the client of session `id`.
+    Open { id: u64 },
     /// The OK could not be sent: the client is gone.
     Closed,
+    /// The reader stalled past the limit: the stream has been ended, and what the drain
+    /// still writes is discarded.
+    Aborted,
 }
 
 /// The gate's state, and the drain's wait for it to open.
@@ -56,16 +100,26 @@ struct Gate {
 pub(crate) struct SocketOutput {
     stream: UnixStream,
     gate: Arc<Gate>,
+    stall_limit: Duration,
+    /// The format's end-of-stream marker, written after an abort.
+    end_of_stream: &'static [u8],
+    aborted: Arc<AtomicBool>,
 }
 
 /// Opens a [`SocketOutput`]'s gate.
 pub(crate) struct GateKey {
     stream: UnixStream,
     gate: Arc<Gate>,
+    stall_limit: Duration,
 }
 
-pub(crate) fn socket_output(stream: &UnixStream) -> std::io::Result<(SocketOutput, GateKey)> {
-    stream.set_write_timeout(Some(STALLED_READER_TIMEOUT))?;
+/// The output of a session streaming in `format` to `stream`, whose reader may stall for
+/// `stall_limit`.
+pub(crate) fn socket_output(
+    stream: &UnixStream,
+    format: nettrace::FormatVersion,
+    stall_limit: Duration,
+) -> std::io::Result<(SocketOutput, GateKey)> {
     let gate = Arc::new(Gate {
         state: Mutex::new(GateState::Holding(Vec::new())),
         changed: Condvar::new(),
@@ -74,36 +128,99 @@ pub(crate) fn socket_output(stream: &UnixStream) -> std::io::Result<(SocketOutpu
         SocketOutput {
             stream: stream.try_clone()?,
             gate: Arc::clone(&gate),
+            stall_limit,
+            end_of_stream: match format {
+                nettrace::FormatVersion::V6 => &[0, 0, 0, 0],
+                _ => &[1],
+            },
+            aborted: Arc::new(AtomicBool::new(false)),
         },
         GateKey {
             stream: stream.try_clone()?,
             gate,
+            stall_limit,
         },
     ))
 }
 
-fn send_all(stream: &UnixStream, mut bytes: &[u8]) -> std::io::Result<()> {
-    while !bytes.is_empty() {
+/// Why bytes could not all be sent.
+enum SendError {
+    /// The socket took nothing for the whole stall limit; `sent` bytes went before.
+    Stalled { sent: usize },
+    /// The client is gone (or the socket broke).
+    Io(std::io::Error),
+}
+
+/// Sends all of `bytes`, waiting while the socket is full for at most `stall_limit` at a
+/// time: the deadline is renewed whenever the socket takes bytes, so it bounds each
+/// stall as a whole, however many partial sends it spans.
+fn send_within(stream: &UnixStream, bytes: &[u8], stall_limit: Duration) -> Result<(), SendError> {
+    let mut sent = 0;
+    let mut deadline = Instant::now() + stall_limit;
+    while sent < bytes.len() {
+        let rest = &bytes[sent..];
         // SAFETY: the fd is an open socket owned by `stream` for the duration of the
-        // call, and `bytes` is a valid readable slice of the given length.
+        // call, and `rest` is a valid readable slice of the given length.
         let n = unsafe {
             libc::send(
                 stream.as_raw_fd(),
-                bytes.as_ptr().cast(),
-                bytes.len(),
-                libc::MSG_NOSIGNAL,
+                rest.as_ptr().cast(),
+                rest.len(),
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
             )
         };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
+        if n > 0 {
+            sent += n as usize;
+            deadline = Instant::now() + stall_limit;
+            continue;
         }
-        bytes = &bytes[n as usize..];
+        let e = std::io::Error::last_os_error();
+        match e.kind() {
+            std::io::ErrorKind::Interrupted => continue,
+            std::io::ErrorKind::WouldBlock => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(SendError::Stalled { sent });
+                }
+                let mut fd = libc::pollfd {
+                    fd: stream.as_raw_fd(),
+                    events: libc::POLLOUT,
+                    revents: 0,
+                };
+                let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+                // SAFETY: `fd` is one initialized pollfd that poll(2) may write into.
+                unsafe { libc::poll(&mut fd, 1, ms) };
+            }
+            _ => return Err(SendError::Io(e)),
+        }
     }
     Ok(())
+}
+
+fn send_all(stream: &UnixStream, bytes: &[u8], stall_limit: Duration) -> std::io::Result<()> {
+    send_within(stream, bytes, stall_limit).map_err(|e| match e {
+        SendError::Stalled { .. } => std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the client took nothing for the stall limit",
+        ),
+        SendError::Io(e) => e,
+    })
+}
+
+/// Ends an aborted session's stream: stops the session (writers released, memory freed;
+/// what its drain still writes is discarded), then sends `rest` (the rest of the block
+/// that stalled, and the end-of-stream marker) within another stall limit, and closes.
+fn abort(id: u64, stream: UnixStream, rest: Vec<u8>, stall_limit: Duration) {
+    let spawned = std::thread::Builder::new()
+        .name(format!("eventpipe-ipc-abort-{id}"))
+        .spawn(move || {
+            let _ = stop(id);
+            let _ = send_all(&stream, &rest, stall_limit);
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        });
+    if spawned.is_err() {
+        // No thread: the session still ends when its client hangs up.
+    }
 }
 
 impl Write for SocketOutput {
@@ -123,7 +240,7 @@ impl Write for SocketOutput {
                     let (next, waited) = self
                         .gate
                         .changed
-                        .wait_timeout(state, STALLED_READER_TIMEOUT)
+                        .wait_timeout(state, self.stall_limit)
                         .unwrap_or_else(|p| p.into_inner());
                     state = next;
                     if waited.timed_out() && matches!(*state, GateState::Holding(_)) {
@@ -133,10 +250,24 @@ impl Write for SocketOutput {
                         ));
                     }
                 }
-                GateState::Open => {
-                    send_all(&self.stream, buf)?;
-                    return Ok(buf.len());
+                GateState::Open { id } => {
+                    let id = *id;
+                    return match send_within(&self.stream, buf, self.stall_limit) {
+                        Ok(()) => Ok(buf.len()),
+                        Err(SendError::Io(e)) => Err(e),
+                        Err(SendError::Stalled { sent }) => {
+                            *state = GateState::Aborted;
+                            drop(state);
+                            self.aborted.store(true, Ordering::Release);
+                            let mut rest = buf[sent..].to_vec();
+                            rest.extend_from_slice(self.end_of_stream);
+                            abort(id, self.stream.try_clone()?, rest, self.stall_limit);
+                            // Taken, as far as the drain knows: it runs on to its end.
+                            Ok(buf.len())
+                        }
+                    };
                 }
+                GateState::Aborted => return Ok(buf.len()),
                 GateState::Closed => {
                     return Err(std::io::Error::new(
                         std::io::ErrorKind::BrokenPipe,
@@ -152,18 +283,27 @@ impl Write for SocketOutput {
     }
 }
 
+impl SocketOutput {
+    /// Raised if the output aborts its session for a stalled reader.
+    pub(crate) fn aborted_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.aborted)
+    }
+}
+
 impl GateKey {
     /// Sends the OK response carrying `session_id`, then whatever trace bytes were held.
     pub(crate) fn open(self, session_id: u64) -> std::io::Result<()> {
         let mut state = self.gate.state.lock().unwrap_or_else(|p| p.into_inner());
-        let sent = send_all(&self.stream, &ok_response(&session_id.to_le_bytes())).and_then(|()| {
-            match &*state {
-                GateState::Holding(held) => send_all(&self.stream, held),
-                _ => Ok(()),
-            }
-        });
+        let limit = self.stall_limit;
+        let sent =
+            send_all(&self.stream, &ok_response(&session_id.to_le_bytes()), limit).and_then(|()| {
+                match &*state {
+                    GateState::Holding(held) => send_all(&self.stream, held, limit),
+                    _ => Ok(()),
+                }
+            });
         *state = if sent.is_ok() {
-            GateState::Open
+            GateState::Open { id: session_id }
         } else {
             GateState::Closed
         };
@@ -185,12 +325,16 @@ fn is_transient(e: &std::io::Error) -> bool {
 
 /// Registers a running session under `id` and watches its connection: when the client
 /// hangs up, the session is stopped and its memory freed.
-pub(crate) fn track(id: u64, session: Session, stream: UnixStream) {
+pub(crate) fn track(id: u64, session: Session, stream: UnixStream, aborted: Arc<AtomicBool>) {
     let watch = stream.try_clone();
-    sessions()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(id, Streaming { session, stream });
+    sessions().lock().unwrap_or_else(|p| p.into_inner()).insert(
+        id,
+        Streaming {
+            session,
+            stream,
+            aborted,
+        },
+    );
     let spawned = watch.and_then(|mut watch| {
         std::thread::Builder::new()
             .name(format!("eventpipe-ipc-watch-{id}"))
@@ -225,8 +369,10 @@ pub(crate) fn stop(id: u64) -> Option<Result<SessionStats, crate::Error>> {
         .unwrap_or_else(|p| p.into_inner())
         .remove(&id)?;
     let result = entry.session.stop();
-    // The client reads until the end of the stream.
-    let _ = entry.stream.shutdown(std::net::Shutdown::Both);
+    // The client reads until the end of the stream (an aborted one is ended by its abort).
+    if !entry.aborted.load(Ordering::Acquire) {
+        let _ = entry.stream.shutdown(std::net::Shutdown::Both);
+    }
     Some(result)
 }
 
@@ -255,7 +401,8 @@ mod tests {
     #[test]
     fn the_gate_holds_a_bounded_amount_then_waits_for_the_ok() {
         let (ours, mut client) = UnixStream::pair().unwrap();
-        let (mut output, key) = socket_output(&ours).unwrap();
+        let (mut output, key) =
+            socket_output(&ours, nettrace::FormatVersion::V5, DEFAULT_STALL_LIMIT).unwrap();
         let chunk = vec![7u8; HOLD_LIMIT / 4];
         let writer = std::thread::spawn(move || {
             for _ in 0..8 {
@@ -286,7 +433,8 @@ mod tests {
     #[test]
     fn a_gate_whose_ok_cannot_be_sent_fails_the_waiting_writer() {
         let (ours, client) = UnixStream::pair().unwrap();
-        let (mut output, key) = socket_output(&ours).unwrap();
+        let (mut output, key) =
+            socket_output(&ours, nettrace::FormatVersion::V5, DEFAULT_STALL_LIMIT).unwrap();
         output.write_all(&vec![1u8; HOLD_LIMIT]).unwrap();
         let writer = std::thread::spawn(move || output.write_all(&[2u8; 16]));
         std::thread::sleep(Duration::from_millis(100));
