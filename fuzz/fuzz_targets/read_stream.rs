@@ -1,13 +1,7 @@
-//! Streaming reader over `io::Read`, in timestamp order: block framing, the sorter and the
-//! bounded buffer growth of the streaming input.
+//! See `fuzz/bodies/trace.rs`.
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
+#[path = "../bodies/trace.rs"]
+mod bodies;
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(reader) = nettrace::TraceReader::from_read(data) else { return };
-    let mut sorted = nettrace::SortedReader::new(reader);
-    while let Ok(Some(event)) = sorted.next_event() {
-        let _ = event.decode_payload();
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| bodies::read_stream(data));
