@@ -268,9 +268,15 @@ pub(crate) fn do_collect(config: &Config) -> Result<()> {
 }
 
 /// Makes a cut-off trace file valid: keeps its whole blocks and ends the stream after them.
+/// The file is mapped, not read: however much a process streamed, this holds no more of
+/// it in memory than the kernel pages in.
 fn end_cut_trace(path: &std::path::Path) -> Result<String> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let s = nettrace::salvage::salvage(&bytes)?;
+    let salvaged = {
+        let opened = crate::input::open(&crate::input::InputSpec::Path(path.to_path_buf()))?;
+        let bytes = opened.bytes().unwrap_or(&[]);
+        (nettrace::salvage::salvage(bytes)?, bytes.len())
+    };
+    let (s, total) = salvaged;
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .open(path)
@@ -282,9 +288,7 @@ fn end_cut_trace(path: &std::path::Path) -> Result<String> {
     Ok(format!(
         "the stream was cut off, so the file ends after its last whole block ({} of {} bytes \
          kept, {} blocks)",
-        s.valid_len,
-        bytes.len(),
-        s.blocks
+        s.valid_len, total, s.blocks
     ))
 }
 

@@ -225,14 +225,29 @@ fn launch(argv: &[OsString]) -> Result<Target> {
                 program.to_string_lossy()
             );
         }
-        if let Ok((advertise, conn)) = port.accept(Duration::from_millis(50)) {
-            let pid = u32::try_from(advertise.process_id).unwrap_or(child.id());
-            return Ok(Target::Launched {
-                child,
-                port,
-                next: Some(conn),
-                pid,
-            });
+        match port.accept(Duration::from_millis(50)) {
+            Ok((advertise, conn)) => {
+                let pid = u32::try_from(advertise.process_id).unwrap_or(child.id());
+                return Ok(Target::Launched {
+                    child,
+                    port,
+                    next: Some(conn),
+                    pid,
+                });
+            }
+            // Nobody yet: look again.
+            Err(eventpipe_ipc::Error::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::TimedOut => {}
+            // Something connected and said something other than a runtime's greeting.
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(anyhow::Error::new(e).context(format!(
+                    "{} connected to the diagnostic port but did not introduce itself as a \
+                     runtime does",
+                    program.to_string_lossy()
+                )));
+            }
         }
         if Instant::now() >= deadline {
             let _ = child.kill();
