@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use eventpipe_insight::flamegraph::Grouping;
 use eventpipe_insight::{BuiltProfile, Profile, ProfileBuilder, SampleSelection};
-use nettrace::TraceReader;
 
 use crate::input::{self, InputSpec, Opened};
 use crate::progress::Progress;
@@ -188,7 +187,8 @@ fn convert_bytes(
         let summary = match (format, &profile) {
             (ConvertFormat::Chrome, _) => {
                 let mut reader = config.cut.apply(
-                    TraceReader::from_slice(data).with_context(|| format!("cannot read {name}"))?,
+                    crate::input::paged_reader(data)
+                        .with_context(|| format!("cannot read {name}"))?,
                 );
                 let s = eventpipe_insight::write_chrome_trace(&mut reader, &mut out)
                     .with_context(|| format!("cannot convert {name} to Chrome JSON"))?;
@@ -257,7 +257,7 @@ pub(crate) fn read_profile(
     let mut progress = Progress::new(Some(data.len() as u64));
     let mut reader = config
         .cut
-        .apply(TraceReader::from_slice(data).with_context(|| format!("cannot read {name}"))?);
+        .apply(crate::input::paged_reader(data).with_context(|| format!("cannot read {name}"))?);
     let mut builder = ProfileBuilder::new(config.samples.clone()).async_stacks(config.async_stacks);
     let mut seen = 0u64;
     while let Some(event) = reader

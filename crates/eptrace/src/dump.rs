@@ -50,7 +50,7 @@ pub(crate) fn do_dump(config: &Config) -> Result<()> {
     let stats = match opened {
         Opened::Mapped(_) => {
             let bytes = opened.bytes().unwrap_or(&[]);
-            dump_from(TraceReader::from_slice(bytes), config, &name, &mut out)?
+            dump_from(crate::input::paged_reader(bytes), config, &name, &mut out)?
         }
         Opened::Stream(stream) => {
             dump_from(TraceReader::from_read(stream), config, &name, &mut out)?

@@ -95,3 +95,144 @@ pub(crate) fn open(spec: &InputSpec) -> Result<Opened> {
     let map = map.with_context(|| format!("cannot map {}", path.display()))?;
     Ok(Opened::Mapped(Some(map)))
 }
+
+/// Keeps a mapped trace's resident memory bounded: every reader of the map reports where
+/// it is (at each block it loads), and the pages every reader has left behind are given
+/// back to the kernel, a chunk at a time. A 10 GB trace is read in a few hundred MB of
+/// resident memory, not 10 GB.
+///
+/// Giving pages back (`madvise(MADV_DONTNEED)` on the private, read-only map) does not
+/// change what the bytes are: a page touched again is read back from the file, which, as
+/// for the map itself, is assumed not to change while it is read.
+#[derive(Debug)]
+pub(crate) struct PageRelease {
+    /// The map's first byte (page-aligned: a map starts on a page).
+    base: usize,
+    len: usize,
+    /// Each reader's position: the offset of the block it loaded last.
+    positions: Vec<std::sync::atomic::AtomicU64>,
+    /// Bytes from `base` already given back.
+    released: std::sync::Mutex<usize>,
+}
+
+/// Pages are given back in chunks of this many bytes at least.
+const RELEASE_CHUNK: usize = 64 << 20;
+/// How far a reader may run ahead of the slowest one before it waits: the pages between
+/// them stay resident.
+const MAX_LEAD: u64 = 128 << 20;
+
+impl PageRelease {
+    /// For `readers` readers of `map` (the bytes of an [`Opened::Mapped`]).
+    pub(crate) fn new(map: &[u8], readers: usize) -> std::sync::Arc<PageRelease> {
+        std::sync::Arc::new(PageRelease {
+            base: map.as_ptr() as usize,
+            len: map.len(),
+            positions: (0..readers)
+                .map(|_| std::sync::atomic::AtomicU64::new(0))
+                .collect(),
+            released: std::sync::Mutex::new(0),
+        })
+    }
+
+    /// Reader `reader` is at `offset`: it waits while it is more than [`MAX_LEAD`] ahead
+    /// of the slowest reader, then gives back what every reader has passed.
+    fn advance(&self, reader: usize, offset: u64) {
+        use std::sync::atomic::Ordering;
+        // Relaxed: positions only decide which pages may go and who waits; correctness
+        // never depends on them (a page given back too early is read again from the file).
+        self.positions[reader].store(offset, Ordering::Relaxed);
+        while self
+            .positions
+            .iter()
+            .map(|p| p.load(Ordering::Relaxed))
+            .min()
+            .is_some_and(|slowest| offset > slowest.saturating_add(MAX_LEAD))
+        {
+            // The slowest reader moves on, or ends (its position becomes u64::MAX).
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let behind = self
+            .positions
+            .iter()
+            .map(|p| p.load(Ordering::Relaxed))
+            .min()
+            .unwrap_or(0) as usize;
+        let Ok(mut released) = self.released.try_lock() else {
+            return; // another reader is giving pages back right now
+        };
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let page = (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize;
+        let upto = (behind.min(self.len) / page) * page;
+        if upto < *released + RELEASE_CHUNK {
+            return;
+        }
+        // SAFETY: [base + released, base + upto) lies inside the live, private, read-only
+        // map these readers borrow (upto ≤ len, both page-aligned); MADV_DONTNEED only
+        // drops its resident pages, which read back unchanged from the file when touched.
+        unsafe {
+            libc::madvise(
+                (self.base + *released) as *mut libc::c_void,
+                upto - *released,
+                libc::MADV_DONTNEED,
+            );
+        }
+        *released = upto;
+    }
+}
+
+/// A mapped trace read block by block, telling its [`PageRelease`] where it is.
+#[derive(Debug)]
+pub(crate) struct PagedInput<'a> {
+    inner: nettrace::source::SliceInput<'a>,
+    release: std::sync::Arc<PageRelease>,
+    reader: usize,
+}
+
+impl<'a> PagedInput<'a> {
+    /// Reader number `reader` of `release`, over `map`.
+    pub(crate) fn new(
+        map: &'a [u8],
+        release: &std::sync::Arc<PageRelease>,
+        reader: usize,
+    ) -> PagedInput<'a> {
+        PagedInput {
+            inner: nettrace::source::SliceInput::new(map),
+            release: std::sync::Arc::clone(release),
+            reader,
+        }
+    }
+}
+
+impl Drop for PagedInput<'_> {
+    fn drop(&mut self) {
+        // Done, however it ended: the others no longer wait for this reader.
+        self.release.positions[self.reader].store(u64::MAX, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl nettrace::source::Input for PagedInput<'_> {
+    #[inline]
+    fn offset(&self) -> u64 {
+        self.inner.offset()
+    }
+    fn read_exact(&mut self, buf: &mut [u8], what: &'static str) -> nettrace::Result<()> {
+        self.inner.read_exact(buf, what)
+    }
+    fn load_block(&mut self, len: usize, what: &'static str) -> nettrace::Result<()> {
+        // The blocks before this one are done with.
+        self.release.advance(self.reader, self.inner.offset());
+        self.inner.load_block(len, what)
+    }
+    #[inline]
+    fn block(&self) -> &[u8] {
+        self.inner.block()
+    }
+    fn skip(&mut self, len: usize, what: &'static str) -> nettrace::Result<()> {
+        self.inner.skip(len, what)
+    }
+}
+
+/// A reader of a mapped trace that gives back the pages it has passed (one reader).
+pub(crate) fn paged_reader(map: &[u8]) -> nettrace::Result<nettrace::TraceReader<PagedInput<'_>>> {
+    nettrace::TraceReader::new(PagedInput::new(map, &PageRelease::new(map, 1), 0))
+}

@@ -21,7 +21,7 @@ use nettrace::source::Input;
 use nettrace::{EventMetadata, ReadStats, SortedReader, TraceInfo, TraceReader};
 use serde::Serialize;
 
-use crate::input::{self, InputSpec, Opened};
+use crate::input::{self, InputSpec, Opened, PageRelease, PagedInput};
 use crate::progress::Progress;
 
 /// What `report` was asked to do.
@@ -268,15 +268,14 @@ fn gather(opened: Opened, name: &str, cut: crate::cut::CutTraces) -> Result<Repo
             let bytes = opened.bytes().unwrap_or(&[]);
             let total = bytes.len() as u64;
             let mut progress = Progress::new(Some(total));
+            // Two readers of the map: pages both have passed are given back.
+            let pages = PageRelease::new(bytes, 2);
             thread::scope(|s| {
                 let sorted = s.spawn(|| {
-                    sorted_pass(
-                        cut.apply(TraceReader::from_slice(bytes)?),
-                        &sorted_pos,
-                        &stop,
-                    )
+                    let input = PagedInput::new(bytes, &pages, 1);
+                    sorted_pass(cut.apply(TraceReader::new(input)?), &sorted_pos, &stop)
                 });
-                let main = TraceReader::from_slice(bytes)
+                let main = TraceReader::new(PagedInput::new(bytes, &pages, 0))
                     .and_then(|r| file_pass(cut.apply(r), &mut progress, &sorted_pos));
                 finish(main, sorted, total, name, &mut progress, &sorted_pos, &stop)
             })
