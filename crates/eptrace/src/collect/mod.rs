@@ -229,6 +229,19 @@ pub(crate) fn do_collect(config: &Config) -> Result<()> {
         .map_err(|_| anyhow::anyhow!("the stream reader panicked"))?;
     status.clear();
     written?;
+    if matches!(reason, StopReason::StreamEnded) && !target.exited() {
+        // Nobody asked it to stop and the process runs on: it ended the session itself.
+        notes.push(if is_rust {
+            "the process ended the session while running: an eventpipe-rs process does so \
+             when the stream is not read for its stall limit (10 s, or StallLimitMs=N on the \
+             EventPipeRs-Session provider), ending the trace after its last whole block"
+                .to_owned()
+        } else {
+            "the process ended the session while running (another tool stopped it, or the \
+             runtime could not write it)"
+                .to_owned()
+        });
+    }
     if let Some(exit) = target.finish() {
         notes.push(format!("the program exited ({exit})"));
     }
