@@ -75,27 +75,21 @@ const TYPE_FLUSH_WAIT: Duration = Duration::from_secs(3);
 const START_WAIT: Duration = Duration::from_secs(5);
 
 pub(crate) fn do_collect(config: &CollectConfig) -> Result<()> {
-    let mut target = Target::open(&config.target)?;
-    let path = config.output.clone().unwrap_or_else(|| {
-        PathBuf::from(format!(
-            "{}_{}.gcdump.nettrace",
-            target.name(),
-            target.pid()
-        ))
-    });
-    let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
-    let interactive = std::io::stderr().is_terminal();
-    let mut progressed = false;
-    let captured = capture(
-        &mut target,
-        file,
-        &path,
-        &config.options,
-        &AtomicBool::new(false),
-        &mut |report| crate::progress::say(report, interactive, &mut progressed),
-    );
-    crate::progress::end_line(interactive, progressed);
-    let captured = captured?;
+    let (path, captured) = crate::stream_file::collect_snapshot(
+        &config.target,
+        config.output.as_ref(),
+        ".gcdump.nettrace",
+        |target, file, path, report| {
+            capture(
+                target,
+                file,
+                path,
+                &config.options,
+                &AtomicBool::new(false),
+                report,
+            )
+        },
+    )?;
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,

@@ -9,7 +9,7 @@
 //! The snapshot file is that session's nettrace.
 
 use std::fs::File;
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -68,23 +68,21 @@ const WHAT_IT_NEEDS: &str = "a program answers heap snapshots when it installs \
     EVENTPIPE_HEAP_TRACKING=1 in its environment)";
 
 pub(crate) fn do_collect(config: &CollectConfig) -> Result<()> {
-    let mut target = Target::open(&config.target)?;
-    let path = config.output.clone().unwrap_or_else(|| {
-        PathBuf::from(format!("{}_{}.heap.nettrace", target.name(), target.pid()))
-    });
-    let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
-    let interactive = std::io::stderr().is_terminal();
-    let mut in_line = false;
-    let heap = capture(
-        &mut target,
-        file,
-        &path,
-        &config.options,
-        &AtomicBool::new(false),
-        &mut |report| crate::progress::say(report, interactive, &mut in_line),
-    );
-    crate::progress::end_line(interactive, in_line);
-    let heap = heap?;
+    let (path, heap) = crate::stream_file::collect_snapshot(
+        &config.target,
+        config.output.as_ref(),
+        ".heap.nettrace",
+        |target, file, path, report| {
+            capture(
+                target,
+                file,
+                path,
+                &config.options,
+                &AtomicBool::new(false),
+                report,
+            )
+        },
+    )?;
     let mut out = std::io::stdout().lock();
     writeln!(
         out,

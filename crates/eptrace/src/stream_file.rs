@@ -106,3 +106,32 @@ pub(crate) fn write_profiles(
     }
     Ok(())
 }
+
+/// The part of `gcdump` and `heap` collection that is the same: opens the target, creates
+/// the snapshot file (`output`, else `NAME_PID{suffix}`), runs `capture` with progress on
+/// stderr, and returns where the file is with what `capture` made of it.
+pub(crate) fn collect_snapshot<T>(
+    target: &crate::collect::TargetSpec,
+    output: Option<&PathBuf>,
+    suffix: &str,
+    capture: impl FnOnce(
+        &mut crate::collect::Target,
+        File,
+        &Path,
+        &mut dyn FnMut(crate::progress::Report<'_>),
+    ) -> Result<T>,
+) -> Result<(PathBuf, T)> {
+    use std::io::IsTerminal;
+    let mut target = crate::collect::Target::open(target)?;
+    let path = output
+        .cloned()
+        .unwrap_or_else(|| PathBuf::from(format!("{}_{}{suffix}", target.name(), target.pid())));
+    let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+    let interactive = std::io::stderr().is_terminal();
+    let mut in_line = false;
+    let captured = capture(&mut target, file, &path, &mut |report| {
+        crate::progress::say(report, interactive, &mut in_line)
+    });
+    crate::progress::end_line(interactive, in_line);
+    Ok((path, captured?))
+}

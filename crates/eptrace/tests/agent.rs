@@ -15,8 +15,8 @@ mod dotnet_app;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{self, Receiver};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -42,66 +42,17 @@ fn scratch(tag: &str) -> PathBuf {
     dir
 }
 
-/// The Rust target: publishes `Demo/fixed-gauge` = 42.5 MB, tracks its heap.
-struct Demo {
-    child: Child,
-    stdin: ChildStdin,
-    lines: Receiver<String>,
-    pid: u32,
+/// The Rust target: publishes `Demo/fixed-gauge` = 42.5 MB, tracks its heap; `spin`
+/// makes it keep a core busy.
+type Demo = support::Program;
+
+fn start_demo() -> Demo {
+    support::Program::start(Command::new(demo_path()), "counters-demo")
 }
 
-impl Demo {
-    fn start() -> Demo {
-        let mut child = Command::new(demo_path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("counters-demo starts");
-        let stdin = child.stdin.take().unwrap();
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut demo = Demo {
-            child,
-            stdin,
-            lines,
-            pid: 0,
-        };
-        demo.pid = demo.line("pid ").parse().unwrap();
-        demo.line("ready");
-        demo
-    }
-
-    fn line(&mut self, prefix: &str) -> String {
-        loop {
-            let line = self
-                .lines
-                .recv_timeout(Duration::from_secs(30))
-                .unwrap_or_else(|e| panic!("counters-demo said no {prefix:?} line: {e}"));
-            if let Some(rest) = line.strip_prefix(prefix) {
-                return rest.trim().to_owned();
-            }
-        }
-    }
-
-    fn spin(&mut self) {
-        writeln!(self.stdin, "spin").unwrap();
-        self.stdin.flush().unwrap();
-        self.line("spinning");
-    }
-}
-
-impl Drop for Demo {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+fn spin(demo: &mut Demo) {
+    demo.send("spin");
+    demo.line("spinning");
 }
 
 /// A running agent, and what it logged.
@@ -194,13 +145,8 @@ impl Agent {
         self.log.lock().unwrap().iter().any(|l| l.contains(text))
     }
 
-    fn rss_kb(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap()
+    fn peak_kb(&self) -> u64 {
+        support::peak_resident_kb(self.child.id()).unwrap()
     }
 }
 
@@ -322,7 +268,7 @@ fn prometheus_scrapes_a_rust_targets_counter_with_the_agents_labels() {
         return;
     };
     let dir = scratch("prometheus");
-    let demo = Demo::start();
+    let demo = start_demo();
     let agent = Agent::start(
         &dir,
         "[metrics]\ninterval_seconds = 1\ncounters = [\"Demo[fixed-gauge]\"]\n",
@@ -405,7 +351,7 @@ fn prometheus_scrapes_a_rust_targets_counter_with_the_agents_labels() {
 fn one_agent_serves_a_dotnet_and_a_rust_process() {
     let _one = serial();
     let dir = scratch("both");
-    let demo = Demo::start();
+    let demo = start_demo();
     let dotnet = dotnet_app::Dotnet::locate();
     let mut app = dotnet.as_ref().map(|d| {
         let mut app = dotnet_app::App::spawn_with(&d.dotnet8, &d.testapp, &["heap", "300"], &[]);
@@ -562,8 +508,8 @@ fn a_cpu_rule_fires_once_within_its_limit_and_leaves_a_readable_trace() {
     let _one = serial();
     let dir = scratch("rule");
     let out = dir.join("out");
-    let mut demo = Demo::start();
-    demo.spin();
+    let mut demo = start_demo();
+    spin(&mut demo);
     let agent = Agent::start(
         &dir,
         &format!(
@@ -645,7 +591,7 @@ action = {{ kind = "heap" }}
         ),
     );
     // Started after the agent: found by a later scan.
-    let demo = Demo::start();
+    let demo = start_demo();
     let op = wait_for("the start rule's heap snapshot", 60, || {
         agent
             .get_json("/operations")
@@ -689,7 +635,7 @@ fn raw_status(addr: &str, request: &[u8]) -> u16 {
 fn hostile_requests_get_the_right_status_and_the_agent_keeps_serving() {
     let _one = serial();
     let dir = scratch("hostile");
-    let demo = Demo::start();
+    let demo = start_demo();
     let key = "4f1c0e6b2a9d8c7b6a5f4e3d2c1b0a99887766554433221100ffeeddccbbaa01";
     let hash = {
         let out = Command::new("sha256sum")
@@ -834,10 +780,10 @@ fn hostile_requests_get_the_right_status_and_the_agent_keeps_serving() {
         let _ = s.read_to_end(&mut buf);
         assert!(began.elapsed() < Duration::from_secs(25));
     }
-    let rss_mb = agent.rss_kb() / 1024;
+    let peak_mb = agent.peak_kb() / 1024;
     assert!(
-        rss_mb < 100,
-        "the agent holds {rss_mb} MB after the hostile requests"
+        peak_mb < 100,
+        "the agent peaked at {peak_mb} MB through the hostile requests"
     );
     assert_eq!(agent.get_json("/operations"), serde_json::json!([]));
     let _ = std::fs::remove_dir_all(&dir);
@@ -924,7 +870,7 @@ fn sigterm_finishes_a_running_trace_and_leaves_a_whole_file() {
     let _one = serial();
     let dir = scratch("sigterm");
     let out = dir.join("out");
-    let demo = Demo::start();
+    let demo = start_demo();
     let mut agent = Agent::start(&dir, &format!("egress = \"{}\"\n", out.display()));
     agent.wait_for_process(demo.pid);
     let (status, body) = agent.request(

@@ -3,6 +3,8 @@
 //! trace to insight": the map's pages are given back once every reader has passed them),
 //! checked by sampling each process's peak resident set (`VmHWM`) while it runs.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -81,14 +83,8 @@ fn run_sampled(args: &[&str]) -> (String, u64) {
         (out, lines)
     });
     while child.try_wait().unwrap().is_none() {
-        if let Ok(text) = std::fs::read_to_string(format!("/proc/{}/status", child.id())) {
-            if let Some(kb) = text
-                .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-            {
-                peak = peak.max(kb);
-            }
+        if let Some(kb) = support::peak_resident_kb(child.id()) {
+            peak = peak.max(kb);
         }
         assert!(
             began.elapsed() < Duration::from_secs(600),
@@ -97,6 +93,9 @@ fn run_sampled(args: &[&str]) -> (String, u64) {
         std::thread::sleep(Duration::from_millis(20));
     }
     let status = child.wait().unwrap();
+    // The exact peak of the children so far (each must stay under the bound, so their
+    // largest does too), however briefly it lasted.
+    peak = peak.max(support::children_peak_resident_kb());
     let (out, lines) = reader.join().unwrap();
     println!(
         "eptrace {args:?}: {:?}, peak resident {peak} kB",

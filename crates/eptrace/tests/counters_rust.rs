@@ -6,10 +6,8 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{self, Receiver};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -22,64 +20,14 @@ fn demo_path() -> PathBuf {
         .clone()
 }
 
-struct Demo {
-    child: Child,
-    stdin: ChildStdin,
-    lines: Receiver<String>,
-    pid: u32,
-}
-
-impl Demo {
-    fn start() -> Demo {
-        let mut child = Command::new(demo_path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("counters-demo starts");
-        let stdin = child.stdin.take().unwrap();
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut demo = Demo {
-            child,
-            stdin,
-            lines,
-            pid: 0,
-        };
-        demo.pid = demo.line("pid ").parse().unwrap();
-        demo.line("ready");
-        demo
-    }
-
-    fn line(&mut self, prefix: &str) -> String {
-        loop {
-            let line = self
-                .lines
-                .recv_timeout(Duration::from_secs(30))
-                .unwrap_or_else(|e| panic!("counters-demo said no {prefix:?} line: {e}"));
-            if let Some(rest) = line.strip_prefix(prefix) {
-                return rest.trim().to_owned();
-            }
-        }
-    }
-}
-
-impl Drop for Demo {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The demo, started and ready.
+fn start_demo() -> support::Program {
+    support::Program::start(Command::new(demo_path()), "counters-demo")
 }
 
 #[test]
 fn a_rust_programs_counters_arrive_exact_and_its_runtime_counters_track_it() {
-    let mut demo = Demo::start();
+    let mut demo = start_demo();
     let path =
         std::env::temp_dir().join(format!("eptrace-counters-rust-{}.csv", std::process::id()));
     let collector = Command::new(env!("CARGO_BIN_EXE_eptrace"))
@@ -104,8 +52,7 @@ fn a_rust_programs_counters_arrive_exact_and_its_runtime_counters_track_it() {
     let threads_seen = std::fs::read_dir(format!("/proc/{}/task", demo.pid))
         .unwrap()
         .count() as f64;
-    writeln!(demo.stdin, "jobs 100").unwrap();
-    demo.stdin.flush().unwrap();
+    demo.send("jobs 100");
     assert_eq!(demo.line("jobs "), "100");
     let out = collector.wait_with_output().unwrap();
     assert!(
@@ -202,7 +149,7 @@ fn counters_of_a_program_started_by_eptrace_and_named_by_name() {
     );
 
     // By name: the demo running, attached to as `counters-demo`.
-    let running = Demo::start();
+    let running = start_demo();
     let out = Command::new(env!("CARGO_BIN_EXE_eptrace"))
         .args([
             "counters",

@@ -6,12 +6,9 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Output, Stdio};
-use std::sync::mpsc::{self, Receiver};
+use std::process::{Command, Output};
 use std::sync::OnceLock;
-use std::time::Duration;
 
 /// The `heap-leak` example, built once into this test's target dir.
 fn heap_leak() -> PathBuf {
@@ -20,73 +17,16 @@ fn heap_leak() -> PathBuf {
         .clone()
 }
 
-/// A running heap-leak, killed when dropped.
-struct App {
-    child: Child,
-    stdin: ChildStdin,
-    lines: Receiver<String>,
-    pid: u32,
-}
-
-impl App {
-    fn start(interval: u64) -> App {
-        let mut child = Command::new(heap_leak())
-            .args(["--interval", &interval.to_string()])
-            .args([
-                "--blocks",
-                &BLOCKS.to_string(),
-                "--block-size",
-                &BLOCK.to_string(),
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("heap-leak starts");
-        let stdin = child.stdin.take().unwrap();
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut app = App {
-            child,
-            stdin,
-            lines,
-            pid: 0,
-        };
-        app.pid = app.line("pid ").parse().unwrap();
-        app.line("ready");
-        app
-    }
-
-    /// The rest of the next line starting with `prefix`.
-    fn line(&mut self, prefix: &str) -> String {
-        loop {
-            let line = self
-                .lines
-                .recv_timeout(Duration::from_secs(60))
-                .unwrap_or_else(|e| panic!("heap-leak said no {prefix:?} line: {e}"));
-            if let Some(rest) = line.strip_prefix(prefix) {
-                return rest.trim().to_owned();
-            }
-        }
-    }
-
-    fn command(&mut self, line: &str) {
-        writeln!(self.stdin, "{line}").unwrap();
-        self.stdin.flush().unwrap();
-    }
-}
-
-impl Drop for App {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Starts heap-leak, tracking its heap every `interval` bytes.
+fn start_app(interval: u64) -> support::Program {
+    let mut command = Command::new(heap_leak());
+    command.args(["--interval", &interval.to_string()]).args([
+        "--blocks",
+        &BLOCKS.to_string(),
+        "--block-size",
+        &BLOCK.to_string(),
+    ]);
+    support::Program::start(command, "heap-leak")
 }
 
 fn eptrace(args: &[&str]) -> Output {
@@ -147,14 +87,14 @@ fn assert_estimate(what: &str, got: f64, error: f64, truth: f64) {
 fn snapshots_through_a_small_budget_lose_nothing_and_the_diff_finds_the_leak() {
     // One sample per 256 bytes on average: the live set gives about 63,000 samples, a
     // snapshot larger than the 1 MB budget it goes through.
-    let mut app = App::start(256);
+    let mut app = start_app(256);
     let before = snapshot(app.pid, "before");
     let size = std::fs::metadata(&before).unwrap().len();
     assert!(
         size > 1 << 20,
         "the snapshot ({size} bytes) is larger than the budget"
     );
-    app.command("leak 2000");
+    app.send("leak 2000");
     let leaked: f64 = app.line("leaked ").parse().unwrap();
     assert_eq!(leaked, 2000.0 * LEAK_BLOCK);
     let after = snapshot(app.pid, "after");

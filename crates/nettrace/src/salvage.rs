@@ -20,7 +20,13 @@ pub struct Salvage {
 
 /// Finds the whole part of `data`. Fails only if the stream header itself is unreadable.
 pub fn salvage(data: &[u8]) -> Result<Salvage> {
-    let mut reader = BlockReader::new(SliceInput::new(data))?;
+    salvage_input(SliceInput::new(data))
+}
+
+/// [`salvage`] over any [`Input`] (one that gives back the pages it has passed keeps a
+/// large file's scan in bounded memory).
+pub fn salvage_input<I: Input>(input: I) -> Result<Salvage> {
+    let mut reader = BlockReader::new(input)?;
     let end_marker: &'static [u8] = if reader.trace().version == FormatVersion::V6 {
         &[0, 0, 0, 0]
     } else {

@@ -969,41 +969,31 @@ async fn metrics(State(agent): State<Arc<Agent>>, query: Params) -> Reply {
         &states,
     );
     let rules = agent.rules.counts();
-    let acted: Vec<(String, f64)> = rules
-        .iter()
-        .map(|(name, n, _)| {
-            (
-                format!("{{rule=\"{}\"}}", name.replace(['"', '\\', '\n'], "_")),
-                *n as f64,
-            )
-        })
-        .collect();
-    let held: Vec<(String, f64)> = rules
-        .iter()
-        .map(|(name, _, n)| {
-            (
-                format!("{{rule=\"{}\"}}", name.replace(['"', '\\', '\n'], "_")),
-                *n as f64,
-            )
-        })
-        .collect();
     if !rules.is_empty() {
-        let acted: Vec<(&str, f64)> = acted.iter().map(|(l, v)| (l.as_str(), *v)).collect();
-        let held: Vec<(&str, f64)> = held.iter().map(|(l, v)| (l.as_str(), *v)).collect();
-        prometheus::own(
-            &mut out,
-            "eptrace_agent_rule_actions_total",
-            "counter",
-            "Times each rule acted",
-            &acted,
-        );
-        prometheus::own(
-            &mut out,
-            "eptrace_agent_rule_limited_total",
-            "counter",
-            "Times each rule's limit held it back",
-            &held,
-        );
+        let per_rule = |pick: fn(&(String, u64, u64)) -> u64| -> Vec<(String, f64)> {
+            rules
+                .iter()
+                .map(|r| {
+                    let name = r.0.replace(['"', '\\', '\n'], "_");
+                    (format!("{{rule=\"{name}\"}}"), pick(r) as f64)
+                })
+                .collect()
+        };
+        for (name, help, series) in [
+            (
+                "eptrace_agent_rule_actions_total",
+                "Times each rule acted",
+                per_rule(|r| r.1),
+            ),
+            (
+                "eptrace_agent_rule_limited_total",
+                "Times each rule's limit held it back",
+                per_rule(|r| r.2),
+            ),
+        ] {
+            let series: Vec<(&str, f64)> = series.iter().map(|(l, v)| (l.as_str(), *v)).collect();
+            prometheus::own(&mut out, name, "counter", help, &series);
+        }
     }
     Ok((
         [(

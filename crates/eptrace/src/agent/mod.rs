@@ -39,6 +39,31 @@ use self::rules::{Firing, Rules};
 use self::sessions::{CounterListener, Snapshot, TraceAsk};
 use self::settings::{Action, Settings};
 
+/// A counter value as a target publishes it, for the tests of the store and the rules.
+#[cfg(test)]
+pub(crate) fn test_value(
+    provider: &str,
+    name: &str,
+    unit: &str,
+    kind: eventpipe_insight::counters::CounterKind,
+    value: f64,
+) -> CounterValue {
+    CounterValue {
+        time_ms: 0.0,
+        provider: provider.into(),
+        name: name.into(),
+        display_name: String::new(),
+        unit: unit.into(),
+        kind,
+        value,
+        interval_sec: Some(1.0),
+        series_ms: None,
+        tags: String::new(),
+        quantiles: Vec::new(),
+        stats: None,
+    }
+}
+
 /// `eptrace agent`.
 #[derive(Debug)]
 pub(crate) struct Config {

@@ -252,22 +252,7 @@ fn number(v: f64) -> String {
 mod tests {
     use super::*;
 
-    fn value(provider: &str, name: &str, unit: &str, kind: CounterKind, v: f64) -> CounterValue {
-        CounterValue {
-            time_ms: 0.0,
-            provider: provider.into(),
-            name: name.into(),
-            display_name: String::new(),
-            unit: unit.into(),
-            kind,
-            value: v,
-            interval_sec: Some(1.0),
-            series_ms: None,
-            tags: String::new(),
-            quantiles: Vec::new(),
-            stats: None,
-        }
-    }
+    use crate::agent::test_value as value;
 
     #[test]
     fn names_and_units_follow_prometheus() {

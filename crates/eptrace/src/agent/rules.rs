@@ -224,20 +224,13 @@ mod tests {
     }
 
     fn cpu(v: f64) -> CounterValue {
-        CounterValue {
-            time_ms: 0.0,
-            provider: "EventPipeRs-Runtime".into(),
-            name: "cpu-usage".into(),
-            display_name: String::new(),
-            unit: "%".into(),
-            kind: CounterKind::Metric,
-            value: v,
-            interval_sec: Some(1.0),
-            series_ms: None,
-            tags: String::new(),
-            quantiles: Vec::new(),
-            stats: None,
-        }
+        crate::agent::test_value(
+            "EventPipeRs-Runtime",
+            "cpu-usage",
+            "%",
+            CounterKind::Metric,
+            v,
+        )
     }
 
     #[test]

@@ -281,13 +281,15 @@ pub(crate) fn do_collect(config: &Config) -> Result<()> {
 }
 
 /// Makes a cut-off trace file valid: keeps its whole blocks and ends the stream after them.
-/// The file is mapped, not read: however much a process streamed, this holds no more of
-/// it in memory than the kernel pages in.
+/// The file is mapped and scanned through a [`crate::input::PagedInput`], not read: however
+/// much a process streamed, the scan holds a bounded part of it in memory.
 fn end_cut_trace(path: &std::path::Path) -> Result<String> {
     let salvaged = {
         let opened = crate::input::open(&crate::input::InputSpec::Path(path.to_path_buf()))?;
         let bytes = opened.bytes().unwrap_or(&[]);
-        (nettrace::salvage::salvage(bytes)?, bytes.len())
+        let pages = crate::input::PageRelease::new(bytes, 1);
+        let input = crate::input::PagedInput::new(bytes, &pages, 0);
+        (nettrace::salvage::salvage_input(input)?, bytes.len())
     };
     let (s, total) = salvaged;
     let mut file = std::fs::OpenOptions::new()

@@ -19,3 +19,94 @@ pub(crate) fn build_example(package: &str, name: &str) -> PathBuf {
     assert!(status.success(), "building the {name} example failed");
     profile_dir.join("examples").join(name)
 }
+
+/// A program the tests talk to over its stdin and stdout: it prints `pid N` and `ready`
+/// when it starts (the examples `counters-demo` and `heap-leak` do), and answers lines.
+pub(crate) struct Program {
+    pub(crate) child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::sync::mpsc::Receiver<String>,
+    pub(crate) pid: u32,
+    what: String,
+}
+
+impl Program {
+    /// Starts `command` (its stdin and stdout are taken over) and waits for `ready`.
+    pub(crate) fn start(mut command: Command, what: &str) -> Program {
+        use std::io::BufRead;
+        use std::process::Stdio;
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{what} does not start: {e}"));
+        let stdin = child.stdin.take().unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut program = Program {
+            child,
+            stdin,
+            lines,
+            pid: 0,
+            what: what.to_owned(),
+        };
+        program.pid = program.line("pid ").parse().unwrap();
+        program.line("ready");
+        program
+    }
+
+    /// The rest of the next line starting with `prefix`.
+    pub(crate) fn line(&mut self, prefix: &str) -> String {
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .unwrap_or_else(|e| panic!("{} said no {prefix:?} line: {e}", self.what));
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return rest.trim().to_owned();
+            }
+        }
+    }
+
+    /// Sends `line` to its stdin.
+    pub(crate) fn send(&mut self, line: &str) {
+        use std::io::Write;
+        writeln!(self.stdin, "{line}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A process's peak resident set so far (`VmHWM`), in kB; `None` once it is gone.
+pub(crate) fn peak_resident_kb(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+}
+
+/// The largest peak resident set (kB) of this process's children that have ended and been
+/// waited for: exact, however briefly a child peaked before it exited.
+pub(crate) fn children_peak_resident_kb() -> u64 {
+    // SAFETY: getrusage writes one rusage struct into the zeroed one it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
+        usage
+    };
+    u64::try_from(usage.ru_maxrss).unwrap_or(0)
+}
