@@ -561,6 +561,7 @@ fn a_stalled_reader_aborts_its_block_session_after_the_limit_and_still_gets_a_wh
             })
         };
         let mut stream = client.collect_tracing(&req).expect("session starts");
+        let session = stream.session_id();
         let mut bytes = vec![0u8; 64 * 1024];
         stream.read_exact(&mut bytes).unwrap();
         // The reader stops reading: the socket fills, the writer parks, the limit runs.
@@ -592,14 +593,24 @@ fn a_stalled_reader_aborts_its_block_session_after_the_limit_and_still_gets_a_wh
         bytes.extend_from_slice(&rest);
         let mut reader = TraceReader::from_slice(&bytes).unwrap();
         let mut events = 0u64;
-        while reader.next_event().unwrap().is_some() {
+        let mut why = None;
+        while let Some(e) = reader.next_event().unwrap() {
             events += 1;
+            if e.metadata.provider == "EventPipeRs-Session" {
+                let fields = e.decode_payload().unwrap();
+                let text = format!("{fields:?}");
+                assert!(text.contains(&session.to_string()), "{text}");
+                why = Some(text);
+            }
         }
         assert!(
             reader.is_finished(),
             "format {format}: no end-of-stream marker"
         );
         assert!(events > 0);
+        // The trace says why it ended.
+        let why = why.unwrap_or_else(|| panic!("format {format}: no SessionAborted event"));
+        assert!(why.contains("stall limit"), "{why}");
     }
 }
 

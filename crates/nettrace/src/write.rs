@@ -377,6 +377,24 @@ impl<W: Write> TraceWriter<W> {
         Ok(w)
     }
 
+    /// A writer of blocks only, continuing a stream of `version` that is already `offset`
+    /// bytes long (its header, and blocks up to there, written by someone else): each
+    /// block is aligned as it would be at that offset. For a producer that must append to
+    /// a stream it did not start (the IPC server ending an aborted session's stream).
+    pub fn continuing(out: W, version: FormatVersion, offset: u64) -> Self {
+        TraceWriter {
+            out,
+            version: if version == FormatVersion::V6 {
+                FormatVersion::V6
+            } else {
+                FormatVersion::V5
+            },
+            offset,
+            scratch: Vec::new(),
+            frame: Vec::new(),
+        }
+    }
+
     /// The version being written.
     pub fn version(&self) -> FormatVersion {
         self.version

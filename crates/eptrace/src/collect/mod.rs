@@ -59,6 +59,9 @@ struct StreamSummary {
     problem: Option<String>,
     /// The stream ended with the format's end marker.
     complete: bool,
+    /// Why the process aborted the session, when its trace says so
+    /// (`EventPipeRs-Session/SessionAborted`).
+    aborted: Option<String>,
 }
 
 /// Copies what it reads into the trace file, counting bytes.
@@ -101,6 +104,14 @@ fn read_stream<R: Read>(mut tee: Tee<R>, began: Instant) -> (StreamSummary, Resu
                 Ok(Some(e)) => {
                     // A lookup by &str first: no allocation per event.
                     let provider = e.metadata().provider.as_str();
+                    if provider == "EventPipeRs-Session" {
+                        let why = e.to_event().decode_payload().ok().and_then(|fields| {
+                            fields.into_iter().find_map(|(name, value)| {
+                                (name == "Reason").then(|| value.to_string())
+                            })
+                        });
+                        summary.aborted = why;
+                    }
                     match summary.by_provider.get_mut(provider) {
                         Some(count) => *count += 1,
                         None => {
@@ -229,7 +240,9 @@ pub(crate) fn do_collect(config: &Config) -> Result<()> {
         .map_err(|_| anyhow::anyhow!("the stream reader panicked"))?;
     status.clear();
     written?;
-    if matches!(reason, StopReason::StreamEnded) && !target.exited() {
+    if let Some(why) = &summary.aborted {
+        notes.push(format!("the process aborted the session: {why}"));
+    } else if matches!(reason, StopReason::StreamEnded) && !target.exited() {
         // Nobody asked it to stop and the process runs on: it ended the session itself.
         notes.push(if is_rust {
             "the process ended the session while running: an eventpipe-rs process does so \

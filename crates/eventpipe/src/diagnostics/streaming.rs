@@ -14,9 +14,10 @@
 //! process with `EVENTPIPE_STALL_LIMIT_MS`): a deadline for the whole stall, renewed only
 //! when the socket takes bytes. Past it the session is aborted as a stop ends it
 //! (writers released, its memory freed), and its stream is ended properly: the rest of
-//! the block being sent, then the end-of-stream marker, then the connection is closed,
-//! so a client that reads on gets a whole trace. The trace writer hands each block over
-//! in one write, so the rest of that write is the rest of a block.
+//! the block being sent, an `EventPipeRs-Session/SessionAborted` event saying why, the
+//! end-of-stream marker, then the connection is closed, so a client that reads on gets a
+//! whole trace that says why it ended. The trace writer hands each block over in one
+//! write, so the rest of that write is the rest of a block.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -101,8 +102,9 @@ pub(crate) struct SocketOutput {
     stream: UnixStream,
     gate: Arc<Gate>,
     stall_limit: Duration,
-    /// The format's end-of-stream marker, written after an abort.
-    end_of_stream: &'static [u8],
+    format: nettrace::FormatVersion,
+    /// Bytes of the stream handed to this output so far (where an appended block starts).
+    written: u64,
     aborted: Arc<AtomicBool>,
 }
 
@@ -129,10 +131,8 @@ pub(crate) fn socket_output(
             stream: stream.try_clone()?,
             gate: Arc::clone(&gate),
             stall_limit,
-            end_of_stream: match format {
-                nettrace::FormatVersion::V6 => &[0, 0, 0, 0],
-                _ => &[1],
-            },
+            format,
+            written: 0,
             aborted: Arc::new(AtomicBool::new(false)),
         },
         GateKey {
@@ -197,6 +197,80 @@ fn send_within(stream: &UnixStream, bytes: &[u8], stall_limit: Duration) -> Resu
     Ok(())
 }
 
+/// The metadata id, thread and OS thread id of the event an aborted stream ends with,
+/// chosen where the drain's own never reach.
+const ABORT_METADATA_ID: u32 = 0x7FFF_FFFF;
+const ABORT_THREAD: u64 = 0x7FFF_FFFF;
+
+/// What ends an aborted session's stream that is `offset` bytes long: an
+/// `EventPipeRs-Session/SessionAborted` event saying why (its metadata, in V6 its thread,
+/// and the event), then the end-of-stream marker.
+fn ending(format: nettrace::FormatVersion, offset: u64, id: u64, reason: &str) -> Vec<u8> {
+    use nettrace::write::{EventBlockBuilder, TraceWriter};
+    use nettrace::{EventHeader, EventMetadata, FieldDesc, FieldType, ThreadInfo};
+    let mut out = Vec::new();
+    let mut w = TraceWriter::continuing(&mut out, format, offset);
+    let metadata = EventMetadata {
+        metadata_id: ABORT_METADATA_ID,
+        provider: SESSION_PROVIDER.to_owned(),
+        event_id: 1,
+        event_name: "SessionAborted".to_owned(),
+        level: 2,
+        fields: vec![
+            FieldDesc {
+                name: "SessionId".to_owned(),
+                ty: FieldType::UInt64,
+            },
+            FieldDesc {
+                name: "Reason".to_owned(),
+                ty: FieldType::Utf16String,
+            },
+        ],
+        ..Default::default()
+    };
+    let mut payload = id.to_le_bytes().to_vec();
+    for unit in reason.encode_utf16().chain([0]) {
+        payload.extend_from_slice(&unit.to_le_bytes());
+    }
+    let mut block = EventBlockBuilder::new(format);
+    block.push(
+        &EventHeader {
+            metadata_id: ABORT_METADATA_ID,
+            sequence_number: 1,
+            thread: ABORT_THREAD,
+            capture_thread: ABORT_THREAD,
+            timestamp: crate::clock::now(),
+            ..Default::default()
+        },
+        &payload,
+    );
+    let written = w.write_metadata_block(&[metadata]).and_then(|()| {
+        if format == nettrace::FormatVersion::V6 {
+            w.write_thread_block(&[ThreadInfo {
+                index: ABORT_THREAD,
+                name: Some("eventpipe-ipc-abort".to_owned()),
+                process_id: Some(u64::from(std::process::id())),
+                thread_id: Some(ABORT_THREAD),
+                key_values: Vec::new(),
+            }])?;
+        }
+        w.write_event_block(&block)?;
+        w.finish().map(drop)
+    });
+    if written.is_err() {
+        // Cannot happen for a Vec; end the stream without the reason.
+        out.clear();
+    }
+    if out.is_empty() {
+        out.extend_from_slice(if format == nettrace::FormatVersion::V6 {
+            &[0, 0, 0, 0]
+        } else {
+            &[1]
+        });
+    }
+    out
+}
+
 fn send_all(stream: &UnixStream, bytes: &[u8], stall_limit: Duration) -> std::io::Result<()> {
     send_within(stream, bytes, stall_limit).map_err(|e| match e {
         SendError::Stalled { .. } => std::io::Error::new(
@@ -225,6 +299,18 @@ fn abort(id: u64, stream: UnixStream, rest: Vec<u8>, stall_limit: Duration) {
 
 impl Write for SocketOutput {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let taken = self.write_inner(buf)?;
+        self.written += taken as u64;
+        Ok(taken)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl SocketOutput {
+    fn write_inner(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let mut state = self.gate.state.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             match &mut *state {
@@ -259,8 +345,15 @@ impl Write for SocketOutput {
                             *state = GateState::Aborted;
                             drop(state);
                             self.aborted.store(true, Ordering::Release);
+                            // The rest of this block, the reason, the end marker.
                             let mut rest = buf[sent..].to_vec();
-                            rest.extend_from_slice(self.end_of_stream);
+                            let end = self.written + buf.len() as u64;
+                            let reason = format!(
+                                "the client read nothing for {:.1} s (the session's stall \
+                                 limit): the session was aborted",
+                                self.stall_limit.as_secs_f64()
+                            );
+                            rest.extend_from_slice(&ending(self.format, end, id, &reason));
                             abort(id, self.stream.try_clone()?, rest, self.stall_limit);
                             // Taken, as far as the drain knows: it runs on to its end.
                             Ok(buf.len())
@@ -276,10 +369,6 @@ impl Write for SocketOutput {
                 }
             }
         }
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
     }
 }
 
