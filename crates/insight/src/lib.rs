@@ -28,6 +28,7 @@
 //! The profile converters read only [`Profile`]; the Chrome converter reads the trace itself,
 //! holding nothing but the intervals and polls still open. Every converter writes to any
 //! `io::Write` and reports failures as [`Error`].
+#![forbid(unsafe_code)]
 
 mod async_stacks;
 pub mod async_trace;

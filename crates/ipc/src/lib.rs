@@ -17,6 +17,7 @@
 //! - [`client`]: a blocking client for everything above.
 //!
 //! The server side lives in the `eventpipe` crate, which owns the sessions it starts.
+#![forbid(unsafe_code)]
 
 pub mod advertise;
 pub mod client;

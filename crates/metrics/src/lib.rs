@@ -36,6 +36,7 @@
 //! and a hash lookup here; then the update itself is an eventpipe counter's (a relaxed load
 //! and store on the thread's own cell). Keep the handle (`let c = counter!(...)`) on hot
 //! paths to pay the lookup once.
+#![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};

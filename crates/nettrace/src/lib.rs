@@ -29,6 +29,7 @@
 //!   absolute byte offset.
 //! * Iteration is lazy: payloads are decoded only on request.
 //! * Memory is bounded by one block plus the caches the format allows.
+#![forbid(unsafe_code)]
 
 mod cursor;
 mod error;

@@ -111,6 +111,7 @@
 //! eventpipe's own threads (named `eventpipe-...`: drain, in-process listener, diagnostics
 //! server), so a listener that logs what it receives does not feed on itself. Other layers
 //! still see those events.
+#![forbid(unsafe_code)]
 
 use tracing_core::span::{Attributes, Id};
 use tracing_core::subscriber::Interest;
