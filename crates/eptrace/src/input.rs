@@ -166,9 +166,9 @@ impl PageRelease {
         if upto < *released + RELEASE_CHUNK {
             return;
         }
-        // SAFETY: [base + released, base + upto) lies inside the live, private, read-only
-        // map these readers borrow (upto ≤ len, both page-aligned); MADV_DONTNEED only
-        // drops its resident pages, which read back unchanged from the file when touched.
+        // [base + released, base + upto) lies inside the live, private, read-only map
+        // these readers borrow (upto ≤ len, both page-aligned).
+        // SAFETY: MADV_DONTNEED only drops its resident pages, read back unchanged later.
         unsafe {
             libc::madvise(
                 (self.base + *released) as *mut libc::c_void,

@@ -210,10 +210,11 @@ pub(crate) unsafe fn write_payload(
     payload_len: usize,
     write_payload: impl FnOnce(&mut [u8]),
 ) -> usize {
-    // SAFETY: the payload lies within the allocation and at or beyond the published end
-    // (caller's contract), so the drain holds no reference into it and only this writer
-    // touches it until it publishes; every byte of the allocation is initialised (zeroed
-    // when allocated, only ever overwritten with bytes), so it may be a `&mut`.
+    // The payload lies within the allocation and at or beyond the published end (caller's
+    // contract), so the drain holds no reference into it and only this writer touches it
+    // until it publishes; every byte of the allocation is initialised (zeroed when
+    // allocated, only ever overwritten with bytes).
+    // SAFETY: so it may be a `&mut`, exclusive for this call.
     let payload = unsafe {
         std::slice::from_raw_parts_mut(base.as_ptr().add(at + RECORD_HEADER), payload_len)
     };
@@ -261,9 +262,9 @@ pub(crate) fn copy_payload(dst: &mut [u8], src: &[u8]) {
 unsafe fn copy_small(src: &[u8], dst: *mut u8) {
     let len = src.len();
     let s = src.as_ptr();
-    // SAFETY: in every arm, each read lies within `src` (offsets + widths <= len) and each
-    // write within `dst[..len]` (the caller's contract); unaligned accesses are used
-    // throughout; an overlap of the two stores of one arm writes the same bytes twice.
+    // In every arm, each read lies within `src` (offsets + widths <= len); an overlap of
+    // the two stores of one arm writes the same bytes twice.
+    // SAFETY: each write lies within `dst[..len]` (the caller's contract), all unaligned.
     unsafe {
         match len {
             0 => {}

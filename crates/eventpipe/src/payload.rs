@@ -33,9 +33,9 @@ impl PayloadWriter {
     #[inline]
     pub(crate) fn init_in(slot: &mut MaybeUninit<PayloadWriter>) -> &mut PayloadWriter {
         let p = slot.as_mut_ptr();
-        // SAFETY: `p` points to writable memory for a `PayloadWriter`; both fields written
-        // are initialised here, and `inline` holds `MaybeUninit<u8>`, for which any
-        // contents (including none) are valid, so the whole value is initialised after.
+        // `inline` holds `MaybeUninit<u8>`, for which any contents (including none) are
+        // valid, so the whole value is initialised once both fields are written here.
+        // SAFETY: `p` points to writable memory for a `PayloadWriter`.
         unsafe {
             std::ptr::addr_of_mut!((*p).len).write(0);
             std::ptr::addr_of_mut!((*p).spill).write(Vec::new());

@@ -153,9 +153,8 @@ impl LoadedModule {
 /// first).
 pub fn loaded_modules() -> Vec<LoadedModule> {
     let mut modules: Vec<LoadedModule> = Vec::new();
-    // SAFETY: `collect_module` matches the callback signature dl_iterate_phdr expects, and
-    // the data pointer is a live `&mut Vec` for the duration of the call, which is
-    // synchronous.
+    // The call is synchronous: the data pointer, a `&mut Vec`, outlives it.
+    // SAFETY: `collect_module` matches the callback signature dl_iterate_phdr expects.
     unsafe {
         libc::dl_iterate_phdr(
             Some(collect_module),
@@ -211,9 +210,9 @@ unsafe extern "C" fn collect_module(
     let high = loads.map(|h| h.p_vaddr + h.p_memsz).max().unwrap_or(0);
     let mut build_id = String::new();
     for h in headers.iter().filter(|h| h.p_type == libc::PT_NOTE) {
-        // SAFETY: PT_NOTE segments of a loaded object lie inside its PT_LOAD segments
-        // (the linker maps allocated notes), so these `p_memsz` bytes are mapped and
-        // immutable while the object stays loaded.
+        // PT_NOTE segments of a loaded object lie inside its PT_LOAD segments (the linker
+        // maps allocated notes).
+        // SAFETY: so these `p_memsz` bytes are mapped, immutable while the object is loaded.
         let notes = unsafe {
             std::slice::from_raw_parts(
                 (bias.wrapping_add(h.p_vaddr)) as *const u8,

@@ -32,9 +32,9 @@ const WIDTH: usize = std::mem::size_of::<usize>();
 /// Instruction pointers as the trace stores them: pointer-sized, little-endian.
 #[cfg(target_endian = "little")]
 pub(crate) fn encode_ips(ips: &[usize]) -> &[u8] {
-    // SAFETY: `usize` has no padding and every byte pattern is a valid `u8`; the byte slice
-    // covers exactly the same memory, borrows it for the same lifetime, and `u8` has
-    // alignment 1. On a little-endian target these bytes are the trace's encoding.
+    // On a little-endian target these bytes are the trace's encoding.
+    // SAFETY: `usize` has no padding, any byte is a valid `u8` (alignment 1), and the
+    // slice covers the same memory for the same lifetime.
     unsafe { std::slice::from_raw_parts(ips.as_ptr().cast::<u8>(), std::mem::size_of_val(ips)) }
 }
 

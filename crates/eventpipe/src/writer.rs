@@ -251,10 +251,10 @@ fn on_short_path(
     if writer.is_null() {
         return false;
     }
-    // SAFETY: a non-null `SHORT_PATH_WRITER` points to this thread's `WRITER`: set by
-    // `write_event` from inside `WRITER.try_with` (so it is initialised, at the address it
-    // keeps until the thread ends) and cleared first thing in its destructor, so it is live
-    // now. Only this thread reads it, and `WriterThread` is used through `&` only.
+    // A non-null `SHORT_PATH_WRITER` is set by `write_event` from inside `WRITER.try_with`
+    // (initialised, at the address it keeps until the thread ends) and cleared first thing
+    // in its destructor. Only this thread reads it; `WriterThread` is used through `&` only.
+    // SAFETY: so it points to this thread's live `WRITER`.
     let w = unsafe { &*writer };
     let Some(index) = event.index() else {
         return true;
@@ -302,9 +302,9 @@ fn append_short(
     // The payload goes first, before the write counts as begun: its sources are then dead
     // by the clock read (`rdtsc` takes two registers), and the drain has nothing to wait
     // for while it is encoded.
-    // SAFETY: this thread is the buffer's only writer, `s.base` is its base (kept with
-    // `s.buffer` by `replace_buffer`), `at` its published end, and the record fits: a
-    // non-zero `short_limit` is the buffer's capacity.
+    // `s.base` is kept with `s.buffer` by `replace_buffer`; a non-zero `short_limit` is
+    // the buffer's capacity, so the record fits.
+    // SAFETY: this thread is the buffer's only writer, `s.base` its base, `at` its end.
     let end = unsafe { buffer::write_payload(s.base, at, payload_len, write_payload) };
     let seq = s.seq.wrapping_add(1);
     s.seq = seq;

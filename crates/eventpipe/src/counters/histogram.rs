@@ -190,9 +190,8 @@ impl HistogramCells {
         // initialised contents are visible.
         let p = self.shards[slot].load(Ordering::Acquire);
         if !p.is_null() {
-            // SAFETY: a non-null pointer was installed from `Box::into_raw` and is never
-            // freed or replaced (shards live as long as the histogram, which is 'static
-            // or leaked).
+            // Shards live as long as the histogram, which is 'static or leaked.
+            // SAFETY: a non-null pointer came from `Box::into_raw`, never freed or replaced.
             return unsafe { &*p };
         }
         self.install_shard(slot)

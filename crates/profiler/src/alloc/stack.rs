@@ -98,9 +98,9 @@ fn walk(marker: usize, out: &mut Vec<usize>) {
         if fp < lowest || fp % WORD != 0 || fp.saturating_add(2 * WORD) > top {
             break;
         }
-        // SAFETY: `[fp, fp + 2 words)` lies between this function's own locals and the top
-        // of this thread's stack, which is mapped and readable; the words are read as plain
-        // integers (volatile: they are not Rust objects the compiler knows of), aligned.
+        // The words are read as plain integers (volatile: they are not Rust objects the
+        // compiler knows of), aligned.
+        // SAFETY: `[fp, fp + 2 words)` lies between our locals and this stack's mapped top.
         let (next, return_address) = unsafe {
             (
                 std::ptr::read_volatile(fp as *const usize),
@@ -154,9 +154,9 @@ fn walk(marker: usize, out: &mut Vec<usize>) {
     // With libgcc's unwinder a frame's `sp` is the stack pointer of the frame's function at
     // the call it is making, which lies below every local of that function and above
     // everything it called: the profiler's own frames read at or below `marker`.
-    // SAFETY: `trace_unsynchronized` only lacks the crate's global lock, which exists to
-    // serialise Windows' dbghelp; libgcc's `_Unwind_Backtrace` is thread-safe. The callback
-    // does not panic and does not allocate (`out` has `MAX_FRAMES` capacity).
+    // The crate's global lock exists to serialise Windows' dbghelp. The callback does not
+    // panic and does not allocate (`out` has `MAX_FRAMES` capacity).
+    // SAFETY: without that lock, libgcc's `_Unwind_Backtrace` is still thread-safe.
     unsafe {
         backtrace::trace_unsynchronized(|frame| {
             if frame.sp() as usize > marker {

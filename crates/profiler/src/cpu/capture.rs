@@ -290,10 +290,9 @@ impl Claim {
 pub(crate) fn install_handler() -> std::io::Result<()> {
     static INSTALLED: std::sync::OnceLock<Result<(), i32>> = std::sync::OnceLock::new();
     let result = INSTALLED.get_or_init(|| {
-        // SAFETY: a zeroed sigaction is a valid starting value; the handler is an
-        // `extern "C"` fn with the SA_SIGINFO signature and is async-signal-safe (module
-        // docs); SA_RESTART keeps the interrupted thread's blocking calls from failing with
-        // EINTR.
+        // SA_RESTART keeps the interrupted thread's blocking calls from failing with EINTR.
+        // SAFETY: a zeroed sigaction is a valid start; the handler is an `extern "C"` fn
+        // with the SA_SIGINFO signature, async-signal-safe (module docs).
         unsafe {
             let mut action: libc::sigaction = std::mem::zeroed();
             action.sa_sigaction = on_sample_signal as *const () as usize;
@@ -410,9 +409,9 @@ extern "C" fn on_sample_signal(
     info: *mut libc::siginfo_t,
     context: *mut libc::c_void,
 ) {
+    // For a code other than SI_TIMER only the head is read.
     // SAFETY: for an SA_SIGINFO handler the kernel passes a valid siginfo_t, alive for the
-    // handler's duration; the timer view lies within it (asserted above). For a code other
-    // than SI_TIMER only the head is read.
+    // handler's duration; the timer view lies within it (asserted above).
     let info = unsafe { &*info.cast::<TimerSigInfo>() };
     if info.code != libc::SI_TIMER {
         return;
@@ -579,9 +578,8 @@ fn read_into(address: usize, out: &mut [usize]) -> usize {
         iov_base: address as *mut libc::c_void,
         iov_len: std::mem::size_of_val(out),
     };
-    // SAFETY: `local` describes `out`, writable for its whole length; the kernel checks
-    // `remote` and reports an unmapped address as an error (or a short read) instead of
-    // faulting.
+    // The kernel checks `remote`: an unmapped address is an error or a short read.
+    // SAFETY: `local` describes `out`, writable for its whole length.
     let read = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
     usize::try_from(read).unwrap_or(0)
 }
