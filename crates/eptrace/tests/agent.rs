@@ -7,6 +7,7 @@
 //! unless EVENTPIPE_REQUIRE_PROMETHEUS=1 (set by .ci/run).
 
 mod support;
+use support::eptrace;
 
 #[allow(dead_code)]
 #[path = "../../ipc/tests/support/dotnet_app.rs"]
@@ -208,13 +209,6 @@ fn wait_for<T>(what: &str, seconds: u64, mut f: impl FnMut() -> Option<T>) -> T 
         assert!(Instant::now() < deadline, "waited {seconds} s for {what}");
         std::thread::sleep(Duration::from_millis(200));
     }
-}
-
-fn eptrace(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_eptrace"))
-        .args(args)
-        .output()
-        .expect("eptrace runs")
 }
 
 /// `eptrace report`'s total event count for a trace file (and that it reads at all).

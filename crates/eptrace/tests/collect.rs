@@ -7,6 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
+use support::eptrace;
 
 use nettrace::{TraceReader, Value};
 
@@ -44,13 +45,6 @@ impl Drop for App {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn eptrace(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_eptrace"))
-        .args(args)
-        .output()
-        .expect("eptrace runs")
 }
 
 fn assert_ok(out: &Output) {

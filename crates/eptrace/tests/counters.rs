@@ -8,6 +8,9 @@
 //! The runtimes and the app come from `bash ci/dotnet.sh`; without them each test prints
 //! one line and passes.
 
+mod support;
+use support::{eptrace, text};
+
 // Shared with the other .NET tests; this one uses only the app and the runtimes' paths.
 #[allow(dead_code)]
 #[path = "../../ipc/tests/support/dotnet_app.rs"]
@@ -15,23 +18,12 @@ mod dotnet_app;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use dotnet_app::{App, Dotnet};
 
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn eptrace(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_eptrace"))
-        .args(args)
-        .output()
-        .expect("eptrace runs")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 fn out_path(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("eptrace-counters-{}-{name}", std::process::id()))

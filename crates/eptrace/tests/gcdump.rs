@@ -8,13 +8,15 @@
 //! The runtimes and the app come from `bash ci/dotnet.sh`; without them each test prints
 //! one line and passes.
 
+mod support;
+use support::{eptrace, text};
+
 // Shared with the other .NET tests; this one uses only the app and the runtimes' paths.
 #[allow(dead_code)]
 #[path = "../../ipc/tests/support/dotnet_app.rs"]
 mod dotnet_app;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::time::Duration;
 
 use dotnet_app::{App, Dotnet};
@@ -27,17 +29,6 @@ const HEAP_NODE_BYTES: u64 = 16 + 2 * 8;
 const BYTE_ARRAY_1024_BYTES: u64 = 24 + 1024;
 const NODE_ARRAY_BYTES: u64 = 24 + 20_000 * 8;
 const NODES: u64 = 20_000;
-
-fn eptrace(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_eptrace"))
-        .args(args)
-        .output()
-        .expect("eptrace runs")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 fn snapshot_path(what: &str) -> PathBuf {
     std::env::temp_dir().join(format!(

@@ -5,9 +5,10 @@
 //! find the live set within its stated error, and the diff must rank the leak first.
 
 mod support;
+use support::{eptrace, text};
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::OnceLock;
 
 /// The `heap-leak` example, built once into this test's target dir.
@@ -27,17 +28,6 @@ fn start_app(interval: u64) -> support::Program {
         &BLOCK.to_string(),
     ]);
     support::Program::start(command, "heap-leak")
-}
-
-fn eptrace(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_eptrace"))
-        .args(args)
-        .output()
-        .expect("eptrace runs")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 fn snapshot(pid: u32, name: &str) -> PathBuf {

@@ -110,3 +110,16 @@ pub(crate) fn children_peak_resident_kb() -> u64 {
     };
     u64::try_from(usage.ru_maxrss).unwrap_or(0)
 }
+
+/// Runs the `eptrace` binary under test with `args` and waits for it.
+pub(crate) fn eptrace(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_eptrace"))
+        .args(args)
+        .output()
+        .expect("eptrace runs")
+}
+
+/// Output bytes as text.
+pub(crate) fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
