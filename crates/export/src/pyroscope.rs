@@ -1,0 +1,1 @@
+//! The Pyroscope push: requests from profiles.
