@@ -10,6 +10,9 @@
 #   - speedscope's JSON schema for its file format (dist/release/file-format-schema.json):
 #     the npm package `speedscope`, installed into $ROOT/node_modules (never committed:
 #     target/ is ignored). The tests also read its importer's file-name rules from the bundle.
+#   - protoc, as PyPI's `grpcio-tools` bundles it (`python -m grpc_tools.protoc`), in a venv
+#     under $ROOT: decodes the agent's Pyroscope push requests against the published
+#     schema (crates/eptrace/tests/pyroscope).
 #   - The DevTools performance panel's trace engine, which reads the Chrome Trace Event
 #     JSON (crates/insight/tests/trace_engine/parse.mjs runs it under Node): the npm package
 #     `@paulirish/trace_engine`, into the same node_modules.
@@ -22,6 +25,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ROOT=${EVENTPIPE_CONVERTERS_ROOT:-$REPO/target/converters}
 SPEEDSCOPE_VERSION=1.25.0
 TRACE_ENGINE_VERSION=0.0.65
+GRPCIO_TOOLS_VERSION=1.85.1
 SCRIPT=ci/converters.sh
 # shellcheck source=ci/lib.sh
 . "$REPO/ci/lib.sh"
@@ -70,6 +74,17 @@ if [ ! -f "$SPEEDSCOPE_SCHEMA" ] || [ "$(installed_version "$SPEEDSCOPE_DIR")" !
 fi
 NODE=$(command -v node) || die "node is not installed (Debian: apt-get install nodejs)"
 
+# 4. protoc, from grpcio-tools.
+PROTOC_VENV=$ROOT/protoc-venv
+PROTOC_PYTHON=$PROTOC_VENV/bin/python
+if ! "$PROTOC_PYTHON" -c "import grpc_tools, importlib.metadata as m; assert m.version('grpcio-tools') == '$GRPCIO_TOOLS_VERSION'" 2>/dev/null; then
+  run_logged "python3 -m venv $PROTOC_VENV" python3 -m venv "$PROTOC_VENV"
+  run_logged "pip install grpcio-tools==$GRPCIO_TOOLS_VERSION" \
+    "$PROTOC_VENV/bin/pip" install --quiet --disable-pip-version-check "grpcio-tools==$GRPCIO_TOOLS_VERSION"
+  "$PROTOC_PYTHON" -m grpc_tools.protoc --version >/dev/null || die "grpcio-tools installed but its protoc does not run"
+  did+=("grpcio-tools==$GRPCIO_TOOLS_VERSION")
+fi
+
 write_if_changed() { # file, content
   if [ ! -f "$1" ] || [ "$(cat "$1")" != "$2" ]; then
     printf '%s\n' "$2" >"$1.tmp" && mv -f "$1.tmp" "$1" || die "cannot write $1"
@@ -79,8 +94,8 @@ write_if_changed() { # file, content
 }
 
 # 3. The env file (values %q-quoted: plain for ordinary paths).
-ENV_TEXT=$(printf 'GO=%q\nSPEEDSCOPE_SCHEMA=%q\nNODE=%q\nTRACE_ENGINE=%q' \
-  "$GO" "$SPEEDSCOPE_SCHEMA" "$NODE" "$TRACE_ENGINE_DIR")
+ENV_TEXT=$(printf 'GO=%q\nSPEEDSCOPE_SCHEMA=%q\nNODE=%q\nTRACE_ENGINE=%q\nPROTOC_PYTHON=%q' \
+  "$GO" "$SPEEDSCOPE_SCHEMA" "$NODE" "$TRACE_ENGINE_DIR" "$PROTOC_PYTHON")
 if write_if_changed "$ROOT/env" "$ENV_TEXT"; then
   did+=(env)
 fi
@@ -90,4 +105,4 @@ if [ ${#did[@]} -eq 0 ]; then
 else
   changes="set up: ${did[*]}"
 fi
-echo "ci/converters.sh: $("$GO" version | cut -d' ' -f3) (go tool pprof), speedscope $SPEEDSCOPE_VERSION, trace_engine $TRACE_ENGINE_VERSION; env in $ROOT/env ($changes)"
+echo "ci/converters.sh: $("$GO" version | cut -d' ' -f3) (go tool pprof), speedscope $SPEEDSCOPE_VERSION, trace_engine $TRACE_ENGINE_VERSION, grpcio-tools $GRPCIO_TOOLS_VERSION (protoc); env in $ROOT/env ($changes)"

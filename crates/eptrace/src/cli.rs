@@ -120,13 +120,21 @@ struct FormatArgs {
 struct AgentArgs {
     #[command(subcommand)]
     command: Option<AgentCommand>,
-    /// The agent's configuration (TOML: listen, api_keys, egress, metrics, rules).
+    /// The agent's configuration (TOML: listen, api_keys, egress, metrics, rules,
+    /// profiling).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Where the API listens: HOST:PORT, or unix:PATH (owner-only) [default:
     /// 127.0.0.1:52323]. An address other than loopback needs an API key.
     #[arg(long, value_name = "ADDR")]
     listen: Option<String>,
+    /// Profile every target continuously and push each period's profiles to this Grafana
+    /// Pyroscope server (http[s]://HOST:PORT; the config's [profiling] says more).
+    #[arg(long, value_name = "URL")]
+    pyroscope: Option<String>,
+    /// The length of one continuous profile [default: 10s].
+    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
+    profile_period: Option<std::time::Duration>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -749,6 +757,8 @@ impl Cli {
                 None => Action::Agent(crate::agent::Config {
                     settings_file: a.config,
                     listen: a.listen,
+                    pyroscope: a.pyroscope,
+                    profile_period: a.profile_period,
                 }),
             },
             Command::Collect(a) => Action::Collect(collect::Config {

@@ -939,3 +939,358 @@ fn sigterm_finishes_a_running_trace_and_leaves_a_whole_file() {
     assert_eq!(names, ["cancelled.nettrace", "long.nettrace"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// ---------------------------------------------------------------------------------------
+// Continuous profiling to Pyroscope
+
+#[path = "../../insight/tests/common/mod.rs"]
+mod converters;
+
+/// Pyroscope's push messages as grafana/pyroscope publishes them (`api/push/v1/push.proto`
+/// and `api/types/v1/types.proto`): the messages a push carries, their names and field
+/// numbers (the service definition and the OpenAPI annotations left out). protoc decodes
+/// the agent's requests with them: a reader that is not our code.
+const PUSH_PROTO: &str = r#"syntax = "proto3";
+package push.v1;
+import "types/v1/types.proto";
+message PushRequest { repeated RawProfileSeries series = 1; }
+message RawProfileSeries {
+  repeated types.v1.LabelPair labels = 1;
+  repeated RawSample samples = 2;
+}
+message RawSample { bytes raw_profile = 1; string ID = 2; }
+"#;
+const TYPES_PROTO: &str = r#"syntax = "proto3";
+package types.v1;
+message LabelPair { string name = 1; string value = 2; }
+"#;
+
+/// What the stand-in Pyroscope server saw of one request, and what it answered.
+#[derive(Debug, Clone)]
+struct Pushed {
+    path: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    status: u16,
+}
+
+/// A loopback server in Pyroscope's place: answers each request with the next status of
+/// `script` (429s with `Retry-After: 1`), then 200; keeps every request.
+fn pyroscope_stand_in(script: Vec<u16>) -> (String, Arc<Mutex<Vec<Pushed>>>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let keep = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        let mut script = script.into_iter();
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                continue;
+            }
+            let path = line.split(' ').nth(1).unwrap_or("").to_owned();
+            let mut headers = Vec::new();
+            loop {
+                let mut h = String::new();
+                reader.read_line(&mut h).unwrap();
+                let h = h.trim_end();
+                if h.is_empty() {
+                    break;
+                }
+                let (k, v) = h.split_once(':').unwrap();
+                headers.push((k.to_ascii_lowercase(), v.trim().to_owned()));
+            }
+            let length: usize = headers
+                .iter()
+                .find(|(k, _)| k == "content-length")
+                .map_or(0, |(_, v)| v.parse().unwrap());
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).unwrap();
+            let status = script.next().unwrap_or(200);
+            let extra = if status == 429 {
+                "Retry-After: 1\r\n"
+            } else {
+                ""
+            };
+            let answer = format!(
+                "HTTP/1.1 {status} X\r\nContent-Type: application/proto\r\nContent-Length: 0\r\nConnection: close\r\n{extra}\r\n"
+            );
+            let _ = stream.write_all(answer.as_bytes());
+            keep.lock().unwrap().push(Pushed {
+                path,
+                headers,
+                body,
+                status,
+            });
+        }
+    });
+    (url, seen)
+}
+
+/// protoc's text-format string escapes undone (`\n`, `\"`, `\\`, octal `\ooo`, …).
+fn unescape(text: &str) -> Vec<u8> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'\\' {
+            out.push(bytes[i]);
+            i += 1;
+            continue;
+        }
+        let c = bytes[i + 1];
+        i += 2;
+        match c {
+            b'n' => out.push(b'\n'),
+            b'r' => out.push(b'\r'),
+            b't' => out.push(b'\t'),
+            b'0'..=b'7' => {
+                let mut value = u32::from(c - b'0');
+                for _ in 0..2 {
+                    match bytes.get(i) {
+                        Some(d @ b'0'..=b'7') => {
+                            value = value * 8 + u32::from(d - b'0');
+                            i += 1;
+                        }
+                        _ => break,
+                    }
+                }
+                out.push(value as u8);
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// One series of a push request as protoc decodes it: its labels and its profile.
+#[derive(Debug)]
+struct Series {
+    labels: Vec<(String, String)>,
+    profile: Vec<u8>,
+    id: String,
+}
+
+fn decode_push(python: &Path, dir: &Path, body: &[u8]) -> Vec<Series> {
+    std::fs::create_dir_all(dir.join("push/v1")).unwrap();
+    std::fs::create_dir_all(dir.join("types/v1")).unwrap();
+    std::fs::write(dir.join("push/v1/push.proto"), PUSH_PROTO).unwrap();
+    std::fs::write(dir.join("types/v1/types.proto"), TYPES_PROTO).unwrap();
+    let mut child = Command::new(python)
+        .args(["-m", "grpc_tools.protoc", "-I"])
+        .arg(dir)
+        .args(["--decode=push.v1.PushRequest", "push/v1/push.proto"])
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(body).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "protoc cannot decode the push: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let quoted = |line: &str, key: &str| -> Option<String> {
+        let rest = line.trim().strip_prefix(key)?.strip_prefix(": \"")?;
+        Some(rest.strip_suffix('"')?.to_owned())
+    };
+    let mut series = Vec::new();
+    let mut name = None;
+    for line in text.lines() {
+        if line.trim() == "series {" {
+            series.push(Series {
+                labels: Vec::new(),
+                profile: Vec::new(),
+                id: String::new(),
+            });
+        } else if let Some(n) = quoted(line, "name") {
+            name = Some(n);
+        } else if let Some(v) = quoted(line, "value") {
+            let s = series.last_mut().unwrap();
+            s.labels.push((name.take().unwrap(), v));
+        } else if let Some(p) = quoted(line, "raw_profile") {
+            series.last_mut().unwrap().profile = unescape(&p);
+        } else if let Some(id) = quoted(line, "ID") {
+            series.last_mut().unwrap().id = id;
+        }
+    }
+    series
+}
+
+fn go_pprof(go: &Path, file: &Path, args: &[&str]) -> String {
+    let out = Command::new(go)
+        .args(["tool", "pprof"])
+        .args(args)
+        .arg(file)
+        .env("PPROF_TMPDIR", file.parent().unwrap())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "go tool pprof {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
+#[test]
+fn continuous_profiles_reach_pyroscope_through_failures_and_read_in_pprof() {
+    let Some(python) = converters::protoc_python("the Pyroscope push test") else {
+        return;
+    };
+    let Some(go) = converters::go("the Pyroscope push test") else {
+        return;
+    };
+    let _one = serial();
+    let dir = scratch("pyroscope");
+    // Down for a while: two 500s and a 429 (Retry-After: 1), then it takes everything.
+    let (url, pushed) = pyroscope_stand_in(vec![500, 500, 429]);
+    let service = support::build_example("eventpipe-profiler", "profiled-service");
+    let mut program = support::Program::start(Command::new(&service), "profiled-service");
+    let config = format!(
+        r#"
+[metrics]
+enabled = false
+
+[profiling]
+pyroscope = "{url}"
+period_seconds = 2
+filter = {{ command_line = "profiled-service" }}
+queue_folder = "{}"
+headers = {{ "X-Scope-OrgID" = "tenant-7" }}
+"#,
+        dir.join("queue").display()
+    );
+    let agent = Agent::start(&dir, &config);
+    let accepted = |p: &Vec<Pushed>| p.iter().filter(|p| p.status == 200).count();
+    wait_for("three profiles accepted after the failures", 60, || {
+        (accepted(&pushed.lock().unwrap()) >= 3).then_some(())
+    });
+    let pushes = pushed.lock().unwrap().clone();
+    assert_eq!(
+        pushes.iter().take(3).map(|p| p.status).collect::<Vec<_>>(),
+        [500, 500, 429]
+    );
+    // The request that failed is the one sent again: the same series and period.
+    assert_eq!(
+        pushes[0].body, pushes[3].body,
+        "the failed push is retried as it was"
+    );
+
+    // The agent logged the failure once and the recovery, and counts both.
+    assert!(agent.logged("pyroscope:") && agent.logged("does not take"));
+    assert!(agent.logged("answers again"));
+    let (_, metrics) = agent.request("GET", "/metrics", None);
+    let metrics = String::from_utf8(metrics).unwrap();
+    let sent = metric(
+        &metrics,
+        "eptrace_agent_export_sent_total{backend=\"pyroscope\"}",
+    );
+    assert!(sent.is_some_and(|n| n >= 3.0), "{metrics}");
+    let retries = metric(
+        &metrics,
+        "eptrace_agent_export_retries_total{backend=\"pyroscope\"}",
+    );
+    assert!(retries.is_some_and(|n| n >= 3.0), "{metrics}");
+    assert_eq!(
+        metric(
+            &metrics,
+            "eptrace_agent_export_dropped_total{backend=\"pyroscope\"}"
+        ),
+        Some(0.0)
+    );
+    assert!(
+        metric(
+            &metrics,
+            "eptrace_agent_profiling_periods_total{outcome=\"ok\"}"
+        )
+        .is_some_and(|n| n >= 2.0),
+        "{metrics}"
+    );
+
+    // Every push is the push API's call, decoded by protoc against the published schema.
+    let mut kinds = std::collections::BTreeMap::new();
+    for (i, push) in pushes.iter().enumerate() {
+        assert_eq!(push.path, "/push.v1.PusherService/Push");
+        assert!(push
+            .headers
+            .contains(&("content-type".into(), "application/proto".into())));
+        assert!(push
+            .headers
+            .contains(&("x-scope-orgid".into(), "tenant-7".into())));
+        let series = decode_push(&python, &dir.join("proto"), &push.body);
+        assert_eq!(series.len(), 1);
+        let s = &series[0];
+        let label = |k: &str| {
+            s.labels
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(label("service_name").as_deref(), Some("profiled-servic"));
+        assert_eq!(label("pid"), Some(program.pid.to_string()));
+        assert_eq!(label("runtime").as_deref(), Some("rust"));
+        assert!(label("host").is_some_and(|h| !h.is_empty()));
+        assert_eq!(s.id.len(), 36, "a UUID: {}", s.id);
+        let kind = label("__name__").unwrap();
+        if kind == "memory" {
+            assert_eq!(label("__delta__").as_deref(), Some("false"));
+        }
+        let file = dir.join(format!("push-{i}.pb.gz"));
+        std::fs::write(&file, &s.profile).unwrap();
+        kinds.insert(kind, file);
+    }
+
+    // Go's pprof reads the embedded profiles: CPU time with the sampler's period, the
+    // program's hot function by name, the program's build id in its mapping.
+    let cpu = kinds.get("process_cpu").expect("a CPU profile was pushed");
+    let raw = go_pprof(&go, cpu, &["-raw", "-symbolize=none"]);
+    assert!(raw.contains("samples/count cpu/nanoseconds"), "{raw}");
+    assert!(raw.contains("Period: 10000000"), "100 Hz: {raw}");
+    let top = go_pprof(&go, cpu, &["-top", "-sample_index=cpu", "-symbolize=none"]);
+    let hot = top
+        .lines()
+        .find(|l| l.contains("burn_cpu"))
+        .unwrap_or_else(|| panic!("burn_cpu not in the CPU profile:\n{top}"));
+    let flat: f64 = hot
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.trim_end_matches('%').parse().ok())
+        .unwrap();
+    assert!(flat > 40.0, "burn_cpu takes most of the CPU: {hot}\n{top}");
+    let build_id = {
+        let out = Command::new("readelf").arg("-n").arg(&service).output();
+        out.ok().and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_owned))
+        })
+    };
+    if let Some(id) = build_id {
+        assert!(raw.contains(&id), "the mapping keeps build id {id}: {raw}");
+    }
+    let memory = kinds
+        .get("memory")
+        .expect("an allocation profile was pushed");
+    let raw = go_pprof(&go, memory, &["-raw", "-symbolize=none"]);
+    assert!(raw.contains("alloc_space/bytes"), "{raw}");
+    let top = go_pprof(
+        &go,
+        memory,
+        &["-top", "-sample_index=alloc_space", "-symbolize=none"],
+    );
+    assert!(top.contains("allocate_records"), "{top}");
+    program.send("quit");
+    drop(agent);
+}

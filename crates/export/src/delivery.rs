@@ -192,7 +192,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// A backend's queue and its sending thread.
 pub struct Delivery {
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Delivery {
@@ -251,7 +251,7 @@ impl Delivery {
             .map_err(|source| Error::Thread { name, source })?;
         Ok(Delivery {
             shared,
-            thread: Some(thread),
+            thread: Mutex::new(Some(thread)),
         })
     }
 
@@ -314,9 +314,10 @@ impl Delivery {
         &self.shared.options.name
     }
 
-    /// Sends what is queued for at most `grace`, then stops the thread. Requests on disk
-    /// stay there for the next run; those in memory are counted as dropped.
-    pub fn shutdown(mut self, grace: Duration) -> Stats {
+    /// Sends what is queued for at most `grace` (less if the backend is failing), then
+    /// stops the thread; later submits only queue. Requests on disk stay there for the
+    /// next run; those in memory are counted as dropped.
+    pub fn shutdown(&self, grace: Duration) -> Stats {
         let deadline = Instant::now() + grace;
         while Instant::now() < deadline {
             let empty = lock(&self.shared.queue).items.is_empty();
@@ -326,19 +327,20 @@ impl Delivery {
             std::thread::sleep(Duration::from_millis(20));
         }
         self.stop_thread();
-        let left: u64 = lock(&self.shared.queue)
-            .items
-            .iter()
-            .filter(|i| matches!(i, Item::Memory(_)))
-            .count() as u64;
+        let mut q = lock(&self.shared.queue);
+        let before = q.items.len();
+        q.items.retain(|i| matches!(i, Item::Disk { .. }));
+        let left = (before - q.items.len()) as u64;
+        q.bytes = q.items.iter().map(Item::size).sum();
+        drop(q);
         self.shared.dropped.fetch_add(left, Ordering::Relaxed);
         self.stats()
     }
 
-    fn stop_thread(&mut self) {
+    fn stop_thread(&self) {
         self.shared.stopping.store(true, Ordering::Relaxed);
         self.shared.wake.notify_all();
-        if let Some(t) = self.thread.take() {
+        if let Some(t) = lock(&self.thread).take() {
             let _ = t.join();
         }
     }

@@ -16,5 +16,6 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod continuous;
 pub mod delivery;
 pub mod pyroscope;

@@ -512,6 +512,18 @@ impl ProfileBuilder {
         }
         profile.end_ms -= profile.start_ms;
         profile.start_ms = 0.0;
+        let named: std::collections::HashSet<&str> = profile
+            .frames
+            .iter()
+            .filter_map(|f| f.module.as_deref())
+            .collect();
+        let build_ids = self
+            .symbolizer
+            .build_ids()
+            .into_iter()
+            .filter(|(module, _)| named.contains(module.as_str()))
+            .collect();
+        profile.build_ids = build_ids;
         notes.extend(self.symbolizer.notes());
         notes.extend(crate::symbolize::unnamed_frames_note(&profile));
         if unplaced > 0 {

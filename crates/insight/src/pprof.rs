@@ -322,6 +322,10 @@ pub fn build_pprof(profile: &Profile, options: &PprofOptions) -> Result<proto::P
                     out.mapping.push(proto::Mapping {
                         id,
                         filename: strings.intern(module),
+                        build_id: profile
+                            .build_ids
+                            .get(module)
+                            .map_or(0, |b| strings.intern(b)),
                         has_functions: true,
                         ..Default::default()
                     });

@@ -4,7 +4,7 @@
 //! It is deliberately independent of nettrace: building it (symbolization, choosing which
 //! events are samples) is one job, rendering it (speedscope, pprof, flame graphs) another.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Index into [`Profile::frames`].
 pub type FrameId = usize;
@@ -181,6 +181,10 @@ pub struct Profile {
     /// Nanoseconds between two samples of a thread, when the sampler had a fixed interval
     /// (pprof's `period`).
     pub sampling_interval_ns: Option<u64>,
+    /// GNU build ids (lowercase hex) of the modules frames name, by module (the file name
+    /// in [`Frame::module`]), as the trace stated them: what a backend that symbolizes
+    /// later needs to find the binary.
+    pub build_ids: BTreeMap<String, String>,
     /// Frames by their function: (function, module, file, kind).
     frame_index: HashMap<(String, Option<String>, Option<String>, FrameKind), FrameId>,
     stack_index: HashMap<Vec<FrameId>, StackId>,
@@ -202,6 +206,7 @@ impl Profile {
             start_ms: 0.0,
             end_ms: 0.0,
             sampling_interval_ns: None,
+            build_ids: BTreeMap::new(),
             frame_index: HashMap::new(),
             stack_index: HashMap::new(),
             lines_index: HashMap::new(),

@@ -222,6 +222,21 @@ impl Symbolizer {
         &self.modules
     }
 
+    /// The GNU build id of each native module the trace gave one for (rundown modules and
+    /// `Universal.System` mappings), by the module's file name as frames name it.
+    pub fn build_ids(&self) -> std::collections::BTreeMap<String, String> {
+        let rundown = self
+            .modules
+            .iter()
+            .filter(|m| !m.build_id.is_empty())
+            .map(|m| (m.file_name(), m.build_id.clone()));
+        let mapped = self
+            .spaces
+            .build_ids()
+            .map(|(name, id)| (name.to_owned(), id.to_owned()));
+        rundown.chain(mapped).collect()
+    }
+
     /// How many .NET methods the trace described.
     pub fn method_count(&self) -> usize {
         self.methods.len()

@@ -995,6 +995,12 @@ async fn metrics(State(agent): State<Arc<Agent>>, query: Params) -> Reply {
             prometheus::own(&mut out, name, "counter", help, &series);
         }
     }
+    let mut backends = Vec::new();
+    if let Some(p) = &agent.profiling {
+        p.render(&mut out);
+        backends.push(("pyroscope", p.delivery_stats()));
+    }
+    prometheus::deliveries(&mut out, &backends);
     Ok((
         [(
             header::CONTENT_TYPE,

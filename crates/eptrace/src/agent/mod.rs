@@ -17,6 +17,7 @@ pub(crate) mod egress;
 mod http;
 mod operations;
 mod processes;
+mod profiling;
 mod prometheus;
 mod rules;
 mod sessions;
@@ -69,6 +70,10 @@ pub(crate) fn test_value(
 pub(crate) struct Config {
     pub(crate) settings_file: Option<PathBuf>,
     pub(crate) listen: Option<String>,
+    /// `--pyroscope URL`: overrides `profiling.pyroscope`.
+    pub(crate) pyroscope: Option<String>,
+    /// `--profile-period`: overrides `profiling.period_seconds`.
+    pub(crate) profile_period: Option<Duration>,
 }
 
 /// Where the API listens.
@@ -141,6 +146,8 @@ pub(crate) struct Agent {
     pub(crate) streams: Mutex<Vec<Arc<AtomicBool>>>,
     pub(crate) session_errors: AtomicU64,
     pub(crate) requests: AtomicU64,
+    /// Continuous profiling, when a Pyroscope server is set.
+    pub(crate) profiling: Option<profiling::Profiling>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -168,7 +175,15 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// `eptrace agent`: runs until SIGTERM or SIGINT.
 pub(crate) fn do_agent(config: &Config) -> Result<()> {
-    let settings = settings::load(config.settings_file.as_deref())?;
+    let mut settings = settings::load(config.settings_file.as_deref())?;
+    if let Some(url) = &config.pyroscope {
+        settings.profiling.pyroscope = Some(url.clone());
+    }
+    if let Some(period) = config.profile_period {
+        settings.profiling.period_seconds = period.as_secs_f64();
+    }
+    settings::check(&settings)?;
+    let profiling = profiling::Profiling::start(&settings.profiling)?;
     let listen_text = config
         .listen
         .clone()
@@ -227,9 +242,10 @@ pub(crate) fn do_agent(config: &Config) -> Result<()> {
         streams: Mutex::new(Vec::new()),
         session_errors: AtomicU64::new(0),
         requests: AtomicU64::new(0),
+        profiling,
     });
     log(&format!(
-        "eptrace agent listening on {listen}{}; egress {}; {} rule(s)",
+        "eptrace agent listening on {listen}{}; egress {}; {} rule(s); profiling {}",
         if agent.keys.is_empty() {
             " (no API key: loopback or owner-only socket)"
         } else {
@@ -240,7 +256,14 @@ pub(crate) fn do_agent(config: &Config) -> Result<()> {
             .egress
             .as_ref()
             .map_or_else(|| "none".to_owned(), |p| p.display().to_string()),
-        agent.settings.rules.len()
+        agent.settings.rules.len(),
+        agent.settings.profiling.pyroscope.as_deref().map_or_else(
+            || "off".to_owned(),
+            |url| format!(
+                "to {url} every {} s at {} Hz",
+                agent.settings.profiling.period_seconds, agent.settings.profiling.rate_hz
+            )
+        ),
     ));
     let scanner = {
         let agent = Arc::clone(&agent);
@@ -258,10 +281,16 @@ pub(crate) fn do_agent(config: &Config) -> Result<()> {
     for flag in lock(&agent.watchers).values() {
         flag.store(true, Ordering::Relaxed);
     }
+    if let Some(p) = &agent.profiling {
+        p.stop_all();
+    }
     let _ = scanner.join();
     let threads = std::mem::take(&mut *lock(&agent.threads));
     for t in threads {
         let _ = t.join();
+    }
+    if let Some(p) = &agent.profiling {
+        p.shutdown();
     }
     runtime.shutdown_timeout(Duration::from_secs(20));
     if let Listen::Unix(path) = &listen {
@@ -288,12 +317,16 @@ fn scan_loop(agent: &Arc<Agent>) {
             }
             agent.store.forget(*pid);
             agent.rules.forget(*pid);
+            if let Some(p) = &agent.profiling {
+                p.forget(*pid);
+            }
         }
         for p in &changes.started {
             log(&format!("found {} ({}), {}", p.name, p.pid, p.runtime));
             if agent.settings.metrics.enabled {
                 start_watcher(agent, p.clone());
             }
+            profiling::start_profiler(agent, p.clone());
             for firing in agent.rules.on_start(p) {
                 act(agent, p, &firing);
             }

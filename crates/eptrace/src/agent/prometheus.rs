@@ -157,6 +157,70 @@ impl Store {
     }
 }
 
+/// The health of the export backends' delivery queues, a series per backend.
+pub(crate) fn deliveries(out: &mut String, backends: &[(&str, eventpipe_export::delivery::Stats)]) {
+    if backends.is_empty() {
+        return;
+    }
+    type Pick = fn(&eventpipe_export::delivery::Stats) -> u64;
+    let families: [(&str, &str, &str, Pick); 7] = [
+        (
+            "eptrace_agent_export_sent_total",
+            "counter",
+            "Requests the backend accepted",
+            |s| s.sent,
+        ),
+        (
+            "eptrace_agent_export_retries_total",
+            "counter",
+            "Attempts that failed and were tried again",
+            |s| s.retries,
+        ),
+        (
+            "eptrace_agent_export_dropped_total",
+            "counter",
+            "Requests dropped: the queue was over its bound, or unreadable",
+            |s| s.dropped,
+        ),
+        (
+            "eptrace_agent_export_rejected_total",
+            "counter",
+            "Requests the backend refused for good",
+            |s| s.rejected,
+        ),
+        (
+            "eptrace_agent_export_queued",
+            "gauge",
+            "Requests waiting to be sent",
+            |s| s.queued,
+        ),
+        (
+            "eptrace_agent_export_queued_bytes",
+            "gauge",
+            "Bytes waiting to be sent",
+            |s| s.queued_bytes,
+        ),
+        (
+            "eptrace_agent_export_failing",
+            "gauge",
+            "1 while the backend does not take requests",
+            |s| u64::from(s.failing),
+        ),
+    ];
+    let labels: Vec<String> = backends
+        .iter()
+        .map(|(b, _)| format!("{{backend=\"{b}\"}}"))
+        .collect();
+    for (name, kind, help, pick) in families {
+        let series: Vec<(&str, f64)> = labels
+            .iter()
+            .zip(backends)
+            .map(|(l, (_, stats))| (l.as_str(), pick(stats) as f64))
+            .collect();
+        own(out, name, kind, help, &series);
+    }
+}
+
 /// One family of the agent's own metrics.
 pub(crate) fn own(out: &mut String, name: &str, kind: &str, help: &str, series: &[(&str, f64)]) {
     let _ = writeln!(out, "# HELP {name} {help}");

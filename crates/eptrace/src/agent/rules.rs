@@ -178,12 +178,7 @@ impl Rules {
 
 /// Whether the rule's filter takes the process.
 pub(crate) fn applies(rule: &Rule, process: &Process) -> bool {
-    let f = &rule.filter;
-    f.name.as_ref().is_none_or(|n| *n == process.name)
-        && f.runtime.is_none_or(|r| Some(r) == process.kind)
-        && f.command_line
-            .as_ref()
-            .is_none_or(|c| process.command_line.contains(c.as_str()))
+    rule.filter.accepts(process)
 }
 
 /// Counts a firing against the rule's limit; false: the limit holds it back.

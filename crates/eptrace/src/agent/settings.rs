@@ -47,6 +47,90 @@ pub(crate) struct Settings {
     pub(crate) metrics: MetricsSettings,
     #[serde(default)]
     pub(crate) rules: Vec<Rule>,
+    #[serde(default)]
+    pub(crate) profiling: ProfilingSettings,
+}
+
+/// Continuous profiling to Grafana Pyroscope (`[profiling]`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ProfilingSettings {
+    /// The Pyroscope server's URL (`http://pyroscope:4040`); none: no continuous profiling.
+    pub(crate) pyroscope: Option<String>,
+    /// `push` (`/push.v1.PusherService/Push`) or `ingest` (`/ingest`).
+    #[serde(default)]
+    pub(crate) api: PyroscopeApi,
+    /// Headers every request carries (`Authorization`, `X-Scope-OrgID`).
+    #[serde(default)]
+    pub(crate) headers: std::collections::BTreeMap<String, String>,
+    /// The length of one profile.
+    #[serde(default = "ten")]
+    pub(crate) period_seconds: f64,
+    /// The CPU sampler's rate for Rust targets (.NET's sample profiler has its own, ~1 kHz).
+    #[serde(default = "hundred")]
+    pub(crate) rate_hz: u32,
+    /// Whether Rust targets' allocation samples are profiled too (when the program
+    /// installs the profiled allocator).
+    #[serde(default = "yes")]
+    pub(crate) allocations: bool,
+    /// Which processes are profiled; every field given must match.
+    #[serde(default)]
+    pub(crate) filter: Filter,
+    /// Where profiles wait while the server does not take them.
+    pub(crate) queue_folder: Option<PathBuf>,
+    /// At most this many MiB wait; beyond it the oldest profiles are dropped (and counted).
+    #[serde(default = "queue_mb")]
+    pub(crate) queue_max_mb: u64,
+}
+
+impl Default for ProfilingSettings {
+    fn default() -> Self {
+        ProfilingSettings {
+            pyroscope: None,
+            api: PyroscopeApi::Push,
+            headers: Default::default(),
+            period_seconds: 10.0,
+            rate_hz: 100,
+            allocations: true,
+            filter: Filter::default(),
+            queue_folder: None,
+            queue_max_mb: 256,
+        }
+    }
+}
+
+impl ProfilingSettings {
+    /// The queue's folder: as set, else one per user in the temporary folder (kept across
+    /// the agent's restarts).
+    pub(crate) fn queue_folder(&self) -> PathBuf {
+        self.queue_folder.clone().unwrap_or_else(|| {
+            let uid = std::fs::metadata("/proc/self")
+                .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+                .unwrap_or(0);
+            std::env::temp_dir().join(format!("eptrace-agent-{uid}-pyroscope-queue"))
+        })
+    }
+}
+
+/// Pyroscope's two ingestion endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum PyroscopeApi {
+    #[default]
+    Push,
+    Ingest,
+}
+
+fn ten() -> f64 {
+    10.0
+}
+
+fn hundred() -> u32 {
+    100
+}
+
+fn queue_mb() -> u64 {
+    256
 }
 
 /// The counters the agent keeps for `/metrics` and the rules.
@@ -107,6 +191,18 @@ pub(crate) struct Filter {
     pub(crate) runtime: Option<RuntimeKind>,
     /// A substring of the command line.
     pub(crate) command_line: Option<String>,
+}
+
+impl Filter {
+    /// Whether every field given matches `process`.
+    pub(crate) fn accepts(&self, process: &super::processes::Process) -> bool {
+        self.name.as_ref().is_none_or(|n| *n == process.name)
+            && self.runtime.is_none_or(|r| Some(r) == process.kind)
+            && self
+                .command_line
+                .as_ref()
+                .is_none_or(|c| process.command_line.contains(c.as_str()))
+    }
 }
 
 /// The two kinds of target.
@@ -210,7 +306,7 @@ pub(crate) fn parse(text: &str) -> Result<Settings> {
     Ok(settings)
 }
 
-fn check(s: &Settings) -> Result<()> {
+pub(crate) fn check(s: &Settings) -> Result<()> {
     for key in &s.api_keys {
         crate::agent::auth::parse_hash(key).with_context(|| format!("api_keys: `{key}`"))?;
     }
@@ -221,6 +317,36 @@ fn check(s: &Settings) -> Result<()> {
     for spec in &s.metrics.counters {
         crate::counters::parse_counter_specs(spec)
             .map_err(|e| anyhow::anyhow!("metrics.counters: {e}"))?;
+    }
+    let p = &s.profiling;
+    if let Some(url) = &p.pyroscope {
+        if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 10 {
+            bail!("profiling.pyroscope `{url}`: not an http:// or https:// URL");
+        }
+    }
+    if !(1.0..=3600.0).contains(&p.period_seconds) {
+        bail!(
+            "profiling.period_seconds is {}: it must be between 1 and 3600",
+            p.period_seconds
+        );
+    }
+    if !(1..=eventpipe_profiler::cpu::MAX_RATE_HZ).contains(&p.rate_hz) {
+        bail!(
+            "profiling.rate_hz is {}: it must be between 1 and {}",
+            p.rate_hz,
+            eventpipe_profiler::cpu::MAX_RATE_HZ
+        );
+    }
+    if p.queue_max_mb == 0 {
+        bail!("profiling.queue_max_mb must be at least 1");
+    }
+    for (name, value) in &p.headers {
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+            bail!("profiling.headers: `{name}` is not a header name");
+        }
+        if value.contains(['\r', '\n']) {
+            bail!("profiling.headers: the value of `{name}` holds a line break");
+        }
     }
     if !s.rules.is_empty() && s.egress.is_none() {
         bail!("rules write files: set `egress` to the folder they go to");

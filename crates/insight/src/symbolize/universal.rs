@@ -210,6 +210,14 @@ impl AddressSpaces {
     }
 
     /// Whether the trace described any mapping.
+    /// The build id of every mapped file that has one, by module name.
+    pub(crate) fn build_ids(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.by_process
+            .values()
+            .flat_map(|index| index.items.iter())
+            .filter_map(|m| Some((m.module_name(), m.build_id.as_deref()?)))
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.by_process.is_empty()
     }

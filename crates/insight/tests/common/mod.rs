@@ -65,6 +65,17 @@ pub fn go(what: &str) -> Option<PathBuf> {
     }
 }
 
+/// A Python with `grpc_tools` (PyPI's protoc), for `python -m grpc_tools.protoc`.
+pub fn protoc_python(what: &str) -> Option<PathBuf> {
+    let python = env_file_value("PROTOC_PYTHON")
+        .unwrap_or_else(|| converters_root().join("protoc-venv/bin/python"));
+    if python.is_file() {
+        Some(python)
+    } else {
+        missing(what, "grpcio-tools (protoc) not installed")
+    }
+}
+
 /// speedscope's file-format schema, from its npm package.
 pub fn speedscope_schema(what: &str) -> Option<serde_json::Value> {
     let path = env_file_value("SPEEDSCOPE_SCHEMA").unwrap_or_else(|| {

@@ -1,0 +1,302 @@
+//! Continuous profiling: every target the `[profiling]` filter accepts is profiled period
+//! after period, and each period's profiles go to Grafana Pyroscope.
+//!
+//! One thread per target runs back-to-back sessions of one period each (CPU sampler at
+//! the configured rate and the allocation sampler for a Rust program, the sample profiler
+//! for .NET; rundown on, so each period's trace names its own code). When a session ends,
+//! its trace is turned into pprof profiles on the host (`eventpipe_export::continuous`)
+//! and handed to the delivery queue, which is on disk and bounded: a backend that is
+//! down, slow or refusing never holds the profiling up nor grows memory. What it drops
+//! or the backend refuses is counted in `/metrics`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, Result};
+use eventpipe_export::continuous::{period_profiles, Period};
+use eventpipe_export::delivery::{Delivery, Options, Store};
+use eventpipe_export::pyroscope::{Api, Server};
+
+use super::processes::Process;
+use super::sessions::{self, TraceAsk};
+use super::settings::{ProfilingSettings, PyroscopeApi, RuntimeKind};
+use super::{lock, log, Agent};
+
+/// A period's trace larger than this is cut (the session stopped): a runaway provider
+/// must not make the agent hold gigabytes.
+const MAX_PERIOD_TRACE: usize = 64 << 20;
+
+/// The profiler side of the agent: the Pyroscope queue and the per-target threads' flags.
+pub(crate) struct Profiling {
+    pub(crate) settings: ProfilingSettings,
+    server: Server,
+    delivery: Delivery,
+    host: String,
+    stops: Mutex<HashMap<u32, Arc<AtomicBool>>>,
+    periods: AtomicU64,
+    failed_periods: AtomicU64,
+    profiles: AtomicU64,
+}
+
+impl std::fmt::Debug for Profiling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Profiling")
+            .field("server", &self.server.url)
+            .finish()
+    }
+}
+
+impl Profiling {
+    /// The queue to Pyroscope, when the settings name a server.
+    pub(crate) fn start(settings: &ProfilingSettings) -> Result<Option<Profiling>> {
+        let Some(url) = &settings.pyroscope else {
+            return Ok(None);
+        };
+        let server = Server {
+            url: url.clone(),
+            api: match settings.api {
+                PyroscopeApi::Push => Api::Push,
+                PyroscopeApi::Ingest => Api::Ingest,
+            },
+            headers: settings
+                .headers
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        };
+        let options = Options {
+            store: Store::Disk(settings.queue_folder()),
+            max_bytes: settings.queue_max_mb << 20,
+            max_requests: 100_000,
+            ..Options::new("pyroscope")
+        };
+        let delivery = Delivery::start(options, log).context("starting the Pyroscope queue")?;
+        Ok(Some(Profiling {
+            settings: settings.clone(),
+            server,
+            delivery,
+            host: host_name(),
+            stops: Mutex::new(HashMap::new()),
+            periods: AtomicU64::new(0),
+            failed_periods: AtomicU64::new(0),
+            profiles: AtomicU64::new(0),
+        }))
+    }
+
+    /// Stops profiling `pid` (gone).
+    pub(crate) fn forget(&self, pid: u32) {
+        if let Some(flag) = lock(&self.stops).remove(&pid) {
+            flag.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Stops every target's profiling (the agent is stopping).
+    pub(crate) fn stop_all(&self) {
+        for flag in lock(&self.stops).values() {
+            flag.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Sends what is queued for a moment, then stops the queue (on disk, the rest waits
+    /// for the next run).
+    pub(crate) fn shutdown(&self) {
+        let stats = self.delivery.shutdown(Duration::from_secs(2));
+        if stats.queued > 0 {
+            log(&format!(
+                "pyroscope: {} profile(s) stay queued on disk for the next run",
+                stats.queued
+            ));
+        }
+    }
+
+    /// The profiling health series for `/metrics`.
+    pub(crate) fn render(&self, out: &mut String) {
+        super::prometheus::own(
+            out,
+            "eptrace_agent_profiling_periods_total",
+            "counter",
+            "Profiling periods recorded, and those that failed",
+            &[
+                (
+                    "{outcome=\"ok\"}",
+                    self.periods.load(Ordering::Relaxed) as f64,
+                ),
+                (
+                    "{outcome=\"failed\"}",
+                    self.failed_periods.load(Ordering::Relaxed) as f64,
+                ),
+            ],
+        );
+        super::prometheus::own(
+            out,
+            "eptrace_agent_profiles_total",
+            "counter",
+            "Profiles made from the periods and queued for the backend",
+            &[("", self.profiles.load(Ordering::Relaxed) as f64)],
+        );
+    }
+
+    /// The Pyroscope queue's counts.
+    pub(crate) fn delivery_stats(&self) -> eventpipe_export::delivery::Stats {
+        self.delivery.stats()
+    }
+}
+
+/// The machine's name, for the `host` label.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// The providers of one period's session.
+fn providers(settings: &ProfilingSettings, kind: Option<RuntimeKind>) -> Vec<String> {
+    match kind {
+        Some(RuntimeKind::Dotnet) => vec![
+            "Microsoft-DotNETCore-SampleProfiler:0xF00000000000:Informational".into(),
+            // Method loads, so code compiled during the period is named.
+            "Microsoft-Windows-DotNETRuntime:0x14C14FCCBD:Informational".into(),
+        ],
+        _ => {
+            let mut p = vec![format!(
+                "EventPipeRs-CpuSampler:0:Informational:Rate={}",
+                settings.rate_hz
+            )];
+            if settings.allocations {
+                p.push("EventPipeRs-Allocations:0:Informational:SampleInterval=524288".into());
+            }
+            p
+        }
+    }
+}
+
+/// Starts profiling `process` if the settings' filter accepts it.
+pub(crate) fn start_profiler(agent: &Arc<Agent>, process: Process) {
+    let Some(profiling) = &agent.profiling else {
+        return;
+    };
+    if !profiling.settings.filter.accepts(&process) {
+        return;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    lock(&profiling.stops).insert(process.pid, Arc::clone(&stop));
+    let thread_agent = Arc::clone(agent);
+    let spawned = std::thread::Builder::new()
+        .name(format!("eptrace-agent-profile-{}", process.pid))
+        .spawn(move || profile_loop(&thread_agent, &process, &stop));
+    match spawned {
+        Ok(t) => lock(&agent.threads).push(t),
+        Err(e) => log(&format!("cannot start a profiling thread: {e}")),
+    }
+}
+
+fn unix_nanos(t: SystemTime) -> i128 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128)
+}
+
+fn profile_loop(agent: &Arc<Agent>, process: &Process, stop: &AtomicBool) {
+    let Some(profiling) = &agent.profiling else {
+        return;
+    };
+    let settings = &profiling.settings;
+    let ask = TraceAsk {
+        profile: None,
+        providers: providers(settings, process.kind),
+        duration: Duration::from_secs_f64(settings.period_seconds),
+        buffer_mb: 32,
+        rundown: true,
+    };
+    let runtime = match process.kind {
+        Some(RuntimeKind::Rust) => "rust",
+        Some(RuntimeKind::Dotnet) => "dotnet",
+        None => "unknown",
+    };
+    let labels = vec![
+        ("pid".to_owned(), process.pid.to_string()),
+        ("host".to_owned(), profiling.host.clone()),
+        ("runtime".to_owned(), runtime.to_owned()),
+    ];
+    let mut said: Vec<String> = Vec::new();
+    let mut say_once = |line: String| {
+        if !said.contains(&line) && said.len() < 32 {
+            log(&line);
+            said.push(line);
+        }
+    };
+    log(&format!(
+        "profiling {} ({}) every {} s at {} Hz for {}",
+        process.name, process.pid, settings.period_seconds, settings.rate_hz, profiling.server.url
+    ));
+    while !stop.load(Ordering::Relaxed) && !agent.stopping.load(Ordering::Relaxed) {
+        let outcome = (|| -> Result<usize> {
+            let request = sessions::trace_request(process, &ask)?;
+            let from = SystemTime::now();
+            let mut trace = Vec::new();
+            let end =
+                sessions::run_trace(process, &request, ask.duration, stop, |_| {}, &mut |b| {
+                    if trace.len() + b.len() > MAX_PERIOD_TRACE {
+                        return Err(std::io::Error::other("the period's trace is over 64 MiB"));
+                    }
+                    trace.extend_from_slice(b);
+                    Ok(())
+                })?;
+            let until = SystemTime::now();
+            if !end.whole {
+                anyhow::bail!("the period's trace stream broke after {} bytes", end.bytes);
+            }
+            let period = Period {
+                service_name: process.name.clone(),
+                labels: labels.clone(),
+                from_unix_nanos: unix_nanos(from),
+                until_unix_nanos: unix_nanos(until),
+                sample_rate: settings.rate_hz,
+            };
+            let (profiles, notes) = period_profiles(&trace, &period)?;
+            for note in notes {
+                say_once(format!(
+                    "profiling {} ({}): {note}",
+                    process.name, process.pid
+                ));
+            }
+            if profiles.is_empty() && process.kind == Some(RuntimeKind::Rust) {
+                say_once(format!(
+                    "profiling {} ({}): no CPU samples; the program does not register the \
+                     sampler (it needs `eventpipe_profiler::cpu::register();` at start-up)",
+                    process.name, process.pid
+                ));
+            }
+            let n = profiles.len();
+            for p in profiles {
+                profiling.delivery.submit(p.request(&profiling.server));
+            }
+            Ok(n)
+        })();
+        match outcome {
+            Ok(n) => {
+                profiling.periods.fetch_add(1, Ordering::Relaxed);
+                profiling.profiles.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(e) => {
+                if stop.load(Ordering::Relaxed) || agent.processes.get(process.pid).is_none() {
+                    break;
+                }
+                profiling.failed_periods.fetch_add(1, Ordering::Relaxed);
+                say_once(format!(
+                    "profiling {} ({}): {e:#}; trying again in 5 s",
+                    process.name, process.pid
+                ));
+                for _ in 0..50 {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! A period of continuous profiling: the trace one session recorded for the period,
+//! turned into the profiles a profiling backend keeps, symbolized on the host with the
+//! modules' build ids in the pprof mappings (so the backend can symbolize again).
+//!
+//! Each period yields at most two profiles: CPU (this project's sampler: `process_cpu`,
+//! CPU time; .NET's sample profiler: `wall`, thread time, since its samples stand for
+//! waiting too) and allocations (`memory`, bytes allocated, when the program installed
+//! the profiled allocator). A period with no samples of a kind yields no profile of it.
+
+use std::io::Write;
+
+use eventpipe_insight::{ProfileBuilder, SampleSelection, SampleUnit};
+use flate2::write::GzEncoder;
+use flate2::Compression;
+use nettrace::TraceReader;
+use prost::Message;
+
+use crate::pyroscope::PeriodProfile;
+
+/// What goes wrong making a period's profiles.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The period's trace does not read.
+    #[error("the period's trace: {0}")]
+    Trace(#[from] nettrace::Error),
+    /// A profile cannot be encoded.
+    #[error("the period's profile: {0}")]
+    Profile(#[from] eventpipe_insight::Error),
+    /// Compressing failed.
+    #[error("compressing the profile: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Who the profiles are of, and when.
+#[derive(Debug, Clone)]
+pub struct Period {
+    /// The service name (the process's name).
+    pub service_name: String,
+    /// The process's labels (`pid`, `host`, `runtime`).
+    pub labels: Vec<(String, String)>,
+    /// The period's start, nanoseconds since the Unix epoch.
+    pub from_unix_nanos: i128,
+    /// Its end.
+    pub until_unix_nanos: i128,
+    /// The CPU sampler's rate, Hz.
+    pub sample_rate: u32,
+}
+
+/// The profiles of one period's trace, each with the build ids it names, and notes on
+/// what could not be symbolized (one line per module).
+pub fn period_profiles(
+    trace: &[u8],
+    period: &Period,
+) -> Result<(Vec<PeriodProfile>, Vec<String>), Error> {
+    let mut profiles = Vec::new();
+    let mut notes = Vec::new();
+    let mut selections = vec![SampleSelection::Cpu];
+    let mut first = true;
+    while let Some(selection) = selections.pop() {
+        let mut reader = TraceReader::from_slice(trace)?;
+        let start = reader
+            .trace()
+            .ticks_to_unix_nanos(reader.trace().sync_time_ticks);
+        let mut builder = ProfileBuilder::new(selection.clone()).async_stacks(false);
+        while let Some(event) = reader.next_event()? {
+            builder.observe(&event);
+        }
+        let built = builder.finish();
+        if first {
+            first = false;
+            if built
+                .available
+                .iter()
+                .any(|(s, n)| *s == SampleSelection::Allocations && *n > 0)
+            {
+                selections.push(SampleSelection::Allocations);
+            }
+        }
+        let profile = &built.profile;
+        if profile.samples.is_empty() {
+            continue;
+        }
+        let profile_type = match profile.unit {
+            SampleUnit::CpuTime => "process_cpu",
+            SampleUnit::ThreadTime => "wall",
+            SampleUnit::Bytes => "memory",
+            // Auto never chose these here; anything else is not a continuous profile.
+            _ => continue,
+        };
+        notes.extend(built.notes.iter().cloned());
+        let options = eventpipe_insight::PprofOptions {
+            trace_start_unix_nanos: start,
+        };
+        let mut message = eventpipe_insight::build_pprof(profile, &options)?;
+        // The profile covers the period, not just from its first sample to its last.
+        message.time_nanos = i64::try_from(period.from_unix_nanos).unwrap_or(0);
+        message.duration_nanos =
+            i64::try_from(period.until_unix_nanos - period.from_unix_nanos).unwrap_or(0);
+        let mut gz = GzEncoder::new(Vec::new(), Compression::default());
+        gz.write_all(&message.encode_to_vec())?;
+        let mut labels = period.labels.clone();
+        if profile_type == "memory" {
+            // Each period's allocations are already that period's alone: Pyroscope must
+            // not subtract the previous profile from them.
+            labels.push(("__delta__".into(), "false".into()));
+        }
+        profiles.push(PeriodProfile {
+            profile_type: profile_type.into(),
+            service_name: period.service_name.clone(),
+            labels,
+            from_unix_nanos: period.from_unix_nanos,
+            until_unix_nanos: period.until_unix_nanos,
+            sample_rate: period.sample_rate,
+            pprof_gz: gz.finish()?,
+        });
+    }
+    notes.sort();
+    notes.dedup();
+    Ok((profiles, notes))
+}
