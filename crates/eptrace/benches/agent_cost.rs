@@ -12,9 +12,20 @@
 //!    pair; the median over the pairs is printed with the spread, beside the same figure
 //!    for pairs where neither window has an agent (the noise floor). Target: ≤ 0.5 %.
 //!
+//! 3. **Continuous profiling, the agent's cost**: 20 targets (the profiler crate's
+//!    `profiled-service`, one busy worker each, so the 2 cores are shared by all 20), one
+//!    agent profiling all of them (100 Hz CPU sampler and allocation samples, 10 s periods)
+//!    and pushing to a stand-in Pyroscope on loopback that accepts everything; counters
+//!    off, so the figure is the profiling's. The agent's CPU in % of a core, its peak RSS,
+//!    and the profiles pushed. Targets: ≤ 2 % of a core, ≤ 100 MB.
+//! 4. **Continuous profiling, a target's throughput**: one `profiled-service`, its loop
+//!    iterations per second over windows alternately without an agent and with one
+//!    profiling it at 100 Hz; loss and noise floor as in 2. Target: ≤ 1 %.
+//!
 //! `cargo bench -p eptrace --bench agent_cost` (`AGENT_COST_TARGETS` default 20,
 //! `AGENT_COST_SECONDS` window default 60, `AGENT_COST_PAIRS` default 6,
-//! `AGENT_COST_PAIR_SECONDS` default 10).
+//! `AGENT_COST_PAIR_SECONDS` default 10; `AGENT_COST_PARTS`, a comma-separated choice of `counters` (1 and 2),
+//! `profiling-agent` (3) and `profiling-target` (4), default all).
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -41,6 +52,11 @@ impl Drop for Kill {
 }
 
 fn counters_demo() -> PathBuf {
+    example("eventpipe-metrics", "counters-demo")
+}
+
+/// Builds an example in release mode beside this bench and returns its path.
+fn example(package: &str, name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
     let status = Command::new(option_env!("CARGO").unwrap_or("cargo"))
@@ -49,16 +65,16 @@ fn counters_demo() -> PathBuf {
             "--quiet",
             "--release",
             "-p",
-            "eventpipe-metrics",
+            package,
             "--example",
-            "counters-demo",
+            name,
         ])
         .arg("--target-dir")
         .arg(profile_dir.parent().unwrap())
         .status()
         .expect("cargo runs");
-    assert!(status.success(), "building counters-demo failed");
-    profile_dir.join("examples/counters-demo")
+    assert!(status.success(), "building {name} failed");
+    profile_dir.join("examples").join(name)
 }
 
 /// Starts an agent with `config`, returns it and its base URL.
@@ -249,11 +265,166 @@ fn target_throughput() {
     );
 }
 
+/// A stand-in Pyroscope on loopback: answers every request 200 (reading it whole), and
+/// counts them.
+fn accepting_server() -> (String, Arc<AtomicU64>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let count = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&count);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut length = 0usize;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                    break;
+                }
+                let line = line.trim_end().to_ascii_lowercase();
+                if line.is_empty() {
+                    break;
+                }
+                if let Some(v) = line.strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+            counted.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    (url, count)
+}
+
+fn profiling_config(url: &str, tag: &str) -> String {
+    let queue = std::env::temp_dir().join(format!(
+        "eptrace-agent-cost-{}-{tag}-queue",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&queue);
+    format!(
+        "[metrics]\nenabled = false\n\n[profiling]\npyroscope = \"{url}\"\n\
+         filter = {{ command_line = \"profiled-service\" }}\nqueue_folder = \"{}\"\n",
+        queue.display()
+    )
+}
+
+fn profiling_own_cost() {
+    let targets = env_num("AGENT_COST_TARGETS", 20);
+    let window = Duration::from_secs(env_num("AGENT_COST_SECONDS", 60));
+    let service = example("eventpipe-profiler", "profiled-service");
+    let _services: Vec<Kill> = (0..targets)
+        .map(|_| {
+            Kill(
+                Command::new(&service)
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::null())
+                    .spawn()
+                    .expect("profiled-service starts"),
+            )
+        })
+        .collect();
+    let (url, pushed) = accepting_server();
+    let (agent, _) = agent(&profiling_config(&url, "own"), "profiling-own");
+    let pid = agent.0.id();
+    // Warm-up: a first period of every target pushed.
+    std::thread::sleep(Duration::from_secs(15));
+    let (t0, _) = usage(pid);
+    let p0 = pushed.load(Ordering::Relaxed);
+    let began = Instant::now();
+    std::thread::sleep(window);
+    let elapsed = began.elapsed().as_secs_f64();
+    let (t1, hwm) = usage(pid);
+    let profiles = pushed.load(Ordering::Relaxed) - p0;
+    let cpu = (t1 - t0) as f64 / ticks_per_second() / elapsed * 100.0;
+    println!(
+        "continuous profiling, agent cost: {targets} targets at 100 Hz, 10 s periods, \
+         {profiles} profiles pushed over {elapsed:.0} s: {cpu:.2} % of a core, peak RSS {:.1} MB",
+        hwm as f64 / 1024.0
+    );
+    drop(agent);
+}
+
+/// The target's loop iterations a second over the next `seconds` (its `rate` command).
+fn service_rate(
+    stdin: &mut std::process::ChildStdin,
+    lines: &mut impl Iterator<Item = String>,
+    seconds: u64,
+) -> f64 {
+    use std::io::Write;
+    writeln!(stdin, "rate").unwrap();
+    lines.next().unwrap();
+    std::thread::sleep(Duration::from_secs(seconds));
+    writeln!(stdin, "rate").unwrap();
+    let line = lines.next().unwrap();
+    line.strip_prefix("rate ").unwrap().parse().unwrap()
+}
+
+fn profiling_target_throughput() {
+    let pairs = env_num("AGENT_COST_PAIRS", 6);
+    let seconds = env_num("AGENT_COST_PAIR_SECONDS", 10);
+    let service = example("eventpipe-profiler", "profiled-service");
+    let mut target = Kill(
+        Command::new(&service)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("profiled-service starts"),
+    );
+    let mut stdin = target.0.stdin.take().unwrap();
+    let mut lines = BufReader::new(target.0.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .filter(|l| l.starts_with("rate"));
+    let (url, pushed) = accepting_server();
+    std::thread::sleep(Duration::from_secs(2));
+    let mut losses = Vec::new();
+    let mut floor = Vec::new();
+    for i in 0..pairs {
+        let plain = service_rate(&mut stdin, &mut lines, seconds);
+        let plain_again = service_rate(&mut stdin, &mut lines, seconds);
+        floor.push((1.0 - plain_again / plain) * 100.0);
+        let (agent, _) = agent(
+            &profiling_config(&url, &format!("target-{i}")),
+            "profiling-target",
+        );
+        // Profiling: the agent found the target and its first period is running.
+        std::thread::sleep(Duration::from_secs(2));
+        let profiled = service_rate(&mut stdin, &mut lines, seconds);
+        drop(agent);
+        losses.push((1.0 - profiled / plain_again) * 100.0);
+    }
+    let (m, lo, hi) = median_and_spread(losses);
+    let (fm, flo, fhi) = median_and_spread(floor);
+    println!(
+        "target throughput under continuous profiling at 100 Hz: loss {m:+.2} % median over \
+         {pairs} pairs of {seconds} s (spread {lo:+.2} .. {hi:+.2} %); no agent in either \
+         window: {fm:+.2} % ({flo:+.2} .. {fhi:+.2} %); {} profiles pushed",
+        pushed.load(Ordering::Relaxed)
+    );
+}
+
 fn main() {
     // `cargo bench` passes --bench; `cargo test --benches` passes nothing we need.
     if std::env::args().any(|a| a == "--list" || a == "--test") {
         return;
     }
-    agent_own_cost();
-    target_throughput();
+    let parts = std::env::var("AGENT_COST_PARTS")
+        .unwrap_or_else(|_| "counters,profiling-agent,profiling-target".into());
+    let parts: Vec<&str> = parts.split(',').map(str::trim).collect();
+    if parts.contains(&"counters") {
+        agent_own_cost();
+        target_throughput();
+    }
+    if parts.contains(&"profiling-agent") {
+        profiling_own_cost();
+    }
+    if parts.contains(&"profiling-target") {
+        profiling_target_throughput();
+    }
 }

@@ -977,7 +977,11 @@ struct Pushed {
 /// A loopback server in Pyroscope's place: answers each request with the next status of
 /// `script` (429s with `Retry-After: 1`), then 200; keeps every request.
 fn pyroscope_stand_in(script: Vec<u16>) -> (String, Arc<Mutex<Vec<Pushed>>>) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    pyroscope_stand_in_at("127.0.0.1:0", script)
+}
+
+fn pyroscope_stand_in_at(address: &str, script: Vec<u16>) -> (String, Arc<Mutex<Vec<Pushed>>>) {
+    let listener = std::net::TcpListener::bind(address).unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let seen = Arc::new(Mutex::new(Vec::new()));
     let keep = Arc::clone(&seen);
@@ -1291,6 +1295,76 @@ headers = {{ "X-Scope-OrgID" = "tenant-7" }}
         &["-top", "-sample_index=alloc_space", "-symbolize=none"],
     );
     assert!(top.contains("allocate_records"), "{top}");
+    program.send("quit");
+    drop(agent);
+}
+
+#[test]
+fn profiles_wait_within_their_bound_while_pyroscope_is_away_and_flow_when_it_returns() {
+    let _one = serial();
+    let dir = scratch("pyroscope-away");
+    // Nothing listens on this port until later.
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let service = support::build_example("eventpipe-profiler", "profiled-service");
+    let mut program = support::Program::start(Command::new(&service), "profiled-service");
+    let queue = dir.join("queue");
+    let config = format!(
+        r#"
+[metrics]
+enabled = false
+
+[profiling]
+pyroscope = "{url}"
+period_seconds = 1
+allocations = false
+filter = {{ command_line = "profiled-service" }}
+queue_folder = "{}"
+queue_max_profiles = 3
+"#,
+        queue.display()
+    );
+    let agent = Agent::start(&dir, &config);
+    let series = |name: &str| {
+        let (_, text) = agent.request("GET", "/metrics", None);
+        metric(
+            &String::from_utf8(text).unwrap(),
+            &format!("{name}{{backend=\"pyroscope\"}}"),
+        )
+    };
+    wait_for("profiles dropped beyond the queue's bound", 60, || {
+        series("eptrace_agent_export_dropped_total")
+            .filter(|&n| n >= 2.0)
+            .map(|_| ())
+    });
+    // Profiling goes on; three profiles wait, on disk; nothing was sent.
+    assert_eq!(series("eptrace_agent_export_queued"), Some(3.0));
+    assert_eq!(series("eptrace_agent_export_failing"), Some(1.0));
+    assert_eq!(series("eptrace_agent_export_sent_total"), Some(0.0));
+    let files = std::fs::read_dir(&queue)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "req")
+        })
+        .count();
+    assert_eq!(files, 3);
+    assert!(
+        agent.logged("does not take"),
+        "the agent says the server is away"
+    );
+
+    // The server returns: what waited arrives, and what comes after.
+    let (_, pushed) = pyroscope_stand_in_at(&format!("127.0.0.1:{port}"), vec![]);
+    wait_for("the queue to drain into the returned server", 90, || {
+        (pushed.lock().unwrap().len() >= 4).then_some(())
+    });
+    assert!(series("eptrace_agent_export_sent_total").is_some_and(|n| n >= 4.0));
+    assert_eq!(series("eptrace_agent_export_failing"), Some(0.0));
+    assert!(agent.logged("answers again"));
     program.send("quit");
     drop(agent);
 }

@@ -9,7 +9,7 @@
 
 use std::io::Write;
 
-use eventpipe_insight::{ProfileBuilder, SampleSelection, SampleUnit};
+use eventpipe_insight::{BinaryCache, ProfileBuilder, SampleSelection, SampleUnit};
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use nettrace::TraceReader;
@@ -47,10 +47,13 @@ pub struct Period {
 }
 
 /// The profiles of one period's trace, each with the build ids it names, and notes on
-/// what could not be symbolized (one line per module).
+/// what could not be symbolized (one line per module). `binaries` holds the binaries
+/// opened for earlier periods, and gets those this one opens: a program's symbols are read
+/// once, not every period.
 pub fn period_profiles(
     trace: &[u8],
     period: &Period,
+    binaries: &mut BinaryCache,
 ) -> Result<(Vec<PeriodProfile>, Vec<String>), Error> {
     let mut profiles = Vec::new();
     let mut notes = Vec::new();
@@ -61,11 +64,18 @@ pub fn period_profiles(
         let start = reader
             .trace()
             .ticks_to_unix_nanos(reader.trace().sync_time_ticks);
-        let mut builder = ProfileBuilder::new(selection.clone()).async_stacks(false);
-        while let Some(event) = reader.next_event()? {
-            builder.observe(&event);
-        }
-        let built = builder.finish();
+        let mut builder = ProfileBuilder::new(selection.clone())
+            .async_stacks(false)
+            .with_binaries(std::mem::take(binaries));
+        let read = (|| {
+            while let Some(event) = reader.next_event()? {
+                builder.observe(&event);
+            }
+            Ok::<(), nettrace::Error>(())
+        })();
+        let mut built = builder.finish();
+        *binaries = std::mem::take(&mut built.binaries);
+        read?;
         if first {
             first = false;
             if built

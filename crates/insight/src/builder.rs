@@ -168,6 +168,9 @@ pub struct BuiltProfile {
     /// Each selection that has samples in the trace, with how many: what to ask for
     /// when the profile chosen is empty.
     pub available: Vec<(SampleSelection, usize)>,
+    /// The binaries opened to symbolize it, for the next builder
+    /// ([`ProfileBuilder::with_binaries`]).
+    pub binaries: crate::symbolize::BinaryCache,
 }
 
 /// A distinct symbolized stack: the raw stack, the async callstack spliced in, and whether
@@ -195,6 +198,13 @@ impl ProfileBuilder {
             async_trace: AsyncTraceBuilder::new(),
             async_stacks: true,
         }
+    }
+
+    /// Symbolizes with `cache`'s opened binaries (and adds to it); [`BuiltProfile::binaries`]
+    /// hands it back.
+    pub fn with_binaries(mut self, cache: crate::symbolize::BinaryCache) -> ProfileBuilder {
+        self.symbolizer = std::mem::take(&mut self.symbolizer).with_binaries(cache);
+        self
     }
 
     /// Whether CPU samples taken inside an instrumented future's poll show its async
@@ -539,6 +549,7 @@ impl ProfileBuilder {
             methods: self.symbolizer.method_count(),
             async_trace,
             profile,
+            binaries: self.symbolizer.take_binaries(),
         }
     }
 

@@ -58,4 +58,5 @@ pub use profile::{
     Frame, FrameId, FrameKind, LinesId, Profile, Sample, SampleUnit, StackId, Thread,
 };
 pub use speedscope::write_speedscope;
+pub use symbolize::BinaryCache;
 pub use symbolize::{Module, Symbolizer};

@@ -100,7 +100,7 @@ pub struct Symbolizer {
     spaces: universal::AddressSpaces,
     /// Opened native binaries by (path, traced build id); `None` when the file cannot be
     /// used.
-    binaries: HashMap<(String, Option<String>), Option<elf::Binary>>,
+    binaries: BinaryCache,
     /// Where separate debug files are looked for; `None`: the system's.
     debug_root: Option<PathBuf>,
     /// Resolved frames (innermost first) by (process when it has mappings, address,
@@ -123,6 +123,77 @@ impl std::fmt::Debug for Symbolizer {
 
 fn field<'a>(fields: &'a [(&str, Value)], name: &str) -> Option<&'a Value> {
     fields.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
+}
+
+/// Native binaries opened for symbolization (their symbol tables and DWARF parsed on
+/// demand), by path and traced build id, the least recently used given up beyond
+/// [`BinaryCache::capacity`]. Passed from one [`Symbolizer`] to the next so that traces of
+/// the same programs do not open them again.
+pub struct BinaryCache {
+    /// (path, traced build id) → the binary (`None`: it cannot be used), last use.
+    entries: HashMap<(String, Option<String>), (Option<elf::Binary>, u64)>,
+    tick: u64,
+    capacity: usize,
+}
+
+impl Default for BinaryCache {
+    fn default() -> Self {
+        BinaryCache::with_capacity(64)
+    }
+}
+
+impl std::fmt::Debug for BinaryCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BinaryCache")
+            .field("binaries", &self.entries.len())
+            .field("capacity", &self.capacity)
+            .finish()
+    }
+}
+
+impl BinaryCache {
+    /// A cache of at most `capacity` binaries (at least 1).
+    pub fn with_capacity(capacity: usize) -> BinaryCache {
+        BinaryCache {
+            entries: HashMap::new(),
+            tick: 0,
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// How many binaries it holds (usable or not).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The most binaries it keeps.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    fn insert(&mut self, key: (String, Option<String>), binary: Option<elf::Binary>, now: u64) {
+        while self.entries.len() >= self.capacity {
+            let oldest = self
+                .entries
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => self.entries.remove(&k),
+                None => break,
+            };
+        }
+        self.entries.insert(key, (binary, now));
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+    }
 }
 
 impl Symbolizer {
@@ -240,6 +311,18 @@ impl Symbolizer {
     /// How many .NET methods the trace described.
     pub fn method_count(&self) -> usize {
         self.methods.len()
+    }
+
+    /// Uses `cache`'s opened binaries (and adds to it): a caller that symbolizes trace
+    /// after trace of the same programs opens and parses each binary once.
+    pub fn with_binaries(mut self, cache: BinaryCache) -> Symbolizer {
+        self.binaries = cache;
+        self
+    }
+
+    /// The opened binaries, for the next symbolizer ([`Symbolizer::with_binaries`]).
+    pub fn take_binaries(&mut self) -> BinaryCache {
+        std::mem::take(&mut self.binaries)
     }
 
     /// Where separate debug files are looked for (`/usr/lib/debug` unless set): the
@@ -419,7 +502,9 @@ impl Symbolizer {
     /// missing, unreadable or not the one that was traced.
     fn binary(&mut self, path: &str, build_id: Option<&str>) -> Option<&elf::Binary> {
         let key = (path.to_owned(), build_id.map(str::to_owned));
-        if !self.binaries.contains_key(&key) {
+        self.binaries.tick += 1;
+        let now = self.binaries.tick;
+        if !self.binaries.entries.contains_key(&key) {
             let root = self
                 .debug_root
                 .clone()
@@ -436,9 +521,11 @@ impl Symbolizer {
                     None
                 }
             };
-            self.binaries.insert(key.clone(), opened);
+            self.binaries.insert(key.clone(), opened, now);
         }
-        self.binaries.get(&key).and_then(Option::as_ref)
+        let entry = self.binaries.entries.get_mut(&key)?;
+        entry.1 = now;
+        entry.0.as_ref()
     }
 }
 

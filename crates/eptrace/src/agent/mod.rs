@@ -265,6 +265,7 @@ pub(crate) fn do_agent(config: &Config) -> Result<()> {
             )
         ),
     ));
+    profiling::start_builder(&agent)?;
     let scanner = {
         let agent = Arc::clone(&agent);
         std::thread::Builder::new()

@@ -4,20 +4,26 @@
 //! One thread per target runs back-to-back sessions of one period each (CPU sampler at
 //! the configured rate and the allocation sampler for a Rust program, the sample profiler
 //! for .NET; rundown on, so each period's trace names its own code). When a session ends,
-//! its trace is turned into pprof profiles on the host (`eventpipe_export::continuous`)
-//! and handed to the delivery queue, which is on disk and bounded: a backend that is
-//! down, slow or refusing never holds the profiling up nor grows memory. What it drops
-//! or the backend refuses is counted in `/metrics`.
+//! its trace goes to the one builder thread, which turns each trace into pprof profiles on
+//! the host (`eventpipe_export::continuous`), keeping the binaries it opened for the next
+//! periods and targets (a program's symbols are parsed once, not per target and period,
+//! and one trace at a time is symbolized), and hands them to the delivery queue, which is
+//! on disk and bounded: a backend that is down, slow or refusing never holds the
+//! profiling up nor grows memory. What it drops or the backend refuses is counted in
+//! `/metrics`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result};
 use eventpipe_export::continuous::{period_profiles, Period};
 use eventpipe_export::delivery::{Delivery, Options, Store};
 use eventpipe_export::pyroscope::{Api, Server};
+use eventpipe_insight::BinaryCache;
 
 use super::processes::Process;
 use super::sessions::{self, TraceAsk};
@@ -28,6 +34,16 @@ use super::{lock, log, Agent};
 /// must not make the agent hold gigabytes.
 const MAX_PERIOD_TRACE: usize = 64 << 20;
 
+/// Period traces waiting for the builder; a target's thread waits beyond that.
+const WAITING_TRACES: usize = 8;
+
+/// One period's trace, for the builder.
+struct Job {
+    process: Process,
+    period: Period,
+    trace: Vec<u8>,
+}
+
 /// The profiler side of the agent: the Pyroscope queue and the per-target threads' flags.
 pub(crate) struct Profiling {
     pub(crate) settings: ProfilingSettings,
@@ -35,6 +51,9 @@ pub(crate) struct Profiling {
     delivery: Delivery,
     host: String,
     stops: Mutex<HashMap<u32, Arc<AtomicBool>>>,
+    jobs: Mutex<Option<SyncSender<Job>>>,
+    waiting: Mutex<Option<Receiver<Job>>>,
+    builder: Mutex<Option<JoinHandle<()>>>,
     periods: AtomicU64,
     failed_periods: AtomicU64,
     profiles: AtomicU64,
@@ -69,16 +88,20 @@ impl Profiling {
         let options = Options {
             store: Store::Disk(settings.queue_folder()),
             max_bytes: settings.queue_max_mb << 20,
-            max_requests: 100_000,
+            max_requests: settings.queue_max_profiles,
             ..Options::new("pyroscope")
         };
         let delivery = Delivery::start(options, log).context("starting the Pyroscope queue")?;
+        let (jobs, waiting) = sync_channel(WAITING_TRACES);
         Ok(Some(Profiling {
             settings: settings.clone(),
             server,
             delivery,
             host: host_name(),
             stops: Mutex::new(HashMap::new()),
+            jobs: Mutex::new(Some(jobs)),
+            waiting: Mutex::new(Some(waiting)),
+            builder: Mutex::new(None),
             periods: AtomicU64::new(0),
             failed_periods: AtomicU64::new(0),
             profiles: AtomicU64::new(0),
@@ -100,8 +123,13 @@ impl Profiling {
     }
 
     /// Sends what is queued for a moment, then stops the queue (on disk, the rest waits
-    /// for the next run).
+    /// for the next run). Called once the targets' threads have ended: the builder
+    /// finishes the traces it was given first.
     pub(crate) fn shutdown(&self) {
+        drop(lock(&self.jobs).take());
+        if let Some(builder) = lock(&self.builder).take() {
+            let _ = builder.join();
+        }
         let stats = self.delivery.shutdown(Duration::from_secs(2));
         if stats.queued > 0 {
             log(&format!(
@@ -174,6 +202,63 @@ fn providers(settings: &ProfilingSettings, kind: Option<RuntimeKind>) -> Vec<Str
     }
 }
 
+/// Starts the builder thread, which makes and queues every period's profiles.
+pub(crate) fn start_builder(agent: &Arc<Agent>) -> Result<()> {
+    let Some(profiling) = &agent.profiling else {
+        return Ok(());
+    };
+    let Some(waiting) = lock(&profiling.waiting).take() else {
+        return Ok(());
+    };
+    let thread_agent = Arc::clone(agent);
+    let handle = std::thread::Builder::new()
+        .name("eptrace-agent-profiles".into())
+        .spawn(move || build_loop(&thread_agent, &waiting))
+        .context("starting the profile builder thread")?;
+    *lock(&profiling.builder) = Some(handle);
+    Ok(())
+}
+
+fn build_loop(agent: &Arc<Agent>, waiting: &Receiver<Job>) {
+    let Some(profiling) = &agent.profiling else {
+        return;
+    };
+    let mut binaries = BinaryCache::default();
+    let mut said: HashSet<String> = HashSet::new();
+    let mut say_once = |line: String| {
+        if said.len() < 1024 && said.insert(line.clone()) {
+            log(&line);
+        }
+    };
+    for job in waiting {
+        let who = format!("{} ({})", job.process.name, job.process.pid);
+        match period_profiles(&job.trace, &job.period, &mut binaries) {
+            Ok((profiles, notes)) => {
+                for note in notes {
+                    say_once(format!("profiling {who}: {note}"));
+                }
+                if profiles.is_empty() && job.process.kind == Some(RuntimeKind::Rust) {
+                    say_once(format!(
+                        "profiling {who}: no CPU samples; the program does not register the \
+                         sampler (it needs `eventpipe_profiler::cpu::register();` at start-up)"
+                    ));
+                }
+                profiling.periods.fetch_add(1, Ordering::Relaxed);
+                profiling
+                    .profiles
+                    .fetch_add(profiles.len() as u64, Ordering::Relaxed);
+                for p in profiles {
+                    profiling.delivery.submit(p.request(&profiling.server));
+                }
+            }
+            Err(e) => {
+                profiling.failed_periods.fetch_add(1, Ordering::Relaxed);
+                say_once(format!("profiling {who}: {e}"));
+            }
+        }
+    }
+}
+
 /// Starts profiling `process` if the settings' filter accepts it.
 pub(crate) fn start_profiler(agent: &Arc<Agent>, process: Process) {
     let Some(profiling) = &agent.profiling else {
@@ -233,7 +318,7 @@ fn profile_loop(agent: &Arc<Agent>, process: &Process, stop: &AtomicBool) {
         process.name, process.pid, settings.period_seconds, settings.rate_hz, profiling.server.url
     ));
     while !stop.load(Ordering::Relaxed) && !agent.stopping.load(Ordering::Relaxed) {
-        let outcome = (|| -> Result<usize> {
+        let outcome = (|| -> Result<()> {
             let request = sessions::trace_request(process, &ask)?;
             let from = SystemTime::now();
             let mut trace = Vec::new();
@@ -256,31 +341,19 @@ fn profile_loop(agent: &Arc<Agent>, process: &Process, stop: &AtomicBool) {
                 until_unix_nanos: unix_nanos(until),
                 sample_rate: settings.rate_hz,
             };
-            let (profiles, notes) = period_profiles(&trace, &period)?;
-            for note in notes {
-                say_once(format!(
-                    "profiling {} ({}): {note}",
-                    process.name, process.pid
-                ));
+            let jobs = lock(&profiling.jobs).clone();
+            if let Some(jobs) = jobs {
+                // Waits while the builder is behind: the next period starts later.
+                let _ = jobs.send(Job {
+                    process: process.clone(),
+                    period,
+                    trace,
+                });
             }
-            if profiles.is_empty() && process.kind == Some(RuntimeKind::Rust) {
-                say_once(format!(
-                    "profiling {} ({}): no CPU samples; the program does not register the \
-                     sampler (it needs `eventpipe_profiler::cpu::register();` at start-up)",
-                    process.name, process.pid
-                ));
-            }
-            let n = profiles.len();
-            for p in profiles {
-                profiling.delivery.submit(p.request(&profiling.server));
-            }
-            Ok(n)
+            Ok(())
         })();
         match outcome {
-            Ok(n) => {
-                profiling.periods.fetch_add(1, Ordering::Relaxed);
-                profiling.profiles.fetch_add(n as u64, Ordering::Relaxed);
-            }
+            Ok(()) => {}
             Err(e) => {
                 if stop.load(Ordering::Relaxed) || agent.processes.get(process.pid).is_none() {
                     break;

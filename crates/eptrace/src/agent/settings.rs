@@ -81,6 +81,9 @@ pub(crate) struct ProfilingSettings {
     /// At most this many MiB wait; beyond it the oldest profiles are dropped (and counted).
     #[serde(default = "queue_mb")]
     pub(crate) queue_max_mb: u64,
+    /// At most this many profiles wait; beyond it the oldest are dropped (and counted).
+    #[serde(default = "queue_profiles")]
+    pub(crate) queue_max_profiles: usize,
 }
 
 impl Default for ProfilingSettings {
@@ -95,6 +98,7 @@ impl Default for ProfilingSettings {
             filter: Filter::default(),
             queue_folder: None,
             queue_max_mb: 256,
+            queue_max_profiles: 100_000,
         }
     }
 }
@@ -131,6 +135,10 @@ fn hundred() -> u32 {
 
 fn queue_mb() -> u64 {
     256
+}
+
+fn queue_profiles() -> usize {
+    100_000
 }
 
 /// The counters the agent keeps for `/metrics` and the rules.
@@ -337,8 +345,8 @@ pub(crate) fn check(s: &Settings) -> Result<()> {
             eventpipe_profiler::cpu::MAX_RATE_HZ
         );
     }
-    if p.queue_max_mb == 0 {
-        bail!("profiling.queue_max_mb must be at least 1");
+    if p.queue_max_mb == 0 || p.queue_max_profiles == 0 {
+        bail!("profiling.queue_max_mb and profiling.queue_max_profiles must be at least 1");
     }
     for (name, value) in &p.headers {
         if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
@@ -447,6 +455,42 @@ mod tests {
             s.rules[0].trigger,
             Trigger::Counter { above: Some(a), .. } if a == 50.0
         ));
+        // Without [profiling]: off, with its defaults.
+        assert!(s.profiling.pyroscope.is_none());
+        assert_eq!(
+            (s.profiling.period_seconds, s.profiling.rate_hz),
+            (10.0, 100)
+        );
+    }
+
+    #[test]
+    fn a_profiling_section_reads() {
+        let s = parse(
+            r#"
+            [profiling]
+            pyroscope = "https://profiles.example.com"
+            api = "ingest"
+            headers = { "X-Scope-OrgID" = "team-a" }
+            period_seconds = 15
+            rate_hz = 49
+            allocations = false
+            filter = { name = "svc" }
+            queue_folder = "/var/lib/q"
+            queue_max_mb = 8
+            queue_max_profiles = 10
+            "#,
+        )
+        .unwrap();
+        let p = &s.profiling;
+        assert_eq!(p.api, PyroscopeApi::Ingest);
+        assert_eq!(p.headers["X-Scope-OrgID"], "team-a");
+        assert_eq!(
+            (p.period_seconds, p.rate_hz, p.allocations),
+            (15.0, 49, false)
+        );
+        assert_eq!(p.queue_folder(), PathBuf::from("/var/lib/q"));
+        assert_eq!((p.queue_max_mb, p.queue_max_profiles), (8, 10));
+        assert_eq!(p.filter.name.as_deref(), Some("svc"));
     }
 
     #[test]
@@ -471,6 +515,15 @@ mod tests {
             ),
             ("api_keys = [\"hunter2\"]", "sha256:"),
             ("[metrics]\ninterval_seconds = 0", "interval_seconds"),
+            ("[profiling]\npyroscope = \"pyroscope:4040\"", "not an http:// or https:// URL"),
+            ("[profiling]\nperiod_seconds = 0.5", "profiling.period_seconds"),
+            ("[profiling]\nrate_hz = 0", "profiling.rate_hz"),
+            ("[profiling]\nrate_hz = 20000", "between 1 and 10000"),
+            ("[profiling]\nqueue_max_profiles = 0", "queue_max_profiles"),
+            ("[profiling]\nheaders = { \"Bad Name\" = \"x\" }", "`Bad Name` is not a header name"),
+            ("[profiling]\nheaders = { A = \"x\\ny\" }", "line break"),
+            ("[profiling]\napi = \"grpc\"", "grpc"),
+            ("[profiling]\nperiod = 10", "period"),
         ];
         for (text, expected) in cases {
             let err = format!("{:#}", parse(text).unwrap_err());

@@ -289,3 +289,46 @@ fn queued_requests_round_trip_and_damage_is_an_error() {
         "https://example.com:443"
     );
 }
+
+#[test]
+fn a_backend_slower_than_the_timeout_is_retried_and_submit_never_waits_for_it() {
+    // Reads the request, then answers only after 2 s, for the first two connections.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for (n, stream) in listener.incoming().enumerate() {
+            let Ok(mut stream) = stream else { return };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf);
+                if n < 2 {
+                    std::thread::sleep(Duration::from_secs(2));
+                }
+                let _ = stream.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
+            });
+        }
+    });
+    let (log, lines) = logger();
+    let delivery = Delivery::start(
+        Options {
+            timeout: Duration::from_millis(300),
+            ..fast("test")
+        },
+        log,
+    )
+    .unwrap();
+    let started = Instant::now();
+    for n in 0..50 {
+        delivery.submit(request(&url, n));
+    }
+    assert!(
+        started.elapsed() < Duration::from_millis(250),
+        "submitting does not wait for the backend"
+    );
+    let stats = wait_for(&delivery, |s| s.sent == 50);
+    assert!(stats.retries >= 2, "{stats:?}");
+    assert_eq!(stats.dropped, 0);
+    assert!(lock(&lines).iter().any(|l| l.contains("does not take")));
+}
