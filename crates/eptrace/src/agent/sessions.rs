@@ -23,6 +23,9 @@ use crate::collect::{Profile, Target, TargetSpec};
 /// connection is cut.
 const STOP_GRACE: Duration = Duration::from_secs(15);
 
+/// How soon a running session's stopper sees a cancel.
+const CANCEL_CHECK: Duration = Duration::from_millis(200);
+
 /// What a trace asks for.
 #[derive(Debug, Clone)]
 pub(crate) struct TraceAsk {
@@ -95,7 +98,10 @@ pub(crate) fn run_trace(
     let early = Arc::new(AtomicBool::new(false));
     std::thread::scope(|scope| -> Result<TraceEnd> {
         // The stopper: at the deadline (or on cancel, or when the reader goes) it stops the
-        // session, then gives the stream its grace before cutting the connection.
+        // session, then gives the stream its grace before cutting the connection. It
+        // sleeps parked: the reader unparks it when the stream ends (or the reader goes),
+        // and a cancel is seen within a CANCEL_CHECK; a standing session costs a few
+        // wakeups a second, not fifty.
         let stopper = {
             let finished = Arc::clone(&finished);
             let reader_gone = Arc::clone(&reader_gone);
@@ -116,12 +122,13 @@ pub(crate) fn run_trace(
                         }
                         let cut = Instant::now() + STOP_GRACE;
                         while !finished.load(Ordering::Acquire) && Instant::now() < cut {
-                            std::thread::sleep(Duration::from_millis(20));
+                            std::thread::park_timeout(CANCEL_CHECK);
                         }
                         closer.close();
                         return;
                     }
-                    std::thread::sleep(Duration::from_millis(20));
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    std::thread::park_timeout(left.min(CANCEL_CHECK));
                 }
             })
         };
@@ -135,6 +142,7 @@ pub(crate) fn run_trace(
                     bytes += n as u64;
                     if out(&buf[..n]).is_err() {
                         reader_gone.store(true, Ordering::Release);
+                        stopper.thread().unpark();
                         whole = false;
                         break;
                     }
@@ -147,6 +155,7 @@ pub(crate) fn run_trace(
             }
         }
         finished.store(true, Ordering::Release);
+        stopper.thread().unpark();
         let _ = stopper.join();
         Ok(TraceEnd {
             bytes,
