@@ -8,7 +8,7 @@ use std::io::{self, BufWriter, Write};
 
 use anyhow::{Context, Result};
 use nettrace::source::Input;
-use nettrace::{Event, EventMetadata, SortedReader, TraceReader, Value};
+use nettrace::{Event, EventMetadata, SortedReader, TraceReader};
 use serde::Serialize;
 
 use crate::input::{self, InputSpec, Opened};
@@ -196,23 +196,28 @@ fn event_name_matches(wanted: &str, md: &EventMetadata) -> bool {
 
 fn text_line(line: &mut Vec<u8>, e: &Event<'_>, msec: f64, payload: bool) {
     let md = e.metadata;
+    write_msec(line, msec);
     let _ = write!(
         line,
-        "{msec:>12.4} ms  tid {}  {}/{}",
+        " ms  tid {}  {}/{}",
         e.thread_id(),
         md.provider,
         md.display_name
     );
     if payload {
-        match e.decode_payload() {
-            Ok(fields) if fields.is_empty() => {}
-            Ok(fields) => {
-                line.extend_from_slice(b" ");
-                for (name, value) in &fields {
-                    let _ = write!(line, " {name}={}", text_value(value));
-                }
-            }
+        let start = line.len();
+        line.push(b' ');
+        let decoded = e.for_each_field(|desc, value| {
+            line.push(b' ');
+            line.extend_from_slice(desc.name.as_bytes());
+            line.push(b'=');
+            write_text_value(line, &value);
+        });
+        match decoded {
+            Ok(0) => line.truncate(start),
+            Ok(_) => {}
             Err(err) => {
+                line.truncate(start);
                 let _ = write!(line, "  payload_error={:?}", err.to_string());
             }
         }
@@ -227,20 +232,50 @@ fn text_line(line: &mut Vec<u8>, e: &Event<'_>, msec: f64, payload: bool) {
     }
 }
 
-/// A value as text; quoted (with Rust escapes) when it would not read as one token.
-fn text_value(v: &Value) -> String {
-    let s = match v {
-        Value::Decimal(raw) => decimal_to_string(raw),
-        _ => v.to_string(),
+/// `msec` as `{:>12.4}` writes it, without the float formatter's slow exact path: the
+/// value in units of 0.1 µs, rounded, written as integer and four decimals.
+fn write_msec(line: &mut Vec<u8>, msec: f64) {
+    let tenths_of_us = (msec * 10_000.0).round();
+    if !tenths_of_us.is_finite() || tenths_of_us.abs() >= 9e15 {
+        let _ = write!(line, "{msec:>12.4}");
+        return;
+    }
+    let v = tenths_of_us as i64;
+    let sign = if v < 0 { "-" } else { "" };
+    let (whole, frac) = (v.unsigned_abs() / 10_000, v.unsigned_abs() % 10_000);
+    let mut text = [0u8; 32];
+    let mut cursor = std::io::Cursor::new(&mut text[..]);
+    let _ = write!(cursor, "{sign}{whole}.{frac:04}");
+    let n = cursor.position() as usize;
+    line.extend(std::iter::repeat_n(b' ', 12usize.saturating_sub(n)));
+    line.extend_from_slice(&text[..n]);
+}
+
+/// A value as text, written into `line`; quoted (with Rust escapes) when it would not read
+/// as one token.
+fn write_text_value(line: &mut Vec<u8>, v: &nettrace::ValueRef<'_>) {
+    use nettrace::ValueRef;
+    let start = line.len();
+    let _ = match v {
+        ValueRef::Decimal(raw) => write!(line, "{}", decimal_to_string(raw)),
+        ValueRef::I32(n) => write!(line, "{n}"),
+        ValueRef::U32(n) => write!(line, "{n}"),
+        ValueRef::I64(n) => write!(line, "{n}"),
+        ValueRef::U64(n) => write!(line, "{n}"),
+        other => write!(line, "{other}"),
     };
-    let plain = !s.is_empty()
-        && !s
-            .chars()
-            .any(|c| c.is_whitespace() || c.is_control() || c == '"');
-    if plain {
-        s
-    } else {
-        format!("{s:?}")
+    let written = &line[start..];
+    let plain = !written.is_empty()
+        && match std::str::from_utf8(written) {
+            Ok(text) => !text
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control() || c == '"'),
+            Err(_) => false,
+        };
+    if !plain {
+        let text = String::from_utf8_lossy(&line[start..]).into_owned();
+        line.truncate(start);
+        let _ = write!(line, "{text:?}");
     }
 }
 
@@ -346,15 +381,44 @@ mod tests {
         ));
     }
 
+    fn text_value(v: nettrace::ValueRef<'_>) -> String {
+        let mut line = b"x=".to_vec();
+        write_text_value(&mut line, &v);
+        String::from_utf8(line).unwrap()
+    }
+
     #[test]
     fn text_values() {
-        assert_eq!(text_value(&Value::String("plain".into())), "plain");
-        assert_eq!(
-            text_value(&Value::String("two words".into())),
-            "\"two words\""
-        );
-        assert_eq!(text_value(&Value::String(String::new())), "\"\"");
-        assert_eq!(text_value(&Value::String("a\nb".into())), "\"a\\nb\"");
-        assert_eq!(text_value(&Value::U32(7)), "7");
+        use nettrace::ValueRef;
+        assert_eq!(text_value(ValueRef::Str8(b"plain")), "x=plain");
+        assert_eq!(text_value(ValueRef::Str8(b"two words")), "x=\"two words\"");
+        assert_eq!(text_value(ValueRef::Str8(b"")), "x=\"\"");
+        assert_eq!(text_value(ValueRef::Str8(b"a\nb")), "x=\"a\\nb\"");
+        assert_eq!(text_value(ValueRef::U32(7)), "x=7");
+        assert_eq!(text_value(ValueRef::I64(-3)), "x=-3");
+        assert_eq!(text_value(ValueRef::F64(0.5)), "x=0.5");
+        assert_eq!(text_value(ValueRef::Pointer(255)), "x=0xff");
+    }
+
+    #[test]
+    fn times_are_written_as_the_float_formatter_writes_them() {
+        for msec in [
+            0.0,
+            0.00004,
+            0.00005,
+            1.23456,
+            13720.846,
+            99999999.99995,
+            -2.5,
+            1234567.0001,
+        ] {
+            let mut line = Vec::new();
+            write_msec(&mut line, msec);
+            assert_eq!(
+                String::from_utf8(line).unwrap(),
+                format!("{msec:>12.4}"),
+                "{msec}"
+            );
+        }
     }
 }

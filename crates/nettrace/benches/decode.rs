@@ -30,11 +30,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkGroup, Criterion, Throughput};
-use nettrace::write::{EventBlockBuilder, TraceWriter};
-use nettrace::{
-    EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, ThreadInfo, TraceInfo,
-    TraceReader, Value, ValueRef,
-};
+use nettrace::{FormatVersion, TraceReader, Value, ValueRef};
 
 const DOTNET3_TRACE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -43,12 +39,15 @@ const DOTNET3_TRACE: &str = concat!(
 
 /// Size the generated traces grow to (they stop at the first block past it).
 const GENERATED_BYTES: u64 = 64 * 1024 * 1024;
-/// Event block size the generator aims for.
-const BLOCK_BYTES: usize = 100 * 1024;
-/// A sequence point (and a fresh stack block) after this many event blocks.
-const BLOCKS_PER_SEQUENCE_POINT: usize = 4;
-const THREADS: u64 = 8;
-const STACKS_PER_REGION: u32 = 64;
+
+fn generate(version: FormatVersion) -> Vec<u8> {
+    eventpipe_test_support::write_dense_trace(
+        Vec::with_capacity(GENERATED_BYTES as usize + (256 << 10)),
+        version,
+        GENERATED_BYTES,
+    )
+    .expect("generating a trace in memory")
+}
 
 // ---------------------------------------------------------------------------------------
 // Workloads
@@ -187,239 +186,6 @@ fn count_values(v: &Value) -> u64 {
 
 // ---------------------------------------------------------------------------------------
 // Generated trace
-
-/// xorshift64*: deterministic, dependency-free.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn field(name: &str, ty: FieldType) -> FieldDesc {
-    FieldDesc {
-        name: name.into(),
-        ty,
-    }
-}
-
-fn bench_metadata() -> Vec<EventMetadata> {
-    let row = |id: u32, name: &str, opcode: u8, fields: Vec<FieldDesc>| EventMetadata {
-        metadata_id: id,
-        provider: "Bench-Provider".into(),
-        event_id: id,
-        event_name: name.into(),
-        keywords: 0x1 << id,
-        version: 1,
-        level: 4,
-        opcode: Some(opcode),
-        fields,
-        ..Default::default()
-    };
-    vec![
-        // 32 bytes.
-        row(
-            1,
-            "Allocation",
-            10,
-            vec![
-                field("Amount", FieldType::Int32),
-                field("Kind", FieldType::UInt32),
-                field("Address", FieldType::UInt64),
-                field("Size", FieldType::Int64),
-                field("Ratio", FieldType::Double),
-            ],
-        ),
-        // 16 + 10..26 + 4 = 30..46 bytes.
-        row(
-            2,
-            "Request",
-            1,
-            vec![
-                field("RequestId", FieldType::Guid),
-                field("Path", FieldType::Utf16String),
-                field("Status", FieldType::UInt32),
-            ],
-        ),
-        // 18 bytes.
-        row(
-            3,
-            "Counter",
-            0,
-            vec![
-                field("Value", FieldType::Double),
-                field("Count", FieldType::Int64),
-                field("Cpu", FieldType::UInt16),
-            ],
-        ),
-        // 4 + 22..36 + 16 = 42..56 bytes.
-        row(
-            4,
-            "Exception",
-            1,
-            vec![
-                field("HResult", FieldType::Int32),
-                field("Message", FieldType::Utf16String),
-                field("ActivityId", FieldType::Guid),
-            ],
-        ),
-    ]
-}
-
-const PATHS: [&str; 4] = ["/api", "/api/users", "/health/ready", "/v2/orders/42"];
-const MESSAGES: [&str; 3] = [
-    "Value was null.",
-    "Index out of range",
-    "The operation timed out.",
-];
-
-fn utf16z(out: &mut Vec<u8>, s: &str) {
-    for unit in s.encode_utf16() {
-        out.extend_from_slice(&unit.to_le_bytes());
-    }
-    out.extend_from_slice(&[0, 0]);
-}
-
-/// A payload matching metadata row `id`.
-fn payload(out: &mut Vec<u8>, id: u32, rng: &mut Rng) {
-    out.clear();
-    let r = rng.next();
-    match id {
-        1 => {
-            out.extend_from_slice(&((r & 0xffff) as i32).to_le_bytes());
-            out.extend_from_slice(&((r >> 16) as u32 & 1).to_le_bytes());
-            out.extend_from_slice(&(0x7ff0_0000_0000 | (r & 0xff_fff8)).to_le_bytes());
-            out.extend_from_slice(&((r >> 24) as i64 & 0xfffff).to_le_bytes());
-            out.extend_from_slice(&((r & 0x3ff) as f64 / 1024.0).to_le_bytes());
-        }
-        2 => {
-            out.extend_from_slice(&r.to_le_bytes());
-            out.extend_from_slice(&rng.next().to_le_bytes());
-            utf16z(out, PATHS[(r % PATHS.len() as u64) as usize]);
-            out.extend_from_slice(&[200u32, 404, 500][(r >> 8) as usize % 3].to_le_bytes());
-        }
-        3 => {
-            out.extend_from_slice(&((r & 0xfffff) as f64 * 0.5).to_le_bytes());
-            out.extend_from_slice(&((r >> 20) as i64 & 0xffff).to_le_bytes());
-            out.extend_from_slice(&((r >> 40) as u16 & 1).to_le_bytes());
-        }
-        _ => {
-            out.extend_from_slice(&(0x8000_4005u32 as i32).to_le_bytes());
-            utf16z(out, MESSAGES[(r % MESSAGES.len() as u64) as usize]);
-            out.extend_from_slice(&r.to_le_bytes());
-            out.extend_from_slice(&rng.next().to_le_bytes());
-        }
-    }
-}
-
-/// Stacks of 4..32 pointer-sized frames for one sequence-point region.
-fn region_stacks(rng: &mut Rng) -> Vec<Vec<u8>> {
-    (0..STACKS_PER_REGION)
-        .map(|_| {
-            let depth = 4 + rng.below(29);
-            let mut s = Vec::with_capacity(depth as usize * 8);
-            for _ in 0..depth {
-                let ip = 0x7ffa_0000_0000u64 | (rng.next() & 0xffff_fff0);
-                s.extend_from_slice(&ip.to_le_bytes());
-            }
-            s
-        })
-        .collect()
-}
-
-/// A trace of about [`GENERATED_BYTES`], written with the crate's writer.
-fn generate(version: FormatVersion) -> Vec<u8> {
-    let v6 = version == FormatVersion::V6;
-    let mut info = TraceInfo::new(version, 8);
-    info.process_id = Some(4242);
-    info.processor_count = Some(2);
-    let mut w = TraceWriter::new(
-        Vec::with_capacity(GENERATED_BYTES as usize + 2 * BLOCK_BYTES),
-        &info,
-    )
-    .expect("writer");
-    w.write_metadata_block(&bench_metadata()).expect("metadata");
-    // V6 headers carry thread-table indexes; V4/V5 carry OS thread ids.
-    let thread_key = |i: u64| if v6 { i + 1 } else { 0x1000 + 4 * i };
-    if v6 {
-        let threads: Vec<ThreadInfo> = (0..THREADS)
-            .map(|i| ThreadInfo {
-                index: thread_key(i),
-                name: Some(format!("worker-{i}")),
-                process_id: Some(4242),
-                thread_id: Some(0x1000 + 4 * i),
-                key_values: Vec::new(),
-            })
-            .collect();
-        w.write_thread_block(&threads).expect("threads");
-    }
-
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let mut seq = [0u32; THREADS as usize];
-    let mut timestamp = 1_000_000i64;
-    let mut thread = 0u64;
-    let mut block = EventBlockBuilder::new(version);
-    let mut body = Vec::with_capacity(64);
-    let mut blocks = 0usize;
-    while w.bytes_written() < GENERATED_BYTES {
-        if blocks % BLOCKS_PER_SEQUENCE_POINT == 0 {
-            if blocks > 0 {
-                let bounds: Vec<(u64, u32)> = (0..THREADS)
-                    .filter(|&i| seq[i as usize] > 0)
-                    .map(|i| (thread_key(i), seq[i as usize]))
-                    .collect();
-                w.write_sequence_point(timestamp, 0, &bounds)
-                    .expect("sequence point");
-            }
-            // Stacks do not survive a sequence point: each region gets its own.
-            let stacks = region_stacks(&mut rng);
-            let refs: Vec<&[u8]> = stacks.iter().map(Vec::as_slice).collect();
-            w.write_stack_block(1, &refs).expect("stacks");
-        }
-        block.clear();
-        while block.encoded_len() < BLOCK_BYTES {
-            // Threads emit in bursts, like a real process.
-            if rng.below(10) >= 7 {
-                thread = rng.below(THREADS);
-            }
-            let metadata_id = match rng.below(20) {
-                0..=7 => 1,
-                8..=12 => 2,
-                13..=17 => 3,
-                _ => 4,
-            };
-            let stack_id = if rng.below(10) < 6 {
-                1 + rng.below(u64::from(STACKS_PER_REGION)) as u32
-            } else {
-                0
-            };
-            timestamp += 50 + rng.below(2000) as i64;
-            seq[thread as usize] += 1;
-            payload(&mut body, metadata_id, &mut rng);
-            let header = EventHeader {
-                metadata_id,
-                sequence_number: seq[thread as usize],
-                thread: thread_key(thread),
-                capture_thread: thread_key(thread),
-                processor: (thread % 2) as u32,
-                stack_id,
-                timestamp,
-                ..Default::default()
-            };
-            block.push(&header, &body);
-        }
-        w.write_event_block(&block).expect("event block");
-        blocks += 1;
-    }
-    w.finish().expect("finish")
-}
 
 // ---------------------------------------------------------------------------------------
 // Harness
