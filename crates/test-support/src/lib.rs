@@ -19,19 +19,16 @@ const THREADS: u64 = 8;
 const STACKS_PER_REGION: u32 = 64;
 
 /// xorshift64*: deterministic, dependency-free.
-#[derive(Debug, Clone)]
-pub struct Rng(pub u64);
+struct Rng(u64);
 
 impl Rng {
-    /// The next number.
-    pub fn next(&mut self) -> u64 {
+    fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
-    /// A number below `n`.
-    pub fn below(&mut self, n: u64) -> u64 {
+    fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 }
