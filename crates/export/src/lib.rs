@@ -17,4 +17,5 @@
 #![forbid(unsafe_code)]
 
 pub mod delivery;
+pub mod otlp;
 pub mod pyroscope;
