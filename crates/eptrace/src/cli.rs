@@ -127,6 +127,11 @@ struct AgentArgs {
     /// 127.0.0.1:52323]. An address other than loopback needs an API key.
     #[arg(long, value_name = "ADDR")]
     listen: Option<String>,
+    /// Export every target's spans, events and counters to this OpenTelemetry collector
+    /// (OTLP/HTTP base URL, e.g. http://127.0.0.1:4318); the config's [otlp] table sets the
+    /// rest.
+    #[arg(long, value_name = "URL")]
+    otlp: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -749,6 +754,7 @@ impl Cli {
                 None => Action::Agent(crate::agent::Config {
                     settings_file: a.config,
                     listen: a.listen,
+                    otlp: a.otlp,
                 }),
             },
             Command::Collect(a) => Action::Collect(collect::Config {

@@ -954,6 +954,16 @@ async fn metrics(State(agent): State<Arc<Agent>>, query: Params) -> Reply {
         "HTTP requests received",
         &[("", agent.requests.load(Ordering::Relaxed) as f64)],
     );
+    if let Some(exporter) = &agent.otlp {
+        prometheus::deliveries(&mut out, &[("otlp", exporter.stats())]);
+        prometheus::own(
+            &mut out,
+            "eptrace_agent_otlp_spans_over_bound_total",
+            "counter",
+            "Spans not exported because too many were open in one target",
+            &[("", exporter.over_bound.load(Ordering::Relaxed) as f64)],
+        );
+    }
     let states: Vec<(String, f64)> = agent
         .operations
         .counts()

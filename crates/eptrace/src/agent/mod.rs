@@ -1,7 +1,9 @@
 //! `eptrace agent`: unattended diagnostics for every process on the host, shaped after
 //! `dotnet-monitor`. It finds the attachable processes (as `eptrace ps`), keeps a standing
 //! counters session in each for `/metrics` and the rules, serves traces, heap snapshots,
-//! live counters and operations over HTTP, and runs the configured collection rules.
+//! live counters and operations over HTTP, runs the configured collection rules, and
+//! exports every target's spans, events and counters to an OpenTelemetry collector when
+//! one is configured ([`otlp`]).
 //!
 //! Threads: the HTTP server runs on a small tokio runtime; everything that speaks IPC to a
 //! target is blocking and runs on threads of its own (one scanner, one counters watcher
@@ -16,6 +18,7 @@ pub(crate) mod auth;
 pub(crate) mod egress;
 mod http;
 mod operations;
+mod otlp;
 mod processes;
 mod prometheus;
 mod rules;
@@ -69,6 +72,8 @@ pub(crate) fn test_value(
 pub(crate) struct Config {
     pub(crate) settings_file: Option<PathBuf>,
     pub(crate) listen: Option<String>,
+    /// `--otlp URL`: the collector, instead of the config's `otlp.url`.
+    pub(crate) otlp: Option<String>,
 }
 
 /// Where the API listens.
@@ -141,6 +146,8 @@ pub(crate) struct Agent {
     pub(crate) streams: Mutex<Vec<Arc<AtomicBool>>>,
     pub(crate) session_errors: AtomicU64,
     pub(crate) requests: AtomicU64,
+    /// The OpenTelemetry export, when a collector is configured.
+    pub(crate) otlp: Option<Arc<otlp::Exporter>>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -168,7 +175,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// `eptrace agent`: runs until SIGTERM or SIGINT.
 pub(crate) fn do_agent(config: &Config) -> Result<()> {
-    let settings = settings::load(config.settings_file.as_deref())?;
+    let mut settings = settings::load(config.settings_file.as_deref())?;
+    if let Some(url) = &config.otlp {
+        settings.otlp.url = Some(url.clone());
+    }
+    let otlp_endpoint = settings::otlp_endpoint(&settings.otlp)?;
     let listen_text = config
         .listen
         .clone()
@@ -212,6 +223,13 @@ pub(crate) fn do_agent(config: &Config) -> Result<()> {
         .context("starting the agent's runtime")?;
     let listener = runtime.block_on(http::bind(&listen))?;
     let listen = listener.address(&listen);
+    let (exporter, export_thread) = match otlp_endpoint {
+        Some(endpoint) => {
+            let (exporter, thread) = otlp::Exporter::start(endpoint, &settings.otlp)?;
+            (Some(exporter), Some(thread))
+        }
+        None => (None, None),
+    };
     let agent = Arc::new(Agent {
         rules: Rules::new(settings.rules.clone()),
         settings,
@@ -227,6 +245,7 @@ pub(crate) fn do_agent(config: &Config) -> Result<()> {
         streams: Mutex::new(Vec::new()),
         session_errors: AtomicU64::new(0),
         requests: AtomicU64::new(0),
+        otlp: exporter,
     });
     log(&format!(
         "eptrace agent listening on {listen}{}; egress {}; {} rule(s)",
@@ -242,6 +261,18 @@ pub(crate) fn do_agent(config: &Config) -> Result<()> {
             .map_or_else(|| "none".to_owned(), |p| p.display().to_string()),
         agent.settings.rules.len()
     ));
+    if let Some(exporter) = &agent.otlp {
+        let o = &agent.settings.otlp;
+        log(&format!(
+            "exporting OTLP to {} (spans and events of {} in Rust targets, {} in .NET \
+             targets; counters as metrics); a batch at least every {} s, queue at most {} MiB",
+            exporter.url(),
+            if o.providers.is_empty() { "no providers".to_owned() } else { o.providers.join(", ") },
+            if o.dotnet_providers.is_empty() { "none".to_owned() } else { o.dotnet_providers.join(", ") },
+            o.batch_seconds,
+            o.queue_mb
+        ));
+    }
     let scanner = {
         let agent = Arc::clone(&agent);
         std::thread::Builder::new()
@@ -262,6 +293,16 @@ pub(crate) fn do_agent(config: &Config) -> Result<()> {
     let threads = std::mem::take(&mut *lock(&agent.threads));
     for t in threads {
         let _ = t.join();
+    }
+    if let Some(exporter) = &agent.otlp {
+        let stats = exporter.shutdown(Duration::from_secs(5));
+        if let Some(t) = export_thread {
+            let _ = t.join();
+        }
+        log(&format!(
+            "otlp: {} request(s) sent, {} dropped, {} rejected, {} left queued",
+            stats.sent, stats.dropped, stats.rejected, stats.queued
+        ));
     }
     runtime.shutdown_timeout(Duration::from_secs(20));
     if let Listen::Unix(path) = &listen {
@@ -291,8 +332,14 @@ fn scan_loop(agent: &Arc<Agent>) {
         }
         for p in &changes.started {
             log(&format!("found {} ({}), {}", p.name, p.pid, p.runtime));
+            // One stop flag for everything standing in the process.
+            let stop = Arc::new(AtomicBool::new(false));
+            lock(&agent.watchers).insert(p.pid, Arc::clone(&stop));
             if agent.settings.metrics.enabled {
-                start_watcher(agent, p.clone());
+                start_watcher(agent, p.clone(), Arc::clone(&stop));
+            }
+            if let Some(exporter) = &agent.otlp {
+                otlp::start_events(agent, exporter, p.clone(), stop);
             }
             for firing in agent.rules.on_start(p) {
                 act(agent, p, &firing);
@@ -318,11 +365,16 @@ struct Watcher {
     process: Process,
     labels: prometheus::TargetLabels,
     problems: Vec<String>,
+    /// Counter values as OTLP metrics, when exporting.
+    export: Option<otlp::CounterExport>,
 }
 
 impl CounterListener for Watcher {
     fn value(&mut self, value: CounterValue, at: SystemTime) {
         self.agent.store.record(&self.labels, &value);
+        if let Some(export) = &mut self.export {
+            export.value(&value, at);
+        }
         for firing in self.agent.rules.on_value(&self.process, &value, at) {
             act(&self.agent, &self.process, &firing);
         }
@@ -340,9 +392,7 @@ impl CounterListener for Watcher {
 
 /// A standing counters session in `process`, restarted (after a pause) if it fails while
 /// the process lives.
-fn start_watcher(agent: &Arc<Agent>, process: Process) {
-    let stop = Arc::new(AtomicBool::new(false));
-    lock(&agent.watchers).insert(process.pid, Arc::clone(&stop));
+fn start_watcher(agent: &Arc<Agent>, process: Process, stop: Arc<AtomicBool>) {
     let is_rust = process.kind == Some(settings::RuntimeKind::Rust);
     let mut specs = crate::counters::default_specs(is_rust);
     for text in &agent.settings.metrics.counters {
@@ -379,6 +429,10 @@ fn start_watcher(agent: &Arc<Agent>, process: Process) {
                 agent: Arc::clone(&agent),
                 process: process.clone(),
                 problems: Vec::new(),
+                export: agent
+                    .otlp
+                    .as_ref()
+                    .map(|e| otlp::CounterExport::new(Arc::clone(e), &process)),
             };
             while !stop.load(Ordering::Relaxed) {
                 let outcome = sessions::watch_counters(
