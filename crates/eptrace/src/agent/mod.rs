@@ -267,8 +267,16 @@ pub(crate) fn do_agent(config: &Config) -> Result<()> {
             "exporting OTLP to {} (spans and events of {} in Rust targets, {} in .NET \
              targets; counters as metrics); a batch at least every {} s, queue at most {} MiB",
             exporter.url(),
-            if o.providers.is_empty() { "no providers".to_owned() } else { o.providers.join(", ") },
-            if o.dotnet_providers.is_empty() { "none".to_owned() } else { o.dotnet_providers.join(", ") },
+            if o.providers.is_empty() {
+                "no providers".to_owned()
+            } else {
+                o.providers.join(", ")
+            },
+            if o.dotnet_providers.is_empty() {
+                "none".to_owned()
+            } else {
+                o.dotnet_providers.join(", ")
+            },
             o.batch_seconds,
             o.queue_mb
         ));

@@ -79,6 +79,9 @@ impl Exporter {
     ) -> Result<(Arc<Exporter>, std::thread::JoinHandle<()>)> {
         let mut options = Options::new("otlp");
         options.max_bytes = settings.queue_mb << 20;
+        options.max_requests = settings.queue_requests;
+        options.max_backoff = Duration::from_secs_f64(settings.retry_max_seconds);
+        options.min_backoff = options.min_backoff.min(options.max_backoff);
         if let Some(dir) = &settings.queue_dir {
             options.store = Store::Disk(dir.clone());
         }
@@ -167,17 +170,27 @@ impl Exporter {
     }
 }
 
-/// A `Read` over the chunks a trace stream delivers through a channel.
-struct ChunkReader {
+/// A `Read` over the chunks a trace stream delivers through a channel; `idle` is called
+/// each time it is about to wait for the next chunk.
+struct ChunkReader<F: FnMut()> {
     chunks: mpsc::Receiver<Vec<u8>>,
     current: Vec<u8>,
     at: usize,
+    idle: F,
 }
 
-impl Read for ChunkReader {
+impl<F: FnMut()> Read for ChunkReader<F> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         while self.at >= self.current.len() {
-            match self.chunks.recv() {
+            let chunk = match self.chunks.try_recv() {
+                Ok(chunk) => Ok(chunk),
+                Err(mpsc::TryRecvError::Empty) => {
+                    (self.idle)();
+                    self.chunks.recv()
+                }
+                Err(mpsc::TryRecvError::Disconnected) => return Ok(0),
+            };
+            match chunk {
                 Ok(chunk) => {
                     self.current = chunk;
                     self.at = 0;
@@ -251,7 +264,8 @@ pub(crate) fn start_events(
     }
 }
 
-/// How often a stream's converted signals join the batch while events keep coming.
+/// How often a stream's converted signals join the batch while events keep coming (they
+/// also join it whenever the stream has nothing more to read for now).
 const HAND_OVER_EVERY: Duration = Duration::from_millis(200);
 
 /// One event session: streamed until `stop`, the process's end or an error.
@@ -274,14 +288,19 @@ fn stream_events(
     let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(64);
     std::thread::scope(|scope| -> Result<()> {
         let converter = scope.spawn(move || -> Result<()> {
+            // What the events completed, until handed to the batch: when the stream has
+            // nothing more for now (so the last events of a burst do not wait for the
+            // next one), and every HAND_OVER_EVERY while events keep coming.
+            let pending = Mutex::new(Signals::default());
+            let hand_over = || exporter.add(target, std::mem::take(&mut *lock(&pending)));
             let reader = ChunkReader {
                 chunks: rx,
                 current: Vec::new(),
                 at: 0,
+                idle: hand_over,
             };
             let mut reader = nettrace::TraceReader::from_read(reader)?.accept_truncation(true);
             let mut converter = EventConverter::new(process.pid);
-            let mut out = Signals::default();
             let mut handed = Instant::now();
             let mut over_bound = 0;
             loop {
@@ -289,14 +308,14 @@ fn stream_events(
                     Ok(Some(event)) => event,
                     Ok(None) => break,
                     Err(e) => {
-                        converter.finish(&mut out);
-                        exporter.add(target, std::mem::take(&mut out));
+                        converter.finish(&mut lock(&pending));
+                        hand_over();
                         return Err(e.into());
                     }
                 };
-                converter.event(&event, &mut out);
-                if handed.elapsed() >= HAND_OVER_EVERY && !out.is_empty() {
-                    exporter.add(target, std::mem::take(&mut out));
+                converter.event(&event, &mut lock(&pending));
+                if handed.elapsed() >= HAND_OVER_EVERY {
+                    hand_over();
                     handed = Instant::now();
                 }
                 let now = converter.stats().over_bound;
@@ -307,8 +326,8 @@ fn stream_events(
                     over_bound = now;
                 }
             }
-            converter.finish(&mut out);
-            exporter.add(target, out);
+            converter.finish(&mut lock(&pending));
+            hand_over();
             Ok(())
         });
         let mut write = |bytes: &[u8]| {

@@ -174,18 +174,58 @@ pub(crate) fn deliveries(out: &mut String, backends: &[(&str, eventpipe_export::
     }
     type Pick = fn(&eventpipe_export::delivery::Stats) -> f64;
     let families: [(&str, &str, &str, Pick); 7] = [
-        ("eptrace_agent_export_sent_total", "counter", "Requests the backend accepted", |s| s.sent as f64),
-        ("eptrace_agent_export_retries_total", "counter", "Attempts that failed and are tried again (connection errors, timeouts, 408, 429, 5xx)", |s| s.retries as f64),
-        ("eptrace_agent_export_dropped_total", "counter", "Requests dropped: the queue over its bound, or unreadable", |s| s.dropped as f64),
-        ("eptrace_agent_export_rejected_total", "counter", "Requests the backend refused for good (the agent's log says why)", |s| s.rejected as f64),
-        ("eptrace_agent_export_queued", "gauge", "Requests waiting to be sent", |s| s.queued as f64),
-        ("eptrace_agent_export_queued_bytes", "gauge", "Bytes of the requests waiting", |s| s.queued_bytes as f64),
-        ("eptrace_agent_export_failing", "gauge", "1 while the backend's last attempt failed", |s| f64::from(u8::from(s.failing))),
+        (
+            "eptrace_agent_export_sent_total",
+            "counter",
+            "Requests the backend accepted",
+            |s| s.sent as f64,
+        ),
+        (
+            "eptrace_agent_export_retries_total",
+            "counter",
+            "Attempts that failed and are tried again (connection errors, timeouts, 408, 429, 5xx)",
+            |s| s.retries as f64,
+        ),
+        (
+            "eptrace_agent_export_dropped_total",
+            "counter",
+            "Requests dropped: the queue over its bound, or unreadable",
+            |s| s.dropped as f64,
+        ),
+        (
+            "eptrace_agent_export_rejected_total",
+            "counter",
+            "Requests the backend refused for good (the agent's log says why)",
+            |s| s.rejected as f64,
+        ),
+        (
+            "eptrace_agent_export_queued",
+            "gauge",
+            "Requests waiting to be sent",
+            |s| s.queued as f64,
+        ),
+        (
+            "eptrace_agent_export_queued_bytes",
+            "gauge",
+            "Bytes of the requests waiting",
+            |s| s.queued_bytes as f64,
+        ),
+        (
+            "eptrace_agent_export_failing",
+            "gauge",
+            "1 while the backend's last attempt failed",
+            |s| f64::from(u8::from(s.failing)),
+        ),
     ];
     for (name, kind, help, pick) in families {
         let series: Vec<(String, f64)> = backends
             .iter()
-            .map(|(backend, stats)| (label_text(&[("backend".to_owned(), (*backend).to_owned())]), pick(stats)))
+            .map(|(backend, stats)| {
+                (
+                    label_text(&[("backend".to_owned(), (*backend).to_owned())]),
+                    pick(stats),
+                )
+            })
             .collect();
         let series: Vec<(&str, f64)> = series.iter().map(|(l, v)| (l.as_str(), *v)).collect();
         own(out, name, kind, help, &series);

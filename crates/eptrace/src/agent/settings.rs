@@ -18,6 +18,8 @@
 //! batch_seconds = 5                   # a batch is sent at least this often
 //! batch_items = 4096                  # or once it holds this many spans, records, metrics
 //! queue_mb = 64                       # what waits for the collector, at most
+//! queue_requests = 10000              # and at most this many requests
+//! retry_max_seconds = 60              # the longest wait between two attempts
 //! queue_dir = "/var/lib/eptrace/otlp" # keep it on disk (default: in memory)
 //!
 //! [[rules]]
@@ -88,6 +90,10 @@ pub(crate) struct OtlpSettings {
     pub(crate) batch_items: usize,
     #[serde(default = "default_queue_mb")]
     pub(crate) queue_mb: u64,
+    #[serde(default = "default_queue_requests")]
+    pub(crate) queue_requests: usize,
+    #[serde(default = "default_retry_max")]
+    pub(crate) retry_max_seconds: f64,
     /// A folder to queue requests in (they then survive the agent); else memory.
     pub(crate) queue_dir: Option<PathBuf>,
 }
@@ -102,6 +108,8 @@ impl Default for OtlpSettings {
             batch_seconds: five(),
             batch_items: default_batch_items(),
             queue_mb: default_queue_mb(),
+            queue_requests: default_queue_requests(),
+            retry_max_seconds: default_retry_max(),
             queue_dir: None,
         }
     }
@@ -117,6 +125,14 @@ fn default_batch_items() -> usize {
 
 fn default_queue_mb() -> u64 {
     64
+}
+
+fn default_queue_requests() -> usize {
+    10_000
+}
+
+fn default_retry_max() -> f64 {
+    60.0
 }
 
 /// The counters the agent keeps for `/metrics` and the rules.
@@ -357,7 +373,10 @@ pub(crate) fn check_otlp(o: &OtlpSettings) -> Result<()> {
     if o.url.is_some() {
         otlp_endpoint(o)?;
     }
-    for (which, list) in [("providers", &o.providers), ("dotnet_providers", &o.dotnet_providers)] {
+    for (which, list) in [
+        ("providers", &o.providers),
+        ("dotnet_providers", &o.dotnet_providers),
+    ] {
         for spec in list {
             eventpipe::ProviderConfig::parse(spec)
                 .with_context(|| format!("otlp.{which}: provider `{spec}`"))?;
@@ -376,7 +395,22 @@ pub(crate) fn check_otlp(o: &OtlpSettings) -> Result<()> {
         );
     }
     if !(1..=65_536).contains(&o.queue_mb) {
-        bail!("otlp.queue_mb is {}: it must be between 1 and 65536", o.queue_mb);
+        bail!(
+            "otlp.queue_mb is {}: it must be between 1 and 65536",
+            o.queue_mb
+        );
+    }
+    if !(1..=1_000_000).contains(&o.queue_requests) {
+        bail!(
+            "otlp.queue_requests is {}: it must be between 1 and 1000000",
+            o.queue_requests
+        );
+    }
+    if !(0.1..=3600.0).contains(&o.retry_max_seconds) {
+        bail!(
+            "otlp.retry_max_seconds is {}: it must be between 0.1 and 3600",
+            o.retry_max_seconds
+        );
     }
     for (name, value) in &o.headers {
         let bad_name = name.is_empty()
@@ -468,7 +502,10 @@ mod tests {
         .unwrap();
         let endpoint = otlp_endpoint(&s.otlp).unwrap().unwrap();
         assert_eq!(endpoint.base, "http://127.0.0.1:4318");
-        assert_eq!(endpoint.headers, [("authorization".into(), "Bearer t".into())]);
+        assert_eq!(
+            endpoint.headers,
+            [("authorization".into(), "Bearer t".into())]
+        );
         assert_eq!(s.otlp.providers, ["app:*:5"]);
         assert_eq!(s.otlp.batch_items, 4096);
     }
@@ -502,6 +539,8 @@ mod tests {
             ("[otlp]\nbatch_seconds = 0", "otlp.batch_seconds"),
             ("[otlp]\nbatch_items = 0", "otlp.batch_items"),
             ("[otlp]\nqueue_mb = 0", "otlp.queue_mb"),
+            ("[otlp]\nqueue_requests = 0", "otlp.queue_requests"),
+            ("[otlp]\nretry_max_seconds = 0", "otlp.retry_max_seconds"),
             ("[otlp]\nheaders = { \"a b\" = \"x\" }", "`a b` is not an HTTP header name"),
         ];
         for (text, expected) in cases {

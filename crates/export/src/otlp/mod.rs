@@ -426,9 +426,11 @@ fn span_id(parts: &[u64]) -> [u8; 8] {
 
 /// A trace id (16 bytes) from `parts`.
 fn trace_id(parts: &[u64]) -> [u8; 16] {
-    let hi = digest(parts);
+    // Salted, so that a root span's id is not the first half of its trace's id.
     let mut with = parts.to_vec();
     with.push(0x7472_6163_65); // "trace"
+    let hi = digest(&with);
+    with.push(0x6c6f); // "lo"
     let lo = digest(&with);
     let mut out = [0u8; 16];
     out[..8].copy_from_slice(&hi.to_be_bytes());
