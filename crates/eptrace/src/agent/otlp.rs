@@ -85,7 +85,7 @@ impl Exporter {
         if let Some(dir) = &settings.queue_dir {
             options.store = Store::Disk(dir.clone());
         }
-        let delivery = Delivery::start(options, |line| log(line))?;
+        let delivery = Delivery::start(options, log)?;
         let exporter = Arc::new(Exporter {
             endpoint,
             delivery: Mutex::new(Some(delivery)),

@@ -260,7 +260,7 @@ impl EventConverter {
                     provider: md.provider.clone(),
                     base: base.to_owned(),
                 };
-                let same = same.and_then(|f| look(f));
+                let same = same.and_then(look);
                 if !self.pair_end(&key, same, &fields, ns, tid, out) {
                     self.stats.unmatched_stops += 1;
                     self.log(event, ns, tid, &fields, out);

@@ -428,7 +428,7 @@ fn span_id(parts: &[u64]) -> [u8; 8] {
 fn trace_id(parts: &[u64]) -> [u8; 16] {
     // Salted, so that a root span's id is not the first half of its trace's id.
     let mut with = parts.to_vec();
-    with.push(0x7472_6163_65); // "trace"
+    with.push(0x0074_7261_6365); // "trace"
     let hi = digest(&with);
     with.push(0x6c6f); // "lo"
     let lo = digest(&with);
