@@ -7,12 +7,14 @@
 //!
 //! Threads: the HTTP server runs on a small tokio runtime; everything that speaks IPC to a
 //! target is blocking and runs on threads of its own (one scanner, one counters watcher
-//! per target, one per operation, tokio's blocking pool for streamed requests).
+//! per target, one per operation, tokio's blocking pool for streamed requests; with OTLP,
+//! one event session per target and one batching thread).
 //!
 //! Stopping (SIGTERM, SIGINT): the server stops accepting, every running operation and
 //! streamed trace is stopped with StopTracing and read to its end (so its file is a whole
-//! trace; a snapshot cut short is discarded), the counters sessions are stopped, and the
-//! agent waits for all of it before it exits.
+//! trace; a snapshot cut short is discarded), the counters and OTLP event sessions are
+//! stopped, and the agent waits for all of it before it exits; then what is batched for the
+//! collector is sent, with a few seconds for the queue to drain.
 
 pub(crate) mod auth;
 pub(crate) mod egress;
