@@ -374,4 +374,33 @@ mod tests {
         store.render(&mut out);
         assert!(out.is_empty(), "{out}");
     }
+
+    #[test]
+    fn each_delivery_family_is_written_once_with_a_series_per_backend() {
+        let otlp = eventpipe_export::delivery::Stats {
+            sent: 3,
+            dropped: 2,
+            failing: true,
+            ..Default::default()
+        };
+        let mut out = String::new();
+        deliveries(
+            &mut out,
+            &[("otlp", otlp), ("pyroscope", Default::default())],
+        );
+        for line in [
+            "# TYPE eptrace_agent_export_dropped_total counter",
+            r#"eptrace_agent_export_sent_total{backend="otlp"} 3"#,
+            r#"eptrace_agent_export_dropped_total{backend="otlp"} 2"#,
+            r#"eptrace_agent_export_failing{backend="otlp"} 1"#,
+            r#"eptrace_agent_export_sent_total{backend="pyroscope"} 0"#,
+        ] {
+            assert!(out.lines().any(|l| l == line), "{line} not in\n{out}");
+        }
+        assert_eq!(
+            out.matches("# TYPE eptrace_agent_export_sent_total")
+                .count(),
+            1
+        );
+    }
 }
