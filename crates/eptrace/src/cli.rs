@@ -135,6 +135,11 @@ struct AgentArgs {
     /// The length of one continuous profile [default: 10s].
     #[arg(long, value_name = "TIME", value_parser = parse_duration)]
     profile_period: Option<std::time::Duration>,
+    /// Export every target's spans, events and counters to this OpenTelemetry collector
+    /// (OTLP/HTTP base URL, e.g. http://127.0.0.1:4318); the config's [otlp] table sets the
+    /// rest.
+    #[arg(long, value_name = "URL")]
+    otlp: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -759,6 +764,7 @@ impl Cli {
                     listen: a.listen,
                     pyroscope: a.pyroscope,
                     profile_period: a.profile_period,
+                    otlp: a.otlp,
                 }),
             },
             Command::Collect(a) => Action::Collect(collect::Config {

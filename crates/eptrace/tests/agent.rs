@@ -1,10 +1,13 @@
 //! `eptrace agent` from the outside: real targets (the metrics crate's `counters-demo`, a
-//! Rust program with known counters; TestApp on .NET 8), real HTTP clients, a real
-//! Prometheus scraping the agent, and requests no client should send.
+//! Rust program with known counters; `otlp-demo`, with known spans, events and counters;
+//! TestApp on .NET 8), real HTTP clients, a real Prometheus scraping the agent, a real
+//! OpenTelemetry collector (rotel) receiving its export, a scripted one that is down,
+//! failing and back, and requests no client should send.
 //!
-//! Prometheus comes from `bash ci/prometheus.sh` (Debian's package), .NET from
-//! `bash ci/dotnet.sh`; without them the tests that need them print one line and pass,
-//! unless EVENTPIPE_REQUIRE_PROMETHEUS=1 (set by .ci/run).
+//! Prometheus comes from `bash ci/prometheus.sh` (Debian's package), rotel from
+//! `bash ci/rotel.sh` (PyPI), .NET from `bash ci/dotnet.sh`; without them the tests that
+//! need them print one line and pass, unless EVENTPIPE_REQUIRE_PROMETHEUS=1 /
+//! EVENTPIPE_REQUIRE_ROTEL=1 (set by .ci/run).
 
 mod support;
 use support::eptrace;
@@ -1367,4 +1370,589 @@ queue_max_profiles = 3
     assert!(agent.logged("answers again"));
     program.send("quit");
     drop(agent);
+}
+
+// ---- OpenTelemetry export ----
+
+use eventpipe_export::otlp::proto;
+use prost::Message as _;
+use proto::common::v1::any_value::Value as Any;
+use proto::common::v1::KeyValue;
+
+fn otlp_demo_path() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| support::build_example("eptrace", "otlp-demo"))
+        .clone()
+}
+
+/// The program with known spans, events and counters (see examples/otlp-demo.rs).
+fn start_otlp_demo() -> support::Program {
+    support::Program::start(Command::new(otlp_demo_path()), "otlp-demo")
+}
+
+/// `ci/rotel.sh`'s collector (or $ROTEL); `None` (after a one-line notice) when it is
+/// not installed, unless EVENTPIPE_REQUIRE_ROTEL=1.
+fn rotel_binary() -> Option<PathBuf> {
+    let found = std::env::var_os("ROTEL").map(PathBuf::from).or_else(|| {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/rotel/rotel-agent");
+        path.is_file().then_some(path)
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("EVENTPIPE_REQUIRE_ROTEL").is_none_or(|v| v != "1"),
+            "rotel is not installed (bash ci/rotel.sh) and EVENTPIPE_REQUIRE_ROTEL=1"
+        );
+        println!("skipping: rotel is not installed (run bash ci/rotel.sh)");
+    }
+    found
+}
+
+/// What a scripted OTLP/HTTP server answers: the statuses of its first requests (with a
+/// `Retry-After` for 429), then 200.
+#[derive(Clone, Default)]
+struct Script(Vec<u16>);
+
+/// A request the scripted server received: its path, its status, its body.
+#[derive(Clone, Debug)]
+struct Received {
+    path: String,
+    status: u16,
+    body: Vec<u8>,
+}
+
+/// A scripted OTLP/HTTP server on loopback: answers `script`, keeps every request.
+struct OtlpServer {
+    port: u16,
+    received: Arc<Mutex<Vec<Received>>>,
+}
+
+fn read_request(stream: &mut BufReader<TcpStream>) -> Option<(String, Vec<u8>)> {
+    let mut line = String::new();
+    if stream.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let path = line.split_whitespace().nth(1)?.to_owned();
+    let mut length = 0usize;
+    let mut chunked = false;
+    let mut gzip = false;
+    loop {
+        let mut header = String::new();
+        stream.read_line(&mut header).ok()?;
+        let header = header.trim_end();
+        if header.is_empty() {
+            break;
+        }
+        let (name, value) = header.split_once(':')?;
+        match name.trim().to_ascii_lowercase().as_str() {
+            "content-length" => length = value.trim().parse().ok()?,
+            "transfer-encoding" => chunked = value.to_ascii_lowercase().contains("chunked"),
+            // rotel compresses what it passes on, whatever its compression option says.
+            "content-encoding" => gzip = value.trim().eq_ignore_ascii_case("gzip"),
+            _ => {}
+        }
+    }
+    let mut body = Vec::new();
+    if chunked {
+        loop {
+            let mut size = String::new();
+            stream.read_line(&mut size).ok()?;
+            let size = usize::from_str_radix(size.trim().split(';').next()?, 16).ok()?;
+            let mut chunk = vec![0; size + 2];
+            stream.read_exact(&mut chunk).ok()?;
+            if size == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..size]);
+        }
+    } else {
+        body.resize(length, 0);
+        stream.read_exact(&mut body).ok()?;
+    }
+    if gzip {
+        let mut plain = Vec::new();
+        flate2::read::GzDecoder::new(&body[..])
+            .read_to_end(&mut plain)
+            .ok()?;
+        body = plain;
+    }
+    Some((path, body))
+}
+
+impl OtlpServer {
+    fn start(port: u16, script: Script) -> OtlpServer {
+        let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let answered = Arc::new(Mutex::new(0usize));
+        {
+            let received = Arc::clone(&received);
+            std::thread::spawn(move || {
+                for stream in listener.incoming() {
+                    let Ok(stream) = stream else { break };
+                    let received = Arc::clone(&received);
+                    let answered = Arc::clone(&answered);
+                    let script = script.clone();
+                    std::thread::spawn(move || {
+                        let mut writer = stream.try_clone().unwrap();
+                        let mut reader = BufReader::new(stream);
+                        while let Some((path, body)) = read_request(&mut reader) {
+                            let status = {
+                                let mut n = answered.lock().unwrap();
+                                *n += 1;
+                                script.0.get(*n - 1).copied().unwrap_or(200)
+                            };
+                            let extra = if status == 429 {
+                                "Retry-After: 1\r\n"
+                            } else {
+                                ""
+                            };
+                            let text = format!("scripted {status}");
+                            let answer = format!(
+                                "HTTP/1.1 {status} X\r\nContent-Type: text/plain\r\n{extra}\
+                                 Content-Length: {}\r\n\r\n{text}",
+                                text.len()
+                            );
+                            received
+                                .lock()
+                                .unwrap()
+                                .push(Received { path, status, body });
+                            if writer.write_all(answer.as_bytes()).is_err() {
+                                break;
+                            }
+                        }
+                    });
+                }
+            });
+        }
+        OtlpServer { port, received }
+    }
+
+    fn received(&self) -> Vec<Received> {
+        self.received.lock().unwrap().clone()
+    }
+}
+
+/// Everything the accepted requests held, decoded.
+#[derive(Default, Debug)]
+struct Collected {
+    spans: Vec<(Vec<KeyValue>, String, proto::trace::v1::Span)>,
+    logs: Vec<(Vec<KeyValue>, String, proto::logs::v1::LogRecord)>,
+    metrics: Vec<(Vec<KeyValue>, String, proto::metrics::v1::Metric)>,
+}
+
+fn decode_all(received: &[Received]) -> Collected {
+    use proto::collector::{logs, metrics, trace};
+    let mut c = Collected::default();
+    for r in received.iter().filter(|r| r.status == 200) {
+        let resource = |res: Option<proto::resource::v1::Resource>| {
+            res.map(|r| r.attributes).unwrap_or_default()
+        };
+        let scope = |s: Option<proto::common::v1::InstrumentationScope>| {
+            s.map(|s| s.name).unwrap_or_default()
+        };
+        if r.path.ends_with("/v1/traces") {
+            let m = trace::v1::ExportTraceServiceRequest::decode(&r.body[..]).unwrap();
+            for rs in m.resource_spans {
+                let attrs = resource(rs.resource);
+                for ss in rs.scope_spans {
+                    let name = scope(ss.scope);
+                    for s in ss.spans {
+                        c.spans.push((attrs.clone(), name.clone(), s));
+                    }
+                }
+            }
+        } else if r.path.ends_with("/v1/logs") {
+            let m = logs::v1::ExportLogsServiceRequest::decode(&r.body[..]).unwrap();
+            for rl in m.resource_logs {
+                let attrs = resource(rl.resource);
+                for sl in rl.scope_logs {
+                    let name = scope(sl.scope);
+                    for l in sl.log_records {
+                        c.logs.push((attrs.clone(), name.clone(), l));
+                    }
+                }
+            }
+        } else if r.path.ends_with("/v1/metrics") {
+            let m = metrics::v1::ExportMetricsServiceRequest::decode(&r.body[..]).unwrap();
+            for rm in m.resource_metrics {
+                let attrs = resource(rm.resource);
+                for sm in rm.scope_metrics {
+                    let name = scope(sm.scope);
+                    for metric in sm.metrics {
+                        c.metrics.push((attrs.clone(), name.clone(), metric));
+                    }
+                }
+            }
+        } else {
+            panic!("a request to {}", r.path);
+        }
+    }
+    c
+}
+
+fn attr<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a Any> {
+    attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref())
+        .and_then(|v| v.value.as_ref())
+}
+
+fn of_pid(resource: &[KeyValue], pid: u32) -> bool {
+    attr(resource, "process.pid") == Some(&Any::IntValue(i64::from(pid)))
+}
+
+/// The value of a one-point gauge or sum.
+fn point(metric: &proto::metrics::v1::Metric) -> f64 {
+    use proto::metrics::v1::metric::Data;
+    use proto::metrics::v1::number_data_point::Value as N;
+    let p = match &metric.data {
+        Some(Data::Gauge(g)) => &g.data_points[0],
+        Some(Data::Sum(s)) => &s.data_points[0],
+        other => panic!("{other:?}"),
+    };
+    match p.value {
+        Some(N::AsDouble(v)) => v,
+        Some(N::AsInt(v)) => v as f64,
+        None => panic!("no value"),
+    }
+}
+
+struct Kill(Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `name{labels}`'s value in the agent's `/metrics`.
+fn scraped(agent: &Agent, series: &str) -> Option<f64> {
+    let (_, body) = agent.request("GET", "/metrics", None);
+    String::from_utf8(body)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[test]
+fn rotel_receives_a_rust_targets_spans_logs_and_metrics() {
+    let _one = serial();
+    let Some(rotel) = rotel_binary() else {
+        return;
+    };
+    let dir = scratch("otlp-rotel");
+    // rotel passes what it receives on, re-encoded, to this server over OTLP/HTTP: the
+    // test reads what the collector understood, typed, not its log's text.
+    let sink = OtlpServer::start(0, Script::default());
+    let (http_port, grpc_port) = (free_port(), free_port());
+    let rotel_dir = dir.join("rotel");
+    std::fs::create_dir_all(&rotel_dir).unwrap();
+    let _rotel = Kill(
+        Command::new(&rotel)
+            .current_dir(&rotel_dir)
+            .args(["start", "--otlp-http-endpoint"])
+            .arg(format!("127.0.0.1:{http_port}"))
+            .arg("--otlp-grpc-endpoint")
+            .arg(format!("127.0.0.1:{grpc_port}"))
+            .args(["--exporter", "otlp", "--otlp-exporter-protocol", "http"])
+            .args([
+                "--otlp-exporter-compression",
+                "none",
+                "--batch-timeout",
+                "200ms",
+            ])
+            .arg("--otlp-exporter-endpoint")
+            .arg(format!("http://127.0.0.1:{}", sink.port))
+            .arg("--pid-file")
+            .arg(rotel_dir.join("rotel.pid"))
+            .arg("--log-file")
+            .arg(rotel_dir.join("rotel.log"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("rotel starts"),
+    );
+    wait_for("rotel to listen", 30, || {
+        TcpStream::connect(("127.0.0.1", http_port)).ok()
+    });
+    let mut demo = start_otlp_demo();
+    let agent = Agent::start_with(
+        &dir,
+        "[metrics]\ninterval_seconds = 1\ncounters = [\"OtlpDemo\"]\n\
+         [otlp]\nproviders = [\"otlp_demo:*:4\"]\nbatch_seconds = 0.5\n",
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--otlp",
+            &format!("http://127.0.0.1:{http_port}"),
+        ],
+    );
+    agent.wait_for_process(demo.pid);
+    // The session starts in its own time: warm-up work (batch 0) until a span arrives.
+    wait_for("the first span to reach the collector", 60, || {
+        demo.send("work 1 0");
+        demo.line("worked");
+        decode_all(&sink.received())
+            .spans
+            .iter()
+            .any(|(r, _, s)| of_pid(r, demo.pid) && s.name == "request")
+            .then_some(())
+    });
+    demo.send("work 5 7");
+    demo.line("worked");
+    let batch7 = |attributes: &[KeyValue]| attr(attributes, "batch") == Some(&Any::IntValue(7));
+    let c = wait_for(
+        "batch 7 and the counters to reach the collector",
+        60,
+        || {
+            let c = decode_all(&sink.received());
+            let loads = c
+                .spans
+                .iter()
+                .filter(|(r, _, s)| of_pid(r, demo.pid) && s.name == "load")
+                .count();
+            let logs = c
+                .logs
+                .iter()
+                .filter(|(r, _, l)| of_pid(r, demo.pid) && batch7(&l.attributes))
+                .count();
+            let totals = c
+                .metrics
+                .iter()
+                .filter(|(r, _, m)| of_pid(r, demo.pid) && m.name == "fixed-total")
+                .count();
+            (loads >= 6 && logs == 5 && totals >= 2).then_some(c)
+        },
+    );
+
+    // The resource: the process.
+    let (resource, scope, _) = c
+        .spans
+        .iter()
+        .find(|(r, _, _)| of_pid(r, demo.pid))
+        .unwrap();
+    assert_eq!(scope, "otlp_demo");
+    assert_eq!(
+        attr(resource, "service.name"),
+        Some(&Any::StringValue("otlp-demo".into()))
+    );
+    assert_eq!(
+        attr(resource, "process.runtime.name"),
+        Some(&Any::StringValue("rust".into()))
+    );
+    assert!(matches!(attr(resource, "host.name"), Some(Any::StringValue(h)) if !h.is_empty()));
+
+    // Spans: five requests of batch 7, each the parent of one load, in a trace of its own.
+    let requests: Vec<&proto::trace::v1::Span> = c
+        .spans
+        .iter()
+        .filter(|(r, _, s)| of_pid(r, demo.pid) && s.name == "request" && batch7(&s.attributes))
+        .map(|(_, _, s)| s)
+        .collect();
+    assert_eq!(requests.len(), 5, "{requests:#?}");
+    let mut ids: Vec<i64> = requests
+        .iter()
+        .map(|s| match attr(&s.attributes, "id") {
+            Some(Any::IntValue(i)) => *i,
+            other => panic!("id {other:?}"),
+        })
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [0, 1, 2, 3, 4]);
+    let mut traces = std::collections::BTreeSet::new();
+    for request in &requests {
+        assert!(request.parent_span_id.is_empty(), "a root: {request:?}");
+        assert_eq!(
+            attr(&request.attributes, "route"),
+            Some(&Any::StringValue("/items".into()))
+        );
+        assert_eq!(
+            attr(&request.attributes, "ratio"),
+            Some(&Any::DoubleValue(0.5))
+        );
+        assert_eq!(
+            attr(&request.attributes, "cached"),
+            Some(&Any::BoolValue(true))
+        );
+        assert!(request.end_time_unix_nano >= request.start_time_unix_nano);
+        assert_eq!((request.trace_id.len(), request.span_id.len()), (16, 8));
+        assert!(request.trace_id.iter().any(|&b| b != 0));
+        traces.insert(request.trace_id.clone());
+        let children: Vec<&proto::trace::v1::Span> = c
+            .spans
+            .iter()
+            .map(|(_, _, s)| s)
+            .filter(|s| s.parent_span_id == request.span_id)
+            .collect();
+        assert_eq!(children.len(), 1, "{request:?}");
+        let load = children[0];
+        assert_eq!(load.name, "load");
+        assert_eq!(load.trace_id, request.trace_id);
+        assert_eq!(attr(&load.attributes, "bytes"), Some(&Any::IntValue(1024)));
+        assert!(load.start_time_unix_nano >= request.start_time_unix_nano);
+        assert!(load.end_time_unix_nano <= request.end_time_unix_nano);
+        // The event, in the load span, with its typed fields.
+        let logs: Vec<&proto::logs::v1::LogRecord> = c
+            .logs
+            .iter()
+            .map(|(_, _, l)| l)
+            .filter(|l| l.span_id == load.span_id)
+            .collect();
+        assert_eq!(logs.len(), 1, "{load:?}");
+        let log = logs[0];
+        assert_eq!(log.trace_id, request.trace_id);
+        assert_eq!(log.event_name, "loaded");
+        assert_eq!(log.severity_text, "INFO");
+        assert_eq!(
+            log.body.as_ref().and_then(|b| b.value.clone()),
+            Some(Any::StringValue("loaded rows".into()))
+        );
+        for (key, value) in [
+            ("batch", Any::IntValue(7)),
+            ("rows", Any::IntValue(3)),
+            ("mean", Any::DoubleValue(2.5)),
+            ("ok", Any::BoolValue(true)),
+            ("who", Any::StringValue("db".into())),
+        ] {
+            assert_eq!(attr(&log.attributes, key), Some(&value), "{key}");
+        }
+    }
+    assert_eq!(traces.len(), 5);
+
+    // Metrics: the gauge's value, and the rate of 7 per interval as a cumulative sum.
+    let gauge = c
+        .metrics
+        .iter()
+        .find(|(r, s, m)| of_pid(r, demo.pid) && s == "OtlpDemo" && m.name == "fixed-gauge")
+        .map(|(_, _, m)| m)
+        .expect("fixed-gauge");
+    assert_eq!(point(gauge), 42.5);
+    assert_eq!(gauge.unit, "MBy");
+    let totals: Vec<f64> = c
+        .metrics
+        .iter()
+        .filter(|(r, s, m)| of_pid(r, demo.pid) && s == "OtlpDemo" && m.name == "fixed-total")
+        .map(|(_, _, m)| {
+            let Some(proto::metrics::v1::metric::Data::Sum(sum)) = &m.data else {
+                panic!("{m:?}")
+            };
+            assert!(sum.is_monotonic);
+            assert_eq!(
+                sum.aggregation_temporality,
+                proto::metrics::v1::AggregationTemporality::Cumulative as i32
+            );
+            point(m)
+        })
+        .collect();
+    for pair in totals.windows(2) {
+        assert_eq!(pair[1] - pair[0], 7.0, "{totals:?}");
+    }
+
+    // The agent's own account of it.
+    assert!(scraped(&agent, "eptrace_agent_export_sent_total{backend=\"otlp\"}").unwrap() >= 3.0);
+    assert_eq!(
+        scraped(
+            &agent,
+            "eptrace_agent_export_rejected_total{backend=\"otlp\"}"
+        ),
+        Some(0.0)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_collector_down_then_failing_then_back_is_retried_bounded_and_reported() {
+    let _one = serial();
+    let dir = scratch("otlp-down");
+    let mut demo = start_otlp_demo();
+    // Nothing listens on the port at first: the collector is down.
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let agent = Agent::start_with(
+        &dir,
+        "[metrics]\ninterval_seconds = 1\ncounters = [\"OtlpDemo\"]\n\
+         [otlp]\nproviders = [\"otlp_demo:*:4\"]\nbatch_seconds = 0.2\n\
+         queue_requests = 3\nretry_max_seconds = 1\n",
+        &["--listen", "127.0.0.1:0", "--otlp", &url],
+    );
+    agent.wait_for_process(demo.pid);
+    let dropped = "eptrace_agent_export_dropped_total{backend=\"otlp\"}";
+    wait_for("the bounded queue to drop its oldest requests", 60, || {
+        demo.send("work 2 1");
+        demo.line("worked");
+        (scraped(&agent, dropped)? > 0.0).then_some(())
+    });
+    // One line says the collector is unreachable, naming it and what it did not take.
+    wait_for("the log to say the collector is unreachable", 10, || {
+        agent
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|l| l.contains(&format!("otlp: {url} does not take")) && l.contains("/v1/"))
+            .cloned()
+    });
+    assert!(scraped(&agent, "eptrace_agent_export_queued{backend=\"otlp\"}").unwrap() <= 3.0);
+    assert_eq!(
+        scraped(&agent, "eptrace_agent_export_failing{backend=\"otlp\"}"),
+        Some(1.0)
+    );
+    assert!(
+        scraped(
+            &agent,
+            "eptrace_agent_export_retries_total{backend=\"otlp\"}"
+        )
+        .unwrap()
+            > 0.0
+    );
+    // The agent keeps watching the target meanwhile.
+    let gauge = format!(
+        "otlpdemo_fixed_gauge_bytes{{pid=\"{}\",process=\"otlp-demo\",runtime=\"rust\"}}",
+        demo.pid
+    );
+    let value = wait_for("the target's gauge in /metrics", 30, || {
+        scraped(&agent, &gauge)
+    });
+    assert_eq!(value, 42_500_000.0);
+
+    // The collector comes back, failing at first: 500, 500, 429 (Retry-After); then it
+    // takes one, refuses the next for good (400), and takes everything after.
+    let server = OtlpServer::start(port, Script(vec![500, 500, 429, 200, 400]));
+    wait_for("the queue to drain into the collector", 60, || {
+        let sent = scraped(&agent, "eptrace_agent_export_sent_total{backend=\"otlp\"}")?;
+        let failing = scraped(&agent, "eptrace_agent_export_failing{backend=\"otlp\"}")?;
+        (sent >= 3.0 && failing == 0.0).then_some(())
+    });
+    let statuses: Vec<u16> = server.received().iter().map(|r| r.status).take(5).collect();
+    assert_eq!(statuses, [500, 500, 429, 200, 400]);
+    assert!(agent.logged(&format!("otlp: {url} answers again")));
+    assert!(
+        agent.logged(&format!("otlp: {url} refused")) && agent.logged("HTTP 400: scripted 400"),
+        "the refusal is logged"
+    );
+    assert_eq!(
+        scraped(
+            &agent,
+            "eptrace_agent_export_rejected_total{backend=\"otlp\"}"
+        ),
+        Some(1.0)
+    );
+    // What arrives after the outage is whole OTLP, of this target.
+    demo.send("work 1 2");
+    demo.line("worked");
+    let c = wait_for("new spans after the recovery", 30, || {
+        let c = decode_all(&server.received());
+        c.spans
+            .iter()
+            .any(|(r, _, s)| {
+                of_pid(r, demo.pid) && attr(&s.attributes, "batch") == Some(&Any::IntValue(2))
+            })
+            .then_some(c)
+    });
+    assert!(c
+        .metrics
+        .iter()
+        .any(|(r, _, m)| of_pid(r, demo.pid) && m.name == "fixed-gauge"));
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -18,4 +18,5 @@
 
 pub mod continuous;
 pub mod delivery;
+pub mod otlp;
 pub mod pyroscope;

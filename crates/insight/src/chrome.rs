@@ -112,6 +112,7 @@ use serde::{Serialize, Serializer};
 
 use crate::async_trace::{AsyncEvent, AsyncFrameId, Decoder, Fact, PollSpan, SpanEnd};
 use crate::error::Result;
+use crate::intervals::{self, Lifecycle, Role};
 use crate::symbolize::RUNDOWN_PROVIDER;
 
 /// The file-name suffix the CLI gives this format: `trace.timeline.json`.
@@ -134,98 +135,7 @@ pub const MAX_LIVE_SPANS: usize = 65_536;
 /// written as strings.
 pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
-/// A begin/end pair that the runtime writes as two events with names of their own (not
-/// opcodes 1 and 2): the begin opens a slice on its thread, the next matching end on the
-/// same thread closes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PairRule {
-    /// The provider of both events.
-    pub provider: &'static str,
-    /// The begin event's name (as TraceEvent names it, e.g. `GC/SuspendEEStart`).
-    pub begin: &'static str,
-    /// The end event's name.
-    pub end: &'static str,
-    /// The slice's name.
-    pub name: &'static str,
-    /// A payload field whose value must be equal in the begin and the end (a method id),
-    /// for pairs that are not strictly nested on a thread.
-    pub same: Option<&'static str>,
-    /// String fields of the begin event appended to the slice's name, joined by `.`.
-    pub detail: &'static [&'static str],
-}
-
-const RUNTIME: &str = "Microsoft-Windows-DotNETRuntime";
-const RUNTIME_PRIVATE: &str = "Microsoft-Windows-DotNETRuntimePrivate";
-
-/// The runtime's begin/end pairs that are not Start/Stop opcodes, from its manifest
-/// (`ClrEtwAll.man`). Each pair is written by one thread; see the module docs.
-pub const PAIR_RULES: &[PairRule] = &[
-    // Suspending the managed threads for a GC (or another suspension): the suspending
-    // thread writes both (GCSuspendEEBegin_V1, GCSuspendEEEnd_V1).
-    PairRule {
-        provider: RUNTIME,
-        begin: "GC/SuspendEEStart",
-        end: "GC/SuspendEEStop",
-        name: "GC/SuspendEE",
-        same: None,
-        detail: &[],
-    },
-    // Resuming them (GCRestartEEBegin_V1, GCRestartEEEnd_V1), by the same thread.
-    PairRule {
-        provider: RUNTIME,
-        begin: "GC/RestartEEStart",
-        end: "GC/RestartEEStop",
-        name: "GC/RestartEE",
-        same: None,
-        detail: &[],
-    },
-    // The finalizer thread running finalizers (GCFinalizersBegin_V1, GCFinalizersEnd_V1).
-    PairRule {
-        provider: RUNTIME,
-        begin: "GC/FinalizersStart",
-        end: "GC/FinalizersStop",
-        name: "GC/Finalizers",
-        same: None,
-        detail: &[],
-    },
-    // JIT-compiling a method: MethodJittingStarted, then MethodLoadVerbose of the same
-    // MethodID on the compiling thread, as TraceEvent's JIT statistics pair them. A
-    // LoadVerbose without a JittingStarted (code loaded, not compiled) stays an instant.
-    PairRule {
-        provider: RUNTIME,
-        begin: "Method/JittingStarted",
-        end: "Method/LoadVerbose",
-        name: "JIT",
-        same: Some("MethodID"),
-        detail: &["MethodNamespace", "MethodName"],
-    },
-    // A background GC's phases, on the background GC thread.
-    PairRule {
-        provider: RUNTIME_PRIVATE,
-        begin: "GC/BGC2ndNonConStart",
-        end: "GC/BGC2ndNonConStop",
-        name: "GC/BGC2ndNonCon",
-        same: None,
-        detail: &[],
-    },
-    PairRule {
-        provider: RUNTIME_PRIVATE,
-        begin: "GC/BGC2ndConStart",
-        end: "GC/BGC2ndConStop",
-        name: "GC/BGC2ndCon",
-        same: None,
-        detail: &[],
-    },
-    // An allocating thread waiting for a background GC.
-    PairRule {
-        provider: RUNTIME_PRIVATE,
-        begin: "GC/BGCAllocWaitStart",
-        end: "GC/BGCAllocWaitStop",
-        name: "GC/BGCAllocWait",
-        same: None,
-        detail: &[],
-    },
-];
+pub use crate::intervals::{PairRule, PAIR_RULES};
 
 /// What [`write_chrome_trace`] wrote.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -642,129 +552,13 @@ struct Key {
     base: String,
 }
 
-/// What an event does to the intervals of its thread.
-enum Role<'a> {
-    /// Opens one: its base name, its name, the field its end must match.
-    Begin {
-        base: &'a str,
-        label: String,
-        named_by_field: bool,
-        same: Option<&'static str>,
-    },
-    /// Closes one.
-    End {
-        base: &'a str,
-        same: Option<&'static str>,
-    },
-    /// Neither.
-    Instant,
-}
-
-/// The event's opcode: stated, or implied by a name ending in Start/Stop.
-fn opcode(event: &Event<'_>) -> u8 {
-    let md = event.metadata;
-    md.opcode.unwrap_or_else(|| {
-        let lower = md.event_name.to_ascii_lowercase();
-        if lower.ends_with("start") {
-            1
-        } else if lower.ends_with("stop") {
-            2
-        } else {
-            0
-        }
-    })
-}
-
-/// `name` without a trailing `/Start`/`Start` (opcode 1) or `/Stop`/`Stop` (opcode 2).
-fn base_name(name: &str, opcode: u8) -> &str {
-    let suffix = if opcode == 1 { "Start" } else { "Stop" };
-    match name.strip_suffix(suffix) {
-        Some(rest) => rest.strip_suffix('/').unwrap_or(rest),
-        None => name,
-    }
-}
-
-/// The pair rule, if any, that `provider`/`name` begins (`true`) or ends (`false`).
-fn pair_rule(provider: &str, name: &str) -> Option<(&'static PairRule, bool)> {
-    PAIR_RULES.iter().find_map(|rule| {
-        if rule.provider != provider {
-            None
-        } else if rule.begin == name {
-            Some((rule, true))
-        } else if rule.end == name {
-            Some((rule, false))
-        } else {
-            None
-        }
-    })
-}
-
 /// The role of `event`, whose decoded payload is `payload`.
 fn role<'a, N: AsRef<str>>(event: &'a Event<'_>, payload: &Payload<N>) -> Role<'a> {
-    let md = event.metadata;
-    if let Some((rule, begins)) = pair_rule(&md.provider, &md.display_name) {
-        if !begins {
-            return Role::End {
-                base: rule.name,
-                same: rule.same,
-            };
-        }
-        let detail: Vec<&str> = rule
-            .detail
-            .iter()
-            .filter_map(|f| payload.field(f).and_then(Value::as_str))
-            .filter(|s| !s.is_empty())
-            .collect();
-        let label = if detail.is_empty() {
-            rule.name.to_owned()
-        } else {
-            format!("{} {}", rule.name, detail.join("."))
-        };
-        return Role::Begin {
-            base: rule.name,
-            label,
-            named_by_field: false,
-            same: rule.same,
-        };
-    }
-    match opcode(event) {
-        1 => {
-            let base = base_name(&md.display_name, 1);
-            let name = payload.field("Name").and_then(Value::as_str);
-            Role::Begin {
-                base,
-                label: name.unwrap_or(base).to_owned(),
-                named_by_field: name.is_some(),
-                same: None,
-            }
-        }
-        2 => Role::End {
-            base: base_name(&md.display_name, 2),
-            same: None,
-        },
-        _ => Role::Instant,
-    }
-}
-
-/// The tracing layer's span lifecycle events (see `eventpipe-tracing`): `SpanNew` when a
-/// span is created (its fields), `SpanClose` when it is closed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Lifecycle {
-    New(u64),
-    Close(u64),
+    intervals::role(event.metadata, |name| payload.field(name))
 }
 
 fn lifecycle<N: AsRef<str>>(event: &Event<'_>, payload: &Payload<N>) -> Option<Lifecycle> {
-    let md = event.metadata;
-    if md.opcode.unwrap_or(0) != 0 {
-        return None;
-    }
-    let id = || payload.field("SpanId").and_then(Value::as_u64);
-    match md.event_name.as_str() {
-        "SpanNew" => id().map(Lifecycle::New),
-        "SpanClose" => id().map(Lifecycle::Close),
-        _ => None,
-    }
+    intervals::lifecycle(event.metadata, |name| payload.field(name))
 }
 
 /// A span of the tracing layer between its `SpanNew` and its `SpanClose`.
@@ -1458,16 +1252,6 @@ pub fn write_chrome_trace<I: Input, W: Write>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn base_names_drop_one_start_or_stop_suffix() {
-        assert_eq!(base_name("GC/Start", 1), "GC");
-        assert_eq!(base_name("GC/Stop", 2), "GC");
-        assert_eq!(base_name("RequestStart", 1), "Request");
-        assert_eq!(base_name("Span/Stop", 2), "Span");
-        assert_eq!(base_name("Begin", 1), "Begin");
-        assert_eq!(base_name("GC/Start", 2), "GC/Start");
-    }
 
     #[test]
     fn program_names_come_from_the_first_word() {

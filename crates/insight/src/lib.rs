@@ -39,6 +39,7 @@ mod error;
 pub mod flamegraph;
 pub mod gcdump;
 pub mod heap;
+pub mod intervals;
 pub mod live_heap;
 pub mod pprof;
 pub mod profile;

@@ -954,6 +954,15 @@ async fn metrics(State(agent): State<Arc<Agent>>, query: Params) -> Reply {
         "HTTP requests received",
         &[("", agent.requests.load(Ordering::Relaxed) as f64)],
     );
+    if let Some(exporter) = &agent.otlp {
+        prometheus::own(
+            &mut out,
+            "eptrace_agent_otlp_spans_over_bound_total",
+            "counter",
+            "Spans not exported because too many were open in one target",
+            &[("", exporter.over_bound.load(Ordering::Relaxed) as f64)],
+        );
+    }
     let states: Vec<(String, f64)> = agent
         .operations
         .counts()
@@ -996,6 +1005,9 @@ async fn metrics(State(agent): State<Arc<Agent>>, query: Params) -> Reply {
         }
     }
     let mut backends = Vec::new();
+    if let Some(exporter) = &agent.otlp {
+        backends.push(("otlp", exporter.stats()));
+    }
     if let Some(p) = &agent.profiling {
         p.render(&mut out);
         backends.push(("pyroscope", p.delivery_stats()));

@@ -1,21 +1,26 @@
 //! `eptrace agent`: unattended diagnostics for every process on the host, shaped after
 //! `dotnet-monitor`. It finds the attachable processes (as `eptrace ps`), keeps a standing
 //! counters session in each for `/metrics` and the rules, serves traces, heap snapshots,
-//! live counters and operations over HTTP, and runs the configured collection rules.
+//! live counters and operations over HTTP, runs the configured collection rules, and
+//! exports every target's spans, events and counters to an OpenTelemetry collector when
+//! one is configured ([`otlp`]).
 //!
 //! Threads: the HTTP server runs on a small tokio runtime; everything that speaks IPC to a
 //! target is blocking and runs on threads of its own (one scanner, one counters watcher
-//! per target, one per operation, tokio's blocking pool for streamed requests).
+//! per target, one per operation, tokio's blocking pool for streamed requests; with OTLP,
+//! one event session per target and one batching thread).
 //!
 //! Stopping (SIGTERM, SIGINT): the server stops accepting, every running operation and
 //! streamed trace is stopped with StopTracing and read to its end (so its file is a whole
-//! trace; a snapshot cut short is discarded), the counters sessions are stopped, and the
-//! agent waits for all of it before it exits.
+//! trace; a snapshot cut short is discarded), the counters and OTLP event sessions are
+//! stopped, and the agent waits for all of it before it exits; then what is batched for the
+//! collector is sent, with a few seconds for the queue to drain.
 
 pub(crate) mod auth;
 pub(crate) mod egress;
 mod http;
 mod operations;
+mod otlp;
 mod processes;
 mod profiling;
 mod prometheus;
@@ -74,6 +79,8 @@ pub(crate) struct Config {
     pub(crate) pyroscope: Option<String>,
     /// `--profile-period`: overrides `profiling.period_seconds`.
     pub(crate) profile_period: Option<Duration>,
+    /// `--otlp URL`: the collector, instead of the config's `otlp.url`.
+    pub(crate) otlp: Option<String>,
 }
 
 /// Where the API listens.
@@ -148,6 +155,8 @@ pub(crate) struct Agent {
     pub(crate) requests: AtomicU64,
     /// Continuous profiling, when a Pyroscope server is set.
     pub(crate) profiling: Option<profiling::Profiling>,
+    /// The OpenTelemetry export, when a collector is configured.
+    pub(crate) otlp: Option<Arc<otlp::Exporter>>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -184,6 +193,10 @@ pub(crate) fn do_agent(config: &Config) -> Result<()> {
     }
     settings::check(&settings)?;
     let profiling = profiling::Profiling::start(&settings.profiling)?;
+    if let Some(url) = &config.otlp {
+        settings.otlp.url = Some(url.clone());
+    }
+    let otlp_endpoint = settings::otlp_endpoint(&settings.otlp)?;
     let listen_text = config
         .listen
         .clone()
@@ -227,6 +240,13 @@ pub(crate) fn do_agent(config: &Config) -> Result<()> {
         .context("starting the agent's runtime")?;
     let listener = runtime.block_on(http::bind(&listen))?;
     let listen = listener.address(&listen);
+    let (exporter, export_thread) = match otlp_endpoint {
+        Some(endpoint) => {
+            let (exporter, thread) = otlp::Exporter::start(endpoint, &settings.otlp)?;
+            (Some(exporter), Some(thread))
+        }
+        None => (None, None),
+    };
     let agent = Arc::new(Agent {
         rules: Rules::new(settings.rules.clone()),
         settings,
@@ -243,6 +263,7 @@ pub(crate) fn do_agent(config: &Config) -> Result<()> {
         session_errors: AtomicU64::new(0),
         requests: AtomicU64::new(0),
         profiling,
+        otlp: exporter,
     });
     log(&format!(
         "eptrace agent listening on {listen}{}; egress {}; {} rule(s); profiling {}",
@@ -266,6 +287,26 @@ pub(crate) fn do_agent(config: &Config) -> Result<()> {
         ),
     ));
     profiling::start_builder(&agent)?;
+    if let Some(exporter) = &agent.otlp {
+        let o = &agent.settings.otlp;
+        log(&format!(
+            "exporting OTLP to {} (spans and events of {} in Rust targets, {} in .NET \
+             targets; counters as metrics); a batch at least every {} s, queue at most {} MiB",
+            exporter.url(),
+            if o.providers.is_empty() {
+                "no providers".to_owned()
+            } else {
+                o.providers.join(", ")
+            },
+            if o.dotnet_providers.is_empty() {
+                "none".to_owned()
+            } else {
+                o.dotnet_providers.join(", ")
+            },
+            o.batch_seconds,
+            o.queue_mb
+        ));
+    }
     let scanner = {
         let agent = Arc::clone(&agent);
         std::thread::Builder::new()
@@ -292,6 +333,16 @@ pub(crate) fn do_agent(config: &Config) -> Result<()> {
     }
     if let Some(p) = &agent.profiling {
         p.shutdown();
+    }
+    if let Some(exporter) = &agent.otlp {
+        let stats = exporter.shutdown(Duration::from_secs(5));
+        if let Some(t) = export_thread {
+            let _ = t.join();
+        }
+        log(&format!(
+            "otlp: {} request(s) sent, {} dropped, {} rejected, {} left queued",
+            stats.sent, stats.dropped, stats.rejected, stats.queued
+        ));
     }
     runtime.shutdown_timeout(Duration::from_secs(20));
     if let Listen::Unix(path) = &listen {
@@ -324,8 +375,14 @@ fn scan_loop(agent: &Arc<Agent>) {
         }
         for p in &changes.started {
             log(&format!("found {} ({}), {}", p.name, p.pid, p.runtime));
+            // One stop flag for everything standing in the process.
+            let stop = Arc::new(AtomicBool::new(false));
+            lock(&agent.watchers).insert(p.pid, Arc::clone(&stop));
             if agent.settings.metrics.enabled {
-                start_watcher(agent, p.clone());
+                start_watcher(agent, p.clone(), Arc::clone(&stop));
+            }
+            if let Some(exporter) = &agent.otlp {
+                otlp::start_events(agent, exporter, p.clone(), stop);
             }
             profiling::start_profiler(agent, p.clone());
             for firing in agent.rules.on_start(p) {
@@ -352,11 +409,16 @@ struct Watcher {
     process: Process,
     labels: prometheus::TargetLabels,
     problems: Vec<String>,
+    /// Counter values as OTLP metrics, when exporting.
+    export: Option<otlp::CounterExport>,
 }
 
 impl CounterListener for Watcher {
     fn value(&mut self, value: CounterValue, at: SystemTime) {
         self.agent.store.record(&self.labels, &value);
+        if let Some(export) = &mut self.export {
+            export.value(&value, at);
+        }
         for firing in self.agent.rules.on_value(&self.process, &value, at) {
             act(&self.agent, &self.process, &firing);
         }
@@ -374,9 +436,7 @@ impl CounterListener for Watcher {
 
 /// A standing counters session in `process`, restarted (after a pause) if it fails while
 /// the process lives.
-fn start_watcher(agent: &Arc<Agent>, process: Process) {
-    let stop = Arc::new(AtomicBool::new(false));
-    lock(&agent.watchers).insert(process.pid, Arc::clone(&stop));
+fn start_watcher(agent: &Arc<Agent>, process: Process, stop: Arc<AtomicBool>) {
     let is_rust = process.kind == Some(settings::RuntimeKind::Rust);
     let mut specs = crate::counters::default_specs(is_rust);
     for text in &agent.settings.metrics.counters {
@@ -413,6 +473,10 @@ fn start_watcher(agent: &Arc<Agent>, process: Process) {
                 agent: Arc::clone(&agent),
                 process: process.clone(),
                 problems: Vec::new(),
+                export: agent
+                    .otlp
+                    .as_ref()
+                    .map(|e| otlp::CounterExport::new(Arc::clone(e), &process)),
             };
             while !stop.load(Ordering::Relaxed) {
                 let outcome = sessions::watch_counters(

@@ -157,76 +157,78 @@ impl Store {
     }
 }
 
-/// The health of the export backends' delivery queues, a series per backend.
-pub(crate) fn deliveries(out: &mut String, backends: &[(&str, eventpipe_export::delivery::Stats)]) {
-    if backends.is_empty() {
-        return;
-    }
-    type Pick = fn(&eventpipe_export::delivery::Stats) -> u64;
-    let families: [(&str, &str, &str, Pick); 7] = [
-        (
-            "eptrace_agent_export_sent_total",
-            "counter",
-            "Requests the backend accepted",
-            |s| s.sent,
-        ),
-        (
-            "eptrace_agent_export_retries_total",
-            "counter",
-            "Attempts that failed and were tried again",
-            |s| s.retries,
-        ),
-        (
-            "eptrace_agent_export_dropped_total",
-            "counter",
-            "Requests dropped: the queue was over its bound, or unreadable",
-            |s| s.dropped,
-        ),
-        (
-            "eptrace_agent_export_rejected_total",
-            "counter",
-            "Requests the backend refused for good",
-            |s| s.rejected,
-        ),
-        (
-            "eptrace_agent_export_queued",
-            "gauge",
-            "Requests waiting to be sent",
-            |s| s.queued,
-        ),
-        (
-            "eptrace_agent_export_queued_bytes",
-            "gauge",
-            "Bytes waiting to be sent",
-            |s| s.queued_bytes,
-        ),
-        (
-            "eptrace_agent_export_failing",
-            "gauge",
-            "1 while the backend does not take requests",
-            |s| u64::from(s.failing),
-        ),
-    ];
-    let labels: Vec<String> = backends
-        .iter()
-        .map(|(b, _)| format!("{{backend=\"{b}\"}}"))
-        .collect();
-    for (name, kind, help, pick) in families {
-        let series: Vec<(&str, f64)> = labels
-            .iter()
-            .zip(backends)
-            .map(|(l, (_, stats))| (l.as_str(), pick(stats) as f64))
-            .collect();
-        own(out, name, kind, help, &series);
-    }
-}
-
 /// One family of the agent's own metrics.
 pub(crate) fn own(out: &mut String, name: &str, kind: &str, help: &str, series: &[(&str, f64)]) {
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
     for (labels, value) in series {
         let _ = writeln!(out, "{name}{labels} {}", number(*value));
+    }
+}
+
+/// The delivery counts of the agent's export backends, one series per backend
+/// (`backend="otlp"`, `backend="pyroscope"`), each family written once.
+pub(crate) fn deliveries(out: &mut String, backends: &[(&str, eventpipe_export::delivery::Stats)]) {
+    if backends.is_empty() {
+        return;
+    }
+    type Pick = fn(&eventpipe_export::delivery::Stats) -> f64;
+    let families: [(&str, &str, &str, Pick); 7] = [
+        (
+            "eptrace_agent_export_sent_total",
+            "counter",
+            "Requests the backend accepted",
+            |s| s.sent as f64,
+        ),
+        (
+            "eptrace_agent_export_retries_total",
+            "counter",
+            "Attempts that failed and are tried again (connection errors, timeouts, 408, 429, 5xx)",
+            |s| s.retries as f64,
+        ),
+        (
+            "eptrace_agent_export_dropped_total",
+            "counter",
+            "Requests dropped: the queue over its bound, or unreadable",
+            |s| s.dropped as f64,
+        ),
+        (
+            "eptrace_agent_export_rejected_total",
+            "counter",
+            "Requests the backend refused for good (the agent's log says why)",
+            |s| s.rejected as f64,
+        ),
+        (
+            "eptrace_agent_export_queued",
+            "gauge",
+            "Requests waiting to be sent",
+            |s| s.queued as f64,
+        ),
+        (
+            "eptrace_agent_export_queued_bytes",
+            "gauge",
+            "Bytes of the requests waiting",
+            |s| s.queued_bytes as f64,
+        ),
+        (
+            "eptrace_agent_export_failing",
+            "gauge",
+            "1 while the backend's last attempt failed",
+            |s| f64::from(u8::from(s.failing)),
+        ),
+    ];
+    for (name, kind, help, pick) in families {
+        let series: Vec<(String, f64)> = backends
+            .iter()
+            .map(|(backend, stats)| {
+                (
+                    label_text(&[("backend".to_owned(), (*backend).to_owned())]),
+                    pick(stats),
+                )
+            })
+            .collect();
+        let series: Vec<(&str, f64)> = series.iter().map(|(l, v)| (l.as_str(), *v)).collect();
+        own(out, name, kind, help, &series);
     }
 }
 
@@ -371,5 +373,34 @@ mod tests {
         let mut out = String::new();
         store.render(&mut out);
         assert!(out.is_empty(), "{out}");
+    }
+
+    #[test]
+    fn each_delivery_family_is_written_once_with_a_series_per_backend() {
+        let otlp = eventpipe_export::delivery::Stats {
+            sent: 3,
+            dropped: 2,
+            failing: true,
+            ..Default::default()
+        };
+        let mut out = String::new();
+        deliveries(
+            &mut out,
+            &[("otlp", otlp), ("pyroscope", Default::default())],
+        );
+        for line in [
+            "# TYPE eptrace_agent_export_dropped_total counter",
+            r#"eptrace_agent_export_sent_total{backend="otlp"} 3"#,
+            r#"eptrace_agent_export_dropped_total{backend="otlp"} 2"#,
+            r#"eptrace_agent_export_failing{backend="otlp"} 1"#,
+            r#"eptrace_agent_export_sent_total{backend="pyroscope"} 0"#,
+        ] {
+            assert!(out.lines().any(|l| l == line), "{line} not in\n{out}");
+        }
+        assert_eq!(
+            out.matches("# TYPE eptrace_agent_export_sent_total")
+                .count(),
+            1
+        );
     }
 }

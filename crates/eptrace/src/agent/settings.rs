@@ -10,6 +10,18 @@
 //! interval_seconds = 5                # how often each target publishes its counters
 //! counters = ["MyMeter"]              # more providers beside the runtime's own
 //!
+//! [otlp]                              # OpenTelemetry export (or `--otlp URL`)
+//! url = "http://127.0.0.1:4318"       # the collector's OTLP/HTTP base URL
+//! providers = ["*:*:4"]               # events recorded in each Rust target (the default)
+//! dotnet_providers = []               # in each .NET target (none by default)
+//! headers = { authorization = "Bearer ..." }
+//! batch_seconds = 5                   # a batch is sent at least this often
+//! batch_items = 4096                  # or once it holds this many spans, records, metrics
+//! queue_mb = 64                       # what waits for the collector, at most
+//! queue_requests = 10000              # and at most this many requests
+//! retry_max_seconds = 60              # the longest wait between two attempts
+//! queue_dir = "/var/lib/eptrace/otlp" # keep it on disk (default: in memory)
+//!
 //! [[rules]]
 //! name = "high-cpu"
 //! filter = { name = "my-service", runtime = "rust" }
@@ -49,6 +61,8 @@ pub(crate) struct Settings {
     pub(crate) rules: Vec<Rule>,
     #[serde(default)]
     pub(crate) profiling: ProfilingSettings,
+    #[serde(default)]
+    pub(crate) otlp: OtlpSettings,
 }
 
 /// Continuous profiling to Grafana Pyroscope (`[profiling]`).
@@ -103,6 +117,58 @@ impl Default for ProfilingSettings {
     }
 }
 
+/// OpenTelemetry export: on when `url` is set (here or with `--otlp`).
+///
+/// Each target gets a standing event session recording `providers` (Rust targets) or
+/// `dotnet_providers` (.NET targets), in `eptrace collect --providers` syntax: its spans
+/// and events go to the collector as OTLP spans and log records. Rust targets take `*`
+/// for every provider they have (their `tracing` targets included, this project's
+/// profilers not), so the default records everything at Informational; a .NET runtime
+/// has no such wildcard, so .NET targets record nothing unless providers are named. The
+/// counters the agent watches (`[metrics]`) go as OTLP metrics.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct OtlpSettings {
+    /// The collector's base URL (`/v1/traces`, `/v1/logs`, `/v1/metrics` are added).
+    pub(crate) url: Option<String>,
+    #[serde(default = "default_otlp_providers")]
+    pub(crate) providers: Vec<String>,
+    #[serde(default)]
+    pub(crate) dotnet_providers: Vec<String>,
+    /// Headers of every request (authorization…).
+    #[serde(default)]
+    pub(crate) headers: std::collections::BTreeMap<String, String>,
+    #[serde(default = "five")]
+    pub(crate) batch_seconds: f64,
+    #[serde(default = "default_batch_items")]
+    pub(crate) batch_items: usize,
+    #[serde(default = "default_queue_mb")]
+    pub(crate) queue_mb: u64,
+    #[serde(default = "default_queue_requests")]
+    pub(crate) queue_requests: usize,
+    #[serde(default = "default_retry_max")]
+    pub(crate) retry_max_seconds: f64,
+    /// A folder to queue requests in (they then survive the agent); else memory.
+    pub(crate) queue_dir: Option<PathBuf>,
+}
+
+impl Default for OtlpSettings {
+    fn default() -> Self {
+        OtlpSettings {
+            url: None,
+            providers: default_otlp_providers(),
+            dotnet_providers: Vec::new(),
+            headers: std::collections::BTreeMap::new(),
+            batch_seconds: five(),
+            batch_items: default_batch_items(),
+            queue_mb: default_queue_mb(),
+            queue_requests: default_queue_requests(),
+            retry_max_seconds: default_retry_max(),
+            queue_dir: None,
+        }
+    }
+}
+
 impl ProfilingSettings {
     /// The queue's folder: as set, else one per user in the temporary folder (kept across
     /// the agent's restarts).
@@ -139,6 +205,26 @@ fn queue_mb() -> u64 {
 
 fn queue_profiles() -> usize {
     100_000
+}
+
+fn default_otlp_providers() -> Vec<String> {
+    vec!["*:*:4".to_owned()]
+}
+
+fn default_batch_items() -> usize {
+    4096
+}
+
+fn default_queue_mb() -> u64 {
+    64
+}
+
+fn default_queue_requests() -> usize {
+    10_000
+}
+
+fn default_retry_max() -> f64 {
+    60.0
 }
 
 /// The counters the agent keeps for `/metrics` and the rules.
@@ -356,6 +442,7 @@ pub(crate) fn check(s: &Settings) -> Result<()> {
             bail!("profiling.headers: the value of `{name}` holds a line break");
         }
     }
+    check_otlp(&s.otlp)?;
     if !s.rules.is_empty() && s.egress.is_none() {
         bail!("rules write files: set `egress` to the folder they go to");
     }
@@ -412,6 +499,81 @@ pub(crate) fn check(s: &Settings) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Checks the `[otlp]` table (its URL again once `--otlp` may have replaced it:
+/// [`otlp_endpoint`]).
+pub(crate) fn check_otlp(o: &OtlpSettings) -> Result<()> {
+    if o.url.is_some() {
+        otlp_endpoint(o)?;
+    }
+    for (which, list) in [
+        ("providers", &o.providers),
+        ("dotnet_providers", &o.dotnet_providers),
+    ] {
+        for spec in list {
+            eventpipe::ProviderConfig::parse(spec)
+                .with_context(|| format!("otlp.{which}: provider `{spec}`"))?;
+        }
+    }
+    if !(0.1..=3600.0).contains(&o.batch_seconds) {
+        bail!(
+            "otlp.batch_seconds is {}: it must be between 0.1 and 3600",
+            o.batch_seconds
+        );
+    }
+    if !(1..=1_000_000).contains(&o.batch_items) {
+        bail!(
+            "otlp.batch_items is {}: it must be between 1 and 1000000",
+            o.batch_items
+        );
+    }
+    if !(1..=65_536).contains(&o.queue_mb) {
+        bail!(
+            "otlp.queue_mb is {}: it must be between 1 and 65536",
+            o.queue_mb
+        );
+    }
+    if !(1..=1_000_000).contains(&o.queue_requests) {
+        bail!(
+            "otlp.queue_requests is {}: it must be between 1 and 1000000",
+            o.queue_requests
+        );
+    }
+    if !(0.1..=3600.0).contains(&o.retry_max_seconds) {
+        bail!(
+            "otlp.retry_max_seconds is {}: it must be between 0.1 and 3600",
+            o.retry_max_seconds
+        );
+    }
+    for (name, value) in &o.headers {
+        let bad_name = name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+        if bad_name {
+            bail!("otlp.headers: `{name}` is not an HTTP header name");
+        }
+        if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+            bail!("otlp.headers: the value of `{name}` holds a line break or NUL");
+        }
+    }
+    Ok(())
+}
+
+/// The collector's endpoint, from `url` and `headers`.
+pub(crate) fn otlp_endpoint(o: &OtlpSettings) -> Result<Option<eventpipe_export::otlp::Endpoint>> {
+    let Some(url) = &o.url else {
+        return Ok(None);
+    };
+    let headers = o
+        .headers
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let endpoint = eventpipe_export::otlp::Endpoint::new(url, headers)
+        .map_err(|e| anyhow::anyhow!("otlp.url (or --otlp): {e}"))?;
+    Ok(Some(endpoint))
 }
 
 /// A profile by the name `eptrace collect --profile` takes.
@@ -491,6 +653,31 @@ mod tests {
         assert_eq!(p.queue_folder(), PathBuf::from("/var/lib/q"));
         assert_eq!((p.queue_max_mb, p.queue_max_profiles), (8, 10));
         assert_eq!(p.filter.name.as_deref(), Some("svc"));
+        assert_eq!(s.otlp.url, None);
+        assert_eq!(s.otlp.providers, ["*:*:4"]);
+    }
+
+    #[test]
+    fn an_otlp_table_reads() {
+        let s = parse(
+            r#"
+            [otlp]
+            url = "http://127.0.0.1:4318/"
+            providers = ["app:*:5"]
+            headers = { authorization = "Bearer t" }
+            batch_seconds = 0.5
+            queue_dir = "/tmp/q"
+            "#,
+        )
+        .unwrap();
+        let endpoint = otlp_endpoint(&s.otlp).unwrap().unwrap();
+        assert_eq!(endpoint.base, "http://127.0.0.1:4318");
+        assert_eq!(
+            endpoint.headers,
+            [("authorization".into(), "Bearer t".into())]
+        );
+        assert_eq!(s.otlp.providers, ["app:*:5"]);
+        assert_eq!(s.otlp.batch_items, 4096);
     }
 
     #[test]
@@ -524,6 +711,16 @@ mod tests {
             ("[profiling]\nheaders = { A = \"x\\ny\" }", "line break"),
             ("[profiling]\napi = \"grpc\"", "grpc"),
             ("[profiling]\nperiod = 10", "period"),
+            ("[otlp]\nurl = \"127.0.0.1:4318\"", "otlp.url"),
+            ("[otlp]\nurl = \"http://h:4318/v1/traces\"", "base URL"),
+            ("[otlp]\nprovider = [\"x\"]", "provider"),
+            ("[otlp]\nproviders = [\"app:zz\"]", "otlp.providers: provider `app:zz`"),
+            ("[otlp]\nbatch_seconds = 0", "otlp.batch_seconds"),
+            ("[otlp]\nbatch_items = 0", "otlp.batch_items"),
+            ("[otlp]\nqueue_mb = 0", "otlp.queue_mb"),
+            ("[otlp]\nqueue_requests = 0", "otlp.queue_requests"),
+            ("[otlp]\nretry_max_seconds = 0", "otlp.retry_max_seconds"),
+            ("[otlp]\nheaders = { \"a b\" = \"x\" }", "`a b` is not an HTTP header name"),
         ];
         for (text, expected) in cases {
             let err = format!("{:#}", parse(text).unwrap_err());
