@@ -12,12 +12,13 @@
 //!    pair; the median over the pairs is printed with the spread, beside the same figure
 //!    for pairs where neither window has an agent (the noise floor). Target: ≤ 0.5 %.
 //!
-//! 3. **Continuous profiling, the agent's cost**: 20 targets (the profiler crate's
+//! 3. **The agent exporting, its cost**: 20 targets (the profiler crate's
 //!    `profiled-service`, one busy worker each, so the 2 cores are shared by all 20), one
-//!    agent profiling all of them (100 Hz CPU sampler and allocation samples, 10 s periods)
-//!    and pushing to a stand-in Pyroscope on loopback that accepts everything; counters
-//!    off, so the figure is the profiling's. The agent's CPU in % of a core, its peak RSS,
-//!    and the profiles pushed. Targets: ≤ 2 % of a core, ≤ 100 MB.
+//!    agent doing everything it does for a fleet: profiling all of them (100 Hz CPU sampler
+//!    and allocation samples, 10 s periods) for Pyroscope, a standing event session in each
+//!    for OTLP, counters every 5 s for `/metrics` and OTLP metrics, all sent to a stand-in
+//!    backend on loopback that accepts everything. The agent's CPU in % of a core, its peak
+//!    RSS, and the requests sent. Targets: ≤ 2 % of a core, ≤ 100 MB.
 //! 4. **Continuous profiling, a target's throughput**: one `profiled-service`, its loop
 //!    iterations per second over windows alternately without an agent and with one
 //!    profiling it at 100 Hz; loss and noise floor as in 2. Target: ≤ 1 %.
@@ -301,17 +302,24 @@ fn accepting_server() -> (String, Arc<AtomicU64>) {
     (url, count)
 }
 
-fn profiling_config(url: &str, tag: &str) -> String {
+/// Profiling every `profiled-service` for `url`; with `export_all`, OTLP export to the same
+/// stand-in and the default counters too, else counters off.
+fn profiling_config(url: &str, tag: &str, export_all: bool) -> String {
     let queue = std::env::temp_dir().join(format!(
         "eptrace-agent-cost-{}-{tag}-queue",
         std::process::id()
     ));
     let _ = std::fs::remove_dir_all(&queue);
-    format!(
-        "[metrics]\nenabled = false\n\n[profiling]\npyroscope = \"{url}\"\n\
+    let profiling = format!(
+        "[profiling]\npyroscope = \"{url}\"\n\
          filter = {{ command_line = \"profiled-service\" }}\nqueue_folder = \"{}\"\n",
         queue.display()
-    )
+    );
+    if export_all {
+        format!("{profiling}\n[otlp]\nurl = \"{url}\"\n")
+    } else {
+        format!("[metrics]\nenabled = false\n\n{profiling}")
+    }
 }
 
 fn profiling_own_cost() {
@@ -330,7 +338,7 @@ fn profiling_own_cost() {
         })
         .collect();
     let (url, pushed) = accepting_server();
-    let (agent, _) = agent(&profiling_config(&url, "own"), "profiling-own");
+    let (agent, _) = agent(&profiling_config(&url, "own", true), "profiling-own");
     let pid = agent.0.id();
     // Warm-up: a first period of every target pushed.
     std::thread::sleep(Duration::from_secs(15));
@@ -343,8 +351,9 @@ fn profiling_own_cost() {
     let profiles = pushed.load(Ordering::Relaxed) - p0;
     let cpu = (t1 - t0) as f64 / ticks_per_second() / elapsed * 100.0;
     println!(
-        "continuous profiling, agent cost: {targets} targets at 100 Hz, 10 s periods, \
-         {profiles} profiles pushed over {elapsed:.0} s: {cpu:.2} % of a core, peak RSS {:.1} MB",
+        "agent exporting (Pyroscope at 100 Hz, 10 s periods; OTLP; counters): {targets} \
+         targets, {profiles} requests sent over {elapsed:.0} s: {cpu:.2} % of a core, peak \
+         RSS {:.1} MB",
         hwm as f64 / 1024.0
     );
     drop(agent);
@@ -390,7 +399,7 @@ fn profiling_target_throughput() {
         let plain_again = service_rate(&mut stdin, &mut lines, seconds);
         floor.push((1.0 - plain_again / plain) * 100.0);
         let (agent, _) = agent(
-            &profiling_config(&url, &format!("target-{i}")),
+            &profiling_config(&url, &format!("target-{i}"), false),
             "profiling-target",
         );
         // Profiling: the agent found the target and its first period is running.

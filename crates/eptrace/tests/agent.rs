@@ -1956,3 +1956,67 @@ fn a_collector_down_then_failing_then_back_is_retried_bounded_and_reported() {
         .any(|(r, _, m)| of_pid(r, demo.pid) && m.name == "fixed-gauge"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_dotnet_process_is_profiled_as_thread_time_with_managed_frames_by_name() {
+    let Some(go) = converters::go("the .NET continuous profiling test") else {
+        return;
+    };
+    let Some(dotnet) = dotnet_app::Dotnet::locate() else {
+        return;
+    };
+    let _one = serial();
+    let dir = scratch("pyroscope-dotnet");
+    let mut app = dotnet_app::App::spawn_with(&dotnet.dotnet8, &dotnet.testapp, &["forever"], &[]);
+    drop(app.wait_for_socket("continuous profiling, .NET 8"));
+    let (url, pushed) = pyroscope_stand_in(vec![]);
+    let config = format!(
+        r#"
+[metrics]
+enabled = false
+
+[profiling]
+pyroscope = "{url}"
+api = "ingest"
+period_seconds = 2
+filter = {{ runtime = "dotnet" }}
+queue_folder = "{}"
+"#,
+        dir.join("queue").display()
+    );
+    let agent = Agent::start(&dir, &config);
+    let pid = app.pid.to_string();
+    let push = wait_for("a profile of the .NET process", 90, || {
+        pushed
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|p| p.path.contains(&format!("pid%3D{pid}")))
+            .cloned()
+    });
+    // The /ingest call: the service and its labels in `name`, the period, the format.
+    assert!(push.path.starts_with("/ingest?name="), "{}", push.path);
+    assert!(push.path.contains("runtime%3Ddotnet"), "{}", push.path);
+    for part in ["&from=", "&until=", "&format=pprof", "&sampleRate="] {
+        assert!(push.path.contains(part), "{part} in {}", push.path);
+    }
+    let file = dir.join("dotnet.pb.gz");
+    std::fs::write(&file, &push.body).unwrap();
+    // .NET's samples are thread time, and say so; the managed frames have their names.
+    let raw = go_pprof(&go, &file, &["-raw", "-symbolize=none"]);
+    assert!(
+        raw.contains("samples/count thread_time/nanoseconds"),
+        "{raw}"
+    );
+    let top = go_pprof(&go, &file, &["-top", "-symbolize=none", "-nodecount=200"]);
+    assert!(
+        top.contains("TestApp") || top.contains("Program.Main"),
+        "a managed frame of the app by name:\n{top}"
+    );
+    assert!(
+        !agent.logged("--samples managed"),
+        "the agent asks for thread time; the CLI's hint is not its log's"
+    );
+    drop(agent);
+    drop(app);
+}

@@ -44,6 +44,8 @@ pub struct Period {
     pub until_unix_nanos: i128,
     /// The CPU sampler's rate, Hz.
     pub sample_rate: u32,
+    /// The target is a .NET process: its sample profiler's samples are thread time.
+    pub dotnet: bool,
 }
 
 /// The profiles of one period's trace, each with the build ids it names, and notes on
@@ -57,7 +59,11 @@ pub fn period_profiles(
 ) -> Result<(Vec<PeriodProfile>, Vec<String>), Error> {
     let mut profiles = Vec::new();
     let mut notes = Vec::new();
-    let mut selections = vec![SampleSelection::Cpu];
+    let mut selections = vec![if period.dotnet {
+        SampleSelection::ThreadTime
+    } else {
+        SampleSelection::Cpu
+    }];
     let mut first = true;
     while let Some(selection) = selections.pop() {
         let mut reader = TraceReader::from_slice(trace)?;

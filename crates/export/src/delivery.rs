@@ -392,6 +392,13 @@ impl Shared {
     }
 
     fn run(&self) {
+        // One client for the thread's life: its connections are kept alive between
+        // requests, and its TLS settings are built once.
+        let client: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(self.options.timeout))
+            .http_status_as_error(false)
+            .build()
+            .into();
         let mut backoff = self.options.min_backoff;
         loop {
             let head = {
@@ -423,7 +430,7 @@ impl Shared {
                     continue;
                 }
             };
-            match self.attempt(&request) {
+            match self.attempt(&client, &request) {
                 Outcome::Sent => {
                     self.sent.fetch_add(1, Ordering::Relaxed);
                     if self.failing.swap(false, Ordering::Relaxed) {
@@ -501,13 +508,8 @@ impl Shared {
         }
     }
 
-    fn attempt(&self, request: &Request) -> Outcome {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_global(Some(self.options.timeout))
-            .http_status_as_error(false)
-            .build()
-            .into();
-        let mut call = agent
+    fn attempt(&self, client: &ureq::Agent, request: &Request) -> Outcome {
+        let mut call = client
             .post(&request.url)
             .header("Content-Type", &request.content_type);
         for (k, v) in &request.headers {

@@ -134,6 +134,7 @@ pub struct BinaryCache {
     entries: HashMap<(String, Option<String>), (Option<elf::Binary>, u64)>,
     tick: u64,
     capacity: usize,
+    debug_files: bool,
 }
 
 impl Default for BinaryCache {
@@ -158,7 +159,17 @@ impl BinaryCache {
             entries: HashMap::new(),
             tick: 0,
             capacity: capacity.max(1),
+            debug_files: true,
         }
+    }
+
+    /// Without separate debug files (`/usr/lib/debug`): a stripped library is named from
+    /// its own symbol tables only. Debug files are mostly compressed, and reading one
+    /// decompresses its sections into memory (tens of MB for libc), which a process that
+    /// keeps binaries open for long may not want to hold.
+    pub fn without_debug_files(mut self) -> BinaryCache {
+        self.debug_files = false;
+        self
     }
 
     /// How many binaries it holds (usable or not).
@@ -509,7 +520,8 @@ impl Symbolizer {
                 .debug_root
                 .clone()
                 .unwrap_or_else(|| PathBuf::from(elf::DEFAULT_DEBUG_ROOT));
-            let opened = match elf::open_binary(path, build_id, &root) {
+            let debug_files = self.binaries.debug_files;
+            let opened = match elf::open_binary(path, build_id, &root, debug_files) {
                 Ok((binary, note)) => {
                     if let Some(note) = note {
                         self.notes.push(format!("{path}: {note}"));

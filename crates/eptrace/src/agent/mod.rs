@@ -182,8 +182,23 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Keeps glibc to two malloc arenas. The agent runs a thread per session (dozens with a
+/// fleet's worth of targets), and glibc would give each busy thread an arena of its own
+/// that keeps what it freed: measured, 10 MB more resident for 20 targets.
+fn bound_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // M_ARENA_MAX from glibc's malloc.h.
+        const M_ARENA_MAX: libc::c_int = -8;
+        // SAFETY: mallopt only sets a tunable of the allocator; it is called before the
+        // agent starts any thread, and a refusal (0) leaves glibc's default.
+        let _ = unsafe { libc::mallopt(M_ARENA_MAX, 2) };
+    }
+}
+
 /// `eptrace agent`: runs until SIGTERM or SIGINT.
 pub(crate) fn do_agent(config: &Config) -> Result<()> {
+    bound_malloc_arenas();
     let mut settings = settings::load(config.settings_file.as_deref())?;
     if let Some(url) = &config.pyroscope {
         settings.profiling.pyroscope = Some(url.clone());

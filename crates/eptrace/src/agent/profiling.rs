@@ -35,7 +35,7 @@ use super::{lock, log, Agent};
 const MAX_PERIOD_TRACE: usize = 64 << 20;
 
 /// Period traces waiting for the builder; a target's thread waits beyond that.
-const WAITING_TRACES: usize = 8;
+const WAITING_TRACES: usize = 2;
 
 /// One period's trace, for the builder.
 struct Job {
@@ -224,6 +224,9 @@ fn build_loop(agent: &Arc<Agent>, waiting: &Receiver<Job>) {
         return;
     };
     let mut binaries = BinaryCache::default();
+    if !profiling.settings.debug_files {
+        binaries = binaries.without_debug_files();
+    }
     let mut said: HashSet<String> = HashSet::new();
     let mut say_once = |line: String| {
         if said.len() < 1024 && said.insert(line.clone()) {
@@ -314,8 +317,16 @@ fn profile_loop(agent: &Arc<Agent>, process: &Process, stop: &AtomicBool) {
         }
     };
     log(&format!(
-        "profiling {} ({}) every {} s at {} Hz for {}",
-        process.name, process.pid, settings.period_seconds, settings.rate_hz, profiling.server.url
+        "profiling {} ({}) every {} s{} for {}",
+        process.name,
+        process.pid,
+        settings.period_seconds,
+        if process.kind == Some(RuntimeKind::Dotnet) {
+            " (.NET's sample profiler, ~1 kHz)".to_owned()
+        } else {
+            format!(" at {} Hz", settings.rate_hz)
+        },
+        profiling.server.url
     ));
     while !stop.load(Ordering::Relaxed) && !agent.stopping.load(Ordering::Relaxed) {
         let outcome = (|| -> Result<()> {
@@ -340,6 +351,7 @@ fn profile_loop(agent: &Arc<Agent>, process: &Process, stop: &AtomicBool) {
                 from_unix_nanos: unix_nanos(from),
                 until_unix_nanos: unix_nanos(until),
                 sample_rate: settings.rate_hz,
+                dotnet: process.kind == Some(RuntimeKind::Dotnet),
             };
             let jobs = lock(&profiling.jobs).clone();
             if let Some(jobs) = jobs {

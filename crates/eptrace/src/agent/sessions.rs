@@ -24,7 +24,7 @@ use crate::collect::{Profile, Target, TargetSpec};
 const STOP_GRACE: Duration = Duration::from_secs(15);
 
 /// How soon a running session's stopper sees a cancel.
-const CANCEL_CHECK: Duration = Duration::from_millis(200);
+const CANCEL_CHECK: Duration = Duration::from_millis(500);
 
 /// What a trace asks for.
 #[derive(Debug, Clone)]
@@ -266,6 +266,9 @@ impl crate::counters::Sink for ListenerSink<'_> {
     }
     fn tick(&mut self) -> Result<bool> {
         Ok(!self.stop.load(Ordering::Relaxed))
+    }
+    fn tick_interval(&self) -> Duration {
+        CANCEL_CHECK
     }
     fn ended(&mut self, why: &str) -> Result<()> {
         self.listener.problem(why);

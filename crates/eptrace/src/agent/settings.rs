@@ -90,6 +90,12 @@ pub(crate) struct ProfilingSettings {
     /// Which processes are profiled; every field given must match.
     #[serde(default)]
     pub(crate) filter: Filter,
+    /// Whether stripped libraries are named from their separate debug files
+    /// (`/usr/lib/debug`). Off by default: the agent keeps what it opens, and a debug
+    /// file's compressed sections take tens of MB once read (libc's about 30); the
+    /// profiles keep the build ids, by which the backend can name those frames.
+    #[serde(default)]
+    pub(crate) debug_files: bool,
     /// Where profiles wait while the server does not take them.
     pub(crate) queue_folder: Option<PathBuf>,
     /// At most this many MiB wait; beyond it the oldest profiles are dropped (and counted).
@@ -110,6 +116,7 @@ impl Default for ProfilingSettings {
             rate_hz: 100,
             allocations: true,
             filter: Filter::default(),
+            debug_files: false,
             queue_folder: None,
             queue_max_mb: 256,
             queue_max_profiles: 100_000,

@@ -285,8 +285,14 @@ pub(crate) trait Sink {
     /// A value the target published at `at`.
     fn value(&mut self, value: CounterValue, at: SystemTime) -> Result<()>;
     fn problem(&mut self, problem: String) -> Result<()>;
-    /// Called every tick (about 50 ms); `Ok(false)` ends the session.
+    /// Called every tick (every [`Sink::tick_interval`] at least); `Ok(false)` ends the
+    /// session.
     fn tick(&mut self) -> Result<bool>;
+    /// The longest wait between two ticks: short for a screen that answers keys, long for
+    /// a watcher that only checks a stop flag (fewer wakeups).
+    fn tick_interval(&self) -> Duration {
+        Duration::from_millis(50)
+    }
     fn ended(&mut self, why: &str) -> Result<()>;
 }
 
@@ -309,7 +315,7 @@ pub(crate) fn run(config: &SessionConfig, sink: &mut dyn Sink, stop: &AtomicBool
         }
         match live
             .events
-            .recv_timeout(Duration::from_millis(50))
+            .recv_timeout(sink.tick_interval())
             .map(|d| match d {
                 Delivery::Event(e) => Ok(*e),
                 Delivery::Ended(why) => Err(why),

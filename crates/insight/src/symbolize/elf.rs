@@ -73,6 +73,7 @@ pub(crate) fn open_binary(
     path: &str,
     traced_build_id: Option<&str>,
     debug_root: &Path,
+    debug_files: bool,
 ) -> Result<(Binary, Option<String>), String> {
     let pseudo = path.is_empty()
         || path.starts_with('[')
@@ -85,10 +86,13 @@ pub(crate) fn open_binary(
         );
     }
     let file_path = Path::new(path);
-    let data = std::fs::read(file_path).map_err(|e| {
+    // Read through a cache of the parts parsed, not whole: a binary with debug info is
+    // tens of megabytes, and only its headers, build id and section table are needed
+    // here (the loader below maps the file itself).
+    let data = object::ReadCache::new(std::fs::File::open(file_path).map_err(|e| {
         format!("cannot read the binary ({e}); its frames are shown as module+offset")
-    })?;
-    let file = object::File::parse(&*data).map_err(|e| {
+    })?);
+    let file = object::File::parse(&data).map_err(|e| {
         format!("not a binary this symbolizer reads ({e}); its frames are shown as module+offset")
     })?;
     let on_disk_build_id = file.build_id().ok().flatten().map(hex);
@@ -133,12 +137,16 @@ pub(crate) fn open_binary(
         };
         return Ok((binary, None));
     }
-    let searched = debug_file_candidates(
-        file_path,
-        on_disk_build_id.as_deref(),
-        debuglink.as_ref().map(|(n, _)| n.as_str()),
-        debug_root,
-    );
+    let searched = if debug_files {
+        debug_file_candidates(
+            file_path,
+            on_disk_build_id.as_deref(),
+            debuglink.as_ref().map(|(n, _)| n.as_str()),
+            debug_root,
+        )
+    } else {
+        Vec::new()
+    };
     let wanted_crc = debuglink.as_ref().map(|&(_, crc)| crc);
     for candidate in &searched {
         if is_debug_file_of(candidate, on_disk_build_id.as_deref(), wanted_crc) {
@@ -151,7 +159,9 @@ pub(crate) fn open_binary(
         loader: load(file_path)?,
         segments,
     };
-    let looked_in = if searched.is_empty() {
+    let looked_in = if !debug_files {
+        "separate debug files are not read here".to_owned()
+    } else if searched.is_empty() {
         "it has no build id or debug link to look one up by".to_owned()
     } else {
         let list: Vec<String> = searched.iter().map(|p| p.display().to_string()).collect();
@@ -176,7 +186,7 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn has_dwarf(file: &object::File<'_>) -> bool {
+fn has_dwarf<'a, R: object::ReadRef<'a>>(file: &object::File<'a, R>) -> bool {
     file.section_by_name(".debug_info")
         .is_some_and(|s| s.size() > 0 && s.kind() != object::SectionKind::UninitializedData)
 }
@@ -213,10 +223,11 @@ fn debug_file_candidates(
 /// Whether `candidate` is the debug file of a binary with `build_id`, or (without build
 /// ids on both sides) of a binary whose debug link states `crc`.
 fn is_debug_file_of(candidate: &Path, build_id: Option<&str>, crc: Option<u32>) -> bool {
-    let Ok(data) = std::fs::read(candidate) else {
+    let Ok(opened) = std::fs::File::open(candidate) else {
         return false;
     };
-    let Ok(file) = object::File::parse(&*data) else {
+    let cache = object::ReadCache::new(opened);
+    let Ok(file) = object::File::parse(&cache) else {
         return false;
     };
     if !has_dwarf(&file) && file.symbol_table().is_none() {
@@ -226,6 +237,10 @@ fn is_debug_file_of(candidate: &Path, build_id: Option<&str>, crc: Option<u32>) 
     match (build_id, candidate_id) {
         (Some(want), Some(have)) => want == have,
         _ => crc.is_some_and(|crc| {
+            // Only without build ids: the link's CRC is of the whole file.
+            let Ok(data) = std::fs::read(candidate) else {
+                return false;
+            };
             let mut hasher = flate2::Crc::new();
             hasher.update(&data);
             hasher.sum() == crc
