@@ -632,7 +632,7 @@ struct DemoArgs {
     /// How long to trace.
     #[arg(long, value_name = "TIME", default_value = "3s", value_parser = parse_duration)]
     duration: std::time::Duration,
-    /// Directory for the files [default: eptrace-demo].
+    /// Directory for the files.
     #[arg(short = 'o', long, value_name = "DIR", default_value = "eptrace-demo")]
     out_dir: PathBuf,
 }

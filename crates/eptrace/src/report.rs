@@ -9,6 +9,9 @@
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// A fast hasher for the maps touched once per event (keys from the trace itself).
+type FastHash = foldhash::fast::RandomState;
 use std::io::{self, BufWriter, Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
@@ -18,7 +21,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use eventpipe_insight::{AsyncTrace, BuiltProfile, ProfileBuilder, SampleSelection};
 use nettrace::source::Input;
-use nettrace::{EventMetadata, ReadStats, SortedReader, TraceInfo, TraceReader};
+use nettrace::{EventMetadata, ReadStats, TraceInfo, TraceReader};
 use serde::Serialize;
 
 use crate::input::{self, InputSpec, Opened, PageRelease, PagedInput};
@@ -530,29 +533,21 @@ struct SortedCheck {
 }
 
 fn sorted_pass<I: Input>(
-    reader: TraceReader<I>,
+    mut reader: TraceReader<I>,
     pos: &AtomicU64,
     stop: &AtomicBool,
 ) -> nettrace::Result<SortedCheck> {
-    let mut sorted = SortedReader::new(reader);
-    let mut check = SortedCheck::default();
-    let mut last = i64::MIN;
-    while let Some(event) = sorted.next_event()? {
-        check.events += 1;
-        if event.header.timestamp < last {
-            check.violations += 1;
-        }
-        last = event.header.timestamp;
-        if check.events % CHECK_EVERY == 0 {
-            // Relaxed: progress display and an early-exit hint; nothing is published.
-            pos.fetch_max(event.offset.0, Ordering::Relaxed);
-            if stop.load(Ordering::Relaxed) {
-                break;
-            }
-        }
-    }
+    // Only the order is checked, so only timestamps are held, not the events.
+    let check = nettrace::check_sorted_order(&mut reader, CHECK_EVERY, |_, offset| {
+        // Relaxed: progress display and an early-exit hint; nothing is published.
+        pos.fetch_max(offset, Ordering::Relaxed);
+        !stop.load(Ordering::Relaxed)
+    })?;
     pos.store(u64::MAX, Ordering::Relaxed);
-    Ok(check)
+    Ok(SortedCheck {
+        events: check.events,
+        violations: check.violations,
+    })
 }
 
 /// Counters of the file-order pass.
@@ -567,14 +562,14 @@ struct ThreadTally {
 struct Tally {
     events: u64,
     names: NameCounter,
-    threads: HashMap<(Option<u64>, u64), ThreadTally>,
+    threads: HashMap<(Option<u64>, u64), ThreadTally, FastHash>,
     thread_names: HashMap<u64, String>,
-    last_ts_by_capture: HashMap<u64, i64>,
+    last_ts_by_capture: HashMap<u64, i64, FastHash>,
     violations_by_capture: HashMap<u64, u64>,
     min_ts: Option<i64>,
     max_ts: Option<i64>,
     events_with_stack: u64,
-    stacks: HashSet<Box<[u8]>>,
+    stacks: HashSet<Box<[u8]>, FastHash>,
 }
 
 /// Counts events per `Provider/EventName` without building the name for every event.
@@ -583,7 +578,7 @@ struct Tally {
 /// cached row is trusted only when its provider and name still match.
 #[derive(Debug, Default)]
 struct NameCounter {
-    by_id: HashMap<u32, usize>,
+    by_id: HashMap<u32, usize, FastHash>,
     by_name: HashMap<(String, String), usize>,
     rows: Vec<NameRow>,
 }

@@ -14,6 +14,10 @@
 
 use std::collections::HashMap;
 
+/// A fast hasher for the per-event maps: the keys come from one trace, not from an
+/// adversary who could aim collisions at it.
+pub(crate) type FastHash = foldhash::fast::RandomState;
+
 use nettrace::source::Input;
 use nettrace::{Event, TraceReader};
 
@@ -128,13 +132,15 @@ pub struct ProfileBuilder {
     symbolizer: Symbolizer,
     /// Distinct (process, leaf-first addresses): addresses mean different code in
     /// different processes.
-    raw_stacks: HashMap<(Option<u64>, Vec<u64>), usize>,
+    /// Keyed by the stack's bytes as the trace holds them (no per-event decoding or
+    /// allocation), per process.
+    raw_stacks: HashMap<Option<u64>, HashMap<Box<[u8]>, usize, FastHash>, FastHash>,
     raw_stack_list: Vec<(Option<u64>, Vec<u64>)>,
-    samples: HashMap<Kind, Vec<RawSample>>,
+    samples: HashMap<Kind, Vec<RawSample>, FastHash>,
     /// Samples of each kind in the trace, wanted or not.
-    seen: HashMap<Kind, usize>,
+    seen: HashMap<Kind, usize, FastHash>,
     thread_names: HashMap<u64, String>,
-    thread_pids: HashMap<u64, u64>,
+    thread_pids: HashMap<u64, u64, FastHash>,
     cpu_interval_ns: u64,
     /// The trace's ticks per second (0 until an event is seen).
     tick_frequency: i64,
@@ -142,7 +148,7 @@ pub struct ProfileBuilder {
     last_ms: f64,
     /// Allocation samples not (yet) ended by a `FreeSample`: address → index in
     /// `samples[Allocations]`.
-    unfreed: HashMap<u64, usize>,
+    unfreed: HashMap<u64, usize, FastHash>,
     /// The `Snapshot` of the `LiveAllocation` samples kept.
     live_snapshot: u64,
     /// The async profiler's events.
@@ -183,17 +189,17 @@ impl ProfileBuilder {
         ProfileBuilder {
             selection,
             symbolizer: Symbolizer::new(),
-            raw_stacks: HashMap::new(),
+            raw_stacks: HashMap::default(),
             raw_stack_list: Vec::new(),
-            samples: HashMap::new(),
-            seen: HashMap::new(),
+            samples: HashMap::default(),
+            seen: HashMap::default(),
             thread_names: HashMap::new(),
-            thread_pids: HashMap::new(),
+            thread_pids: HashMap::default(),
             cpu_interval_ns: 1_000_000,
             tick_frequency: 0,
             first_ms: None,
             last_ms: 0.0,
-            unfreed: HashMap::new(),
+            unfreed: HashMap::default(),
             live_snapshot: 0,
             async_trace: AsyncTraceBuilder::new(),
             async_stacks: true,
@@ -254,8 +260,8 @@ impl ProfileBuilder {
             }
             return;
         }
-        let ips: Vec<u64> = event.stack_ips().collect();
-        if ips.is_empty() {
+        let stack_bytes = event.stack.unwrap_or(&[]);
+        if stack_bytes.len() < event.trace.pointer_size.max(1) as usize {
             return;
         }
         let (kind, weight, alloc) = self.classify(event);
@@ -294,13 +300,14 @@ impl ProfileBuilder {
                 self.unfreed.insert(address, index);
             }
         }
-        let ips = (event.process_id(), ips);
-        let stack = match self.raw_stacks.get(&ips) {
+        let pid = event.process_id();
+        let known = self.raw_stacks.entry(pid).or_default();
+        let stack = match known.get(stack_bytes) {
             Some(&id) => id,
             None => {
                 let id = self.raw_stack_list.len();
-                self.raw_stack_list.push(ips.clone());
-                self.raw_stacks.insert(ips, id);
+                self.raw_stack_list.push((pid, event.stack_ips().collect()));
+                known.insert(stack_bytes.into(), id);
                 id
             }
         };
@@ -474,7 +481,8 @@ impl ProfileBuilder {
         let splice_from = async_trace.as_ref().filter(|_| self.async_stacks);
         let mut unplaced = 0u64;
         // A native stack with (or without) an async callstack spliced in.
-        let mut stack_ids: HashMap<StackKey, (StackId, Option<LinesId>)> = HashMap::new();
+        let mut stack_ids: HashMap<StackKey, (StackId, Option<LinesId>), FastHash> =
+            HashMap::default();
         for sample in raw {
             let async_frames = match splice_from {
                 Some(t) if sample.async_ctx != 0 => {

@@ -6,6 +6,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::builder::FastHash;
+
 /// Index into [`Profile::frames`].
 pub type FrameId = usize;
 /// Index into [`Profile::stacks`].
@@ -186,10 +188,10 @@ pub struct Profile {
     /// later needs to find the binary.
     pub build_ids: BTreeMap<String, String>,
     /// Frames by their function: (function, module, file, kind).
-    frame_index: HashMap<(String, Option<String>, Option<String>, FrameKind), FrameId>,
-    stack_index: HashMap<Vec<FrameId>, StackId>,
-    lines_index: HashMap<Vec<u32>, LinesId>,
-    thread_index: HashMap<u64, usize>,
+    frame_index: HashMap<(String, Option<String>, Option<String>, FrameKind), FrameId, FastHash>,
+    stack_index: HashMap<Vec<FrameId>, StackId, FastHash>,
+    lines_index: HashMap<Vec<u32>, LinesId, FastHash>,
+    thread_index: HashMap<u64, usize, FastHash>,
 }
 
 impl Profile {
@@ -207,10 +209,10 @@ impl Profile {
             end_ms: 0.0,
             sampling_interval_ns: None,
             build_ids: BTreeMap::new(),
-            frame_index: HashMap::new(),
-            stack_index: HashMap::new(),
-            lines_index: HashMap::new(),
-            thread_index: HashMap::new(),
+            frame_index: HashMap::default(),
+            stack_index: HashMap::default(),
+            lines_index: HashMap::default(),
+            thread_index: HashMap::default(),
         }
     }
 

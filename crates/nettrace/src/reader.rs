@@ -713,6 +713,10 @@ impl<I: Input> TraceReader<I> {
         }))
     }
 
+    pub(crate) fn event_ref_at(&self, loc: EventLoc) -> Result<EventRef<'_>> {
+        self.event_ref(loc)
+    }
+
     pub(crate) fn event_at(&self, loc: EventLoc) -> Result<Event<'_>> {
         self.event_ref(loc).map(|e| e.to_event())
     }
