@@ -18,6 +18,9 @@ use std::collections::HashMap;
 /// adversary who could aim collisions at it.
 pub(crate) type FastHash = foldhash::fast::RandomState;
 
+/// Raw stack ids by the stack's bytes.
+type StackIds = HashMap<Box<[u8]>, usize, FastHash>;
+
 use nettrace::source::Input;
 use nettrace::{Event, TraceReader};
 
@@ -134,7 +137,7 @@ pub struct ProfileBuilder {
     /// different processes.
     /// Keyed by the stack's bytes as the trace holds them (no per-event decoding or
     /// allocation), per process.
-    raw_stacks: HashMap<Option<u64>, HashMap<Box<[u8]>, usize, FastHash>, FastHash>,
+    raw_stacks: HashMap<Option<u64>, StackIds, FastHash>,
     raw_stack_list: Vec<(Option<u64>, Vec<u64>)>,
     samples: HashMap<Kind, Vec<RawSample>, FastHash>,
     /// Samples of each kind in the trace, wanted or not.

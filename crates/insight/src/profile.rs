@@ -8,6 +8,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::builder::FastHash;
 
+/// What makes a frame one function: (function, module, file, kind).
+type FrameKey = (String, Option<String>, Option<String>, FrameKind);
+
 /// Index into [`Profile::frames`].
 pub type FrameId = usize;
 /// Index into [`Profile::stacks`].
@@ -188,7 +191,7 @@ pub struct Profile {
     /// later needs to find the binary.
     pub build_ids: BTreeMap<String, String>,
     /// Frames by their function: (function, module, file, kind).
-    frame_index: HashMap<(String, Option<String>, Option<String>, FrameKind), FrameId, FastHash>,
+    frame_index: HashMap<FrameKey, FrameId, FastHash>,
     stack_index: HashMap<Vec<FrameId>, StackId, FastHash>,
     lines_index: HashMap<Vec<u32>, LinesId, FastHash>,
     thread_index: HashMap<u64, usize, FastHash>,
