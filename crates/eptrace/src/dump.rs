@@ -197,13 +197,12 @@ fn event_name_matches(wanted: &str, md: &EventMetadata) -> bool {
 fn text_line(line: &mut Vec<u8>, e: &Event<'_>, msec: f64, payload: bool) {
     let md = e.metadata;
     write_msec(line, msec);
-    let _ = write!(
-        line,
-        " ms  tid {}  {}/{}",
-        e.thread_id(),
-        md.provider,
-        md.display_name
-    );
+    line.extend_from_slice(b" ms  tid ");
+    line.extend_from_slice(itoa::Buffer::new().format(e.thread_id()).as_bytes());
+    line.extend_from_slice(b"  ");
+    line.extend_from_slice(md.provider.as_bytes());
+    line.push(b'/');
+    line.extend_from_slice(md.display_name.as_bytes());
     if payload {
         let start = line.len();
         line.push(b' ');
@@ -224,31 +223,72 @@ fn text_line(line: &mut Vec<u8>, e: &Event<'_>, msec: f64, payload: bool) {
     }
     let frames = e.stack_ips().count();
     if frames > 0 {
-        let _ = write!(
-            line,
-            "  [stack: {frames} frame{}]",
-            if frames == 1 { "" } else { "s" }
-        );
+        line.extend_from_slice(b"  [stack: ");
+        line.extend_from_slice(itoa::Buffer::new().format(frames).as_bytes());
+        line.extend_from_slice(if frames == 1 { b" frame]" } else { b" frames]" });
     }
 }
 
-/// `msec` as `{:>12.4}` writes it, without the float formatter's slow exact path: the
-/// value in units of 0.1 µs, rounded, written as integer and four decimals.
+/// `msec` as `{:>12.4}` writes it (the same digits, by the same rounding: the exact
+/// value of the double, ties to even), without the float formatter's slow exact path.
 fn write_msec(line: &mut Vec<u8>, msec: f64) {
-    let tenths_of_us = (msec * 10_000.0).round();
-    if !tenths_of_us.is_finite() || tenths_of_us.abs() >= 9e15 {
+    let Some(v) = ten_thousandths(msec) else {
         let _ = write!(line, "{msec:>12.4}");
         return;
+    };
+    let mut whole = itoa::Buffer::new();
+    let whole = whole.format(v.unsigned_abs() / 10_000);
+    let frac = v.unsigned_abs() % 10_000;
+    let negative = v < 0 || (v == 0 && msec.is_sign_negative());
+    let width = usize::from(negative) + whole.len() + 5;
+    line.extend(std::iter::repeat_n(b' ', 12usize.saturating_sub(width)));
+    if negative {
+        line.push(b'-');
     }
-    let v = tenths_of_us as i64;
-    let sign = if v < 0 { "-" } else { "" };
-    let (whole, frac) = (v.unsigned_abs() / 10_000, v.unsigned_abs() % 10_000);
-    let mut text = [0u8; 32];
-    let mut cursor = std::io::Cursor::new(&mut text[..]);
-    let _ = write!(cursor, "{sign}{whole}.{frac:04}");
-    let n = cursor.position() as usize;
-    line.extend(std::iter::repeat_n(b' ', 12usize.saturating_sub(n)));
-    line.extend_from_slice(&text[..n]);
+    line.extend_from_slice(whole.as_bytes());
+    line.push(b'.');
+    let digits = [
+        b'0' + (frac / 1000) as u8,
+        b'0' + (frac / 100 % 10) as u8,
+        b'0' + (frac / 10 % 10) as u8,
+        b'0' + (frac % 10) as u8,
+    ];
+    line.extend_from_slice(&digits);
+}
+
+/// `x × 10⁴` rounded to an integer exactly as the formatter rounds (the double's exact
+/// value, ties to even); `None` when it is not finite or too large for this path.
+fn ten_thousandths(x: f64) -> Option<i64> {
+    if !x.is_finite() || x.abs() >= 1e12 {
+        return None;
+    }
+    let bits = x.to_bits();
+    let exponent = ((bits >> 52) & 0x7ff) as i32;
+    let fraction = bits & ((1 << 52) - 1);
+    // x = mantissa × 2^power exactly.
+    let (mantissa, power) = if exponent == 0 {
+        (fraction, -1074)
+    } else {
+        (fraction | (1 << 52), exponent - 1075)
+    };
+    let scaled = i128::from(mantissa) * 10_000;
+    let rounded = if power >= 0 {
+        scaled << power
+    } else if -power >= 127 {
+        0
+    } else {
+        let shift = -power;
+        let quotient = scaled >> shift;
+        let rest = scaled - (quotient << shift);
+        let half = 1i128 << (shift - 1);
+        if rest > half || (rest == half && quotient & 1 == 1) {
+            quotient + 1
+        } else {
+            quotient
+        }
+    };
+    let value = i64::try_from(rounded).ok()?;
+    Some(if x < 0.0 { -value } else { value })
 }
 
 /// A value as text, written into `line`; quoted (with Rust escapes) when it would not read
@@ -256,12 +296,33 @@ fn write_msec(line: &mut Vec<u8>, msec: f64) {
 fn write_text_value(line: &mut Vec<u8>, v: &nettrace::ValueRef<'_>) {
     use nettrace::ValueRef;
     let start = line.len();
+    // Numbers are one token as written: no check needed.
+    let mut number = itoa::Buffer::new();
+    let digits = match *v {
+        ValueRef::I8(n) => Some(number.format(n)),
+        ValueRef::U8(n) => Some(number.format(n)),
+        ValueRef::I16(n) => Some(number.format(n)),
+        ValueRef::U16(n) => Some(number.format(n)),
+        ValueRef::I32(n) => Some(number.format(n)),
+        ValueRef::U32(n) => Some(number.format(n)),
+        ValueRef::I64(n) => Some(number.format(n)),
+        ValueRef::U64(n) => Some(number.format(n)),
+        _ => None,
+    };
+    if let Some(digits) = digits {
+        line.extend_from_slice(digits.as_bytes());
+        return;
+    }
     let _ = match v {
         ValueRef::Decimal(raw) => write!(line, "{}", decimal_to_string(raw)),
-        ValueRef::I32(n) => write!(line, "{n}"),
-        ValueRef::U32(n) => write!(line, "{n}"),
-        ValueRef::I64(n) => write!(line, "{n}"),
-        ValueRef::U64(n) => write!(line, "{n}"),
+        ValueRef::F64(x) => {
+            let _ = write!(line, "{x}");
+            return;
+        }
+        ValueRef::Guid(_) | ValueRef::Pointer(_) => {
+            let _ = write!(line, "{v}");
+            return;
+        }
         other => write!(line, "{other}"),
     };
     let written = &line[start..];
@@ -402,16 +463,24 @@ mod tests {
 
     #[test]
     fn times_are_written_as_the_float_formatter_writes_them() {
-        for msec in [
+        let mut values = vec![
             0.0,
             0.00004,
             0.00005,
+            0.03125,
+            0.09375,
             1.23456,
+            1.36395,
             13720.846,
             99999999.99995,
             -2.5,
+            -0.00001,
             1234567.0001,
-        ] {
+            5e-324,
+        ];
+        // And a sweep of times as traces give them: ticks over a frequency.
+        values.extend((0..200_000u64).map(|t| (t * 7919) as f64 / 2_595_733.609));
+        for msec in values {
             let mut line = Vec::new();
             write_msec(&mut line, msec);
             assert_eq!(
