@@ -105,7 +105,7 @@ pub struct Symbolizer {
     debug_root: Option<PathBuf>,
     /// Resolved frames (innermost first) by (process when it has mappings, address,
     /// is_return_address).
-    cache: HashMap<(Option<u64>, u64, bool), Vec<Frame>>,
+    cache: HashMap<(Option<u64>, u64, bool), Vec<Frame>, crate::builder::FastHash>,
     /// One line per binary that could not be (fully) used.
     notes: Vec<String>,
     unnamed: UnnamedAddresses,
