@@ -93,8 +93,27 @@ impl PayloadWriter {
     }
 }
 
-/// A value that can be a payload field.
-pub trait PayloadField {
+/// Closes [`PayloadField`] to this crate: an implementation decides the bytes a field
+/// puts in the trace, and one that disagreed with its `KIND` would write a trace readers
+/// misparse from that field on.
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A value that can be a payload field. Sealed: implemented for the field types the
+/// format has (integers, floats, `bool`, strings, GUIDs, slices of them), not outside
+/// this crate:
+///
+/// ```compile_fail
+/// struct Celsius(f64);
+/// impl eventpipe::PayloadField for Celsius {
+///     const KIND: eventpipe::FieldKind = eventpipe::FieldKind::F64;
+///     fn encode(&self, w: &mut eventpipe::PayloadWriter) {
+///         eventpipe::PayloadField::encode(&self.0, w)
+///     }
+/// }
+/// ```
+pub trait PayloadField: sealed::Sealed {
     /// The field type this value encodes as.
     const KIND: FieldKind;
     /// The encoded size, when every value of the type encodes to that many bytes. Such
@@ -122,6 +141,7 @@ fn put_fixed(dst: &mut [u8], bytes: &[u8]) {
 
 macro_rules! le_field {
     ($($t:ty => $k:ident),*) => {$(
+        impl sealed::Sealed for $t {}
         impl PayloadField for $t {
             const KIND: FieldKind = FieldKind::$k;
             const FIXED_SIZE: Option<usize> = Some(std::mem::size_of::<$t>());
@@ -138,6 +158,7 @@ macro_rules! le_field {
 }
 le_field!(u8 => U8, i8 => I8, u16 => U16, i16 => I16, u32 => U32, i32 => I32, u64 => U64, i64 => I64, f32 => F32, f64 => F64);
 
+impl sealed::Sealed for bool {}
 impl PayloadField for bool {
     const KIND: FieldKind = FieldKind::Bool;
     const FIXED_SIZE: Option<usize> = Some(4);
@@ -151,6 +172,7 @@ impl PayloadField for bool {
     }
 }
 
+impl sealed::Sealed for str {}
 impl PayloadField for str {
     const KIND: FieldKind = FieldKind::Str;
     #[inline]
@@ -192,6 +214,7 @@ impl PayloadField for str {
     }
 }
 
+impl sealed::Sealed for &str {}
 impl PayloadField for &str {
     const KIND: FieldKind = FieldKind::Str;
     #[inline]
@@ -200,6 +223,7 @@ impl PayloadField for &str {
     }
 }
 
+impl sealed::Sealed for String {}
 impl PayloadField for String {
     const KIND: FieldKind = FieldKind::Str;
     #[inline]
@@ -208,6 +232,7 @@ impl PayloadField for String {
     }
 }
 
+impl sealed::Sealed for nettrace::Guid {}
 impl PayloadField for nettrace::Guid {
     const KIND: FieldKind = FieldKind::Guid;
     const FIXED_SIZE: Option<usize> = Some(16);
@@ -224,6 +249,7 @@ impl PayloadField for nettrace::Guid {
 /// Slices are written as u16-counted arrays; longer slices are truncated to 65535 elements.
 macro_rules! slice_field {
     ($($t:ty => $k:ident),*) => {$(
+        impl sealed::Sealed for [$t] {}
         impl PayloadField for [$t] {
             const KIND: FieldKind = FieldKind::$k;
             #[inline]
@@ -246,6 +272,7 @@ macro_rules! slice_field {
                 w.bytes(&chunk[..len]);
             }
         }
+        impl sealed::Sealed for &[$t] {}
         impl PayloadField for &[$t] {
             const KIND: FieldKind = FieldKind::$k;
             #[inline]
@@ -256,6 +283,7 @@ macro_rules! slice_field {
     )*};
 }
 
+impl sealed::Sealed for [u8] {}
 impl PayloadField for [u8] {
     const KIND: FieldKind = FieldKind::Bytes;
     #[inline]
@@ -266,6 +294,7 @@ impl PayloadField for [u8] {
     }
 }
 
+impl sealed::Sealed for &[u8] {}
 impl PayloadField for &[u8] {
     const KIND: FieldKind = FieldKind::Bytes;
     #[inline]
