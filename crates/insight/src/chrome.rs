@@ -794,10 +794,14 @@ impl<W: Write> Converter<W> {
 
     /// Notes that `args`, about to be written, name a live span as their `ParentSpanId`.
     fn refer<N: AsRef<str>>(&mut self, pid: u64, provider: &str, args: &Payload<N>) {
+        // No live span (every trace without the tracing layer's): nothing to look up.
+        if self.live_spans.is_empty() {
+            return;
+        }
         let Some(span) = args.field("ParentSpanId").and_then(Value::as_u64) else {
             return;
         };
-        if span == 0 || self.live_spans.is_empty() {
+        if span == 0 {
             return;
         }
         let key = SpanKey {
