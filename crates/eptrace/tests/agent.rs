@@ -968,74 +968,6 @@ package types.v1;
 message LabelPair { string name = 1; string value = 2; }
 "#;
 
-/// What the stand-in Pyroscope server saw of one request, and what it answered.
-#[derive(Debug, Clone)]
-struct Pushed {
-    path: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-    status: u16,
-}
-
-/// A loopback server in Pyroscope's place: answers each request with the next status of
-/// `script` (429s with `Retry-After: 1`), then 200; keeps every request.
-fn pyroscope_stand_in(script: Vec<u16>) -> (String, Arc<Mutex<Vec<Pushed>>>) {
-    pyroscope_stand_in_at("127.0.0.1:0", script)
-}
-
-fn pyroscope_stand_in_at(address: &str, script: Vec<u16>) -> (String, Arc<Mutex<Vec<Pushed>>>) {
-    let listener = std::net::TcpListener::bind(address).unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let keep = Arc::clone(&seen);
-    std::thread::spawn(move || {
-        let mut script = script.into_iter();
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut line = String::new();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                continue;
-            }
-            let path = line.split(' ').nth(1).unwrap_or("").to_owned();
-            let mut headers = Vec::new();
-            loop {
-                let mut h = String::new();
-                reader.read_line(&mut h).unwrap();
-                let h = h.trim_end();
-                if h.is_empty() {
-                    break;
-                }
-                let (k, v) = h.split_once(':').unwrap();
-                headers.push((k.to_ascii_lowercase(), v.trim().to_owned()));
-            }
-            let length: usize = headers
-                .iter()
-                .find(|(k, _)| k == "content-length")
-                .map_or(0, |(_, v)| v.parse().unwrap());
-            let mut body = vec![0; length];
-            reader.read_exact(&mut body).unwrap();
-            let status = script.next().unwrap_or(200);
-            let extra = if status == 429 {
-                "Retry-After: 1\r\n"
-            } else {
-                ""
-            };
-            let answer = format!(
-                "HTTP/1.1 {status} X\r\nContent-Type: application/proto\r\nContent-Length: 0\r\nConnection: close\r\n{extra}\r\n"
-            );
-            let _ = stream.write_all(answer.as_bytes());
-            keep.lock().unwrap().push(Pushed {
-                path,
-                headers,
-                body,
-                status,
-            });
-        }
-    });
-    (url, seen)
-}
-
 /// protoc's text-format string escapes undone (`\n`, `\"`, `\\`, octal `\ooo`, …).
 fn unescape(text: &str) -> Vec<u8> {
     let bytes = text.as_bytes();
@@ -1162,7 +1094,8 @@ fn continuous_profiles_reach_pyroscope_through_failures_and_read_in_pprof() {
     let _one = serial();
     let dir = scratch("pyroscope");
     // Down for a while: two 500s and a 429 (Retry-After: 1), then it takes everything.
-    let (url, pushed) = pyroscope_stand_in(vec![500, 500, 429]);
+    let server = ScriptedServer::start(0, Script(vec![500, 500, 429]));
+    let url = server.url();
     let service = support::build_example("eventpipe-profiler", "profiled-service");
     let mut program = support::Program::start(Command::new(&service), "profiled-service");
     let config = format!(
@@ -1180,11 +1113,11 @@ headers = {{ "X-Scope-OrgID" = "tenant-7" }}
         dir.join("queue").display()
     );
     let agent = Agent::start(&dir, &config);
-    let accepted = |p: &Vec<Pushed>| p.iter().filter(|p| p.status == 200).count();
+    let accepted = |p: &[Received]| p.iter().filter(|p| p.status == 200).count();
     wait_for("three profiles accepted after the failures", 60, || {
-        (accepted(&pushed.lock().unwrap()) >= 3).then_some(())
+        (accepted(&server.received()) >= 3).then_some(())
     });
-    let pushes = pushed.lock().unwrap().clone();
+    let pushes = server.received();
     assert_eq!(
         pushes.iter().take(3).map(|p| p.status).collect::<Vec<_>>(),
         [500, 500, 429]
@@ -1361,9 +1294,9 @@ queue_max_profiles = 3
     );
 
     // The server returns: what waited arrives, and what comes after.
-    let (_, pushed) = pyroscope_stand_in_at(&format!("127.0.0.1:{port}"), vec![]);
+    let server = ScriptedServer::start(port, Script::default());
     wait_for("the queue to drain into the returned server", 90, || {
-        (pushed.lock().unwrap().len() >= 4).then_some(())
+        (server.received().len() >= 4).then_some(())
     });
     assert!(series("eptrace_agent_export_sent_total").is_some_and(|n| n >= 4.0));
     assert_eq!(series("eptrace_agent_export_failing"), Some(0.0));
@@ -1412,21 +1345,26 @@ fn rotel_binary() -> Option<PathBuf> {
 #[derive(Clone, Default)]
 struct Script(Vec<u16>);
 
-/// A request the scripted server received: its path, its status, its body.
+/// A request the scripted server received: its path, its headers (names lower case), its
+/// status, its body.
 #[derive(Clone, Debug)]
 struct Received {
     path: String,
+    headers: Vec<(String, String)>,
     status: u16,
     body: Vec<u8>,
 }
 
-/// A scripted OTLP/HTTP server on loopback: answers `script`, keeps every request.
-struct OtlpServer {
+/// A scripted HTTP server on loopback in a backend's place (an OTLP collector, Pyroscope):
+/// answers `script`, keeps every request.
+struct ScriptedServer {
     port: u16,
     received: Arc<Mutex<Vec<Received>>>,
 }
 
-fn read_request(stream: &mut BufReader<TcpStream>) -> Option<(String, Vec<u8>)> {
+type Request = (String, Vec<(String, String)>, Vec<u8>);
+
+fn read_request(stream: &mut BufReader<TcpStream>) -> Option<Request> {
     let mut line = String::new();
     if stream.read_line(&mut line).ok()? == 0 {
         return None;
@@ -1435,6 +1373,7 @@ fn read_request(stream: &mut BufReader<TcpStream>) -> Option<(String, Vec<u8>)> 
     let mut length = 0usize;
     let mut chunked = false;
     let mut gzip = false;
+    let mut headers = Vec::new();
     loop {
         let mut header = String::new();
         stream.read_line(&mut header).ok()?;
@@ -1443,6 +1382,7 @@ fn read_request(stream: &mut BufReader<TcpStream>) -> Option<(String, Vec<u8>)> 
             break;
         }
         let (name, value) = header.split_once(':')?;
+        headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
         match name.trim().to_ascii_lowercase().as_str() {
             "content-length" => length = value.trim().parse().ok()?,
             "transfer-encoding" => chunked = value.to_ascii_lowercase().contains("chunked"),
@@ -1475,11 +1415,11 @@ fn read_request(stream: &mut BufReader<TcpStream>) -> Option<(String, Vec<u8>)> 
             .ok()?;
         body = plain;
     }
-    Some((path, body))
+    Some((path, headers, body))
 }
 
-impl OtlpServer {
-    fn start(port: u16, script: Script) -> OtlpServer {
+impl ScriptedServer {
+    fn start(port: u16, script: Script) -> ScriptedServer {
         let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
         let port = listener.local_addr().unwrap().port();
         let received = Arc::new(Mutex::new(Vec::new()));
@@ -1495,7 +1435,7 @@ impl OtlpServer {
                     std::thread::spawn(move || {
                         let mut writer = stream.try_clone().unwrap();
                         let mut reader = BufReader::new(stream);
-                        while let Some((path, body)) = read_request(&mut reader) {
+                        while let Some((path, headers, body)) = read_request(&mut reader) {
                             let status = {
                                 let mut n = answered.lock().unwrap();
                                 *n += 1;
@@ -1512,10 +1452,12 @@ impl OtlpServer {
                                  Content-Length: {}\r\n\r\n{text}",
                                 text.len()
                             );
-                            received
-                                .lock()
-                                .unwrap()
-                                .push(Received { path, status, body });
+                            received.lock().unwrap().push(Received {
+                                path,
+                                headers,
+                                status,
+                                body,
+                            });
                             if writer.write_all(answer.as_bytes()).is_err() {
                                 break;
                             }
@@ -1524,11 +1466,15 @@ impl OtlpServer {
                 }
             });
         }
-        OtlpServer { port, received }
+        ScriptedServer { port, received }
     }
 
     fn received(&self) -> Vec<Received> {
         self.received.lock().unwrap().clone()
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
     }
 }
 
@@ -1644,7 +1590,7 @@ fn rotel_receives_a_rust_targets_spans_logs_and_metrics() {
     let dir = scratch("otlp-rotel");
     // rotel passes what it receives on, re-encoded, to this server over OTLP/HTTP: the
     // test reads what the collector understood, typed, not its log's text.
-    let sink = OtlpServer::start(0, Script::default());
+    let sink = ScriptedServer::start(0, Script::default());
     let (http_port, grpc_port) = (free_port(), free_port());
     let rotel_dir = dir.join("rotel");
     std::fs::create_dir_all(&rotel_dir).unwrap();
@@ -1918,7 +1864,7 @@ fn a_collector_down_then_failing_then_back_is_retried_bounded_and_reported() {
 
     // The collector comes back, failing at first: 500, 500, 429 (Retry-After); then it
     // takes one, refuses the next for good (400), and takes everything after.
-    let server = OtlpServer::start(port, Script(vec![500, 500, 429, 200, 400]));
+    let server = ScriptedServer::start(port, Script(vec![500, 500, 429, 200, 400]));
     wait_for("the queue to drain into the collector", 60, || {
         let sent = scraped(&agent, "eptrace_agent_export_sent_total{backend=\"otlp\"}")?;
         let failing = scraped(&agent, "eptrace_agent_export_failing{backend=\"otlp\"}")?;
@@ -1969,7 +1915,8 @@ fn a_dotnet_process_is_profiled_as_thread_time_with_managed_frames_by_name() {
     let dir = scratch("pyroscope-dotnet");
     let mut app = dotnet_app::App::spawn_with(&dotnet.dotnet8, &dotnet.testapp, &["forever"], &[]);
     drop(app.wait_for_socket("continuous profiling, .NET 8"));
-    let (url, pushed) = pyroscope_stand_in(vec![]);
+    let server = ScriptedServer::start(0, Script::default());
+    let url = server.url();
     let config = format!(
         r#"
 [metrics]
@@ -1987,12 +1934,10 @@ queue_folder = "{}"
     let agent = Agent::start(&dir, &config);
     let pid = app.pid.to_string();
     let push = wait_for("a profile of the .NET process", 90, || {
-        pushed
-            .lock()
-            .unwrap()
-            .iter()
+        server
+            .received()
+            .into_iter()
             .find(|p| p.path.contains(&format!("pid%3D{pid}")))
-            .cloned()
     });
     // The /ingest call: the service and its labels in `name`, the period, the format.
     assert!(push.path.starts_with("/ingest?name="), "{}", push.path);
