@@ -80,9 +80,9 @@ pub use counters::{
     Counter, CounterInfo, FloatCounter, Gauge, Histogram, ObservedCounter, UpDownCounter,
 };
 #[cfg(not(eventpipe_loom))]
-pub use payload::{PayloadField, PayloadWriter};
+pub use payload::{EventFields, FieldType, PayloadField, PayloadWriter};
 #[cfg(not(eventpipe_loom))]
-pub use provider::{EnableChange, EventDescriptor, FieldKind, FieldSpec, Level, Provider};
+pub use provider::{EnableChange, Event, EventDescriptor, FieldKind, FieldSpec, Level, Provider};
 #[cfg(not(eventpipe_loom))]
 pub use registry::MAX_SESSIONS;
 #[cfg(not(eventpipe_loom))]
@@ -123,7 +123,10 @@ pub enum Error {
 
 #[doc(hidden)]
 pub mod __private {
-    //! Support for the macros; not part of the API.
+    //! Everything the macros call, and nothing else; not part of the API.
+
+    #[cfg(not(eventpipe_loom))]
+    pub use crate::{Event, EventDescriptor, FieldSpec, PayloadField};
 
     /// The single element of `values`, or 0.
     pub const fn or_zero(values: &[u8]) -> u8 {

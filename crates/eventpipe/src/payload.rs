@@ -304,20 +304,73 @@ impl PayloadField for &[u8] {
 }
 slice_field!(u32 => U32Array, u64 => U64Array, i64 => I64Array, f64 => F64Array);
 
-/// The values of one `write_event!`, as a tuple of references: their encoder, and their
-/// total size when every field has a fixed one. Support for the macro; not part of the API.
+/// The values of one typed write, as a tuple: their encoder, and their total size when
+/// every field has a fixed one. Support for [`Event::write`](crate::Event::write); not part
+/// of the API.
 #[doc(hidden)]
 pub trait PayloadValues {
     /// The payload's size when every field's is fixed.
     const FIXED_SIZE: Option<usize>;
-    /// Each value's field type, in order: what `write_event!` checks against the event's
-    /// declared fields in debug builds.
-    const KINDS: &'static [FieldKind];
     /// Appends every field in order.
     fn encode(&self, w: &mut PayloadWriter);
     /// Writes every field in order into `dst`, `FIXED_SIZE` bytes long.
     fn encode_fixed(&self, dst: &mut [u8]);
 }
+
+/// A type a field can be declared as in [`define_event!`](crate::define_event): the
+/// integers, floats, `bool`, [`nettrace::Guid`], `&str` and slices of bytes and numbers.
+/// `Arg<'a>` is what [`Event::write`](crate::Event::write) takes for the field: the type
+/// itself, with a reference's lifetime left free, so a `&str` field takes a string borrowed
+/// for just the call. Sealed, as [`PayloadField`] is.
+pub trait FieldType: PayloadField {
+    /// The value a write takes for a field of this type.
+    type Arg<'a>: PayloadField;
+}
+
+/// The declared field types of one event, as a tuple ([`Event`](crate::Event)'s type
+/// parameter): what a write takes, and each field's [`FieldKind`]. Implemented for tuples
+/// of up to 16 [`FieldType`]s.
+pub trait EventFields: sealed::Sealed {
+    /// The values a write takes, in declaration order.
+    type Args<'a>: PayloadValues;
+    /// Each field's type, in order.
+    const KINDS: &'static [FieldKind];
+}
+
+macro_rules! field_type {
+    ($($t:ty),*) => {$(
+        impl FieldType for $t {
+            type Arg<'a> = $t;
+        }
+    )*};
+}
+field_type!(
+    u8,
+    i8,
+    u16,
+    i16,
+    u32,
+    i32,
+    u64,
+    i64,
+    f32,
+    f64,
+    bool,
+    nettrace::Guid
+);
+
+impl FieldType for &str {
+    type Arg<'a> = &'a str;
+}
+
+macro_rules! slice_field_type {
+    ($($t:ty),*) => {$(
+        impl FieldType for &[$t] {
+            type Arg<'a> = &'a [$t];
+        }
+    )*};
+}
+slice_field_type!(u8, u32, u64, i64, f64);
 
 const fn add_sizes(total: Option<usize>, field: Option<usize>) -> Option<usize> {
     match (total, field) {
@@ -328,25 +381,24 @@ const fn add_sizes(total: Option<usize>, field: Option<usize>) -> Option<usize> 
 
 macro_rules! payload_values {
     ($($field:ident)*) => {
-        impl<$($field: PayloadField + ?Sized),*> PayloadValues for ($(&$field,)*) {
+        impl<$($field: PayloadField),*> PayloadValues for ($($field,)*) {
             const FIXED_SIZE: Option<usize> = {
                 let size = Some(0);
                 $(let size = add_sizes(size, <$field as PayloadField>::FIXED_SIZE);)*
                 size
             };
-            const KINDS: &'static [FieldKind] = &[$(<$field as PayloadField>::KIND),*];
 
             #[inline(always)]
             #[allow(non_snake_case, unused_variables)]
             fn encode(&self, w: &mut PayloadWriter) {
-                let ($($field,)*) = *self;
+                let ($($field,)*) = self;
                 $($field.encode(w);)*
             }
 
             #[inline(always)]
             #[allow(non_snake_case)]
             fn encode_fixed(&self, dst: &mut [u8]) {
-                let ($($field,)*) = *self;
+                let ($($field,)*) = self;
                 let rest = dst;
                 $(
                     let size = <$field as PayloadField>::FIXED_SIZE.unwrap_or(0);
@@ -355,6 +407,12 @@ macro_rules! payload_values {
                 )*
                 let _ = rest;
             }
+        }
+
+        impl<$($field: FieldType),*> sealed::Sealed for ($($field,)*) {}
+        impl<$($field: FieldType),*> EventFields for ($($field,)*) {
+            type Args<'a> = ($($field::Arg<'a>,)*);
+            const KINDS: &'static [FieldKind] = &[$(<$field as PayloadField>::KIND),*];
         }
     };
 }
@@ -432,19 +490,19 @@ mod tests {
     fn fixed_size_fields_encode_the_same_in_place_as_staged() {
         let guid = nettrace::Guid([7; 16]);
         let (staged, in_place) = both_encodings((
-            &1u8,
-            &-2i8,
-            &0xBEEFu16,
-            &-3i16,
-            &0xDEAD_BEEFu32,
-            &-4i32,
-            &u64::MAX,
-            &i64::MIN,
-            &1.5f32,
-            &-2.25f64,
-            &true,
-            &false,
-            &guid,
+            1u8,
+            -2i8,
+            0xBEEFu16,
+            -3i16,
+            0xDEAD_BEEFu32,
+            -4i32,
+            u64::MAX,
+            i64::MIN,
+            1.5f32,
+            -2.25f64,
+            true,
+            false,
+            guid,
         ));
         assert_eq!(in_place.as_ref(), Some(&staged));
         assert_eq!(
@@ -462,7 +520,7 @@ mod tests {
 
     #[test]
     fn one_variable_size_field_makes_the_whole_payload_staged() {
-        let (staged, in_place) = both_encodings((&5u32, &"ab", &6u64));
+        let (staged, in_place) = both_encodings((5u32, "ab", 6u64));
         assert_eq!(in_place, None);
         assert_eq!(
             staged,
@@ -474,7 +532,7 @@ mod tests {
             .concat()
         );
         let bytes = [1u8, 2, 3];
-        assert_eq!(both_encodings((&1u8, &&bytes[..])).1, None);
+        assert_eq!(both_encodings((1u8, &bytes[..])).1, None);
     }
 
     #[test]

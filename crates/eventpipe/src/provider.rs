@@ -316,45 +316,21 @@ impl EventDescriptor {
         }
     }
 
-    /// `write_event!`'s entry: writes the event if enabled, with `values` (a tuple of
-    /// references) as its fields. A payload whose fields all have a fixed size is encoded
-    /// straight into the trace buffer.
-    #[doc(hidden)]
+    /// [`Event::write`]'s body: writes the event if enabled, with `values` as its fields. A
+    /// payload whose fields all have a fixed size is encoded straight into the trace
+    /// buffer. The values' types are the declared fields' by construction ([`Event`]).
     #[inline]
-    #[cfg_attr(debug_assertions, track_caller)]
-    pub fn write_values<V: crate::payload::PayloadValues>(&'static self, values: V) {
+    fn write_values<V: crate::payload::PayloadValues>(&'static self, values: V) {
         let mask = self.mask.load(Ordering::Relaxed);
         if mask == 0 {
             return;
         }
-        #[cfg(debug_assertions)]
-        self.check_values(V::KINDS);
         match V::FIXED_SIZE {
             Some(size) if size <= crate::writer::MAX_FIXED_PAYLOAD => {
                 self.write_fixed(mask, values);
             }
             _ => self.write_enabled(mask, None, |w| values.encode(w)),
         }
-    }
-
-    /// Panics when `kinds` (the types of the values `write_event!` was given) are not the
-    /// declared fields': the trace would hold a payload its own metadata misdescribes, which
-    /// readers reject. An integer literal is `i32` unless suffixed (`7u64`).
-    #[cfg(debug_assertions)]
-    #[track_caller]
-    fn check_values(&self, kinds: &[FieldKind]) {
-        let matches = kinds.len() == self.fields.len()
-            && kinds.iter().zip(self.fields).all(|(&k, f)| k == f.kind);
-        assert!(
-            matches,
-            "write_event!({}/{}): the values are {kinds:?}, the declared fields {:?}",
-            self.provider.name(),
-            self.name,
-            self.fields
-                .iter()
-                .map(|f| (f.name, f.kind))
-                .collect::<Vec<_>>(),
-        );
     }
 
     /// One copy per payload type, so the payload's size is a constant to the compiler and
@@ -531,7 +507,114 @@ impl EventDescriptor {
     }
 }
 
-/// Declares a provider's event as a `static` and a function-like way to write it.
+/// A declared event whose fields' types are `F`, a tuple (`(u64, &str)`): what
+/// [`define_event!`](crate::define_event) declares. [`write`](Self::write) takes exactly
+/// those types, so rustc rejects a value of another type and infers a literal's; everything
+/// else is the [`EventDescriptor`]'s, which this derefs to.
+pub struct Event<F> {
+    descriptor: EventDescriptor,
+    fields: std::marker::PhantomData<fn(F)>,
+}
+
+impl<F: crate::payload::EventFields> Event<F> {
+    /// Types `descriptor`, whose declared fields must be `F`'s. Checked when the value is
+    /// built, so in a `static` a mismatch fails to compile:
+    ///
+    /// ```compile_fail
+    /// use eventpipe::{Event, EventDescriptor, FieldKind, FieldSpec, Level, Provider};
+    /// static P: Provider = Provider::new("P");
+    /// static E: Event<(u64,)> = Event::new(EventDescriptor::new(&P, 1, 0, "E",
+    ///     Level::Informational, 0, 0, &[FieldSpec { name: "n", kind: FieldKind::U32 }]));
+    /// ```
+    pub const fn new(descriptor: EventDescriptor) -> Self {
+        assert!(
+            same_kinds(F::KINDS, descriptor.fields),
+            "the event's declared fields are not the types it is written with"
+        );
+        Event {
+            descriptor,
+            fields: std::marker::PhantomData,
+        }
+    }
+
+    /// Writes the event if any session records it, with `values` as its fields in
+    /// declaration order. [`write_event!`](crate::write_event) calls this only when the
+    /// event is enabled, so its arguments are not evaluated otherwise.
+    #[inline]
+    pub fn write(&'static self, values: F::Args<'_>) {
+        self.descriptor.write_values(values);
+    }
+
+    /// The untyped descriptor.
+    pub const fn descriptor(&'static self) -> &'static EventDescriptor {
+        &self.descriptor
+    }
+}
+
+impl<F> std::ops::Deref for Event<F> {
+    type Target = EventDescriptor;
+
+    fn deref(&self) -> &EventDescriptor {
+        &self.descriptor
+    }
+}
+
+impl<F> std::fmt::Debug for Event<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.descriptor.fmt(f)
+    }
+}
+
+/// Whether `fields` are of `kinds`, in order; a `const fn` so [`Event::new`] checks in
+/// a `static`'s initialiser (`PartialEq` is not const).
+const fn same_kinds(kinds: &[FieldKind], fields: &[FieldSpec]) -> bool {
+    if kinds.len() != fields.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < kinds.len() {
+        if kinds[i].code() != fields[i].kind.code() {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+impl FieldKind {
+    /// A number per kind, comparable in a `const fn`; a struct has none a declared field
+    /// type could match.
+    const fn code(&self) -> u8 {
+        match self {
+            FieldKind::Bool => 0,
+            FieldKind::U8 => 1,
+            FieldKind::I8 => 2,
+            FieldKind::U16 => 3,
+            FieldKind::I16 => 4,
+            FieldKind::U32 => 5,
+            FieldKind::I32 => 6,
+            FieldKind::U64 => 7,
+            FieldKind::I64 => 8,
+            FieldKind::F32 => 9,
+            FieldKind::F64 => 10,
+            FieldKind::Str => 11,
+            FieldKind::Guid => 12,
+            FieldKind::Bytes => 13,
+            FieldKind::U32Array => 14,
+            FieldKind::U64Array => 15,
+            FieldKind::I64Array => 16,
+            FieldKind::F64Array => 17,
+            FieldKind::Struct(_) => u8::MAX,
+        }
+    }
+}
+
+/// Declares a provider's event as a `static` [`Event`], whose fields have the types given.
+///
+/// The provider is a path to a `static` [`Provider`] (`APP`, `crate::telemetry::APP`).
+/// Field types are those of [`FieldType`](crate::FieldType): integers, floats, `bool`,
+/// [`nettrace::Guid`], `&str` and slices (`&[u8]`, `&[u32]`, `&[u64]`, `&[i64]`,
+/// `&[f64]`).
 ///
 /// ```
 /// use eventpipe::{define_event, Provider, Level};
@@ -543,44 +626,61 @@ impl EventDescriptor {
 ///         (count: u64, message: &str);
 /// }
 ///
-/// // Costs one relaxed load and a branch while no session listens.
-/// eventpipe::write_event!(TICK, 42u64, "hello");
+/// // Costs one relaxed load and a branch while no session listens. `42` is a `u64`: the
+/// // field says so.
+/// eventpipe::write_event!(TICK, 42, "hello");
+/// ```
+///
+/// A value of another type than its field's does not compile:
+///
+/// ```compile_fail
+/// use eventpipe::{define_event, Provider, Level};
+/// static DEMO: Provider = Provider::new("Demo");
+/// define_event! {
+///     static TICK = DEMO { id: 1, name: "Tick", level: Level::Informational, keywords: 0 }
+///         (count: u64);
+/// }
+/// eventpipe::write_event!(TICK, 7u32);
 /// ```
 #[macro_export]
 macro_rules! define_event {
     (
         $(#[$attr:meta])*
-        $vis:vis static $name:ident = $provider:ident {
+        $vis:vis static $name:ident = $provider:path {
             id: $id:expr, name: $ename:expr, level: $level:expr, keywords: $kw:expr
             $(, version: $version:expr)? $(, opcode: $opcode:expr)? $(,)?
         } ( $($field:ident : $fty:ty),* $(,)? );
     ) => {
         $(#[$attr])*
-        $vis static $name: $crate::EventDescriptor = $crate::EventDescriptor::new(
-            &$provider,
-            $id,
-            $crate::__private::or_zero(&[$($version)?]),
-            $ename,
-            $level,
-            $kw,
-            $crate::__private::or_zero(&[$($opcode)?]),
-            &[$($crate::FieldSpec {
-                name: stringify!($field),
-                kind: <$fty as $crate::PayloadField>::KIND,
-            }),*],
-        );
+        $vis static $name: $crate::__private::Event<($($fty,)*)> =
+            $crate::__private::Event::new($crate::__private::EventDescriptor::new(
+                &$provider,
+                $id,
+                $crate::__private::or_zero(&[$($version)?]),
+                $ename,
+                $level,
+                $kw,
+                $crate::__private::or_zero(&[$($opcode)?]),
+                &[$($crate::__private::FieldSpec {
+                    name: stringify!($field),
+                    kind: <$fty as $crate::__private::PayloadField>::KIND,
+                }),*],
+            ));
     };
 }
 
-/// Writes an event if any session records it; the values must match the declared fields in
-/// order and type. Values are evaluated only when the event is enabled.
+/// Writes an event declared with [`define_event!`](crate::define_event) if any session
+/// records it. The values are its fields, in order and of their declared types (checked by
+/// the compiler). Each argument is evaluated once, and the values only when the event is
+/// enabled.
 #[macro_export]
 macro_rules! write_event {
-    ($event:expr $(, $value:expr)* $(,)?) => {
-        if $event.is_enabled() {
-            $event.write_values(($(&$value,)*));
+    ($event:expr $(, $value:expr)* $(,)?) => {{
+        let event = &$event;
+        if event.is_enabled() {
+            event.write(($($value,)*));
         }
-    };
+    }};
 }
 
 #[cfg(test)]

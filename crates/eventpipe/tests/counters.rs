@@ -278,6 +278,7 @@ fn the_smallest_interval_across_sessions_wins() {
     TICKS.register();
     let slow = Collector::start(&["Test-Counters-Paced:0:5:EventCounterIntervalSec=0.6"]);
     let fast = Collector::start(&["Test-Counters-Paced::5:EventCounterIntervalSec=0.1"]);
+    let sped_up = std::time::Instant::now();
     std::thread::sleep(Duration::from_millis(1300));
     let fast_events = fast.stop();
     let switched = std::time::Instant::now();
@@ -293,15 +294,29 @@ fn the_smallest_interval_across_sessions_wins() {
         fast_series.iter().all(|s| s == "Interval=100"),
         "{fast_series:?}"
     );
-    let (during, after): (Vec<_>, Vec<_>) = slow_events.iter().partition(|p| p.at < switched);
-    let during: Vec<_> = during.into_iter().cloned().collect();
-    let after: Vec<_> = after.into_iter().cloned().collect();
+    // Between the fast session's start and its stop. On a loaded machine a slow-paced
+    // event may be published while the fast session is starting and arrive after it
+    // started: at most one, the first.
+    let during: Vec<_> = slow_events
+        .iter()
+        .filter(|p| p.at >= sped_up && p.at < switched)
+        .cloned()
+        .collect();
+    let after: Vec<_> = slow_events
+        .iter()
+        .filter(|p| p.at >= switched)
+        .cloned()
+        .collect();
     assert!(
         during.len() >= 8,
         "the slow session got the fast pace: {:?}",
         series(&during)
     );
-    assert!(series(&during).iter().all(|s| s == "Interval=100"));
+    assert!(
+        series(&during).iter().skip(1).all(|s| s == "Interval=100"),
+        "{:?}",
+        series(&during)
+    );
     // After the switch (one event may still be at the fast pace, in flight).
     let slow_paced: Vec<_> = series(&after)
         .into_iter()

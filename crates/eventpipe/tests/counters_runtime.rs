@@ -80,6 +80,7 @@ fn publication_runs_only_while_asked_and_the_runtime_counters_track_the_process(
 
 fn runtime_counters_track_threads_and_cpu() {
     eventpipe::counters::runtime::register();
+    let cpu_before = process_cpu_seconds();
     let c = Collector::start(&["EventPipeRs-Runtime:0:5:EventCounterIntervalSec=0.2"]);
     // Twelve parked threads and one busy one, for a second.
     let (release, parked) = mpsc::channel::<()>();
@@ -111,6 +112,7 @@ fn runtime_counters_track_threads_and_cpu() {
     }
     std::thread::sleep(Duration::from_millis(500));
     let events = c.stop();
+    let cpu_used = process_cpu_seconds() - cpu_before;
     let of = |name: &str| -> Vec<_> {
         events
             .iter()
@@ -133,14 +135,22 @@ fn runtime_counters_track_threads_and_cpu() {
         "after the joins: {after} of {threads_now}"
     );
 
-    // One thread spinning: about one core's worth, in % of all cores.
+    // One thread spinning for 1.2 s: the intervals' CPU, added up, is the CPU time the
+    // kernel charged the process over the session (getrusage), however much of a core the
+    // machine's other work left it.
     let cores = std::thread::available_parallelism().unwrap().get() as f64;
-    let cpu: Vec<f64> = of("cpu-usage").iter().map(|p| p.f64("Mean")).collect();
-    let peak = cpu.iter().copied().fold(0.0, f64::max);
+    let cpu = of("cpu-usage");
+    let counted: f64 = cpu
+        .iter()
+        .map(|p| p.f64("Mean") / 100.0 * cores * p.f64("IntervalSec"))
+        .sum();
+    let percents: Vec<f64> = cpu.iter().map(|p| p.f64("Mean")).collect();
+    assert!(cpu_used > 0.2, "the spinning thread ran: {cpu_used} s");
     assert!(
-        peak >= 60.0 / cores && peak <= 100.0,
-        "cpu-usage {cpu:?} on {cores} cores"
+        (counted - cpu_used).abs() <= 0.25 * cpu_used + 0.1,
+        "cpu-usage {percents:?} on {cores} cores adds up to {counted:.3} s; getrusage says {cpu_used:.3} s"
     );
+    assert!(percents.iter().all(|&p| (0.0..=100.0).contains(&p)));
     assert_eq!(of("cpu-usage")[0].str("DisplayUnits"), "%");
 
     let working_set = of("working-set").last().unwrap().f64("Mean");
@@ -152,4 +162,16 @@ fn runtime_counters_track_threads_and_cpu() {
     assert!(fds >= 3.0, "{fds} fds");
     assert!(of("session-count").iter().all(|p| p.f64("Mean") >= 1.0));
     assert!(total_increment(&of("session-events-written")) > 0.0);
+}
+
+/// User + system CPU time of the whole process so far, from the kernel's own account.
+fn process_cpu_seconds() -> f64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `usage` is writable memory for one `rusage`, which getrusage fills.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
+    assert_eq!(rc, 0, "getrusage");
+    // SAFETY: getrusage succeeded, so it initialised the struct (zeroed before, too).
+    let usage = unsafe { usage.assume_init() };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
