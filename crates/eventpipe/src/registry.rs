@@ -83,14 +83,6 @@ impl Registry {
 /// Registers `event` on its first write; returns its session mask.
 #[cold]
 pub(crate) fn register_event(event: &'static EventDescriptor) -> u64 {
-    crate::diagnostics::autostart();
-    register_event_quiet(event)
-}
-
-/// [`register_event`] without starting the diagnostics server: for the server's own
-/// counters, registered while it starts.
-#[cold]
-pub(crate) fn register_event_quiet(event: &'static EventDescriptor) -> u64 {
     let mut callbacks = Vec::new();
     let mask = {
         let mut r = registry();

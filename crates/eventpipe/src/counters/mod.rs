@@ -188,7 +188,7 @@ impl Instrument {
 #[cold]
 #[inline(never)]
 fn register(instrument: Instrument) {
-    publish::register(instrument, false);
+    publish::register(instrument);
     // Relaxed: see `Registration::pending`.
     instrument
         .registration()

@@ -156,11 +156,7 @@ static SCHEDULE_CHANGED: Condvar = Condvar::new();
 
 /// Adds `instrument` to its provider's list; on the provider's first counter, declares its
 /// `EventCounters` events and learns which running sessions already enable it.
-pub(crate) fn register(instrument: Instrument, quiet: bool) {
-    if !quiet {
-        // As for an event's first registration: the environment may ask for a server.
-        crate::diagnostics::autostart();
-    }
+pub(crate) fn register(instrument: Instrument) {
     let provider = instrument.provider();
     let new_provider = {
         let mut table = lock(&TABLE);
@@ -191,8 +187,8 @@ pub(crate) fn register(instrument: Instrument, quiet: bool) {
         // Before the events register, so a registry that sees the provider for the first
         // time tells the publisher of the sessions that name it.
         provider.mark_has_counters();
-        crate::registry::register_event_quiet(mean);
-        crate::registry::register_event_quiet(sum);
+        crate::registry::register_event(mean);
+        crate::registry::register_event(sum);
         // A provider the registry knew already (it has events of its own) is not told
         // again: ask. Applying an enable twice is harmless.
         for (slot, config) in crate::registry::configs_naming(provider) {

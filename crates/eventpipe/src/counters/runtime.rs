@@ -102,9 +102,7 @@ fn sessions_sum(field: impl Fn(&crate::SessionStats) -> u64) -> u64 {
 pub fn register() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        // Quiet: called while the diagnostics server starts, which an event's first
-        // registration may be doing (and would wait for) on this very thread.
-        let quiet = |i| super::publish::register(i, true);
+        let quiet = super::publish::register;
         use super::Instrument as I;
         if cfg!(target_os = "linux") {
             for g in [&CPU_USAGE, &WORKING_SET, &THREAD_COUNT, &OPEN_FDS] {

@@ -7,9 +7,12 @@
 //! until `StopTracing` or the client hanging up; `ProcessInfo` (1–3) describes the
 //! process; `ResumeRuntime` releases a startup suspended on a reverse port.
 //!
-//! Programs that do not call [`start_server`] are served anyway when the environment asks:
-//! `EVENTPIPE_ENABLE_DIAGNOSTICS=1`, or reverse ports in `DOTNET_DiagnosticPorts`, start
-//! the server when the first event is declared, before that event can be written.
+//! The server runs only when asked, in one of two ways and no other: the program calls
+//! [`start_server`], or its environment says so when the process starts
+//! (`EVENTPIPE_ENABLE_DIAGNOSTICS=1`, or reverse ports in `DOTNET_DiagnosticPorts`), as a
+//! .NET runtime reads its environment at start-up. The environment is read once, before
+//! `main` (a constructor in `.init_array`), so a suspend port holds the program before it
+//! runs any of its own code. Declaring, registering or writing events never starts it.
 
 mod accept;
 mod process;
@@ -19,15 +22,15 @@ mod streaming;
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
-use std::sync::{Once, OnceLock};
+use std::sync::OnceLock;
 
 use eventpipe_ipc::transport;
 
 pub use process::RUNTIME_NAME;
 pub use reverse::{PORTS_VAR, SUSPEND_TIMEOUT_VAR};
 
-/// The environment variable that starts the server in programs that do not call
-/// [`start_server`].
+/// The environment variable that starts the server at process start-up, in programs
+/// that do not call [`start_server`] (`1` starts it).
 pub const ENABLE_VAR: &str = "EVENTPIPE_ENABLE_DIAGNOSTICS";
 
 /// The running diagnostics server of this process.
@@ -111,18 +114,33 @@ fn remove_at_exit(socket: &Path) {
     }
 }
 
-/// Starts the server if the environment asks for it; called before the first event is
-/// registered (never with the registry lock held: a suspended startup waits here while a
-/// tool starts sessions).
-pub(crate) fn autostart() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let enabled = std::env::var(ENABLE_VAR).is_ok_and(|v| v == "1");
-        let ports = std::env::var(PORTS_VAR).is_ok_and(|v| !v.is_empty());
-        if enabled || ports {
-            if let Err(e) = start_server() {
-                eprintln!("eventpipe: diagnostics server not started: {e}");
-            }
-        }
-    });
+/// Whether the environment asks for the server: [`ENABLE_VAR`] is `1`, or
+/// [`PORTS_VAR`] names ports.
+pub fn environment_asks() -> bool {
+    let enabled = std::env::var_os(ENABLE_VAR).is_some_and(|v| v == "1");
+    let ports = std::env::var_os(PORTS_VAR).is_some_and(|v| !v.is_empty());
+    enabled || ports
+}
+
+/// Runs [`start_from_environment`] when the process starts, before `main`: the dynamic
+/// loader calls every function in `.init_array` once the C library is ready (the
+/// environment is readable then). A constructor, rather than a check on some first use,
+/// so that the environment alone decides, at the same point in every program.
+#[used]
+#[link_section = ".init_array"]
+static START_FROM_ENVIRONMENT: extern "C" fn() = start_from_environment;
+
+/// Starts the server if [`environment_asks`]. Never panics (it runs outside `main`, where a
+/// panic would abort): a failure is reported on stderr and the program runs unserved.
+extern "C" fn start_from_environment() {
+    if !environment_asks() {
+        return;
+    }
+    if let Err(e) = start_server() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "eventpipe: diagnostics server not started: {e}"
+        );
+    }
 }

@@ -30,10 +30,9 @@
 //! eventpipe tells a provider's enable callback about sessions only once one of its events
 //! is registered. Registering from inside the allocator on its first use is not safe: a Rust
 //! program's first allocations happen before `main`, inside the runtime's start-up (one of
-//! them under the lock of std's stack-overflow thread table), and registering runs
-//! eventpipe's diagnostics autostart, which may start threads and even wait for a tool to
-//! resume the process. So the program calls [`register`] once (idempotent; cheap after the
-//! first call). Until then, and whenever no session enables the provider, the allocator only
+//! them under the lock of std's stack-overflow thread table), and registering takes
+//! eventpipe's registry lock, allocates and runs the provider's enable callbacks. So the
+//! program calls [`register`] once (idempotent; cheap after the first call). Until then, and whenever no session enables the provider, the allocator only
 //! forwards.
 //!
 //! # Cost
