@@ -7,4 +7,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg eventpipe_loom" LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" \
-  cargo test -p eventpipe --test loom --release
+  cargo test -p eventpipe-core --test loom --release

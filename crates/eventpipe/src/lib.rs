@@ -4,6 +4,10 @@
 //! record, and events flow through per-thread buffers to a nettrace file, any byte stream or
 //! an in-process listener.
 //!
+//! Declaring and writing events (and counters) is `eventpipe_core`'s, re-exported here; a
+//! library that only writes events can depend on the core alone. This crate adds sessions,
+//! their drain threads, the trace output, rundown and the diagnostics server.
+//!
 //! ## Data flow
 //!
 //! ```text
@@ -38,102 +42,25 @@
 //! # Ok::<(), eventpipe::Error>(())
 //! ```
 
-mod buffer;
-#[cfg(not(eventpipe_loom))]
-pub mod clock;
-#[cfg(not(eventpipe_loom))]
+// The write path's modules, from the core, under the names the runtime's modules use.
+use eventpipe_core::{registry, sync, threads, writer};
+
+pub use eventpipe_core::{clock, counters, define_event, write_event};
+pub use eventpipe_core::{
+    BufferingMode, Counter, CounterInfo, EnableChange, Error, Event, EventDescriptor, EventFields,
+    FieldKind, FieldSpec, FieldType, FloatCounter, Gauge, Guid, Histogram, Level, ObservedCounter,
+    PayloadField, PayloadWriter, Provider, ProviderConfig, SessionStats, UpDownCounter,
+    MAX_SESSIONS,
+};
+
 mod config;
-#[cfg(not(eventpipe_loom))]
-pub mod counters;
-#[cfg(not(eventpipe_loom))]
 pub mod diagnostics;
-#[cfg(not(eventpipe_loom))]
 mod drain;
-#[cfg(not(eventpipe_loom))]
-mod guid;
-#[cfg(not(eventpipe_loom))]
 mod listener;
-mod manager;
-#[cfg(not(eventpipe_loom))]
-mod payload;
-#[cfg(not(eventpipe_loom))]
-mod provider;
-#[cfg(not(eventpipe_loom))]
-mod registry;
-#[cfg(not(eventpipe_loom))]
+mod metadata;
 pub mod rundown;
-#[cfg(not(eventpipe_loom))]
 mod session;
-#[cfg(not(eventpipe_loom))]
 mod stack;
-mod sync;
-mod threads;
-#[cfg(not(eventpipe_loom))]
-mod writer;
 
-#[cfg(not(eventpipe_loom))]
-pub use config::{
-    BufferingMode, ListenerCallback, Output, ProviderConfig, SessionConfig, MIN_BUDGET,
-};
-#[cfg(not(eventpipe_loom))]
-pub use counters::{
-    Counter, CounterInfo, FloatCounter, Gauge, Histogram, ObservedCounter, UpDownCounter,
-};
-#[cfg(not(eventpipe_loom))]
-pub use payload::{EventFields, FieldType, PayloadField, PayloadWriter};
-#[cfg(not(eventpipe_loom))]
-pub use provider::{EnableChange, Event, EventDescriptor, FieldKind, FieldSpec, Level, Provider};
-#[cfg(not(eventpipe_loom))]
-pub use registry::MAX_SESSIONS;
-#[cfg(not(eventpipe_loom))]
-pub use session::{Session, SessionStats};
-
-#[cfg(eventpipe_loom)]
-#[doc(hidden)]
-pub mod loom_model;
-
-/// What can go wrong starting, running or stopping a session.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// The session configuration is invalid.
-    #[error("invalid session configuration: {0}")]
-    InvalidConfig(String),
-    /// A provider spec (`Name[:Keywords[:Level[:FilterArgs]]]`) did not parse.
-    #[error("invalid provider spec `{spec}`: {reason}")]
-    InvalidProviderSpec {
-        /// The spec as given.
-        spec: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// All session slots are taken.
-    #[error("all {0} session slots are in use")]
-    TooManySessions(usize),
-    /// The output failed; the session ended.
-    #[error("session output failed: {0}")]
-    Output(String),
-    /// The drain thread panicked.
-    #[error("the session's drain thread panicked")]
-    DrainPanicked,
-    /// The diagnostics server could not start.
-    #[error("diagnostics server: {0}")]
-    Diagnostics(String),
-}
-
-#[doc(hidden)]
-pub mod __private {
-    //! Everything the macros call, and nothing else; not part of the API.
-
-    #[cfg(not(eventpipe_loom))]
-    pub use crate::{Event, EventDescriptor, FieldSpec, PayloadField};
-
-    /// The single element of `values`, or 0.
-    pub const fn or_zero(values: &[u8]) -> u8 {
-        if values.is_empty() {
-            0
-        } else {
-            values[0]
-        }
-    }
-}
+pub use config::{ListenerCallback, Output, SessionConfig, MIN_BUDGET};
+pub use session::Session;

@@ -13,8 +13,8 @@ use nettrace::{EventHeader, EventMetadata, FormatVersion, Guid, Label, ThreadInf
 
 use super::merge::{Author, RecordView};
 use crate::threads::ThreadSessionState;
-use crate::writer::{FLAG_ACTIVITY, FLAG_STACK, FLAG_SUBJECT};
 use crate::{registry, rundown, Error};
+use eventpipe_core::record::{FLAG_ACTIVITY, FLAG_STACK, FLAG_SUBJECT};
 
 /// An event block is written once it holds this many bytes.
 const EVENT_BLOCK_TARGET: usize = 60 << 10;
@@ -182,7 +182,8 @@ impl Encoder {
         }
         self.written_metadata[at] = true;
         if let Some(event) = registry::event_at(index) {
-            self.new_metadata.push(event.metadata(index + 1));
+            self.new_metadata
+                .push(crate::metadata::of_event(event, index + 1));
         }
     }
 

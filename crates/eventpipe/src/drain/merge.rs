@@ -16,7 +16,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use crate::threads::Consumed;
-use crate::writer::RECORD_HEADER;
+use eventpipe_core::record::RECORD_HEADER;
 
 /// One record as the writer laid it out (`writer.rs`), borrowed from its buffer.
 #[derive(Debug, Clone, Copy)]

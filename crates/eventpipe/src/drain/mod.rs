@@ -37,10 +37,11 @@ use merge::Run;
 
 use crate::clock;
 use crate::config::{Output, SessionConfig};
-use crate::session::{SessionShared, SessionStats};
-use crate::sync::{lock, Arc, AtomicU64, Ordering};
+use crate::sync::{lock, Arc, Ordering};
 use crate::threads::{Consumed, ThreadProgress, ThreadSessionState, ThreadSnapshot};
 use crate::{registry, rundown, Error};
+use eventpipe_core::recording::{Progress, SessionShared};
+use eventpipe_core::SessionStats;
 
 mod encode;
 mod merge;
@@ -54,27 +55,6 @@ const EVENT_BLOCK_TARGET: usize = 60 << 10;
 /// Thread names kept for rundown; beyond this many, later threads go unnamed in V5 (V6
 /// thread blocks still name them), so thread churn cannot grow the drain without bound.
 const MAX_RUNDOWN_THREAD_NAMES: usize = 4096;
-
-/// Counters the drain publishes for `Session::stats`.
-#[derive(Debug, Default)]
-pub(crate) struct Progress {
-    events_written: AtomicU64,
-    events_dropped: AtomicU64,
-    bytes_written: AtomicU64,
-    threads_reclaimed: AtomicU64,
-}
-
-impl Progress {
-    pub(crate) fn snapshot(&self) -> SessionStats {
-        SessionStats {
-            events_written: self.events_written.load(Ordering::Relaxed),
-            events_dropped: self.events_dropped.load(Ordering::Relaxed),
-            bytes_written: self.bytes_written.load(Ordering::Relaxed),
-            threads_reclaimed: self.threads_reclaimed.load(Ordering::Relaxed),
-            ..SessionStats::default()
-        }
-    }
-}
 
 /// Counts bytes on their way to the real output.
 struct CountingWriter {

@@ -48,15 +48,15 @@ use crate::sync::{yield_now, Arc, AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// What one thread shares with the drain for one session.
 #[derive(Debug)]
-pub(crate) struct ThreadSessionState {
+pub struct ThreadSessionState {
     /// Session-local thread index (V6 thread table index).
-    pub(crate) index: u64,
+    pub index: u64,
     /// OS thread id.
     #[cfg_attr(eventpipe_loom, allow(dead_code))] // read only by the drain, not modelled
-    pub(crate) os_tid: u64,
+    pub os_tid: u64,
     /// Thread name, if it has one.
     #[cfg_attr(eventpipe_loom, allow(dead_code))] // as above
-    pub(crate) name: Option<String>,
+    pub name: Option<String>,
     /// What the owner writes on every event, on a cache line of its own: the fields above,
     /// which the drain reads, stay clean in its cache.
     hot: WrittenPerEvent,
@@ -82,7 +82,7 @@ struct WrittenPerEvent {
 impl ThreadSessionState {
     /// Writer: a record is about to be stamped and appended.
     #[inline]
-    pub(crate) fn begin_record(&self) {
+    pub fn begin_record(&self) {
         // Relaxed: the drain only waits for the flag to clear; a store that becomes visible
         // after the clock read is covered by the drain's cutoff margin (drain/mod.rs).
         self.hot.in_flight.store(true, Ordering::Relaxed);
@@ -90,7 +90,7 @@ impl ThreadSessionState {
 
     /// Writer: the record numbered `seq` is appended (committed in its buffer).
     #[inline]
-    pub(crate) fn commit_record(&self, seq: u32) {
+    pub fn commit_record(&self, seq: u32) {
         // Release: orders the buffer commit before it; pairs with the Acquire in `snapshot`.
         self.hot.published_seq.store(seq, Ordering::Release);
         // Release: pairs with the drain's Acquire in `ThreadSnapshot::read`, so a drain that
@@ -99,7 +99,7 @@ impl ThreadSessionState {
     }
 
     /// Writer, with the session lock held: the event numbered `seq` is lost.
-    pub(crate) fn record_loss(&self, seq: u32) {
+    pub fn record_loss(&self, seq: u32) {
         // Relaxed: only the owner writes the counter, always under the lock, and the drain
         // reads it under the lock, which orders both; a plain load and store suffice.
         let dropped = self.dropped.load(Ordering::Relaxed);
@@ -111,7 +111,7 @@ impl ThreadSessionState {
 
     /// Writer: this thread is done with the session, `current` (its buffer, if any) gets no
     /// more records. The drain removes the state once it has read the rest.
-    pub(crate) fn exit(&self, current: Option<Arc<Buffer>>) {
+    pub fn exit(&self, current: Option<Arc<Buffer>>) {
         if let Some(buffer) = current {
             buffer.retire();
         }
@@ -138,7 +138,7 @@ struct ThreadEntry {
 
 /// The per-thread states of a session, by thread index. Guarded by the session's lock.
 #[derive(Debug, Default)]
-pub(crate) struct ThreadTable {
+pub struct ThreadTable {
     /// A B-tree, not a hash map: passes visit threads in index order, the same order every
     /// time (the loom models rely on that determinism).
     entries: BTreeMap<u64, ThreadEntry>,
@@ -147,13 +147,13 @@ pub(crate) struct ThreadTable {
 
 /// One thread as a drain pass sees it, copied under the lock.
 #[derive(Debug)]
-pub(crate) struct ThreadSnapshot {
-    pub(crate) state: Arc<ThreadSessionState>,
+pub struct ThreadSnapshot {
+    pub state: Arc<ThreadSessionState>,
     buffers: Vec<Arc<Buffer>>,
     read_pos: usize,
     /// The output has yet to describe this thread.
     #[cfg_attr(eventpipe_loom, allow(dead_code))] // read only by the drain's output
-    pub(crate) announce: bool,
+    pub announce: bool,
     /// `exited`, loaded under the lock.
     exited: bool,
     /// The entry has more buffers than the snapshot lists.
@@ -169,55 +169,55 @@ pub(crate) struct ThreadSnapshot {
 
 /// What a reader callback of [`ThreadSnapshot::read`] did with one buffer's bytes.
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Consumed {
+pub struct Consumed {
     /// Bytes consumed: whole records only.
-    pub(crate) bytes: usize,
+    pub bytes: usize,
     /// Sequence number of the last record consumed, if any.
-    pub(crate) last_seq: Option<u32>,
+    pub last_seq: Option<u32>,
     /// Sequence number of a record left for a later pass (past the cutoff); the pass stops
     /// reading this thread there.
-    pub(crate) left: Option<u32>,
+    pub left: Option<u32>,
 }
 
 /// What a pass learned about one thread, applied under the lock by [`ThreadTable::apply`].
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct ThreadProgress {
+pub struct ThreadProgress {
     index: u64,
     buffers_emptied: usize,
     read_pos: usize,
     /// The thread's sequence-point bound: every event numbered up to it was read or lost,
     /// none later was read.
-    pub(crate) bound: u32,
+    pub bound: u32,
     /// The thread had exited at the snapshot and this pass read all it wrote: `apply`
     /// removes its entry, and `bound` is its last sequence number.
-    pub(crate) reclaims: bool,
+    pub reclaims: bool,
 }
 
 /// A removed entry.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Removed {
-    pub(crate) index: u64,
+pub struct Removed {
+    pub index: u64,
     /// The thread's last sequence number (committed or dropped).
-    pub(crate) last_seq: u32,
+    pub last_seq: u32,
     /// Events it dropped.
-    pub(crate) dropped: u64,
+    pub dropped: u64,
 }
 
 /// What [`ThreadTable::apply`] did.
 #[derive(Debug, Default)]
-pub(crate) struct Applied {
-    pub(crate) freed_bytes: usize,
-    pub(crate) freed_buffers: usize,
+pub struct Applied {
+    pub freed_bytes: usize,
+    pub freed_buffers: usize,
     /// The emptied buffers themselves, for the manager to reuse.
-    pub(crate) freed: Vec<Arc<Buffer>>,
-    pub(crate) removed: Vec<Removed>,
+    pub freed: Vec<Arc<Buffer>>,
+    pub removed: Vec<Removed>,
     /// Events dropped by the threads still in the table.
-    pub(crate) dropped_live: u64,
+    pub dropped_live: u64,
 }
 
 impl ThreadTable {
     /// Registers a thread.
-    pub(crate) fn add(&mut self, os_tid: u64, name: Option<String>) -> Arc<ThreadSessionState> {
+    pub fn add(&mut self, os_tid: u64, name: Option<String>) -> Arc<ThreadSessionState> {
         let index = self.next_index;
         self.next_index += 1;
         let state = Arc::new(ThreadSessionState {
@@ -245,25 +245,30 @@ impl ThreadTable {
     }
 
     /// Whether thread `index` is still in the table.
-    pub(crate) fn contains(&self, index: u64) -> bool {
+    pub fn contains(&self, index: u64) -> bool {
         self.entries.contains_key(&index)
     }
 
     /// Appends `buffer` to thread `index`'s list (the writer fills it next).
-    pub(crate) fn push_buffer(&mut self, index: u64, buffer: Arc<Buffer>) {
+    pub fn push_buffer(&mut self, index: u64, buffer: Arc<Buffer>) {
         if let Some(entry) = self.entries.get_mut(&index) {
             entry.buffers.push_back(buffer);
         }
     }
 
     /// Threads in the table.
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// Whether the table has no thread.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
     }
 
     /// Drain: each thread as this pass will read it, listing at most `max_buffers` of its
     /// buffers (the oldest). Marks every thread announced.
-    pub(crate) fn snapshot(&mut self, max_buffers: usize) -> Vec<ThreadSnapshot> {
+    pub fn snapshot(&mut self, max_buffers: usize) -> Vec<ThreadSnapshot> {
         self.entries
             .values_mut()
             .map(|e| {
@@ -294,7 +299,7 @@ impl ThreadTable {
 
     /// Drain, after a pass: pops the buffers it emptied, keeps its read positions, and
     /// removes the entries it read to the end of their thread.
-    pub(crate) fn apply(&mut self, progress: &[ThreadProgress]) -> Applied {
+    pub fn apply(&mut self, progress: &[ThreadProgress]) -> Applied {
         let mut applied = Applied::default();
         for p in progress {
             let Some(entry) = self.entries.get_mut(&p.index) else {
@@ -335,13 +340,13 @@ impl ThreadTable {
 impl ThreadSnapshot {
     /// How many buffers the snapshot lists for the thread.
     #[cfg(not(eventpipe_loom))]
-    pub(crate) fn listed_buffers(&self) -> usize {
+    pub fn listed_buffers(&self) -> usize {
         self.buffers.len()
     }
 
     /// Whether the thread had lost events by the snapshot.
     #[cfg_attr(eventpipe_loom, allow(dead_code))] // as above
-    pub(crate) fn lost_events(&self) -> bool {
+    pub fn lost_events(&self) -> bool {
         self.dropped > 0
     }
 
@@ -351,7 +356,7 @@ impl ThreadSnapshot {
     /// borrowed for as long as the snapshot holds the buffers. Published bytes are never
     /// written again, so they stay valid and unchanged.
     #[cfg(not(eventpipe_loom))]
-    pub(crate) fn consumed_bytes<'s>(
+    pub fn consumed_bytes<'s>(
         &'s self,
         consumed: &'s [usize],
     ) -> impl Iterator<Item = &'s [u8]> + 's {
@@ -368,7 +373,7 @@ impl ThreadSnapshot {
     /// Drain: waits out a record in flight, then reads the listed buffers oldest first
     /// from the saved position, handing each one's published bytes to `read`. Moves to the
     /// next buffer only past one that was retired and read to its end.
-    pub(crate) fn read(&self, mut read: impl FnMut(&[u8]) -> Consumed) -> ThreadProgress {
+    pub fn read(&self, mut read: impl FnMut(&[u8]) -> Consumed) -> ThreadProgress {
         // Acquire: pairs with the Release in `commit_record`.
         while self.state.hot.in_flight.load(Ordering::Acquire) {
             yield_now();

@@ -1,5 +1,5 @@
 //! Loom models of the runtime's concurrency-critical state machines, each through the real
-//! code (`eventpipe::loom_model` forwards to it under loom's primitives):
+//! code (`eventpipe_core::loom_model` forwards to it under loom's primitives):
 //!
 //! - the writer → drain buffer hand-off (`buffer.rs`; every data byte a tracked cell);
 //! - per-thread state reclaim (`threads.rs`): a thread writing its last events and exiting
@@ -12,7 +12,7 @@
 //! leak report.
 #![cfg(eventpipe_loom)]
 
-use eventpipe::loom_model::{Buffer, BufferManager, NoBuffer};
+use eventpipe_core::loom_model::{Buffer, BufferManager, NoBuffer};
 use loom::sync::Arc;
 
 /// The writer publishes two records and retires the buffer; the drain polls. Every chunk it

@@ -7,13 +7,13 @@
 use std::sync::Mutex;
 
 use crate::provider::{EnableChange, EventDescriptor, Provider};
-use crate::session::SessionShared;
+use crate::recording::SessionShared;
 use crate::sync::Arc;
 use crate::Error;
 
 /// A provider's enable callback, the configuration to tell it and the provider, run once
 /// no lock is held.
-pub(crate) type PendingCallback = (
+pub type PendingCallback = (
     fn(&EnableChange<'_>),
     crate::ProviderConfig,
     &'static Provider,
@@ -21,7 +21,7 @@ pub(crate) type PendingCallback = (
 
 /// What a session tells its providers' callbacks.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Notice {
+pub enum Notice {
     /// It now records them.
     Enabled,
     /// It is stopping and still records: last chance to write into it.
@@ -31,7 +31,7 @@ pub(crate) enum Notice {
 }
 
 /// Runs `callbacks` for the session in `slot`, with no lock held.
-pub(crate) fn notify(callbacks: Vec<PendingCallback>, slot: usize, notice: Notice) {
+pub fn notify(callbacks: Vec<PendingCallback>, slot: usize, notice: Notice) {
     for (callback, pc, provider) in callbacks {
         callback(&EnableChange {
             provider,
@@ -82,7 +82,7 @@ impl Registry {
 
 /// Registers `event` on its first write; returns its session mask.
 #[cold]
-pub(crate) fn register_event(event: &'static EventDescriptor) -> u64 {
+pub fn register_event(event: &'static EventDescriptor) -> u64 {
     let mut callbacks = Vec::new();
     let mask = {
         let mut r = registry();
@@ -115,12 +115,12 @@ pub(crate) fn register_event(event: &'static EventDescriptor) -> u64 {
 }
 
 /// The event registered at `index`.
-pub(crate) fn event_at(index: u32) -> Option<&'static EventDescriptor> {
+pub fn event_at(index: u32) -> Option<&'static EventDescriptor> {
     registry().events.get(index as usize).copied()
 }
 
 /// Claims a free slot for `make(slot)` and returns the session.
-pub(crate) fn add_session(
+pub fn add_session(
     make: impl FnOnce(usize) -> Arc<SessionShared>,
 ) -> Result<Arc<SessionShared>, Error> {
     let mut r = registry();
@@ -135,7 +135,7 @@ pub(crate) fn add_session(
 }
 
 /// Turns on the session's bits in every event mask; returns the enable callbacks to run.
-pub(crate) fn enable_session(session: &SessionShared) -> Vec<PendingCallback> {
+pub fn enable_session(session: &SessionShared) -> Vec<PendingCallback> {
     let r = registry();
     for event in &r.events {
         if session.enables(event) {
@@ -166,7 +166,7 @@ fn provider_callbacks(r: &Registry, session: &SessionShared) -> Vec<PendingCallb
 /// Clears the session's bits and frees its slot (if it still holds it); returns the
 /// disable callbacks to run.
 /// The disable callbacks `session`'s providers are owed, computed without removing it.
-pub(crate) fn callbacks_of(session: &SessionShared) -> Vec<PendingCallback> {
+pub fn callbacks_of(session: &SessionShared) -> Vec<PendingCallback> {
     let r = registry();
     let holds_slot = r.sessions[session.slot()]
         .as_ref()
@@ -178,7 +178,7 @@ pub(crate) fn callbacks_of(session: &SessionShared) -> Vec<PendingCallback> {
     }
 }
 
-pub(crate) fn remove_session(session: &SessionShared) -> Vec<PendingCallback> {
+pub fn remove_session(session: &SessionShared) -> Vec<PendingCallback> {
     let mut r = registry();
     let slot = session.slot();
     let holds_slot = r.sessions[slot]
@@ -195,7 +195,7 @@ pub(crate) fn remove_session(session: &SessionShared) -> Vec<PendingCallback> {
 }
 
 /// The configuration of every running session that enables `provider`, with its slot.
-pub(crate) fn configs_naming(provider: &Provider) -> Vec<(usize, crate::ProviderConfig)> {
+pub fn configs_naming(provider: &Provider) -> Vec<(usize, crate::ProviderConfig)> {
     let r = registry();
     r.sessions
         .iter()
@@ -208,13 +208,13 @@ pub(crate) fn configs_naming(provider: &Provider) -> Vec<(usize, crate::Provider
 }
 
 /// The counters of every running session, by slot.
-pub(crate) fn running_session_stats() -> Vec<(usize, crate::SessionStats)> {
+pub fn running_session_stats() -> Vec<(usize, crate::SessionStats)> {
     let sessions: Vec<_> = registry().sessions.iter().flatten().cloned().collect();
     // Outside the registry lock: reading a session's usage takes its own lock.
     sessions.iter().map(|s| (s.slot(), s.stats())).collect()
 }
 
 /// The session currently in `slot`.
-pub(crate) fn session_in(slot: usize) -> Option<Arc<SessionShared>> {
+pub fn session_in(slot: usize) -> Option<Arc<SessionShared>> {
     registry().sessions.get(slot).and_then(Clone::clone)
 }

@@ -13,13 +13,13 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 #[cfg(not(eventpipe_loom))]
 use std::ptr::NonNull;
 
-use crate::sync::{AtomicBool, AtomicUsize, Ordering};
 #[cfg(not(eventpipe_loom))]
-use crate::writer::RECORD_HEADER;
+use crate::record::RECORD_HEADER;
+use crate::sync::{AtomicBool, AtomicUsize, Ordering};
 
 /// One append-only buffer.
 #[derive(Debug)]
-pub(crate) struct Buffer {
+pub struct Buffer {
     #[cfg(not(eventpipe_loom))]
     ptr: NonNull<u8>,
     /// Under loom every byte is a tracked cell, so the model checker sees each data access
@@ -45,7 +45,7 @@ unsafe impl Sync for Buffer {}
 impl Buffer {
     /// A buffer of `capacity` bytes.
     #[cfg(eventpipe_loom)]
-    pub(crate) fn new(capacity: usize) -> Option<Buffer> {
+    pub fn new(capacity: usize) -> Option<Buffer> {
         Some(Buffer {
             cells: (0..capacity)
                 .map(|_| loom::cell::UnsafeCell::new(0))
@@ -58,7 +58,7 @@ impl Buffer {
 
     /// A buffer of `capacity` bytes, or `None` if the allocation fails.
     #[cfg(not(eventpipe_loom))]
-    pub(crate) fn new(capacity: usize) -> Option<Buffer> {
+    pub fn new(capacity: usize) -> Option<Buffer> {
         let layout = Layout::from_size_align(capacity.max(1), 8).ok()?;
         // Zeroed, so every byte is initialised from the start and the writer may hand out
         // the unpublished space as a `&mut [u8]` (`write_payload`). Buffers are reused
@@ -73,14 +73,14 @@ impl Buffer {
         })
     }
 
-    pub(crate) fn capacity(&self) -> usize {
+    pub fn capacity(&self) -> usize {
         self.capacity
     }
 
     /// Makes an emptied buffer new again, for another writer. `&mut self`: no writer or
     /// reader holds it (the manager got it back with `Arc::try_unwrap`, whose Acquire
     /// orders every access its last holders made before this).
-    pub(crate) fn reset(&mut self) {
+    pub fn reset(&mut self) {
         self.committed.store(0, Ordering::Relaxed);
         self.retired.store(false, Ordering::Relaxed);
     }
@@ -91,7 +91,7 @@ impl Buffer {
     /// # Safety
     /// Only the buffer's single writer may call this, with `at` equal to the end it last
     /// published, and the parts must fit: `at + total length <= capacity`.
-    pub(crate) unsafe fn append(&self, at: usize, parts: &[&[u8]]) -> usize {
+    pub unsafe fn append(&self, at: usize, parts: &[&[u8]]) -> usize {
         let mut end = at;
         for part in parts {
             debug_assert!(end + part.len() <= self.capacity);
@@ -108,7 +108,7 @@ impl Buffer {
     /// Where the bytes start. The short write path keeps it beside its write position, so
     /// a record needs no pointer chase through the buffer (see [`write_record`]).
     #[cfg(not(eventpipe_loom))]
-    pub(crate) fn base(&self) -> NonNull<u8> {
+    pub fn base(&self) -> NonNull<u8> {
         self.ptr
     }
 
@@ -119,20 +119,20 @@ impl Buffer {
     /// last published and within the capacity, and every byte below `end` written.
     #[cfg(not(eventpipe_loom))]
     #[inline(always)]
-    pub(crate) unsafe fn publish(&self, end: usize) {
+    pub unsafe fn publish(&self, end: usize) {
         debug_assert!(end <= self.capacity);
         // Release: publishes the bytes written before; pairs with the Acquire in `readable`.
         self.committed.store(end, Ordering::Release);
     }
 
     /// Writer side: no more records will be appended.
-    pub(crate) fn retire(&self) {
+    pub fn retire(&self) {
         // Release: pairs with the Acquire in `is_retired`, ordering it after the last commit.
         self.retired.store(true, Ordering::Release);
     }
 
     /// Drain side: whether the writer has moved on.
-    pub(crate) fn is_retired(&self) -> bool {
+    pub fn is_retired(&self) -> bool {
         self.retired.load(Ordering::Acquire)
     }
 
@@ -157,7 +157,7 @@ impl Buffer {
     }
 
     /// Drain side: calls `f` with the published bytes from `from` on.
-    pub(crate) fn with_readable<R>(&self, from: usize, f: impl FnOnce(&[u8]) -> R) -> R {
+    pub fn with_readable<R>(&self, from: usize, f: impl FnOnce(&[u8]) -> R) -> R {
         #[cfg(not(eventpipe_loom))]
         return f(self.readable(from));
         #[cfg(eventpipe_loom)]
@@ -166,14 +166,14 @@ impl Buffer {
 
     /// Drain side: whether nothing is published at or beyond `pos`. Once the buffer was seen
     /// retired, the answer is final.
-    pub(crate) fn is_read_to_end(&self, pos: usize) -> bool {
+    pub fn is_read_to_end(&self, pos: usize) -> bool {
         // Acquire: pairs with the Release in `append` (the same load `readable` makes).
         self.committed.load(Ordering::Acquire) <= pos
     }
 
     /// Drain side (model checking): a copy of the published bytes from `from` on.
     #[cfg(eventpipe_loom)]
-    pub(crate) fn read_copy(&self, from: usize) -> Vec<u8> {
+    pub fn read_copy(&self, from: usize) -> Vec<u8> {
         // Acquire: pairs with the Release in `append`.
         let end = self.committed.load(Ordering::Acquire);
         self.cells[from.min(end)..end]
@@ -185,7 +185,7 @@ impl Buffer {
 
     /// Drain side: the published bytes from `from` on.
     #[cfg(not(eventpipe_loom))]
-    pub(crate) fn readable(&self, from: usize) -> &[u8] {
+    pub fn readable(&self, from: usize) -> &[u8] {
         // Acquire: pairs with the Release in `append`, so every byte below `end` is visible.
         let end = self.committed.load(Ordering::Acquire);
         let from = from.min(end);
@@ -204,7 +204,7 @@ impl Buffer {
 /// beyond its published end, and `at + RECORD_HEADER + payload_len` is within its capacity.
 #[cfg(not(eventpipe_loom))]
 #[inline(always)]
-pub(crate) unsafe fn write_payload(
+pub unsafe fn write_payload(
     base: NonNull<u8>,
     at: usize,
     payload_len: usize,
@@ -230,7 +230,7 @@ pub(crate) unsafe fn write_payload(
 /// As for [`write_payload`].
 #[cfg(not(eventpipe_loom))]
 #[inline(always)]
-pub(crate) unsafe fn write_header(base: NonNull<u8>, at: usize, header: [u64; 3]) {
+pub unsafe fn write_header(base: NonNull<u8>, at: usize, header: [u64; 3]) {
     // SAFETY: within the allocation, at or beyond the published end (caller's contract);
     // unaligned stores.
     unsafe {
@@ -244,7 +244,7 @@ pub(crate) unsafe fn write_header(base: NonNull<u8>, at: usize, header: [u64; 3]
 /// Copies `src` into `dst`, which is as long: [`copy_small`] for a payload in a record.
 #[cfg(not(eventpipe_loom))]
 #[inline(always)]
-pub(crate) fn copy_payload(dst: &mut [u8], src: &[u8]) {
+pub fn copy_payload(dst: &mut [u8], src: &[u8]) {
     assert_eq!(dst.len(), src.len(), "a payload copy of a different length");
     // SAFETY: `dst` is valid for `src.len()` bytes (asserted) and, being a `&mut`, does not
     // overlap `src`.

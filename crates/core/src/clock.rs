@@ -124,13 +124,13 @@ fn now_from_base() -> i64 {
 /// Whether timestamps are the TSC, so that [`now_tsc`] may stand in for [`now`]. The short
 /// write path runs only then: with the clock read a single instruction it calls nothing,
 /// and so needs no stack frame.
-pub(crate) fn is_tsc() -> bool {
+pub fn is_tsc() -> bool {
     base().source == Source::Tsc
 }
 
 /// [`now`] when [`is_tsc`]: the TSC, with no check.
 #[inline(always)]
-pub(crate) fn now_tsc() -> i64 {
+pub fn now_tsc() -> i64 {
     read_tsc()
 }
 
@@ -166,7 +166,7 @@ pub fn ticks_from_nanos(nanos: i64) -> i64 {
 }
 
 /// A (UTC nanoseconds since the Unix epoch, ticks) pair taken together, for trace headers.
-pub(crate) fn sync_point() -> (i128, i64) {
+pub fn sync_point() -> (i128, i64) {
     let b = base();
     let rate = ticks_per_second();
     let ticks = now();

@@ -14,8 +14,8 @@
 //! | [`Histogram`] | `record(f64)` | `Mean`: count, mean, deviation, min, max of the interval; percentiles in `Metadata` |
 //!
 //! ```
-//! use eventpipe::counters::{Counter, CounterInfo, Gauge, Histogram};
-//! use eventpipe::Provider;
+//! use eventpipe_core::counters::{Counter, CounterInfo, Gauge, Histogram};
+//! use eventpipe_core::Provider;
 //!
 //! static SHOP: Provider = Provider::new("MyShop");
 //! static ORDERS: Counter = Counter::new(&SHOP, CounterInfo::new("orders-placed")

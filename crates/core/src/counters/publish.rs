@@ -186,7 +186,7 @@ pub(crate) fn register(instrument: Instrument) {
     if let Some((mean, sum)) = new_provider {
         // Before the events register, so a registry that sees the provider for the first
         // time tells the publisher of the sessions that name it.
-        provider.mark_has_counters();
+        provider.mark_has_counters(on_enable_change);
         crate::registry::register_event(mean);
         crate::registry::register_event(sum);
         // A provider the registry knew already (it has events of its own) is not told

@@ -4,10 +4,7 @@
 //! a thread-local. Writing takes no lock and performs no read-modify-write on memory another
 //! thread writes: it stamps the record, appends it to the buffer (SPSC, see `buffer.rs`) and
 //! publishes the sequence number. The session lock is taken only to get a new buffer.
-//!
-//! Record layout in a buffer: `len: u32, event_index: u32, seq: u32, flags: u32,
-//! timestamp: i64`, then 32 bytes of activity ids when `flags & 1`, then (when `flags & 2`)
-//! a u32 byte length and the stack's pointer-sized IPs, then the payload.
+//! The records' layout is `record.rs`'s.
 
 use std::cell::{Cell, RefCell};
 use std::ptr::NonNull;
@@ -16,17 +13,13 @@ use crate::buffer::{self, Buffer};
 use crate::clock;
 use crate::manager::NoBuffer;
 use crate::provider::EventDescriptor;
+use crate::recording::SessionShared;
 use crate::registry::{self, MAX_SESSIONS};
-use crate::session::SessionShared;
 use crate::stack::CapturedStack;
 use crate::sync::{Arc, Ordering};
 use crate::threads::ThreadSessionState;
 
-pub(crate) const RECORD_HEADER: usize = 24;
-pub(crate) const FLAG_ACTIVITY: u32 = 1;
-pub(crate) const FLAG_STACK: u32 = 2;
-/// The record is about another thread (a profiler's sample of it): 8 bytes, its OS id.
-pub(crate) const FLAG_SUBJECT: u32 = 4;
+use crate::record::{FLAG_ACTIVITY, FLAG_STACK, FLAG_SUBJECT, RECORD_HEADER};
 
 struct WriterSlot {
     session: Arc<SessionShared>,
@@ -124,26 +117,26 @@ thread_local! {
 }
 
 /// The calling thread's OS thread id.
-pub(crate) fn current_os_tid() -> u64 {
+pub fn current_os_tid() -> u64 {
     // SAFETY: gettid has no preconditions and cannot fail.
     (unsafe { libc::gettid() }) as u64
 }
 
 /// A stack the caller captured for its event (a profiler's sample), encoded as the trace
 /// stores IPs, and the thread the event is about when not the writer.
-#[derive(Clone, Copy)]
-pub(crate) struct GivenStack<'a> {
-    pub(crate) stack: &'a [u8],
-    pub(crate) subject: Option<u64>,
+#[derive(Clone, Copy, Debug)]
+pub struct GivenStack<'a> {
+    pub stack: &'a [u8],
+    pub subject: Option<u64>,
 }
 
 /// Writes one event to every session in `mask`: with the caller's stack when `given`,
 /// else with a stack captured here for the sessions that ask for stacks.
-pub(crate) fn write_event(
+pub fn write_event(
     event: &'static EventDescriptor,
     mask: u64,
     payload: &[u8],
-    activity: Option<(nettrace::Guid, nettrace::Guid)>,
+    activity: Option<(crate::Guid, crate::Guid)>,
     given: Option<GivenStack<'_>>,
 ) {
     let Some(index) = event.index() else { return };
@@ -199,7 +192,7 @@ pub(crate) fn write_event(
 /// case (one session, a plain record with room in the buffer) in a short function of its
 /// own, which the general one's argument handling and stack frame would otherwise slow.
 #[inline]
-pub(crate) fn write_plain_event(event: &'static EventDescriptor, mask: u64, payload: &[u8]) {
+pub fn write_plain_event(event: &'static EventDescriptor, mask: u64, payload: &[u8]) {
     if !on_short_path(event, mask, |s, index| append_plain(s, index, payload)) {
         write_event(event, mask, payload, None, None);
     }
@@ -210,7 +203,7 @@ pub(crate) fn write_plain_event(event: &'static EventDescriptor, mask: u64, payl
 /// whether the event is dealt with; if not, the caller takes [`write_fixed_general`],
 /// which it keeps in a cold function of its own with its staging buffer and stack frame.
 #[inline(always)]
-pub(crate) fn write_fixed_short(
+pub fn write_fixed_short(
     event: &'static EventDescriptor,
     mask: u64,
     size: usize,
@@ -223,7 +216,7 @@ pub(crate) fn write_fixed_short(
 /// path (which still appends straight to a session's buffer where it can). The short path
 /// is not tried again: it has just declined this event.
 #[inline(always)]
-pub(crate) fn write_fixed_general(
+pub fn write_fixed_general(
     event: &'static EventDescriptor,
     mask: u64,
     size: usize,
@@ -270,7 +263,7 @@ fn on_short_path(
 }
 
 /// The largest payload [`write_fixed_general`] stages.
-pub(crate) const MAX_FIXED_PAYLOAD: usize = 256;
+pub const MAX_FIXED_PAYLOAD: usize = 256;
 
 /// The common case, kept short: a record with nothing but a payload, into a buffer with
 /// room, for a session that wants no stacks. Returns false, having done nothing, when the
@@ -335,7 +328,7 @@ fn record_head(len: usize, index: u32, seq: u32, flags: u32, timestamp: i64) -> 
 #[derive(Clone, Copy)]
 struct Record<'a> {
     payload: &'a [u8],
-    activity: Option<(nettrace::Guid, nettrace::Guid)>,
+    activity: Option<(crate::Guid, crate::Guid)>,
     /// The OS id of the thread the event is about, when not this one.
     subject: Option<u64>,
     /// The encoded stack, when the record carries one.

@@ -106,10 +106,10 @@ mod sealed {
 ///
 /// ```compile_fail
 /// struct Celsius(f64);
-/// impl eventpipe::PayloadField for Celsius {
-///     const KIND: eventpipe::FieldKind = eventpipe::FieldKind::F64;
-///     fn encode(&self, w: &mut eventpipe::PayloadWriter) {
-///         eventpipe::PayloadField::encode(&self.0, w)
+/// impl eventpipe_core::PayloadField for Celsius {
+///     const KIND: eventpipe_core::FieldKind = eventpipe_core::FieldKind::F64;
+///     fn encode(&self, w: &mut eventpipe_core::PayloadWriter) {
+///         eventpipe_core::PayloadField::encode(&self.0, w)
 ///     }
 /// }
 /// ```
@@ -232,19 +232,28 @@ impl PayloadField for String {
     }
 }
 
-impl sealed::Sealed for nettrace::Guid {}
-impl PayloadField for nettrace::Guid {
-    const KIND: FieldKind = FieldKind::Guid;
-    const FIXED_SIZE: Option<usize> = Some(16);
-    #[inline]
-    fn encode(&self, w: &mut PayloadWriter) {
-        w.bytes(&self.0);
-    }
-    #[inline(always)]
-    fn encode_fixed(&self, dst: &mut [u8]) {
-        put_fixed(dst, &self.0);
-    }
+macro_rules! guid_field {
+    ($($t:ty),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl PayloadField for $t {
+            const KIND: FieldKind = FieldKind::Guid;
+            const FIXED_SIZE: Option<usize> = Some(16);
+            #[inline]
+            fn encode(&self, w: &mut PayloadWriter) {
+                w.bytes(&self.0);
+            }
+            #[inline(always)]
+            fn encode_fixed(&self, dst: &mut [u8]) {
+                put_fixed(dst, &self.0);
+            }
+        }
+    )*};
 }
+guid_field!(crate::Guid);
+// The format's GUID is a field type too, so code holding one (a parsed activity id, a
+// reader's value) writes it as it is.
+#[cfg(feature = "nettrace")]
+guid_field!(nettrace::Guid);
 
 /// Slices are written as u16-counted arrays; longer slices are truncated to 65535 elements.
 macro_rules! slice_field {
@@ -318,7 +327,7 @@ pub trait PayloadValues {
 }
 
 /// A type a field can be declared as in [`define_event!`](crate::define_event): the
-/// integers, floats, `bool`, [`nettrace::Guid`], `&str` and slices of bytes and numbers.
+/// integers, floats, `bool`, [`Guid`](crate::Guid), `&str` and slices of bytes and numbers.
 /// `Arg<'a>` is what [`Event::write`](crate::Event::write) takes for the field: the type
 /// itself, with a reference's lifetime left free, so a `&str` field takes a string borrowed
 /// for just the call. Sealed, as [`PayloadField`] is.
@@ -356,8 +365,10 @@ field_type!(
     f32,
     f64,
     bool,
-    nettrace::Guid
+    crate::Guid
 );
+#[cfg(feature = "nettrace")]
+field_type!(nettrace::Guid);
 
 impl FieldType for &str {
     type Arg<'a> = &'a str;
@@ -488,7 +499,7 @@ mod tests {
 
     #[test]
     fn fixed_size_fields_encode_the_same_in_place_as_staged() {
-        let guid = nettrace::Guid([7; 16]);
+        let guid = crate::Guid([7; 16]);
         let (staged, in_place) = both_encodings((
             1u8,
             -2i8,

@@ -89,7 +89,7 @@ const MIN_SPARE_BUFFERS: usize = 16;
 
 /// A session's lock, the data it guards, and the condition Block-mode writers wait on.
 #[derive(Debug)]
-pub(crate) struct BufferManager {
+pub struct BufferManager {
     /// The session's one lock.
     state: Mutex<Manager>,
     /// Signalled, with the lock held, when buffers are freed or the session aborts.
@@ -102,7 +102,7 @@ pub(crate) struct BufferManager {
 
 /// Why a writer got no buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum NoBuffer {
+pub enum NoBuffer {
     /// The budget is exhausted (Drop mode, or a record larger than the budget): the event
     /// is lost, counted, and leaves a gap in the thread's sequence numbers.
     Dropped,
@@ -112,22 +112,22 @@ pub(crate) enum NoBuffer {
 
 /// What the drain reclaimed after a pass.
 #[derive(Debug)]
-pub(crate) struct Reclaimed {
+pub struct Reclaimed {
     /// Entries removed, with their last sequence numbers.
-    pub(crate) removed: Vec<crate::threads::Removed>,
+    pub removed: Vec<crate::threads::Removed>,
     /// Events dropped by the threads still held.
     #[cfg_attr(eventpipe_loom, allow(dead_code))] // read only by the drain's statistics
-    pub(crate) dropped_live: u64,
+    pub dropped_live: u64,
 }
 
 /// What the manager holds now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Usage {
-    pub(crate) thread_states: usize,
-    pub(crate) buffers: usize,
-    pub(crate) bytes: usize,
+pub struct Usage {
+    pub thread_states: usize,
+    pub buffers: usize,
+    pub bytes: usize,
     /// Emptied buffers kept for reuse.
-    pub(crate) spare_buffers: usize,
+    pub spare_buffers: usize,
 }
 
 impl Manager {
@@ -137,7 +137,7 @@ impl Manager {
 }
 
 impl BufferManager {
-    pub(crate) fn new(budget: usize, block: bool) -> BufferManager {
+    pub fn new(budget: usize, block: bool) -> BufferManager {
         BufferManager {
             state: Mutex::new(Manager::default()),
             capacity: Condvar::new(),
@@ -147,7 +147,7 @@ impl BufferManager {
     }
 
     /// Registers a writing thread.
-    pub(crate) fn add_thread(&self, os_tid: u64, name: Option<String>) -> Arc<ThreadSessionState> {
+    pub fn add_thread(&self, os_tid: u64, name: Option<String>) -> Arc<ThreadSessionState> {
         lock(&self.state).threads.add(os_tid, name)
     }
 
@@ -160,7 +160,7 @@ impl BufferManager {
     /// thread's published sequence number: the drain's last pass snapshots the table under
     /// the same lock after the abort, so every loss it can count is visible to it and every
     /// later attempt sees `aborted` and is refused as outside the session.
-    pub(crate) fn acquire_buffer(
+    pub fn acquire_buffer(
         &self,
         thread: &ThreadSessionState,
         size: usize,
@@ -208,13 +208,13 @@ impl BufferManager {
 
     /// Drain: the thread table as this pass will read it, at most `max_buffers` buffers of
     /// each thread listed.
-    pub(crate) fn snapshot(&self, max_buffers: usize) -> Vec<ThreadSnapshot> {
+    pub fn snapshot(&self, max_buffers: usize) -> Vec<ThreadSnapshot> {
         lock(&self.state).threads.snapshot(max_buffers)
     }
 
     /// Drain, after a pass: frees the buffers it emptied (waking parked writers) and
     /// removes the threads it finished.
-    pub(crate) fn apply(&self, progress: &[ThreadProgress]) -> Reclaimed {
+    pub fn apply(&self, progress: &[ThreadProgress]) -> Reclaimed {
         let mut m = lock(&self.state);
         let applied = m.threads.apply(progress);
         m.used -= applied.freed_bytes;
@@ -241,14 +241,14 @@ impl BufferManager {
     }
 
     /// The session ends: every parked writer returns, and no writer parks again.
-    pub(crate) fn abort(&self) {
+    pub fn abort(&self) {
         let mut m = lock(&self.state);
         m.aborted = true;
         self.capacity.notify_all();
     }
 
     /// What is held now.
-    pub(crate) fn usage(&self) -> Usage {
+    pub fn usage(&self) -> Usage {
         let m = lock(&self.state);
         Usage {
             thread_states: m.threads.len(),

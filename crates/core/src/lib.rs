@@ -1,0 +1,136 @@
+//! # eventpipe-core
+//!
+//! What instrumented code needs of EventPipe and nothing more: providers and events
+//! ([`define_event!`], [`write_event!`]), payload encoding, counters, the clock, and the
+//! per-thread write path that appends records to a session's buffers. No trace format, no
+//! IPC, no drain, no unwinder: a library that only declares and writes events depends on
+//! this crate alone. The runtime, `eventpipe`, builds sessions, their drain threads, the
+//! trace output and the diagnostics server on top of it, and re-exports all of this.
+//!
+//! Inside, each module depends only on those before it, in the order of the data flow:
+//! `sync`, `clock`, `guid` and `record` (a buffered record's layout) at the bottom;
+//! `provider` (what is declared), `payload` (how values encode), `config` (what a session
+//! asks), `stack`; `buffer` (one thread's records) → `threads` (a thread's buffers in a
+//! session) → `manager` (a session's one lock and budget) → `recording` (what a session's
+//! writers and drain share) → `registry` (the sessions, and the events they enable) →
+//! `writer` (the per-thread write path) → `event` (what instrumented code calls);
+//! `counters` on top.
+//!
+//! ```
+//! use eventpipe_core::{define_event, write_event, Level, Provider};
+//!
+//! static APP: Provider = Provider::new("MyApp");
+//! define_event! {
+//!     static REQUEST = APP { id: 1, name: "Request", level: Level::Informational, keywords: 0 }
+//!         (path: &str, status: u32);
+//! }
+//!
+//! // One relaxed load and a branch while no session records it.
+//! write_event!(REQUEST, "/index.html", 200);
+//! ```
+
+#[doc(hidden)]
+pub mod buffer;
+#[cfg(not(eventpipe_loom))]
+pub mod clock;
+#[cfg(not(eventpipe_loom))]
+mod config;
+#[cfg(not(eventpipe_loom))]
+pub mod counters;
+#[cfg(not(eventpipe_loom))]
+mod event;
+#[cfg(not(eventpipe_loom))]
+mod guid;
+#[doc(hidden)]
+pub mod manager;
+#[cfg(not(eventpipe_loom))]
+mod payload;
+#[cfg(not(eventpipe_loom))]
+mod provider;
+#[doc(hidden)]
+pub mod record;
+#[cfg(not(eventpipe_loom))]
+#[doc(hidden)]
+pub mod recording;
+#[cfg(not(eventpipe_loom))]
+#[doc(hidden)]
+pub mod registry;
+#[cfg(not(eventpipe_loom))]
+#[doc(hidden)]
+pub mod stack;
+#[doc(hidden)]
+pub mod sync;
+#[doc(hidden)]
+pub mod threads;
+#[cfg(not(eventpipe_loom))]
+#[doc(hidden)]
+pub mod writer;
+
+#[cfg(not(eventpipe_loom))]
+pub use config::{BufferingMode, ProviderConfig};
+#[cfg(not(eventpipe_loom))]
+pub use counters::{
+    Counter, CounterInfo, FloatCounter, Gauge, Histogram, ObservedCounter, UpDownCounter,
+};
+#[cfg(not(eventpipe_loom))]
+pub use event::Event;
+#[cfg(not(eventpipe_loom))]
+pub use guid::{event_source_guid, Guid};
+#[cfg(not(eventpipe_loom))]
+pub use payload::{EventFields, FieldType, PayloadField, PayloadWriter};
+#[cfg(not(eventpipe_loom))]
+pub use provider::{EnableChange, EventDescriptor, FieldKind, FieldSpec, Level, Provider};
+#[cfg(not(eventpipe_loom))]
+pub use recording::SessionStats;
+#[cfg(not(eventpipe_loom))]
+pub use registry::MAX_SESSIONS;
+
+#[cfg(eventpipe_loom)]
+#[doc(hidden)]
+pub mod loom_model;
+
+/// What can go wrong starting, running or stopping a session.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The session configuration is invalid.
+    #[error("invalid session configuration: {0}")]
+    InvalidConfig(String),
+    /// A provider spec (`Name[:Keywords[:Level[:FilterArgs]]]`) did not parse.
+    #[error("invalid provider spec `{spec}`: {reason}")]
+    InvalidProviderSpec {
+        /// The spec as given.
+        spec: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// All session slots are taken.
+    #[error("all {0} session slots are in use")]
+    TooManySessions(usize),
+    /// The output failed; the session ended.
+    #[error("session output failed: {0}")]
+    Output(String),
+    /// The drain thread panicked.
+    #[error("the session's drain thread panicked")]
+    DrainPanicked,
+    /// The diagnostics server could not start.
+    #[error("diagnostics server: {0}")]
+    Diagnostics(String),
+}
+
+#[doc(hidden)]
+pub mod __private {
+    //! Everything the macros call, and nothing else; not part of the API.
+
+    #[cfg(not(eventpipe_loom))]
+    pub use crate::{Event, EventDescriptor, FieldSpec, PayloadField};
+
+    /// The single element of `values`, or 0.
+    pub const fn or_zero(values: &[u8]) -> u8 {
+        if values.is_empty() {
+            0
+        } else {
+            values[0]
+        }
+    }
+}
