@@ -90,14 +90,15 @@ pub use registry::MAX_SESSIONS;
 pub mod loom_model;
 
 /// What can go wrong starting, running or stopping a session.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Display` and `Error` are written out rather than derived: the core keeps proc-macro
+/// crates out of the build of every library that instruments itself.
+#[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
     /// The session configuration is invalid.
-    #[error("invalid session configuration: {0}")]
     InvalidConfig(String),
     /// A provider spec (`Name[:Keywords[:Level[:FilterArgs]]]`) did not parse.
-    #[error("invalid provider spec `{spec}`: {reason}")]
     InvalidProviderSpec {
         /// The spec as given.
         spec: String,
@@ -105,18 +106,31 @@ pub enum Error {
         reason: String,
     },
     /// All session slots are taken.
-    #[error("all {0} session slots are in use")]
     TooManySessions(usize),
     /// The output failed; the session ended.
-    #[error("session output failed: {0}")]
     Output(String),
     /// The drain thread panicked.
-    #[error("the session's drain thread panicked")]
     DrainPanicked,
     /// The diagnostics server could not start.
-    #[error("diagnostics server: {0}")]
     Diagnostics(String),
 }
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::InvalidConfig(why) => write!(f, "invalid session configuration: {why}"),
+            Error::InvalidProviderSpec { spec, reason } => {
+                write!(f, "invalid provider spec `{spec}`: {reason}")
+            }
+            Error::TooManySessions(n) => write!(f, "all {n} session slots are in use"),
+            Error::Output(why) => write!(f, "session output failed: {why}"),
+            Error::DrainPanicked => f.write_str("the session's drain thread panicked"),
+            Error::Diagnostics(why) => write!(f, "diagnostics server: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
 
 #[doc(hidden)]
 pub mod __private {
