@@ -317,7 +317,7 @@ slice_field!(u32 => U32Array, u64 => U64Array, i64 => I64Array, f64 => F64Array)
 /// every field has a fixed one. Support for [`Event::write`](crate::Event::write); not part
 /// of the API.
 #[doc(hidden)]
-pub trait PayloadValues {
+pub trait PayloadValues: sealed::Sealed {
     /// The payload's size when every field's is fixed.
     const FIXED_SIZE: Option<usize>;
     /// Appends every field in order.
@@ -333,7 +333,7 @@ pub trait PayloadValues {
 /// for just the call. Sealed, as [`PayloadField`] is.
 pub trait FieldType: PayloadField {
     /// The value a write takes for a field of this type.
-    type Arg<'a>: PayloadField;
+    type Arg<'a>: FieldType;
 }
 
 /// The declared field types of one event, as a tuple ([`Event`](crate::Event)'s type
@@ -392,7 +392,7 @@ const fn add_sizes(total: Option<usize>, field: Option<usize>) -> Option<usize> 
 
 macro_rules! payload_values {
     ($($field:ident)*) => {
-        impl<$($field: PayloadField),*> PayloadValues for ($($field,)*) {
+        impl<$($field: FieldType),*> PayloadValues for ($($field,)*) {
             const FIXED_SIZE: Option<usize> = {
                 let size = Some(0);
                 $(let size = add_sizes(size, <$field as PayloadField>::FIXED_SIZE);)*
