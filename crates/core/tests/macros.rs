@@ -3,7 +3,7 @@
 //! only while the event may be recorded.
 
 mod telemetry {
-    pub static APP: eventpipe_core::Provider = eventpipe_core::Provider::new("Test-Macros");
+    pub(crate) static APP: eventpipe_core::Provider = eventpipe_core::Provider::new("Test-Macros");
 }
 
 eventpipe_core::define_event! {
