@@ -10,7 +10,8 @@
 # bash script (blocks in order, so variables and background jobs carry from one block to
 # the next) with `set -euo pipefail`, in a fresh temporary directory, with the freshly built
 # `eptrace` and the workspace's example programs first on PATH: what the guide's setup
-# block (`sh setup`, not run here) has a reader build. Background jobs a page leaves
+# block (`sh setup`, not run here) has a reader build. TMPDIR is a folder of the page's
+# own, so the diagnostics sockets of the programs it starts are the only ones it sees. Background jobs a page leaves
 # running are killed when it ends.
 #
 # Tags after `sh`:
@@ -97,9 +98,13 @@ for page in "${pages[@]}"; do
   body=$(extract "$page" $with_dotnet)
   [ -n "$body" ] || continue
   work=$(mktemp -d "${TMPDIR:-/tmp}/eptrace-docs.XXXXXX")
+  mkdir "$work/tmp"
   {
     echo 'set -euo pipefail'
     echo "export PATH=\"$BIN:\$PATH\""
+    # The page's own socket folder: `eptrace ps` and `-n NAME` see only the programs the
+    # page starts, not those of tests running beside it.
+    echo "export TMPDIR=\"$work/tmp\""
     if [ $with_dotnet = 1 ] && [ "$dotnet_blocks" -gt 0 ]; then
       echo "set -a; . \"$DOTNET_ENV\"; set +a"
     fi
