@@ -6,6 +6,12 @@
 //! time, pure arithmetic) then `allocate_records` (a vector of 64 boxed records, freed).
 //! Stdout: `pid N`, then `ready`. Stdin, one command a line: `rate` answers `rate N`, the
 //! loop iterations per second since the last `rate` (for the overhead benchmark); `quit`.
+//! It ends at `quit` or when stdin closes; with `--seconds S` it reads no stdin and ends
+//! after S seconds, for use without a terminal:
+//!
+//! ```sh
+//! eptrace collect --profile cpu-sampling --duration 2s -- profiled-service --seconds 5
+//! ```
 
 use std::alloc::System;
 use std::io::{BufRead, Write};
@@ -44,6 +50,10 @@ fn main() {
         .position(|a| a == "--workers")
         .and_then(|i| args.get(i + 1)?.parse::<usize>().ok())
         .unwrap_or(1);
+    let seconds = args
+        .iter()
+        .position(|a| a == "--seconds")
+        .and_then(|i| args.get(i + 1)?.parse::<f64>().ok());
     eventpipe_profiler::cpu::register().expect("the CPU sampler registers");
     eventpipe_profiler::alloc::register();
     eventpipe::diagnostics::start_server().expect("the diagnostics server starts");
@@ -66,6 +76,10 @@ fn main() {
     writeln!(out, "pid {}", std::process::id()).unwrap();
     writeln!(out, "ready").unwrap();
     out.flush().unwrap();
+    if let Some(seconds) = seconds {
+        std::thread::sleep(std::time::Duration::from_secs_f64(seconds));
+        return;
+    }
     let (mut since, mut counted) = (Instant::now(), done.load(Ordering::Relaxed));
     for line in std::io::stdin().lock().lines() {
         let Ok(line) = line else { break };
