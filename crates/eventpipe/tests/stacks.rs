@@ -74,6 +74,10 @@ fn every_event_carries_its_own_writers_stack() {
             let ips: Vec<u64> = e.stack_ips().collect();
             assert!(ips.len() >= 3, "{format:?}: stack too short: {ips:x?}");
             assert!(
+                !ips.contains(&0),
+                "{format:?}: a null address is the unwinder's end of stack, not a frame: {ips:x?}"
+            );
+            assert!(
                 ips.iter().any(|&ip| near(ip, mine, theirs)),
                 "{format:?}: writer {writer}'s frame missing"
             );
