@@ -856,6 +856,14 @@ fn a_process_that_cannot_be_attached_is_skipped_with_the_reason() {
     assert!(agent.logged(&format!("skipping process {me}")));
     let (status, body) = agent.request("GET", &format!("/trace?pid={me}"), None);
     assert_eq!(status, 403, "{}", String::from_utf8_lossy(&body));
+    // A parameter an endpoint does not take is named, with what it takes.
+    let (status, body) = agent.request("GET", "/info?name=x", None);
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("unknown parameter `name` (this endpoint takes no parameters)"),
+        "{body}"
+    );
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     hangups.join().unwrap();
     let _ = std::fs::remove_file(&path);

@@ -681,6 +681,7 @@ fn is_runtime_frame(frame: &Frame) -> bool {
     const PREFIXES: &[&str] = &[
         "backtrace::",
         "eventpipe::",
+        "eventpipe_core::",
         "eventpipe_tracing::",
         "tracing::",
         "tracing_core::",

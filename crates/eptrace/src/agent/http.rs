@@ -277,10 +277,14 @@ async fn serve_connection<I>(
 fn params(query: Params, known: &[&str]) -> std::result::Result<HashMap<String, String>, Problem> {
     let Query(map) = query.map_err(|e| Problem::bad(format!("the query string: {e}")))?;
     if let Some(unknown) = map.keys().find(|k| !known.contains(&k.as_str())) {
-        return Err(Problem::bad(format!(
-            "unknown parameter `{}` (this endpoint takes {})",
-            unknown.chars().take(64).collect::<String>(),
+        let takes = if known.is_empty() {
+            "no parameters".to_string()
+        } else {
             known.join(", ")
+        };
+        return Err(Problem::bad(format!(
+            "unknown parameter `{}` (this endpoint takes {takes})",
+            unknown.chars().take(64).collect::<String>(),
         )));
     }
     Ok(map)
