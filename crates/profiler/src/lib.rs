@@ -12,4 +12,5 @@
 
 pub mod alloc;
 pub mod cpu;
+mod frame_walk;
 pub mod futures;

@@ -32,7 +32,8 @@
 //! while its own handler runs, so there is at most one producer per slot. Once the collector
 //! has moved `owner` to FREE, no handler can write the slot again until it is given out anew.
 //!
-//! Every memory read of the walk goes through `process_vm_readv` on our own process: a
+//! The walk is the shared frame-pointer walker (`frame_walk`), reading through
+//! [`CopiedStack`]: every memory read goes through `process_vm_readv` on our own process: a
 //! frame-pointer chain through code built without frame pointers holds garbage, and a read
 //! of an unmapped address must fail with an error, not fault in a signal handler.
 //!
@@ -44,6 +45,8 @@
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use crate::frame_walk::{self, FrameMemory, Walk, WORD};
 
 /// Deepest stack captured; deeper stacks are cut at the root end.
 pub(crate) const MAX_FRAMES: usize = 256;
@@ -533,38 +536,69 @@ const MAX_STACK_SPAN: usize = 64 << 20;
 const CHUNK: usize = 4096;
 
 /// Walks the frame-pointer chain from `(pc, sp, fp)` into `frames`; returns the count.
-fn walk((pc, sp, mut fp): (usize, usize, usize), frames: &[AtomicUsize; MAX_FRAMES]) -> usize {
-    const WORD: usize = std::mem::size_of::<usize>();
+fn walk((pc, sp, fp): (usize, usize, usize), frames: &[AtomicUsize; MAX_FRAMES]) -> usize {
     frames[0].store(pc, Ordering::Relaxed);
+    let mut memory = CopiedStack::new();
+    let start = Walk {
+        fp,
+        lowest: sp,
+        highest: sp.saturating_add(MAX_STACK_SPAN),
+        skip_through: 0,
+        max: MAX_FRAMES - 1,
+    };
     let mut n = 1;
-    let mut lowest = sp;
-    // A window of the stack copied out with one system call: [base, base + valid).
-    let mut chunk = [0usize; CHUNK / WORD];
-    let mut base = 0usize;
-    let mut valid = 0usize;
-    while n < MAX_FRAMES {
-        // A frame record is (saved fp, return address) at fp, above the previous one.
-        if fp < lowest || fp % WORD != 0 || fp - sp > MAX_STACK_SPAN {
-            break;
-        }
-        if fp < base || fp + 2 * WORD > base + valid {
-            base = fp;
-            valid = read_into(fp, &mut chunk);
-            if valid < 2 * WORD {
-                break;
-            }
-        }
-        let at = (fp - base) / WORD;
-        let (next_fp, return_address) = (chunk[at], chunk[at + 1]);
-        if return_address == 0 {
-            break;
-        }
+    frame_walk::walk(start, &mut memory, |return_address| {
+        // Relaxed: published by the handler's Release store of `head`.
         frames[n].store(return_address, Ordering::Relaxed);
         n += 1;
-        lowest = fp + 2 * WORD;
-        fp = next_fp;
-    }
+    });
     n
+}
+
+/// The interrupted stack, read through [`read_into`] a window at a time: a garbage frame
+/// pointer reads as `None` instead of faulting in the signal handler. It lives on the
+/// handler's stack; nothing is allocated.
+struct CopiedStack {
+    /// A window of the stack copied out with one system call: `[base, base + valid)`.
+    chunk: [usize; CHUNK / WORD],
+    base: usize,
+    valid: usize,
+}
+
+impl CopiedStack {
+    fn new() -> Self {
+        CopiedStack {
+            chunk: [0; CHUNK / WORD],
+            base: 0,
+            valid: 0,
+        }
+    }
+
+    /// The `words` aligned words at `address`, refetching the window from `address` when
+    /// they are not all in it.
+    fn window(&mut self, address: usize, words: usize) -> Option<&[usize]> {
+        let end = address.checked_add(words * WORD)?;
+        if address < self.base || end > self.base + self.valid {
+            self.base = address;
+            self.valid = read_into(address, &mut self.chunk);
+            if self.valid < words * WORD {
+                return None;
+            }
+        }
+        let at = (address - self.base) / WORD;
+        self.chunk.get(at..at + words)
+    }
+}
+
+impl FrameMemory for CopiedStack {
+    fn read_word(&mut self, address: usize) -> Option<usize> {
+        self.window(address, 1).map(|w| w[0])
+    }
+
+    /// Both words from one window, so a record is fetched with at most one system call.
+    fn read_record(&mut self, fp: usize) -> Option<(usize, usize)> {
+        self.window(fp, 2).map(|w| (w[0], w[1]))
+    }
 }
 
 /// Copies as much of our own memory from `address` into `out` as is readable (stopping at
