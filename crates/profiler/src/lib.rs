@@ -14,3 +14,4 @@ pub mod alloc;
 pub mod cpu;
 mod frame_walk;
 pub mod futures;
+mod sync;

@@ -42,11 +42,11 @@
 //! `gettid` and `process_vm_readv`; it saves and restores `errno`. It allocates nothing and
 //! takes no lock.
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::frame_walk::{self, FrameMemory, Walk, WORD};
+use crate::sync::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Deepest stack captured; deeper stacks are cut at the root end.
 pub(crate) const MAX_FRAMES: usize = 256;
