@@ -21,6 +21,7 @@
 
 mod barrier;
 mod encode;
+mod handoff;
 mod profiled;
 mod site;
 mod thread_buffer;
