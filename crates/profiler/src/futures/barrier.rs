@@ -7,7 +7,8 @@
 //!
 //! Where the kernel lacks `MEMBARRIER_CMD_PRIVATE_EXPEDITED` (before Linux 4.14, or filtered
 //! by seccomp), both sides fall back to full fences. The choice is made once, before either
-//! side relies on it, and never changes. Under the loom model (`cfg(eventpipe_profiler_loom)`) both are loom's
+//! side relies on it, and never changes. Under Miri, which runs no `membarrier`, both sides
+//! use full fences; under the loom model (`cfg(eventpipe_profiler_loom)`) both are loom's
 //! SeqCst fence, the fallback's semantics, which loom checks.
 
 #[cfg(eventpipe_profiler_loom)]
@@ -36,8 +37,10 @@ mod real {
     const EXPEDITED: u8 = 1;
     const FENCES: u8 = 2;
 
+    #[cfg_attr(miri, allow(dead_code))] // Miri decides without asking
     const MEMBARRIER_CMD_QUERY: libc::c_long = 0;
     const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+    #[cfg_attr(miri, allow(dead_code))] // as above
     const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
 
     static MODE: AtomicU8 = AtomicU8::new(UNKNOWN);
@@ -47,6 +50,16 @@ mod real {
         unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0 as libc::c_long) }
     }
 
+    /// Miri runs no `membarrier`: full fences on both sides, which Miri does model.
+    #[cfg(miri)]
+    #[cold]
+    fn decide() -> u8 {
+        // Relaxed: as below.
+        MODE.store(FENCES, Ordering::Relaxed);
+        FENCES
+    }
+
+    #[cfg(not(miri))]
     #[cold]
     fn decide() -> u8 {
         let supported = membarrier(MEMBARRIER_CMD_QUERY);

@@ -169,7 +169,7 @@ mod tests {
     use std::sync::Arc;
 
     /// Records per writer: small under Miri, which runs this some 100× slower.
-    const RECORDS: u32 = if cfg!(miri) { 40 } else { 20_000 };
+    const RECORDS: u32 = if cfg!(miri) { 200 } else { 20_000 };
 
     /// The model's buffer: records not yet emitted, and a check that nobody else is inside.
     #[derive(Debug, Default)]
