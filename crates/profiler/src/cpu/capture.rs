@@ -776,6 +776,7 @@ pub(crate) mod tests {
         let me = FAKE_TID as u32 as u64;
         slot.push(me, 1 + i % 3, |frames| {
             for (k, frame) in frames[..3].iter().enumerate() {
+                // Relaxed: published by `push`'s Release store of `head`, as in the handler.
                 frame.store(i as usize + k, Ordering::Relaxed);
             }
             Stack {
@@ -865,6 +866,7 @@ pub(crate) mod tests {
         // counted lost; the writer stopped at its first refused push.
         let all: u64 = (0..pushed).map(|i| u64::from(1 + i % 3)).sum();
         assert_eq!(periods + lost, all);
+        // Relaxed: this thread stored FREE (the release's CAS).
         assert_eq!(slot.owner.load(Ordering::Relaxed), FREE);
     }
 }

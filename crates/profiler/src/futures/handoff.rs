@@ -71,9 +71,8 @@ impl<T> Handoff<T> {
     pub(crate) unsafe fn as_owner<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
         self.claim_as_owner();
         let result = self.value.with_mut(|value| {
-            // SAFETY: this thread is the only owner (the caller's promise), holds `writing`
-            // and saw `outside` clear after its fence, so it has the value to itself (module
-            // docs) until it clears `writing` below.
+            // SAFETY: the one owner (caller's promise), holding `writing` and having seen
+            // `outside` clear after its fence, has the value alone until it clears `writing`.
             f(unsafe { &mut *value })
         });
         // Release: publishes this access to the next outsider (its Acquire load of
@@ -138,9 +137,8 @@ impl<T> Handoff<T> {
             yield_now();
         }
         let result = self.value.with_mut(|value| {
-            // SAFETY: this thread holds `outside` (won by CAS, so no other outsider does) and
-            // saw `writing` clear after its fence, so it has the value to itself (module
-            // docs) until it clears `outside` below.
+            // SAFETY: holding `outside` (won by CAS) and having seen `writing` clear after its
+            // fence, this thread has the value alone until it clears `outside` (module docs).
             f(unsafe { &mut *value })
         });
         // Release: the owner's next claim (its Acquire load of `outside`) sees our changes.

@@ -165,9 +165,8 @@ impl ThreadBuffer {
             // this thread.
             let _ = CURRENT_CONTEXT.try_with(|c| c.store(innermost, Ordering::Relaxed));
         };
-        // SAFETY: only called through `OWNER`, this thread's own thread-local, so this
-        // thread is the buffer's one owner; `write` does not come back here (emitting writes
-        // an eventpipe event, which records nothing of this profiler).
+        // SAFETY: called only through `OWNER`, this thread's thread-local: its one owner;
+        // `write` records nothing of this profiler (it emits an eventpipe event), so no re-entry.
         unsafe { self.inner.as_owner(write) }
     }
 
