@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
-# Model-checks eventpipe's concurrency-critical state machines with loom: the buffer
-# hand-off, per-thread state reclaim and Block-mode park/abort (tests/loom.rs). A separate
-# target directory keeps the --cfg build from invalidating the normal one.
+# Model-checks the concurrency-critical state machines with loom:
+# - eventpipe-core's buffer hand-off, per-thread state reclaim and Block-mode park/abort
+#   (crates/core/tests/loom.rs, under --cfg eventpipe_loom);
+# - the async profiler's per-thread buffer hand-off: owner, idle flusher, stopping session,
+#   owner exit (crates/profiler/tests/loom.rs, under --cfg eventpipe_profiler_loom).
+# Each cfg gets its own target directory, under $CARGO_TARGET_DIR (default target/), so the
+# --cfg builds do not invalidate the normal one or each other.
 # LOOM_MAX_PREEMPTIONS bounds the search: 3 runs the models in seconds; 5 also passes but
-# takes minutes (the reclaim model dominates).
+# takes minutes (eventpipe's reclaim model dominates).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg eventpipe_loom" LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" \
+TARGET=${CARGO_TARGET_DIR:-target}
+export LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}"
+echo "loom.sh: eventpipe-core (LOOM_MAX_PREEMPTIONS=$LOOM_MAX_PREEMPTIONS)"
+CARGO_TARGET_DIR=$TARGET/loom RUSTFLAGS="--cfg eventpipe_loom" \
   cargo test -p eventpipe-core --test loom --release
+echo "loom.sh: eventpipe-profiler (LOOM_MAX_PREEMPTIONS=$LOOM_MAX_PREEMPTIONS)"
+CARGO_TARGET_DIR=$TARGET/loom-profiler RUSTFLAGS="--cfg eventpipe_profiler_loom" \
+  cargo test -p eventpipe-profiler --test loom --release

@@ -10,6 +10,24 @@
 //! - [`cpu`]: the CPU sampler, per-thread CPU-time timers whose signal handler captures the
 //!   thread's stack, behind the provider `EventPipeRs-CpuSampler`.
 
+// The loom build (`cfg(eventpipe_profiler_loom)`, `tests/loom.rs`) compiles only the
+// modules under model.
+#[cfg(not(eventpipe_profiler_loom))]
 pub mod alloc;
+#[cfg(not(eventpipe_profiler_loom))]
 pub mod cpu;
+#[cfg(not(eventpipe_profiler_loom))]
+mod frame_walk;
+#[cfg(not(eventpipe_profiler_loom))]
 pub mod futures;
+mod sync;
+
+#[cfg(eventpipe_profiler_loom)]
+mod futures {
+    mod barrier;
+    pub(crate) mod handoff;
+}
+
+#[cfg(eventpipe_profiler_loom)]
+#[doc(hidden)]
+pub mod loom_model;

@@ -1,7 +1,7 @@
 //! Turning sampling on and off: the provider's enable callback, the sampling interval from
 //! the sessions' filter arguments, and the one word the allocator reads on every call.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use eventpipe::{EnableChange, Level, MAX_SESSIONS};

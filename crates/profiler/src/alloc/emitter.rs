@@ -12,7 +12,7 @@
 //! allocating thread (its thread id / ThreadIndex) and names the emitter as the thread that
 //! captured it (CaptureThreadIndex).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::thread::Thread;
 use std::time::{Duration, Instant};

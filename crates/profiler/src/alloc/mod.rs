@@ -94,8 +94,8 @@ mod stack;
 mod table;
 mod thread;
 
+use crate::sync::{AtomicU64, Ordering};
 use std::alloc::{GlobalAlloc, Layout};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 pub use control::{parse_sample_interval, wants_snapshot, DEFAULT_SAMPLE_INTERVAL};

@@ -7,8 +7,9 @@
 //! silently skips a capture. Every allocation here is fallible (`try_reserve_exact`): if memory
 //! is short the sample simply has no stack.
 //!
-//! The walk follows frame pointers, as the CPU sampler does (the workspace builds with
-//! `-C force-frame-pointers=yes`; a program that does not gets short stacks): a few loads
+//! The walk follows frame pointers with the walker the CPU sampler uses (`frame_walk`; the
+//! workspace builds with `-C force-frame-pointers=yes`, a program that does not gets short
+//! stacks), reading its own stack with plain loads: a few loads
 //! per frame, where libgcc's DWARF unwinder took 9-15 µs per sample. Elsewhere than Linux on
 //! x86_64 or aarch64 it falls back to that unwinder.
 //!
@@ -82,42 +83,32 @@ pub(crate) fn capture(marker: usize) -> Option<Box<[usize]>> {
 ))]
 #[inline(never)]
 fn walk(marker: usize, out: &mut Vec<usize>) {
-    const WORD: usize = std::mem::size_of::<usize>();
+    use crate::frame_walk::{self, OwnStack, Walk, WORD};
     let Some(top) = crate::alloc::thread::stack_top() else {
         return;
     };
+    // A record must end at or below the top.
+    let Some(highest) = top.checked_sub(2 * WORD) else {
+        return;
+    };
     let here = 0u8;
-    // Everything from this frame's locals up to the top of the stack is mapped: the frame
-    // records read below all lie in that range.
-    let mut lowest = std::hint::black_box(&here) as *const u8 as usize;
-    let mut fp = frame_pointer();
-    while out.len() < MAX_FRAMES {
-        // A frame record is (the caller's frame pointer, the return address) at `fp`, above
-        // the previous record; anything else ends the chain (a function built without frame
-        // pointers may have left any value in the register).
-        if fp < lowest || fp % WORD != 0 || fp.saturating_add(2 * WORD) > top {
-            break;
-        }
-        // The words are read as plain integers (volatile: they are not Rust objects the
-        // compiler knows of), aligned.
-        // SAFETY: `[fp, fp + 2 words)` lies between our locals and this stack's mapped top.
-        let (next, return_address) = unsafe {
-            (
-                std::ptr::read_volatile(fp as *const usize),
-                std::ptr::read_volatile((fp + WORD) as *const usize),
-            )
-        };
-        if return_address == 0 {
-            break;
-        }
+    let lowest = std::hint::black_box(&here) as *const u8 as usize;
+    // SAFETY: everything from this frame's locals up to the top of the stack is mapped while
+    // this frame is live, and the walk only looks at the words as integers.
+    let mut memory = unsafe { OwnStack::new(lowest, top) };
+    let start = Walk {
+        fp: frame_pointer(),
+        lowest,
+        highest,
         // Records at or below the marker belong to the profiler's own frames; the record of
         // the frame holding the marker is the first above it, and returns into its caller.
-        if fp > marker {
-            out.push(return_address);
-        }
-        lowest = fp + 2 * WORD;
-        fp = next;
-    }
+        skip_through: marker,
+        max: MAX_FRAMES.saturating_sub(out.len()),
+    };
+    // `out` has `MAX_FRAMES` capacity: the pushes do not allocate.
+    frame_walk::walk(start, &mut memory, |return_address| {
+        out.push(return_address)
+    });
 }
 
 /// This function's frame pointer: the head of the chain of frame records.

@@ -24,9 +24,9 @@
 //! [`PRESENT`] has one bit per bucket, set while its count is not 0. A free whose bucket's
 //! bit is clear is not in the table, with one relaxed load and no lock.
 
+use crate::sync::{AtomicU64, AtomicU8, Ordering};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// One sampled allocation still live.

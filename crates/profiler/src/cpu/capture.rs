@@ -32,7 +32,8 @@
 //! while its own handler runs, so there is at most one producer per slot. Once the collector
 //! has moved `owner` to FREE, no handler can write the slot again until it is given out anew.
 //!
-//! Every memory read of the walk goes through `process_vm_readv` on our own process: a
+//! The walk is the shared frame-pointer walker (`frame_walk`), reading through
+//! [`CopiedStack`]: every memory read goes through `process_vm_readv` on our own process: a
 //! frame-pointer chain through code built without frame pointers holds garbage, and a read
 //! of an unmapped address must fail with an error, not fault in a signal handler.
 //!
@@ -41,9 +42,11 @@
 //! `gettid` and `process_vm_readv`; it saves and restores `errno`. It allocates nothing and
 //! takes no lock.
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use crate::frame_walk::{self, FrameMemory, Walk, WORD};
+use crate::sync::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Deepest stack captured; deeper stacks are cut at the root end.
 pub(crate) const MAX_FRAMES: usize = 256;
@@ -80,8 +83,11 @@ struct Record {
     /// The async profiler's innermost context on the interrupted thread (0: none).
     async_context: AtomicU64,
     len: AtomicUsize,
-    frames: [AtomicUsize; MAX_FRAMES],
+    frames: Frames,
 }
+
+/// A record's stack, leaf first.
+type Frames = [AtomicUsize; MAX_FRAMES];
 
 /// A thread's ring of captures (see the module docs for the protocol).
 pub(crate) struct ThreadSlot {
@@ -431,50 +437,78 @@ extern "C" fn on_sample_signal(
     let slot = unsafe { &*ptr };
     // SAFETY: gettid has no preconditions and is async-signal-safe.
     let me = unsafe { libc::gettid() } as u32 as u64;
-    // Acquire: pairs with the Release store of `owner` in `claim` (the reset ring is
-    // visible) and with the collector's Release of `tail` through it. Fails for a slot that
-    // is not this thread's: a late signal after the slot was taken back.
-    if slot
-        .owner
-        .compare_exchange(me, me | BUSY, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        return;
-    }
     let periods = 1 + u32::try_from(overrun).unwrap_or(0);
-    // Relaxed: only this handler stores `head`.
-    let head = slot.head.load(Ordering::Relaxed);
-    // Acquire: pairs with the collector's Release store of `tail`; it is done reading the
-    // records below `tail`.
-    let tail = slot.tail.load(Ordering::Acquire);
-    if head.wrapping_sub(tail) as usize >= RING {
-        // Relaxed, load then store: only this handler stores `lost`.
-        let lost = slot.lost.load(Ordering::Relaxed);
-        slot.lost
-            .store(lost + u64::from(periods), Ordering::Relaxed);
-    } else {
+    slot.push(me, periods, |frames| {
         // The system calls below may set errno, which belongs to the interrupted code.
         // SAFETY: __errno_location returns this thread's errno slot, valid for the thread.
         let errno = unsafe { *libc::__errno_location() };
-        let r = &slot.records[head as usize % RING];
-        // Relaxed, all: published by the Release store of `head` below.
-        r.periods.store(periods, Ordering::Relaxed);
-        r.in_syscall
-            .store(interrupted_in_syscall(context), Ordering::Relaxed);
+        let in_syscall = interrupted_in_syscall(context);
         // A const thread-local without destructor and a relaxed load: async-signal-safe.
-        r.async_context
-            .store(crate::futures::current_context(), Ordering::Relaxed);
-        let len = walk(registers_of(context), &r.frames);
-        r.len.store(len, Ordering::Relaxed);
+        let async_context = crate::futures::current_context();
+        let len = walk(registers_of(context), frames);
         // SAFETY: as above.
         unsafe { *libc::__errno_location() = errno };
-        // Release: the record is complete before the collector's Acquire load of `head`
-        // sees it.
-        slot.head.store(head.wrapping_add(1), Ordering::Release);
+        Stack {
+            len,
+            in_syscall,
+            async_context,
+        }
+    });
+}
+
+/// What [`ThreadSlot::push`]'s capture reports besides the frames it wrote.
+struct Stack {
+    /// Frames written, from the first.
+    len: usize,
+    in_syscall: bool,
+    async_context: u64,
+}
+
+impl ThreadSlot {
+    /// The handler's side of the ring, on thread `me`: takes the slot (`me → me|BUSY`), runs
+    /// `capture` to fill the next record's frames when the ring has room (otherwise counts
+    /// `periods` as lost), publishes the record and gives the slot back. Returns false, and
+    /// does nothing, when the slot is not `me`'s. Allocates nothing.
+    fn push(&self, me: u64, periods: u32, capture: impl FnOnce(&Frames) -> Stack) -> bool {
+        // Acquire: pairs with the Release store of `owner` in `claim` (the reset ring is
+        // visible) and with the collector's Release of `tail` through it. Fails for a slot
+        // that is not this thread's: a late signal after the slot was taken back.
+        if self
+            .owner
+            .compare_exchange(me, me | BUSY, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        // Relaxed: only this handler stores `head`.
+        let head = self.head.load(Ordering::Relaxed);
+        // Acquire: pairs with the collector's Release store of `tail`; it is done reading
+        // the records below `tail`.
+        let tail = self.tail.load(Ordering::Acquire);
+        if head.wrapping_sub(tail) as usize >= RING {
+            // Relaxed, load then store: only this handler stores `lost`.
+            let lost = self.lost.load(Ordering::Relaxed);
+            self.lost
+                .store(lost + u64::from(periods), Ordering::Relaxed);
+        } else {
+            let r = &self.records[head as usize % RING];
+            let stack = capture(&r.frames);
+            // Relaxed, all (and the frames `capture` stored): published by the Release store
+            // of `head` below.
+            r.periods.store(periods, Ordering::Relaxed);
+            r.in_syscall.store(stack.in_syscall, Ordering::Relaxed);
+            r.async_context
+                .store(stack.async_context, Ordering::Relaxed);
+            r.len.store(stack.len.min(MAX_FRAMES), Ordering::Relaxed);
+            // Release: the record is complete before the collector's Acquire load of `head`
+            // sees it.
+            self.head.store(head.wrapping_add(1), Ordering::Release);
+        }
+        // Release: everything written above is visible to the collector's AcqRel CAS that
+        // takes the slot back.
+        self.owner.store(me, Ordering::Release);
+        true
     }
-    // Release: everything written above is visible to the collector's AcqRel CAS that
-    // takes the slot back.
-    slot.owner.store(me, Ordering::Release);
 }
 
 /// The interrupted thread's (pc, sp, fp).
@@ -533,38 +567,69 @@ const MAX_STACK_SPAN: usize = 64 << 20;
 const CHUNK: usize = 4096;
 
 /// Walks the frame-pointer chain from `(pc, sp, fp)` into `frames`; returns the count.
-fn walk((pc, sp, mut fp): (usize, usize, usize), frames: &[AtomicUsize; MAX_FRAMES]) -> usize {
-    const WORD: usize = std::mem::size_of::<usize>();
+fn walk((pc, sp, fp): (usize, usize, usize), frames: &Frames) -> usize {
     frames[0].store(pc, Ordering::Relaxed);
+    let mut memory = CopiedStack::new();
+    let start = Walk {
+        fp,
+        lowest: sp,
+        highest: sp.saturating_add(MAX_STACK_SPAN),
+        skip_through: 0,
+        max: MAX_FRAMES - 1,
+    };
     let mut n = 1;
-    let mut lowest = sp;
-    // A window of the stack copied out with one system call: [base, base + valid).
-    let mut chunk = [0usize; CHUNK / WORD];
-    let mut base = 0usize;
-    let mut valid = 0usize;
-    while n < MAX_FRAMES {
-        // A frame record is (saved fp, return address) at fp, above the previous one.
-        if fp < lowest || fp % WORD != 0 || fp - sp > MAX_STACK_SPAN {
-            break;
-        }
-        if fp < base || fp + 2 * WORD > base + valid {
-            base = fp;
-            valid = read_into(fp, &mut chunk);
-            if valid < 2 * WORD {
-                break;
-            }
-        }
-        let at = (fp - base) / WORD;
-        let (next_fp, return_address) = (chunk[at], chunk[at + 1]);
-        if return_address == 0 {
-            break;
-        }
+    frame_walk::walk(start, &mut memory, |return_address| {
+        // Relaxed: published by the handler's Release store of `head`.
         frames[n].store(return_address, Ordering::Relaxed);
         n += 1;
-        lowest = fp + 2 * WORD;
-        fp = next_fp;
-    }
+    });
     n
+}
+
+/// The interrupted stack, read through [`read_into`] a window at a time: a garbage frame
+/// pointer reads as `None` instead of faulting in the signal handler. It lives on the
+/// handler's stack; nothing is allocated.
+struct CopiedStack {
+    /// A window of the stack copied out with one system call: `[base, base + valid)`.
+    chunk: [usize; CHUNK / WORD],
+    base: usize,
+    valid: usize,
+}
+
+impl CopiedStack {
+    fn new() -> Self {
+        CopiedStack {
+            chunk: [0; CHUNK / WORD],
+            base: 0,
+            valid: 0,
+        }
+    }
+
+    /// The `words` aligned words at `address`, refetching the window from `address` when
+    /// they are not all in it.
+    fn window(&mut self, address: usize, words: usize) -> Option<&[usize]> {
+        let end = address.checked_add(words * WORD)?;
+        if address < self.base || end > self.base + self.valid {
+            self.base = address;
+            self.valid = read_into(address, &mut self.chunk);
+            if self.valid < words * WORD {
+                return None;
+            }
+        }
+        let at = (address - self.base) / WORD;
+        self.chunk.get(at..at + words)
+    }
+}
+
+impl FrameMemory for CopiedStack {
+    fn read_word(&mut self, address: usize) -> Option<usize> {
+        self.window(address, 1).map(|w| w[0])
+    }
+
+    /// Both words from one window, so a record is fetched with at most one system call.
+    fn read_record(&mut self, fp: usize) -> Option<(usize, usize)> {
+        self.window(fp, 2).map(|w| (w[0], w[1]))
+    }
 }
 
 /// Copies as much of our own memory from `address` into `out` as is readable (stopping at
@@ -606,6 +671,7 @@ pub(crate) mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "sends signals")]
     fn records_pass_from_the_handler_to_the_collector_in_order() {
         let _one = one_at_a_time();
         install_handler().unwrap();
@@ -633,6 +699,7 @@ pub(crate) mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "sends signals")]
     fn a_full_ring_drops_captures_and_counts_their_periods() {
         let _one = one_at_a_time();
         install_handler().unwrap();
@@ -654,6 +721,7 @@ pub(crate) mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "sends signals")]
     fn a_signal_for_a_slot_that_is_not_its_threads_writes_nothing() {
         let _one = one_at_a_time();
         install_handler().unwrap();
@@ -693,5 +761,112 @@ pub(crate) mod tests {
         assert_eq!(mine.release(&mut scratch, |_| {}), 0);
         done_tx.send(()).unwrap();
         other.join().unwrap();
+    }
+
+    /// A thread id no test thread has: the `ring_` tests write as the handler would, from
+    /// a plain thread and without a signal (so they run under Miri), and the ring does not
+    /// look at which thread calls it.
+    const FAKE_TID: i32 = 0x3fff_fff0;
+
+    /// Captures per `ring_` test: small under Miri, which runs them some 100× slower.
+    const CAPTURES: u32 = if cfg!(miri) { 200 } else { 20_000 };
+
+    /// The handler's write of capture `i`: frames `[i, i + 1, i + 2]`, context `i`.
+    fn push_numbered(slot: &ThreadSlot, i: u32) -> bool {
+        let me = FAKE_TID as u32 as u64;
+        slot.push(me, 1 + i % 3, |frames| {
+            for (k, frame) in frames[..3].iter().enumerate() {
+                // Relaxed: published by `push`'s Release store of `head`, as in the handler.
+                frame.store(i as usize + k, Ordering::Relaxed);
+            }
+            Stack {
+                len: 3,
+                in_syscall: i % 2 == 1,
+                async_context: u64::from(i),
+            }
+        })
+    }
+
+    /// Checks one drained capture against what `push_numbered` wrote, and that it comes
+    /// after `last`; returns its number.
+    fn check_numbered(c: Capture<'_>, last: Option<u32>) -> u32 {
+        let i = c.async_context as u32;
+        assert!(last.is_none_or(|last| i > last), "{i} after {last:?}");
+        assert_eq!(c.stack, [i as usize, i as usize + 1, i as usize + 2]);
+        assert_eq!((c.periods, c.in_syscall), (1 + i % 3, i % 2 == 1));
+        i
+    }
+
+    #[test]
+    fn ring_passes_whole_records_from_a_writer_thread_to_the_collector_in_order() {
+        let _one = one_at_a_time();
+        let claim = claim(FAKE_TID).unwrap();
+        let slot = slot_of(&claim);
+        let writer = std::thread::spawn(move || {
+            for i in 0..CAPTURES {
+                assert!(push_numbered(slot, i));
+                if i % 4 == 0 {
+                    std::thread::yield_now();
+                }
+            }
+        });
+        let mut scratch = Vec::new();
+        let (mut last, mut drained, mut periods) = (None, 0u64, 0u64);
+        let mut take = |c: Capture<'_>| {
+            last = Some(check_numbered(c, last));
+            drained += 1;
+            periods += u64::from(c.periods);
+        };
+        while !writer.is_finished() {
+            claim.drain(&mut scratch, &mut take);
+            std::thread::yield_now();
+        }
+        writer.join().unwrap();
+        let lost = claim.lost();
+        claim.release(&mut scratch, &mut take);
+        // Every capture was either drained or counted lost, by its periods.
+        let all: u64 = (0..CAPTURES).map(|i| u64::from(1 + i % 3)).sum();
+        assert_eq!(
+            periods + lost,
+            all,
+            "{drained} drained, {lost} periods lost"
+        );
+    }
+
+    #[test]
+    fn ring_release_takes_the_slot_back_from_a_writer_and_gets_what_it_published() {
+        let _one = one_at_a_time();
+        let claim = claim(FAKE_TID).unwrap();
+        let slot = slot_of(&claim);
+        // The writer writes until the slot is no longer its own.
+        let writer = std::thread::spawn(move || {
+            let mut pushed = 0;
+            while push_numbered(slot, pushed) {
+                pushed += 1;
+                std::thread::yield_now();
+            }
+            pushed
+        });
+        let mut scratch = Vec::new();
+        let (mut last, mut periods) = (None, 0u64);
+        let mut take = |c: Capture<'_>| {
+            last = Some(check_numbered(c, last));
+            periods += u64::from(c.periods);
+        };
+        for _ in 0..CAPTURES / 4 {
+            claim.drain(&mut scratch, &mut take);
+            std::thread::yield_now();
+        }
+        claim.release(&mut scratch, &mut take);
+        let pushed = writer.join().unwrap();
+        // Relaxed: the release's AcqRel CAS synchronised with the writer's last Release of
+        // `owner`, and the join with everything after it.
+        let lost = slot.lost.load(Ordering::Relaxed);
+        // Every push the slot accepted was drained (by the release, at the latest) or
+        // counted lost; the writer stopped at its first refused push.
+        let all: u64 = (0..pushed).map(|i| u64::from(1 + i % 3)).sum();
+        assert_eq!(periods + lost, all);
+        // Relaxed: this thread stored FREE (the release's CAS).
+        assert_eq!(slot.owner.load(Ordering::Relaxed), FREE);
     }
 }

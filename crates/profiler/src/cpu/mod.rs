@@ -67,8 +67,8 @@
 mod capture;
 mod threads;
 
+use crate::sync::{AtomicU64, Ordering};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 

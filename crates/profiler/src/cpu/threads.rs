@@ -1,7 +1,7 @@
 //! The process's threads as the collector sees them: who they are (`/proc/self/task`), how
 //! much CPU time each has used, and the per-thread CPU-time timers that interrupt them.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use crate::sync::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// The OS ids of this process's threads, except `except`.

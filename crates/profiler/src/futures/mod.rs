@@ -21,16 +21,17 @@
 
 mod barrier;
 mod encode;
+mod handoff;
 mod profiled;
 mod site;
 mod thread_buffer;
 #[cfg(all(feature = "tokio", tokio_unstable))]
 pub mod tokio_hooks;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::sync::{AtomicU64, Ordering};
 use eventpipe::{define_event, EnableChange, Level, Provider};
 
 pub use eventpipe_profiler_macros::profiled;

@@ -7,10 +7,10 @@
 //! Both happen under the `SITES` lock, so no session misses a name: either the site was in the
 //! list when the session's announcement ran, or the session was enabled when it was added.
 
+use crate::sync::{AtomicU32, Ordering};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::panic::Location;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
 /// One instrumented site. Declared as a `static` by the attribute macro; built and leaked once

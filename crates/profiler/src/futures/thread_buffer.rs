@@ -4,52 +4,27 @@
 //!
 //! # Ownership of a buffer
 //! A buffer's contents (`Inner`) are touched by its owner thread on every record and, rarely,
-//! by another thread (the flusher, a stopping session). Two flags decide who may touch them:
-//! `writing` (only the owner sets it) and `outside` (set by the one outside thread at a time
-//! that wants the buffer, won by CAS among outsiders).
-//!
-//! ```text
-//! owner:   writing = true; light fence; if outside { writing = false; wait; retry }
-//!          ...record...; writing = false (Release)
-//! outside: CAS outside false→true; heavy fence; wait until !writing (Acquire)
-//!          ...emit...; outside = false (Release)
-//! ```
-//!
-//! The two fences (`barrier.rs`: a compiler fence for the owner, `membarrier(2)` for the
-//! outsider) order each side's store before its load, so at least one side sees the other's
-//! flag: they never both proceed (the store-buffering litmus test, forbidden under SeqCst
-//! fences). The owner's record then costs two plain stores and a load instead of a locked
-//! read-modify-write. Acquire/Release on the flags publish `Inner` from one holder to the
-//! next. An outsider holds the buffer across its event write, so the owner's next buffer
-//! (higher `Sequence`) cannot reach the trace first; the owner waits (spinning, then
-//! yielding) as it would for its own write of a full buffer — in a Block-mode session, until
-//! the reader makes room. An outsider that finds the owner writing either gives up (the idle
-//! flusher: a writing thread is not idle, and flushes its own buffer when full) or waits for
-//! the record to finish (a stopping session, which must collect every record). Loom cannot
-//! model `membarrier`; `tests/futures.rs` races outside flushes against writers instead.
+//! by another thread (the flusher, a stopping session): a [`Handoff`] decides who, and
+//! documents the protocol. An outsider holds the buffer across its event write, so the
+//! owner's next buffer (higher `Sequence`) cannot reach the trace first; in a Block-mode
+//! session the owner then waits until the reader makes room. `tests/futures.rs` races outside
+//! flushes against writers through this module; `tests/loom.rs` model-checks the hand-off.
 
-use std::cell::{Cell, OnceCell, UnsafeCell};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::cell::{Cell, OnceCell};
 use std::sync::{Arc, Mutex};
 
+use crate::sync::{AtomicU64, Ordering};
+
 use super::encode::{Encoder, Event, MAX_RECORD};
+use super::handoff::Handoff;
 use super::{config, emit_buffer};
 
 pub(crate) struct ThreadBuffer {
-    /// Set by the owner around each record.
-    writing: AtomicBool,
-    /// Set by the outside thread that holds the buffer.
-    outside: AtomicBool,
     os_tid: u64,
-    /// Set by the owner's thread-local destructor; the flusher then drains and drops it.
-    exited: AtomicBool,
-    inner: UnsafeCell<Inner>,
+    /// The records, with who holds them. Marked exited by the owner's thread-local
+    /// destructor; the flusher then drains and drops the buffer.
+    inner: Handoff<Inner>,
 }
-
-// SAFETY: `inner` is only accessed by the owner while it holds `writing` with `outside`
-// clear, or by the outsider holding `outside` with `writing` clear (module docs), so it is
-// never accessed from two threads at once; everything else is atomic or immutable.
-unsafe impl Sync for ThreadBuffer {}
 
 struct Inner {
     bytes: Box<[u8]>,
@@ -72,9 +47,7 @@ struct Owner(Arc<ThreadBuffer>);
 
 impl Drop for Owner {
     fn drop(&mut self) {
-        // Release: the flusher's Acquire load of `exited` then sees the owner's last records
-        // (also published by the owner's Release store of IDLE).
-        self.0.exited.store(true, Ordering::Release);
+        self.0.inner.mark_exited();
         if !config::is_recording(config::current()) {
             // No session will want what is left: reclaim now rather than at the next
             // session's first flusher visit.
@@ -97,6 +70,7 @@ thread_local! {
 /// The context innermost in a poll on this thread, or 0. Async-signal-safe: a const
 /// thread-local with no destructor and one relaxed load.
 pub(crate) fn current_context() -> u64 {
+    // Relaxed: a whole value is all the handler needs; it interrupts the only writer.
     CURRENT_CONTEXT
         .try_with(|c| c.load(Ordering::Relaxed))
         .unwrap_or(0)
@@ -111,6 +85,8 @@ pub(crate) fn next_context_id() -> u64 {
         let (next, end) = if next < end {
             (next, end)
         } else {
+            // Relaxed: blocks need only be distinct, which the RMW guarantees; no other
+            // memory is published through the counter.
             let start = NEXT_BLOCK.fetch_add(BLOCK, Ordering::Relaxed);
             (start, start + BLOCK)
         };
@@ -118,6 +94,7 @@ pub(crate) fn next_context_id() -> u64 {
         next
     })
     // During thread teardown: an id of its own from the shared counter.
+    // Relaxed: as above.
     .unwrap_or_else(|_| NEXT_BLOCK.fetch_add(1, Ordering::Relaxed))
 }
 
@@ -146,11 +123,8 @@ fn register_this_thread() -> Owner {
     // SAFETY: gettid has no preconditions.
     let os_tid = unsafe { libc::gettid() } as u64;
     let buffer = Arc::new(ThreadBuffer {
-        writing: AtomicBool::new(false),
-        outside: AtomicBool::new(false),
         os_tid,
-        exited: AtomicBool::new(false),
-        inner: UnsafeCell::new(Inner {
+        inner: Handoff::new(Inner {
             bytes: Box::new([]),
             enc: Encoder::default(),
             base_ts: 0,
@@ -170,54 +144,30 @@ fn register_this_thread() -> Owner {
 impl ThreadBuffer {
     /// The owner's write: claim, check the configuration, append, release.
     fn write(&self, ts: i64, event: Event, effect: StackEffect) {
-        self.claim_as_owner();
-        // SAFETY: this thread holds `writing` and saw `outside` clear after its fence, so it
-        // has `inner` to itself (module docs).
-        let inner = unsafe { &mut *self.inner.get() };
-        let current = config::current();
-        if inner.config != current {
-            inner.reconfigure(self.os_tid, current);
-        }
-        if config::is_recording(current) {
-            inner.append(self.os_tid, ts, event);
-        }
-        match effect {
-            StackEffect::None => {}
-            StackEffect::Push(ctx, frame) => inner.poll_stack.push((ctx, frame)),
-            StackEffect::Pop => {
-                inner.poll_stack.pop();
+        let os_tid = self.os_tid;
+        let write = |inner: &mut Inner| {
+            let current = config::current();
+            if inner.config != current {
+                inner.reconfigure(os_tid, current);
             }
-        }
-        let innermost = inner.poll_stack.last().map_or(0, |&(ctx, _)| ctx);
-        let _ = CURRENT_CONTEXT.try_with(|c| c.store(innermost, Ordering::Relaxed));
-        // Release: publishes this record to the next outsider (its Acquire load of
-        // `writing`).
-        self.writing.store(false, Ordering::Release);
-    }
-
-    fn claim_as_owner(&self) {
-        loop {
-            self.writing.store(true, Ordering::Relaxed);
-            // Pairs with the outsider's heavy fence: our store above and its store of
-            // `outside` cannot both go unseen by the loads after the fences.
-            super::barrier::light();
-            // Acquire: an outsider that has finished published its changes to `inner` with
-            // its Release store of `outside`.
-            if !self.outside.load(Ordering::Acquire) {
-                return;
+            if config::is_recording(current) {
+                inner.append(os_tid, ts, event);
             }
-            // Someone is emitting this buffer: one event write. Step back and wait it out.
-            self.writing.store(false, Ordering::Release);
-            let mut spins = 0u32;
-            while self.outside.load(Ordering::Acquire) {
-                spins += 1;
-                if spins < 64 {
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
+            match effect {
+                StackEffect::None => {}
+                StackEffect::Push(ctx, frame) => inner.poll_stack.push((ctx, frame)),
+                StackEffect::Pop => {
+                    inner.poll_stack.pop();
                 }
             }
-        }
+            let innermost = inner.poll_stack.last().map_or(0, |&(ctx, _)| ctx);
+            // Relaxed: the owner is the only writer; the signal handler that reads it runs on
+            // this thread.
+            let _ = CURRENT_CONTEXT.try_with(|c| c.store(innermost, Ordering::Relaxed));
+        };
+        // SAFETY: called only through `OWNER`, this thread's thread-local: its one owner;
+        // `write` records nothing of this profiler (it emits an eventpipe event), so no re-entry.
+        unsafe { self.inner.as_owner(write) }
     }
 
     /// Emits the buffer's records from another thread (attributed to the owner), holding
@@ -225,34 +175,12 @@ impl ThreadBuffer {
     /// `wait`: wait for a record in progress (a stopping session); otherwise a buffer being
     /// written is skipped. `only_idle_since`: only if its last record is older than that.
     fn flush_from_outside(&self, wait: bool, only_idle_since: Option<i64>) {
-        // One outsider at a time (the flusher and a stopping session may meet here).
-        while self
-            .outside
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            std::thread::yield_now();
-        }
-        // Pairs with the owner's light fence (module docs).
-        super::barrier::heavy();
-        // Acquire: the owner's last record, published by its Release store of `writing`.
-        while self.writing.load(Ordering::Acquire) {
-            if !wait {
-                self.outside.store(false, Ordering::Release);
-                return;
+        self.inner.as_outsider(wait, |inner| {
+            let idle = only_idle_since.is_none_or(|since| inner.last_ts <= since);
+            if idle && inner.enc.len > 0 && config::is_recording(inner.config) {
+                inner.emit(Some(self.os_tid), self.os_tid);
             }
-            std::thread::yield_now();
-        }
-        // SAFETY: this thread holds `outside` and saw `writing` clear after its fence, so it
-        // has `inner` to itself (module docs).
-        let inner = unsafe { &mut *self.inner.get() };
-        let idle = only_idle_since.is_none_or(|since| inner.last_ts <= since);
-        if idle && inner.enc.len > 0 && config::is_recording(inner.config) {
-            inner.emit(Some(self.os_tid), self.os_tid);
-        }
-        // Release: the owner's next claim (its Acquire load of `outside`) sees the reset
-        // buffer.
-        self.outside.store(false, Ordering::Release);
+        });
     }
 }
 
@@ -329,8 +257,7 @@ pub(crate) fn flush_all() {
 pub(crate) fn flush_idle_and_reclaim(idle_since: i64) -> usize {
     let mut drained_exited: Vec<*const ThreadBuffer> = Vec::new();
     for buffer in snapshot() {
-        // Acquire: pairs with the owner's Release in `Owner::drop`.
-        if buffer.exited.load(Ordering::Acquire) {
+        if buffer.inner.has_exited() {
             // The owner is gone, so nothing writes: waiting cannot block.
             buffer.flush_from_outside(true, None);
             drained_exited.push(Arc::as_ptr(&buffer));
