@@ -2,7 +2,11 @@
 //!
 //! * [`write_dense_trace`]: an event-dense NetTrace trace of any size, streamed to any
 //!   `io::Write`, for the reader's decode bench and the CLI's reading benches.
+//! * [`trace`]: small synthetic traces with exactly the events a test names (metadata
+//!   rows, payload pieces, [`trace::TraceBuilder`]).
 #![forbid(unsafe_code)]
+
+pub mod trace;
 
 use std::io::Write;
 
@@ -10,6 +14,8 @@ use nettrace::write::{EventBlockBuilder, TraceWriter};
 use nettrace::{
     EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, ThreadInfo, TraceInfo,
 };
+
+use trace::{field, utf16z};
 
 /// Event block size the generator aims for.
 const BLOCK_BYTES: usize = 100 * 1024;
@@ -30,13 +36,6 @@ impl Rng {
     }
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
-    }
-}
-
-fn field(name: &str, ty: FieldType) -> FieldDesc {
-    FieldDesc {
-        name: name.into(),
-        ty,
     }
 }
 
@@ -111,13 +110,6 @@ const MESSAGES: [&str; 3] = [
     "Index out of range",
     "The operation timed out.",
 ];
-
-fn utf16z(out: &mut Vec<u8>, s: &str) {
-    for unit in s.encode_utf16() {
-        out.extend_from_slice(&unit.to_le_bytes());
-    }
-    out.extend_from_slice(&[0, 0]);
-}
 
 /// A payload matching metadata row `id`.
 fn payload(out: &mut Vec<u8>, id: u32, rng: &mut Rng) {
