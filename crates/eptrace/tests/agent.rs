@@ -12,10 +12,6 @@
 mod support;
 use support::eptrace;
 
-#[allow(dead_code)]
-#[path = "../../ipc/tests/support/dotnet_app.rs"]
-mod dotnet_app;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -24,6 +20,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use eventpipe_test_support::dotnet;
 use serde_json::Value;
 
 /// One agent at a time: each watches every process on the machine.
@@ -349,9 +346,9 @@ fn one_agent_serves_a_dotnet_and_a_rust_process() {
     let _one = serial();
     let dir = scratch("both");
     let demo = start_demo();
-    let dotnet = dotnet_app::Dotnet::locate();
+    let dotnet = dotnet::Dotnet::locate();
     let mut app = dotnet.as_ref().map(|d| {
-        let mut app = dotnet_app::App::spawn_with(&d.dotnet8, &d.testapp, &["heap", "300"], &[]);
+        let mut app = dotnet::App::spawn_with(&d.dotnet8, &d.testapp, &["heap", "300"], &[]);
         drop(app.wait_for_socket("agent, .NET 8"));
         app.line("heap ready", Duration::from_secs(60));
         app
@@ -1908,12 +1905,12 @@ fn a_dotnet_process_is_profiled_as_thread_time_with_managed_frames_by_name() {
     let Some(go) = converters::go("the .NET continuous profiling test") else {
         return;
     };
-    let Some(dotnet) = dotnet_app::Dotnet::locate() else {
+    let Some(dotnet) = dotnet::Dotnet::locate() else {
         return;
     };
     let _one = serial();
     let dir = scratch("pyroscope-dotnet");
-    let mut app = dotnet_app::App::spawn_with(&dotnet.dotnet8, &dotnet.testapp, &["forever"], &[]);
+    let mut app = dotnet::App::spawn_with(&dotnet.dotnet8, &dotnet.testapp, &["forever"], &[]);
     drop(app.wait_for_socket("continuous profiling, .NET 8"));
     let server = ScriptedServer::start(0, Script::default());
     let url = server.url();

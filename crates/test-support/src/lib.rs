@@ -2,10 +2,13 @@
 //!
 //! * [`write_dense_trace`]: an event-dense NetTrace trace of any size, streamed to any
 //!   `io::Write`, for the reader's decode bench and the CLI's reading benches.
+//! * [`dotnet`]: the harness of the tests against real .NET runtimes (locating them,
+//!   running TestApp, checking its traces).
 //! * [`trace`]: small synthetic traces with exactly the events a test names (metadata
 //!   rows, payload pieces, [`trace::TraceBuilder`]).
 #![forbid(unsafe_code)]
 
+pub mod dotnet;
 pub mod trace;
 
 use std::io::Write;
