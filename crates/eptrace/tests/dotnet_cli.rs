@@ -16,8 +16,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use eventpipe_test_support::dotnet::{
-    verify_file, with_dotnet, Analysis, App, Progress, APP_SECONDS, LIVE_SESSION, MAX_SESSION,
-    RUNTIME_KEYWORDS, RUNTIME_PROVIDER, STARTUP_SESSION, TEST_PROVIDER,
+    verify_file, with_dotnet, Analysis, App, Progress, Runtime, APP_SECONDS, LIVE_SESSION,
+    MAX_SESSION, RUNTIME_KEYWORDS, RUNTIME_PROVIDER, STARTUP_SESSION, TEST_PROVIDER,
 };
 
 /// `--providers`: the app's provider, every keyword; the runtime's GC and Exception
@@ -33,12 +33,6 @@ fn providers() -> String {
 /// How long any one `eptrace` run may take before the test gives up on it: a session may
 /// wait [`MAX_SESSION`] for the app's work, and stopping takes a few seconds more.
 const EPTRACE_TIMEOUT: Duration = Duration::from_secs(MAX_SESSION.as_secs() + 45);
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Runtime {
-    Core31,
-    Net8,
-}
 
 #[test]
 fn ps_and_collect_on_dotnet_core_3_1() {
@@ -64,21 +58,7 @@ fn ps_and_collect(dotnet: &Path, testapp: &Path, runtime: Runtime) {
     let mut app = App::spawn(dotnet, testapp, &[]);
     drop(app.wait_for_socket(label));
     // Main prints its pid after the runtime's diagnostics server listens.
-    let pid = app.line("pid ", Duration::from_secs(10));
-    assert_eq!(
-        pid,
-        app.pid.to_string(),
-        "{label}: the app reports another pid"
-    );
-    let version = app.line("runtime ", Duration::from_secs(10));
-    let prefix = match runtime {
-        Runtime::Core31 => "3.1.",
-        Runtime::Net8 => "8.0.",
-    };
-    assert!(
-        version.starts_with(prefix),
-        "{label}: the app runs on runtime {version}"
-    );
+    let version = app.expect_runtime(label, runtime);
 
     // ps
     let ps = Eptrace::run(&["ps", "--json"], label);

@@ -41,7 +41,7 @@ fn heap_app(dotnet: &Path, testapp: &Path, label: &str) -> App {
 fn known_heap(runtime: &str, pick: impl Fn(&Dotnet) -> &Path) {
     with_dotnet(|dotnet| {
         let label = format!("eptrace gcdump, {runtime}");
-        let app = heap_app(pick(&dotnet), &dotnet.testapp, &label);
+        let app = heap_app(pick(dotnet), &dotnet.testapp, &label);
         let path = snapshot_path(runtime);
         let out = eptrace(&[
             "gcdump",

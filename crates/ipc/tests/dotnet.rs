@@ -23,7 +23,7 @@ use eventpipe_ipc::{
     Client, CollectTracing, Error, ProviderRequest, ReversePort, ServerError, TraceStream,
 };
 use eventpipe_test_support::dotnet::{
-    analyse, with_dotnet, Analysis, App, LIVE_SESSION, RUNTIME_KEYWORDS, RUNTIME_PROVIDER,
+    analyse, with_dotnet, Analysis, App, Runtime, LIVE_SESSION, RUNTIME_KEYWORDS, RUNTIME_PROVIDER,
     STARTUP_SESSION, TEST_PROVIDER,
 };
 
@@ -135,51 +135,21 @@ fn startup_tracing_through_a_reverse_port_on_dotnet_8() {
         let (_, conn) = port
             .accept(Duration::from_secs(10))
             .unwrap_or_else(|e| panic!("{label}: no fourth reverse connection: {e}"));
-        let stop_sent = Instant::now();
-        conn.stop_tracing(session)
-            .unwrap_or_else(|e| panic!("{label}: StopTracing on a reverse connection: {e}"));
-        let stop_answered = Instant::now();
-        let (analysis, ended) = wait_for_end(&finished, label);
-        app.check_running(label, "during the session");
-
-        analysis.verify(label, true);
-        analysis.print_summary(label);
-        eprintln!(
-            "{label}: StopTracing answered in {:?}, stream ended {:?} after sending it; test took {:?}",
-            stop_answered - stop_sent,
-            ended.saturating_duration_since(stop_sent),
-            t0.elapsed()
-        );
+        stop_and_check(&finished, &mut app, label, true, t0, || {
+            conn.stop_tracing(session)
+                .unwrap_or_else(|e| panic!("{label}: StopTracing on a reverse connection: {e}"));
+        });
     });
 }
 
 // ---------------------------------------------------------------------------------------
 // The live-session test, per runtime
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Runtime {
-    Core31,
-    Net8,
-}
-
-impl Runtime {
-    fn label(self) -> &'static str {
-        match self {
-            Runtime::Core31 => "live session, .NET Core 3.1",
-            Runtime::Net8 => "live session, .NET 8",
-        }
-    }
-
-    fn version_prefix(self) -> &'static str {
-        match self {
-            Runtime::Core31 => "3.1.",
-            Runtime::Net8 => "8.0.",
-        }
-    }
-}
-
 fn live_session(dotnet: &Path, testapp: &Path, runtime: Runtime) {
-    let label = runtime.label();
+    let label = match runtime {
+        Runtime::Core31 => "live session, .NET Core 3.1",
+        Runtime::Net8 => "live session, .NET 8",
+    };
     let t0 = Instant::now();
     let mut app = App::spawn(dotnet, testapp, &[]);
     let client = app.wait_for_socket(label);
@@ -189,17 +159,7 @@ fn live_session(dotnet: &Path, testapp: &Path, runtime: Runtime) {
     let from = app.progress.latest();
     let finished = read_in_background(stream);
 
-    let pid = app.line("pid ", Duration::from_secs(10));
-    assert_eq!(
-        pid,
-        app.pid.to_string(),
-        "{label}: the app reports another pid"
-    );
-    let version = app.line("runtime ", Duration::from_secs(10));
-    assert!(
-        version.starts_with(runtime.version_prefix()),
-        "{label}: the app runs on runtime {version}"
-    );
+    app.expect_runtime(label, runtime);
 
     match runtime {
         Runtime::Net8 => {
@@ -245,15 +205,31 @@ fn live_session(dotnet: &Path, testapp: &Path, runtime: Runtime) {
     app.progress
         .wait_for_enough(label, from, started, LIVE_SESSION);
     app.check_running(label, "before StopTracing");
+    stop_and_check(&finished, &mut app, label, false, t0, || {
+        client
+            .stop_tracing(session)
+            .unwrap_or_else(|e| panic!("{label}: StopTracing: {e}"));
+    });
+}
+
+/// Stops the session (`stop` sends StopTracing and takes its answer), waits for the
+/// stream to end, checks the trace in full and says how long each step took (the test
+/// started at `t0`).
+fn stop_and_check(
+    finished: &Receiver<Finished>,
+    app: &mut App,
+    label: &str,
+    from_startup: bool,
+    t0: Instant,
+    stop: impl FnOnce(),
+) {
     let stop_sent = Instant::now();
-    client
-        .stop_tracing(session)
-        .unwrap_or_else(|e| panic!("{label}: StopTracing: {e}"));
+    stop();
     let stop_answered = Instant::now();
-    let (analysis, ended) = wait_for_end(&finished, label);
+    let (analysis, ended) = wait_for_end(finished, label);
     app.check_running(label, "during the session");
 
-    analysis.verify(label, false);
+    analysis.verify(label, from_startup);
     analysis.print_summary(label);
     eprintln!(
         "{label}: StopTracing answered in {:?}, stream ended {:?} after sending it; test took {:?}",

@@ -76,6 +76,25 @@ const TEST_EVENTS: [(u32, &str, u64, u32); 9] = [
 // ---------------------------------------------------------------------------------------
 // Locating the runtimes
 
+/// The runtimes the tests run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runtime {
+    /// .NET Core 3.1 ([`Dotnet::dotnet31`]).
+    Core31,
+    /// .NET 8 ([`Dotnet::dotnet8`]).
+    Net8,
+}
+
+impl Runtime {
+    /// How the version the app reports (`runtime V`) starts.
+    pub fn version_prefix(self) -> &'static str {
+        match self {
+            Runtime::Core31 => "3.1.",
+            Runtime::Net8 => "8.0.",
+        }
+    }
+}
+
 /// The installed runtimes' `dotnet` hosts and the compiled TestApp.
 #[derive(Debug, Clone)]
 pub struct Dotnet {
@@ -317,6 +336,23 @@ impl App {
                 ),
             }
         }
+    }
+
+    /// Reads the app's `pid P` and `runtime V` lines (within 10 s each), checks that P is
+    /// its pid and V a version of `runtime`, and gives V.
+    pub fn expect_runtime(&mut self, label: &str, runtime: Runtime) -> String {
+        let pid = self.line("pid ", Duration::from_secs(10));
+        assert_eq!(
+            pid,
+            self.pid.to_string(),
+            "{label}: the app reports another pid"
+        );
+        let version = self.line("runtime ", Duration::from_secs(10));
+        assert!(
+            version.starts_with(runtime.version_prefix()),
+            "{label}: the app runs on runtime {version}"
+        );
+        version
     }
 
     /// Panics (naming `label` and `when`) if the app has exited.
