@@ -410,18 +410,11 @@ fn json_line(line: &mut Vec<u8>, e: &Event<'_>, msec: f64, payload: bool) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn md(provider: &str, display: &str) -> EventMetadata {
-        EventMetadata {
-            provider: provider.into(),
-            display_name: display.into(),
-            ..Default::default()
-        }
-    }
+    use eventpipe_test_support::trace::{md, MetadataExt};
 
     #[test]
     fn event_names() {
-        let m = md("Microsoft-Windows-DotNETRuntime", "GC/Start");
+        let m = md(0, "Microsoft-Windows-DotNETRuntime", "", &[]).with_display_name("GC/Start");
         assert!(event_name_matches("gc/start", &m));
         assert!(event_name_matches(
             "Microsoft-Windows-DotNETRuntime/GC/Start",

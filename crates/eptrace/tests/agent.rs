@@ -12,10 +12,6 @@
 mod support;
 use support::eptrace;
 
-#[allow(dead_code)]
-#[path = "../../ipc/tests/support/dotnet_app.rs"]
-mod dotnet_app;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -24,6 +20,8 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use eventpipe_test_support::dotnet;
+use eventpipe_test_support::http::{Received, ScriptedServer};
 use serde_json::Value;
 
 /// One agent at a time: each watches every process on the machine.
@@ -349,9 +347,9 @@ fn one_agent_serves_a_dotnet_and_a_rust_process() {
     let _one = serial();
     let dir = scratch("both");
     let demo = start_demo();
-    let dotnet = dotnet_app::Dotnet::locate();
+    let dotnet = dotnet::Dotnet::locate();
     let mut app = dotnet.as_ref().map(|d| {
-        let mut app = dotnet_app::App::spawn_with(&d.dotnet8, &d.testapp, &["heap", "300"], &[]);
+        let mut app = dotnet::App::spawn_with(&d.dotnet8, &d.testapp, &["heap", "300"], &[]);
         drop(app.wait_for_socket("agent, .NET 8"));
         app.line("heap ready", Duration::from_secs(60));
         app
@@ -1102,7 +1100,7 @@ fn continuous_profiles_reach_pyroscope_through_failures_and_read_in_pprof() {
     let _one = serial();
     let dir = scratch("pyroscope");
     // Down for a while: two 500s and a 429 (Retry-After: 1), then it takes everything.
-    let server = ScriptedServer::start(0, Script(vec![500, 500, 429]));
+    let server = ScriptedServer::start(0, vec![500, 500, 429], scripted);
     let url = server.url();
     let service = support::build_example("eventpipe-profiler", "profiled-service");
     let mut program = support::Program::start(Command::new(&service), "profiled-service");
@@ -1302,7 +1300,7 @@ queue_max_profiles = 3
     );
 
     // The server returns: what waited arrives, and what comes after.
-    let server = ScriptedServer::start(port, Script::default());
+    let server = ScriptedServer::start(port, vec![], scripted);
     wait_for("the queue to drain into the returned server", 90, || {
         (server.received().len() >= 4).then_some(())
     });
@@ -1348,142 +1346,9 @@ fn rotel_binary() -> Option<PathBuf> {
     found
 }
 
-/// What a scripted OTLP/HTTP server answers: the statuses of its first requests (with a
-/// `Retry-After` for 429), then 200.
-#[derive(Clone, Default)]
-struct Script(Vec<u16>);
-
-/// A request the scripted server received: its path, its headers (names lower case), its
-/// status, its body.
-#[derive(Clone, Debug)]
-struct Received {
-    path: String,
-    headers: Vec<(String, String)>,
-    status: u16,
-    body: Vec<u8>,
-}
-
-/// A scripted HTTP server on loopback in a backend's place (an OTLP collector, Pyroscope):
-/// answers `script`, keeps every request.
-struct ScriptedServer {
-    port: u16,
-    received: Arc<Mutex<Vec<Received>>>,
-}
-
-type Request = (String, Vec<(String, String)>, Vec<u8>);
-
-fn read_request(stream: &mut BufReader<TcpStream>) -> Option<Request> {
-    let mut line = String::new();
-    if stream.read_line(&mut line).ok()? == 0 {
-        return None;
-    }
-    let path = line.split_whitespace().nth(1)?.to_owned();
-    let mut length = 0usize;
-    let mut chunked = false;
-    let mut gzip = false;
-    let mut headers = Vec::new();
-    loop {
-        let mut header = String::new();
-        stream.read_line(&mut header).ok()?;
-        let header = header.trim_end();
-        if header.is_empty() {
-            break;
-        }
-        let (name, value) = header.split_once(':')?;
-        headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
-        match name.trim().to_ascii_lowercase().as_str() {
-            "content-length" => length = value.trim().parse().ok()?,
-            "transfer-encoding" => chunked = value.to_ascii_lowercase().contains("chunked"),
-            // rotel compresses what it passes on, whatever its compression option says.
-            "content-encoding" => gzip = value.trim().eq_ignore_ascii_case("gzip"),
-            _ => {}
-        }
-    }
-    let mut body = Vec::new();
-    if chunked {
-        loop {
-            let mut size = String::new();
-            stream.read_line(&mut size).ok()?;
-            let size = usize::from_str_radix(size.trim().split(';').next()?, 16).ok()?;
-            let mut chunk = vec![0; size + 2];
-            stream.read_exact(&mut chunk).ok()?;
-            if size == 0 {
-                break;
-            }
-            body.extend_from_slice(&chunk[..size]);
-        }
-    } else {
-        body.resize(length, 0);
-        stream.read_exact(&mut body).ok()?;
-    }
-    if gzip {
-        let mut plain = Vec::new();
-        flate2::read::GzDecoder::new(&body[..])
-            .read_to_end(&mut plain)
-            .ok()?;
-        body = plain;
-    }
-    Some((path, headers, body))
-}
-
-impl ScriptedServer {
-    fn start(port: u16, script: Script) -> ScriptedServer {
-        let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let received = Arc::new(Mutex::new(Vec::new()));
-        let answered = Arc::new(Mutex::new(0usize));
-        {
-            let received = Arc::clone(&received);
-            std::thread::spawn(move || {
-                for stream in listener.incoming() {
-                    let Ok(stream) = stream else { break };
-                    let received = Arc::clone(&received);
-                    let answered = Arc::clone(&answered);
-                    let script = script.clone();
-                    std::thread::spawn(move || {
-                        let mut writer = stream.try_clone().unwrap();
-                        let mut reader = BufReader::new(stream);
-                        while let Some((path, headers, body)) = read_request(&mut reader) {
-                            let status = {
-                                let mut n = answered.lock().unwrap();
-                                *n += 1;
-                                script.0.get(*n - 1).copied().unwrap_or(200)
-                            };
-                            let extra = if status == 429 {
-                                "Retry-After: 1\r\n"
-                            } else {
-                                ""
-                            };
-                            let text = format!("scripted {status}");
-                            let answer = format!(
-                                "HTTP/1.1 {status} X\r\nContent-Type: text/plain\r\n{extra}\
-                                 Content-Length: {}\r\n\r\n{text}",
-                                text.len()
-                            );
-                            received.lock().unwrap().push(Received {
-                                path,
-                                headers,
-                                status,
-                                body,
-                            });
-                            if writer.write_all(answer.as_bytes()).is_err() {
-                                break;
-                            }
-                        }
-                    });
-                }
-            });
-        }
-        ScriptedServer { port, received }
-    }
-
-    fn received(&self) -> Vec<Received> {
-        self.received.lock().unwrap().clone()
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
+/// What the scripted backends answer with: the status, named.
+fn scripted(status: u16) -> String {
+    format!("scripted {status}")
 }
 
 /// Everything the accepted requests held, decoded.
@@ -1598,7 +1463,7 @@ fn rotel_receives_a_rust_targets_spans_logs_and_metrics() {
     let dir = scratch("otlp-rotel");
     // rotel passes what it receives on, re-encoded, to this server over OTLP/HTTP: the
     // test reads what the collector understood, typed, not its log's text.
-    let sink = ScriptedServer::start(0, Script::default());
+    let sink = ScriptedServer::start(0, vec![], scripted);
     let (http_port, grpc_port) = (free_port(), free_port());
     let rotel_dir = dir.join("rotel");
     std::fs::create_dir_all(&rotel_dir).unwrap();
@@ -1617,7 +1482,7 @@ fn rotel_receives_a_rust_targets_spans_logs_and_metrics() {
                 "200ms",
             ])
             .arg("--otlp-exporter-endpoint")
-            .arg(format!("http://127.0.0.1:{}", sink.port))
+            .arg(format!("http://127.0.0.1:{}", sink.port()))
             .arg("--pid-file")
             .arg(rotel_dir.join("rotel.pid"))
             .arg("--log-file")
@@ -1872,7 +1737,7 @@ fn a_collector_down_then_failing_then_back_is_retried_bounded_and_reported() {
 
     // The collector comes back, failing at first: 500, 500, 429 (Retry-After); then it
     // takes one, refuses the next for good (400), and takes everything after.
-    let server = ScriptedServer::start(port, Script(vec![500, 500, 429, 200, 400]));
+    let server = ScriptedServer::start(port, vec![500, 500, 429, 200, 400], scripted);
     wait_for("the queue to drain into the collector", 60, || {
         let sent = scraped(&agent, "eptrace_agent_export_sent_total{backend=\"otlp\"}")?;
         let failing = scraped(&agent, "eptrace_agent_export_failing{backend=\"otlp\"}")?;
@@ -1916,14 +1781,14 @@ fn a_dotnet_process_is_profiled_as_thread_time_with_managed_frames_by_name() {
     let Some(go) = converters::go("the .NET continuous profiling test") else {
         return;
     };
-    let Some(dotnet) = dotnet_app::Dotnet::locate() else {
+    let Some(dotnet) = dotnet::Dotnet::locate() else {
         return;
     };
     let _one = serial();
     let dir = scratch("pyroscope-dotnet");
-    let mut app = dotnet_app::App::spawn_with(&dotnet.dotnet8, &dotnet.testapp, &["forever"], &[]);
+    let mut app = dotnet::App::spawn_with(&dotnet.dotnet8, &dotnet.testapp, &["forever"], &[]);
     drop(app.wait_for_socket("continuous profiling, .NET 8"));
-    let server = ScriptedServer::start(0, Script::default());
+    let server = ScriptedServer::start(0, vec![], scripted);
     let url = server.url();
     let config = format!(
         r#"

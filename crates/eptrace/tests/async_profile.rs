@@ -9,8 +9,11 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use eventpipe_insight::async_trace::{encode_records, AsyncFrameId, ContextId, Record};
-use nettrace::write::{EventBlockBuilder, TraceWriter};
-use nettrace::{EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, TraceInfo};
+use eventpipe_test_support::trace::{
+    async_buffer, async_frame, async_profiler_metadata, async_profiler_rows, md, method_load,
+    method_load_row, TraceBuilder,
+};
+use nettrace::{FieldType, FormatVersion};
 use serde_json::Value;
 
 const MAIN: u64 = 100;
@@ -21,30 +24,6 @@ const WRAPPER_NS: &str =
 /// Milliseconds as ticks (the writer's clock is nanoseconds).
 fn ms(v: f64) -> i64 {
     (v * 1_000_000.0) as i64
-}
-
-fn md(id: u32, provider: &str, name: &str, fields: &[(&str, FieldType)]) -> EventMetadata {
-    EventMetadata {
-        metadata_id: id,
-        provider: provider.into(),
-        event_id: id,
-        event_name: name.into(),
-        fields: fields
-            .iter()
-            .map(|(n, ty)| FieldDesc {
-                name: (*n).into(),
-                ty: ty.clone(),
-            })
-            .collect(),
-        ..Default::default()
-    }
-}
-
-fn utf16(s: &str) -> Vec<u8> {
-    s.encode_utf16()
-        .chain([0])
-        .flat_map(u16::to_le_bytes)
-        .collect()
 }
 
 /// (ms, kind, ctx, frame, parent) → one buffer's records (kinds as the format numbers them).
@@ -78,90 +57,26 @@ fn buffer(
     base: i64,
     recs: &[(f64, u64, u64, u32, Option<u64>)],
 ) -> Vec<u8> {
-    let bytes = records(base, recs);
-    let mut p = thread.to_le_bytes().to_vec();
-    p.extend(sequence.to_le_bytes());
-    p.extend((base as u64).to_le_bytes());
-    p.extend((bytes.len() as u16).to_le_bytes());
-    p.extend(bytes);
-    p
+    async_buffer(thread, sequence, base, &records(base, recs))
 }
 
 /// serve (frame 1, ctx 10) creates three handles (frame 2): 11 completes, 13 panics, 12 is
 /// cancelled; a second serve (20) is never polled. The worker's first buffer in the trace is
 /// its fourth (the session started late: not a loss), then one is lost.
 fn write_trace() -> Vec<u8> {
-    use FieldType::{Int64, UInt32, UInt64, Utf16String};
-    let metadata = vec![
-        md(
-            1,
-            "Test-Methods",
-            "MethodLoadVerbose",
-            &[
-                ("MethodStartAddress", UInt64),
-                ("MethodSize", UInt32),
-                ("MethodNamespace", Utf16String),
-                ("MethodName", Utf16String),
-            ],
-        ),
+    use FieldType::{UInt32, UInt64};
+    let mut metadata = vec![
+        method_load_row(1, "Test-Methods"),
         md(
             2,
             "EventPipeRs-CpuSampler",
             "Sample",
             &[("State", UInt32), ("AsyncContext", UInt64)],
         ),
-        md(
-            3,
-            "EventPipeRs-AsyncProfiler",
-            "AsyncProfilerMetadata",
-            &[
-                ("Version", UInt32),
-                ("ReferenceTimestamp", UInt64),
-                ("TimestampFrequency", UInt64),
-                ("ReferenceUtcUnixNanos", Int64),
-            ],
-        ),
-        md(
-            4,
-            "EventPipeRs-AsyncProfiler",
-            "AsyncFrame",
-            &[
-                ("FrameId", UInt32),
-                ("Name", Utf16String),
-                ("File", Utf16String),
-                ("Line", UInt32),
-            ],
-        ),
-        md(
-            5,
-            "EventPipeRs-AsyncProfiler",
-            "AsyncBuffer",
-            &[
-                ("OsThreadId", UInt64),
-                ("Sequence", UInt32),
-                ("BufferTimestamp", UInt64),
-                ("Records", FieldType::Array(Box::new(FieldType::Byte))),
-            ],
-        ),
     ];
-    let method = |start: u64, ns: &str, name: &str| {
-        let mut p = start.to_le_bytes().to_vec();
-        p.extend(0x100u32.to_le_bytes());
-        p.extend(utf16(ns));
-        p.extend(utf16(name));
-        p
-    };
-    let frame = |id: u32, name: &str, file: &str, line: u32| {
-        let mut p = id.to_le_bytes().to_vec();
-        p.extend(utf16(name));
-        p.extend(utf16(file));
-        p.extend(line.to_le_bytes());
-        p
-    };
-    let mut reference = 1u32.to_le_bytes().to_vec();
-    reference.extend(0u64.to_le_bytes());
-    reference.extend(1_000_000_000u64.to_le_bytes());
-    reference.extend(0i64.to_le_bytes());
+    metadata.extend(async_profiler_rows([3, 4, 5]));
+    let (method, frame) = (method_load, async_frame);
+    let reference = async_profiler_metadata(0, 1_000_000_000, 0);
     let mut sample = 1u32.to_le_bytes().to_vec();
     sample.extend(11u64.to_le_bytes());
     // (thread, ticks, metadata id, payload, has the stack)
@@ -250,31 +165,13 @@ fn write_trace() -> Vec<u8> {
             false,
         ),
     ];
-    let mut w = TraceWriter::new(Vec::new(), &TraceInfo::new(FormatVersion::V5, 8)).unwrap();
-    w.write_metadata_block(&metadata).unwrap();
-    let stack: Vec<u8> = [0x6000u64, 0x5010, 0x3010, 0x4010, 0x3010, 0x2010, 0x1010]
-        .iter()
-        .flat_map(|ip| ip.to_le_bytes())
-        .collect();
-    w.write_stack_block(1, &[&stack]).unwrap();
-    let mut block = EventBlockBuilder::new(FormatVersion::V5);
-    let mut seq = [0u32; 2];
+    let stack = [0x6000u64, 0x5010, 0x3010, 0x4010, 0x3010, 0x2010, 0x1010];
+    let mut trace = TraceBuilder::new(FormatVersion::V5).metadata(metadata);
     for (thread, ts, id, payload, has_stack) in events {
-        let n = &mut seq[usize::from(thread == WORKER)];
-        *n += 1;
-        let header = EventHeader {
-            metadata_id: id,
-            sequence_number: *n,
-            thread,
-            capture_thread: thread,
-            stack_id: u32::from(has_stack),
-            timestamp: ts,
-            ..Default::default()
-        };
-        block.push(&header, &payload);
+        let stack: &[u64] = if has_stack { &stack } else { &[] };
+        trace = trace.event_with_stack(thread, ts, id, payload, stack);
     }
-    w.write_event_block(&block).unwrap();
-    w.finish().unwrap()
+    trace.build()
 }
 
 fn trace_file(name: &str) -> PathBuf {

@@ -11,19 +11,12 @@
 mod support;
 use support::{eptrace, text};
 
-// Shared with the other .NET tests; this one uses only the app and the runtimes' paths.
-#[allow(dead_code)]
-#[path = "../../ipc/tests/support/dotnet_app.rs"]
-mod dotnet_app;
-
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use dotnet_app::{App, Dotnet};
-
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+use eventpipe_test_support::dotnet::{with_dotnet, App};
 
 fn out_path(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("eptrace-counters-{}-{name}", std::process::id()))
@@ -71,173 +64,167 @@ fn seconds_of_day(iso: &str) -> f64 {
 
 #[test]
 fn collect_json_on_dotnet_8_holds_the_known_eventcounters_and_meters_at_the_interval() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(dotnet) = Dotnet::locate() else {
-        return;
-    };
-    let label = "eptrace counters collect, .NET 8";
-    let app = counters_app(&dotnet.dotnet8, &dotnet.testapp, label, "120");
-    let path = out_path("net8.json");
-    let out = eptrace(&[
-        "counters",
-        "collect",
-        "-p",
-        &app.pid.to_string(),
-        "--counters",
-        "EventPipeRs-Counters,EventPipeRs.TestMeter,System.Runtime[cpu-usage,working-set,gc-heap-size]",
-        "--format",
-        "json",
-        "--duration",
-        "5s",
-        "-o",
-        path.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{label}: {}", text(&out.stderr));
-    let events = json_events(&path);
-    let exact = |name: &str, want: f64, skip_first: bool| {
-        let vs = values_of(&events, name);
-        assert!(
-            vs.len() >= 3,
-            "{label}: {name}: {} values: {events:#?}",
-            vs.len()
-        );
-        for v in vs.iter().skip(usize::from(skip_first)) {
-            assert_eq!(v.1, want, "{label}: {name}");
-        }
-        vs
-    };
-    // EventCounters.
-    let gauge = exact("Fixed Gauge (MB)", 42.5, false);
-    exact("Request Latency (ms)", 3.0, false);
-    exact("Fixed Total (Count / 1 sec)", 7.0, false);
-    // Meters: the first rate has no earlier observation to differ from.
-    exact("temperature (Cel)", 21.5, false);
-    exact("orders ({order} / 1 sec)", 5.0, true);
-    for p in ["50", "95", "99"] {
-        let name = format!("latency (ms)[Percentile={p}]");
-        let vs = values_of(&events, &name);
-        assert!(vs.len() >= 3, "{label}: {name}");
-        for v in vs {
-            assert!((v.1 - 10.0).abs() <= 0.1, "{label}: {name} = {}", v.1);
-        }
-    }
-    // One value a second.
-    let times: Vec<f64> = gauge.iter().map(|g| seconds_of_day(&g.2)).collect();
-    for pair in times.windows(2) {
-        let gap = pair[1] - pair[0];
-        assert!(
-            (0.6..=1.4).contains(&gap),
-            "{label}: values {gap:.3} s apart"
-        );
-    }
-    // The runtime's own counters, plausible.
-    let cpu = values_of(&events, "CPU Usage (%)");
-    assert!(
-        !cpu.is_empty() && cpu.iter().all(|v| (0.0..=100.0).contains(&v.1)),
-        "{label}: {cpu:?}"
-    );
-    let ws = values_of(&events, "Working Set (MB)");
-    assert!(
-        !ws.is_empty() && ws.iter().all(|v| v.1 > 5.0 && v.1 < 10_000.0),
-        "{label}: {ws:?}"
-    );
-    let heap = values_of(&events, "GC Heap Size (MB)");
-    assert!(
-        !heap.is_empty() && heap.iter().all(|v| v.1 > 0.0),
-        "{label}: {heap:?}"
-    );
-    std::fs::remove_file(&path).ok();
-}
-
-#[test]
-fn collect_csv_on_dotnet_core_3_1_holds_the_known_eventcounters_once_a_second() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(dotnet) = Dotnet::locate() else {
-        return;
-    };
-    let label = "eptrace counters collect, .NET Core 3.1";
-    let app = counters_app(&dotnet.dotnet31, &dotnet.testapp, label, "120");
-    let path = out_path("core31.csv");
-    let out = eptrace(&[
-        "counters",
-        "collect",
-        "-p",
-        &app.pid.to_string(),
-        "--counters",
-        "EventPipeRs-Counters,System.Runtime[cpu-usage,working-set]",
-        "--duration",
-        "4500ms",
-        "-o",
-        path.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{label}: {}", text(&out.stderr));
-    let csv = std::fs::read_to_string(&path).unwrap();
-    let mut lines = csv.lines();
-    assert_eq!(
-        lines.next(),
-        Some("Timestamp,Provider,Counter Name,Counter Type,Mean/Increment")
-    );
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
-    assert!(rows.iter().all(|r| r.len() == 5), "{label}: {csv}");
-    let of = |name: &str| -> Vec<(&str, f64)> {
-        rows.iter()
-            .filter(|r| r[2] == name)
-            .map(|r| (r[3], r[4].parse().unwrap()))
-            .collect()
-    };
-    for (name, kind, want) in [
-        ("Fixed Gauge (MB)", "Metric", 42.5),
-        ("Request Latency (ms)", "Metric", 3.0),
-        ("Fixed Total (Count / 1 sec)", "Rate", 7.0),
-    ] {
-        let vs = of(name);
-        // Once a second: 3 to 5 in 4.5 s, not twice that (3.1 publishes each value a
-        // second time a few ms later, which is not another interval).
-        assert!((3..=5).contains(&vs.len()), "{label}: {name}: {csv}");
-        assert!(
-            vs.iter().all(|&(k, v)| k == kind && v == want),
-            "{label}: {name}: {csv}"
-        );
-    }
-    assert!(!of("Working Set (MB)").is_empty(), "{label}: {csv}");
-    std::fs::remove_file(&path).ok();
-}
-
-#[test]
-fn a_json_file_stays_valid_when_the_collector_is_killed() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(dotnet) = Dotnet::locate() else {
-        return;
-    };
-    let label = "eptrace counters collect killed, .NET 8";
-    let app = counters_app(&dotnet.dotnet8, &dotnet.testapp, label, "120");
-    let path = out_path("killed.json");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_eptrace"))
-        .args([
+    with_dotnet(|dotnet| {
+        let label = "eptrace counters collect, .NET 8";
+        let app = counters_app(&dotnet.dotnet8, &dotnet.testapp, label, "120");
+        let path = out_path("net8.json");
+        let out = eptrace(&[
             "counters",
             "collect",
             "-p",
             &app.pid.to_string(),
             "--counters",
-            "EventPipeRs-Counters",
+            "EventPipeRs-Counters,EventPipeRs.TestMeter,System.Runtime[cpu-usage,working-set,gc-heap-size]",
             "--format",
             "json",
+            "--duration",
+            "5s",
             "-o",
             path.to_str().unwrap(),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(3500));
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let events = json_events(&path);
-    assert!(
-        values_of(&events, "Fixed Gauge (MB)").len() >= 2,
-        "{label}: {events:?}"
-    );
-    std::fs::remove_file(&path).ok();
+        ]);
+        assert!(out.status.success(), "{label}: {}", text(&out.stderr));
+        let events = json_events(&path);
+        let exact = |name: &str, want: f64, skip_first: bool| {
+            let vs = values_of(&events, name);
+            assert!(
+                vs.len() >= 3,
+                "{label}: {name}: {} values: {events:#?}",
+                vs.len()
+            );
+            for v in vs.iter().skip(usize::from(skip_first)) {
+                assert_eq!(v.1, want, "{label}: {name}");
+            }
+            vs
+        };
+        // EventCounters.
+        let gauge = exact("Fixed Gauge (MB)", 42.5, false);
+        exact("Request Latency (ms)", 3.0, false);
+        exact("Fixed Total (Count / 1 sec)", 7.0, false);
+        // Meters: the first rate has no earlier observation to differ from.
+        exact("temperature (Cel)", 21.5, false);
+        exact("orders ({order} / 1 sec)", 5.0, true);
+        for p in ["50", "95", "99"] {
+            let name = format!("latency (ms)[Percentile={p}]");
+            let vs = values_of(&events, &name);
+            assert!(vs.len() >= 3, "{label}: {name}");
+            for v in vs {
+                assert!((v.1 - 10.0).abs() <= 0.1, "{label}: {name} = {}", v.1);
+            }
+        }
+        // One value a second.
+        let times: Vec<f64> = gauge.iter().map(|g| seconds_of_day(&g.2)).collect();
+        for pair in times.windows(2) {
+            let gap = pair[1] - pair[0];
+            assert!(
+                (0.6..=1.4).contains(&gap),
+                "{label}: values {gap:.3} s apart"
+            );
+        }
+        // The runtime's own counters, plausible.
+        let cpu = values_of(&events, "CPU Usage (%)");
+        assert!(
+            !cpu.is_empty() && cpu.iter().all(|v| (0.0..=100.0).contains(&v.1)),
+            "{label}: {cpu:?}"
+        );
+        let ws = values_of(&events, "Working Set (MB)");
+        assert!(
+            !ws.is_empty() && ws.iter().all(|v| v.1 > 5.0 && v.1 < 10_000.0),
+            "{label}: {ws:?}"
+        );
+        let heap = values_of(&events, "GC Heap Size (MB)");
+        assert!(
+            !heap.is_empty() && heap.iter().all(|v| v.1 > 0.0),
+            "{label}: {heap:?}"
+        );
+        std::fs::remove_file(&path).ok();
+    });
+}
+
+#[test]
+fn collect_csv_on_dotnet_core_3_1_holds_the_known_eventcounters_once_a_second() {
+    with_dotnet(|dotnet| {
+        let label = "eptrace counters collect, .NET Core 3.1";
+        let app = counters_app(&dotnet.dotnet31, &dotnet.testapp, label, "120");
+        let path = out_path("core31.csv");
+        let out = eptrace(&[
+            "counters",
+            "collect",
+            "-p",
+            &app.pid.to_string(),
+            "--counters",
+            "EventPipeRs-Counters,System.Runtime[cpu-usage,working-set]",
+            "--duration",
+            "4500ms",
+            "-o",
+            path.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{label}: {}", text(&out.stderr));
+        let csv = std::fs::read_to_string(&path).unwrap();
+        let mut lines = csv.lines();
+        assert_eq!(
+            lines.next(),
+            Some("Timestamp,Provider,Counter Name,Counter Type,Mean/Increment")
+        );
+        let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+        assert!(rows.iter().all(|r| r.len() == 5), "{label}: {csv}");
+        let of = |name: &str| -> Vec<(&str, f64)> {
+            rows.iter()
+                .filter(|r| r[2] == name)
+                .map(|r| (r[3], r[4].parse().unwrap()))
+                .collect()
+        };
+        for (name, kind, want) in [
+            ("Fixed Gauge (MB)", "Metric", 42.5),
+            ("Request Latency (ms)", "Metric", 3.0),
+            ("Fixed Total (Count / 1 sec)", "Rate", 7.0),
+        ] {
+            let vs = of(name);
+            // Once a second: 3 to 5 in 4.5 s, not twice that (3.1 publishes each value a
+            // second time a few ms later, which is not another interval).
+            assert!((3..=5).contains(&vs.len()), "{label}: {name}: {csv}");
+            assert!(
+                vs.iter().all(|&(k, v)| k == kind && v == want),
+                "{label}: {name}: {csv}"
+            );
+        }
+        assert!(!of("Working Set (MB)").is_empty(), "{label}: {csv}");
+        std::fs::remove_file(&path).ok();
+    });
+}
+
+#[test]
+fn a_json_file_stays_valid_when_the_collector_is_killed() {
+    with_dotnet(|dotnet| {
+        let label = "eptrace counters collect killed, .NET 8";
+        let app = counters_app(&dotnet.dotnet8, &dotnet.testapp, label, "120");
+        let path = out_path("killed.json");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_eptrace"))
+            .args([
+                "counters",
+                "collect",
+                "-p",
+                &app.pid.to_string(),
+                "--counters",
+                "EventPipeRs-Counters",
+                "--format",
+                "json",
+                "-o",
+                path.to_str().unwrap(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(3500));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let events = json_events(&path);
+        assert!(
+            values_of(&events, "Fixed Gauge (MB)").len() >= 2,
+            "{label}: {events:?}"
+        );
+        std::fs::remove_file(&path).ok();
+    });
 }
 
 /// Runs `eptrace counters monitor ARGS` on a pseudo-terminal of `cols` × 30, typing `keys`
@@ -284,148 +271,140 @@ fn monitor_on_a_terminal(cols: u16, args: &[&str], keys: &[(u64, &str)]) -> (Vec
 
 #[test]
 fn monitor_shows_the_counters_in_place_pauses_and_quits_on_a_terminal() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(dotnet) = Dotnet::locate() else {
-        return;
-    };
-    if Command::new("script").arg("--version").output().is_err() {
-        println!("skipping: util-linux `script` is not installed");
-        return;
-    }
-    let label = "eptrace counters monitor, .NET 8";
-    let app = counters_app(&dotnet.dotnet8, &dotnet.testapp, label, "120");
-    let pid = app.pid.to_string();
-    let (screens, status) = monitor_on_a_terminal(
-        100,
-        &["-p", &pid, "--counters", "EventPipeRs-Counters"],
-        &[(3500, "p"), (1500, "q")],
-    );
-    assert_eq!(status, 0, "{label}: q quits cleanly");
-    // A whole redraw: its last row is there (rows are drawn in order after a clear).
-    let running = screens
-        .iter()
-        .find(|s| s.contains("Status: Running") && s.contains("Request Latency (ms)"))
-        .unwrap_or_else(|| panic!("{label}: no screen with the values: {screens:#?}"));
-    assert!(running.contains("[EventPipeRs-Counters]"), "{running}");
-    let line = running
-        .lines()
-        .find(|l| l.contains("Fixed Gauge (MB)"))
-        .unwrap();
-    assert!(line.trim_end().ends_with("42.5"), "{line:?}");
-    assert!(running.contains("Fixed Total (Count / 1 sec)"), "{running}");
-    // Redrawn in place: the screen never holds two copies of the table.
-    assert!(screens
-        .iter()
-        .all(|s| s.matches("Fixed Gauge").count() <= 1));
-    assert!(
-        screens.iter().any(|s| s.contains("Status: Paused")),
-        "{label}: p pauses: {screens:#?}"
-    );
+    with_dotnet(|dotnet| {
+        if Command::new("script").arg("--version").output().is_err() {
+            println!("skipping: util-linux `script` is not installed");
+            return;
+        }
+        let label = "eptrace counters monitor, .NET 8";
+        let app = counters_app(&dotnet.dotnet8, &dotnet.testapp, label, "120");
+        let pid = app.pid.to_string();
+        let (screens, status) = monitor_on_a_terminal(
+            100,
+            &["-p", &pid, "--counters", "EventPipeRs-Counters"],
+            &[(3500, "p"), (1500, "q")],
+        );
+        assert_eq!(status, 0, "{label}: q quits cleanly");
+        // A whole redraw: its last row is there (rows are drawn in order after a clear).
+        let running = screens
+            .iter()
+            .find(|s| s.contains("Status: Running") && s.contains("Request Latency (ms)"))
+            .unwrap_or_else(|| panic!("{label}: no screen with the values: {screens:#?}"));
+        assert!(running.contains("[EventPipeRs-Counters]"), "{running}");
+        let line = running
+            .lines()
+            .find(|l| l.contains("Fixed Gauge (MB)"))
+            .unwrap();
+        assert!(line.trim_end().ends_with("42.5"), "{line:?}");
+        assert!(running.contains("Fixed Total (Count / 1 sec)"), "{running}");
+        // Redrawn in place: the screen never holds two copies of the table.
+        assert!(screens
+            .iter()
+            .all(|s| s.matches("Fixed Gauge").count() <= 1));
+        assert!(
+            screens.iter().any(|s| s.contains("Status: Paused")),
+            "{label}: p pauses: {screens:#?}"
+        );
 
-    // Too narrow: said, not garbled.
-    let (screens, status) = monitor_on_a_terminal(
-        30,
-        &["-p", &pid, "--counters", "EventPipeRs-Counters"],
-        &[(1500, "q")],
-    );
-    assert_eq!(status, 0);
-    assert!(
-        screens.iter().any(|s| s.contains("30 columns wide")),
-        "{screens:#?}"
-    );
+        // Too narrow: said, not garbled.
+        let (screens, status) = monitor_on_a_terminal(
+            30,
+            &["-p", &pid, "--counters", "EventPipeRs-Counters"],
+            &[(1500, "q")],
+        );
+        assert_eq!(status, 0);
+        assert!(
+            screens.iter().any(|s| s.contains("30 columns wide")),
+            "{screens:#?}"
+        );
+    });
 }
 
 #[test]
 fn monitor_says_when_the_target_exits_and_when_a_name_publishes_nothing() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(dotnet) = Dotnet::locate() else {
-        return;
-    };
-    let label = "eptrace counters monitor, the app exiting";
-    let app = counters_app(&dotnet.dotnet8, &dotnet.testapp, label, "5");
-    let out = eptrace(&[
-        "counters",
-        "monitor",
-        "-p",
-        &app.pid.to_string(),
-        "--counters",
-        "EventPipeRs-Counters,No-Such-Provider",
-    ]);
-    assert!(out.status.success(), "{label}: {}", text(&out.stderr));
-    let shown = text(&out.stdout);
-    assert!(shown.contains("ended the session"), "{label}: {shown}");
-    assert!(
-        shown.contains("no values from No-Such-Provider"),
-        "{label}: {shown}"
-    );
+    with_dotnet(|dotnet| {
+        let label = "eptrace counters monitor, the app exiting";
+        let app = counters_app(&dotnet.dotnet8, &dotnet.testapp, label, "5");
+        let out = eptrace(&[
+            "counters",
+            "monitor",
+            "-p",
+            &app.pid.to_string(),
+            "--counters",
+            "EventPipeRs-Counters,No-Such-Provider",
+        ]);
+        assert!(out.status.success(), "{label}: {}", text(&out.stderr));
+        let shown = text(&out.stdout);
+        assert!(shown.contains("ended the session"), "{label}: {shown}");
+        assert!(
+            shown.contains("no values from No-Such-Provider"),
+            "{label}: {shown}"
+        );
+    });
 }
 
 #[test]
 fn report_reads_the_counters_a_trace_recorded() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(dotnet) = Dotnet::locate() else {
-        return;
-    };
-    let label = "eptrace counters report, .NET 8";
-    let app = counters_app(&dotnet.dotnet8, &dotnet.testapp, label, "120");
-    let trace = out_path("recorded.nettrace");
-    let out = eptrace(&[
-        "collect",
-        "-p",
-        &app.pid.to_string(),
-        "--providers",
-        "EventPipeRs-Counters:0xFFFFFFFF:5:EventCounterIntervalSec=1",
-        "--duration",
-        "3500ms",
-        "-o",
-        trace.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{label}: {}", text(&out.stderr));
-    let report = eptrace(&["counters", "report", "--json", trace.to_str().unwrap()]);
-    assert!(report.status.success(), "{label}: {}", text(&report.stderr));
-    let json: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
-    let gauge = json["counters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "fixed-gauge")
-        .unwrap_or_else(|| panic!("{label}: {json}"));
-    assert!(gauge["values"].as_u64().unwrap() >= 2, "{gauge}");
-    for key in ["last", "min", "max", "mean"] {
-        assert_eq!(gauge[key].as_f64(), Some(42.5), "{key}: {gauge}");
-    }
-    // A trace without counters says so.
-    let none = eptrace(&["counters", "report", env!("CARGO_BIN_EXE_eptrace")]);
-    assert_eq!(none.status.code(), Some(1));
-    std::fs::remove_file(&trace).ok();
+    with_dotnet(|dotnet| {
+        let label = "eptrace counters report, .NET 8";
+        let app = counters_app(&dotnet.dotnet8, &dotnet.testapp, label, "120");
+        let trace = out_path("recorded.nettrace");
+        let out = eptrace(&[
+            "collect",
+            "-p",
+            &app.pid.to_string(),
+            "--providers",
+            "EventPipeRs-Counters:0xFFFFFFFF:5:EventCounterIntervalSec=1",
+            "--duration",
+            "3500ms",
+            "-o",
+            trace.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{label}: {}", text(&out.stderr));
+        let report = eptrace(&["counters", "report", "--json", trace.to_str().unwrap()]);
+        assert!(report.status.success(), "{label}: {}", text(&report.stderr));
+        let json: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+        let gauge = json["counters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "fixed-gauge")
+            .unwrap_or_else(|| panic!("{label}: {json}"));
+        assert!(gauge["values"].as_u64().unwrap() >= 2, "{gauge}");
+        for key in ["last", "min", "max", "mean"] {
+            assert_eq!(gauge[key].as_f64(), Some(42.5), "{key}: {gauge}");
+        }
+        // A trace without counters says so.
+        let none = eptrace(&["counters", "report", env!("CARGO_BIN_EXE_eptrace")]);
+        assert_eq!(none.status.code(), Some(1));
+        std::fs::remove_file(&trace).ok();
+    });
 }
 
 #[test]
 fn the_meters_publishers_limits_are_said_in_words() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(dotnet) = Dotnet::locate() else {
-        return;
-    };
-    let label = "eptrace counters monitor with Meters limits, .NET 8";
-    let app = counters_app(&dotnet.dotnet8, &dotnet.testapp, label, "120");
-    let out = eptrace(&[
-        "counters",
-        "monitor",
-        "-p",
-        &app.pid.to_string(),
-        "--counters",
-        "EventPipeRs.TestMeter",
-        "--max-histograms",
-        "0",
-        "--duration",
-        "3s",
-    ]);
-    assert!(out.status.success(), "{label}: {}", text(&out.stderr));
-    let shown = text(&out.stdout);
-    assert!(
-        shown.contains("reached its limit of histograms (--max-histograms)"),
-        "{label}: {shown}"
-    );
-    // The other instruments still arrive.
-    assert!(shown.contains("temperature (Cel)"), "{label}: {shown}");
+    with_dotnet(|dotnet| {
+        let label = "eptrace counters monitor with Meters limits, .NET 8";
+        let app = counters_app(&dotnet.dotnet8, &dotnet.testapp, label, "120");
+        let out = eptrace(&[
+            "counters",
+            "monitor",
+            "-p",
+            &app.pid.to_string(),
+            "--counters",
+            "EventPipeRs.TestMeter",
+            "--max-histograms",
+            "0",
+            "--duration",
+            "3s",
+        ]);
+        assert!(out.status.success(), "{label}: {}", text(&out.stderr));
+        let shown = text(&out.stdout);
+        assert!(
+            shown.contains("reached its limit of histograms (--max-histograms)"),
+            "{label}: {shown}"
+        );
+        // The other instruments still arrive.
+        assert!(shown.contains("temperature (Cel)"), "{label}: {shown}");
+    });
 }

@@ -2,14 +2,11 @@
 //! the running TestApp and names its runtime, `collect -p` records a session from it, and
 //! (.NET 8) `collect -- CMD` starts it suspended and traces it from its first event. Every
 //! trace file is checked as exhaustively as the library's own tests check a live stream
-//! (`crates/ipc/tests/support/dotnet_app.rs`): exact payloads of every TestApp event, GC and
+//! (`eventpipe_test_support::dotnet`): exact payloads of every TestApp event, GC and
 //! exception events named and decoded, no loss, a clean end.
 //!
 //! The runtimes and the app come from `bash ci/dotnet.sh`; without them (or with
 //! `EVENTPIPE_SKIP_DOTNET=1`) each test prints one line and passes.
-
-#[path = "../../ipc/tests/support/dotnet_app.rs"]
-mod dotnet_app;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -18,20 +15,10 @@ use std::sync::mpsc::{self, Receiver};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use dotnet_app::{
-    verify_file, Analysis, App, Dotnet, Progress, APP_SECONDS, LIVE_SESSION, MAX_SESSION,
-    RUNTIME_KEYWORDS, RUNTIME_PROVIDER, STARTUP_SESSION, TEST_PROVIDER,
+use eventpipe_test_support::dotnet::{
+    verify_file, with_dotnet, Analysis, App, Progress, Runtime, APP_SECONDS, LIVE_SESSION,
+    MAX_SESSION, RUNTIME_KEYWORDS, RUNTIME_PROVIDER, STARTUP_SESSION, TEST_PROVIDER,
 };
-
-/// The .NET tests run one at a time: four runtimes starting and compiling at once on a
-/// 2-core machine once starved the app under test (94 iterations in a 2 s session).
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// `--providers`: the app's provider, every keyword; the runtime's GC and Exception
 /// keywords (`EventPipeRs-Test:0xFFFFFFFFFFFFFFFF:5,Microsoft-Windows-DotNETRuntime:0x8001:5`);
@@ -47,28 +34,18 @@ fn providers() -> String {
 /// wait [`MAX_SESSION`] for the app's work, and stopping takes a few seconds more.
 const EPTRACE_TIMEOUT: Duration = Duration::from_secs(MAX_SESSION.as_secs() + 45);
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Runtime {
-    Core31,
-    Net8,
-}
-
 #[test]
 fn ps_and_collect_on_dotnet_core_3_1() {
-    let _serial = one_at_a_time();
-    let Some(dotnet) = Dotnet::locate() else {
-        return;
-    };
-    ps_and_collect(&dotnet.dotnet31, &dotnet.testapp, Runtime::Core31);
+    with_dotnet(|dotnet| {
+        ps_and_collect(&dotnet.dotnet31, &dotnet.testapp, Runtime::Core31);
+    });
 }
 
 #[test]
 fn ps_and_collect_on_dotnet_8() {
-    let _serial = one_at_a_time();
-    let Some(dotnet) = Dotnet::locate() else {
-        return;
-    };
-    ps_and_collect(&dotnet.dotnet8, &dotnet.testapp, Runtime::Net8);
+    with_dotnet(|dotnet| {
+        ps_and_collect(&dotnet.dotnet8, &dotnet.testapp, Runtime::Net8);
+    });
 }
 
 /// `eptrace ps --json` lists the app; `eptrace collect -p` traces it for 2.5 s.
@@ -81,21 +58,7 @@ fn ps_and_collect(dotnet: &Path, testapp: &Path, runtime: Runtime) {
     let mut app = App::spawn(dotnet, testapp, &[]);
     drop(app.wait_for_socket(label));
     // Main prints its pid after the runtime's diagnostics server listens.
-    let pid = app.line("pid ", Duration::from_secs(10));
-    assert_eq!(
-        pid,
-        app.pid.to_string(),
-        "{label}: the app reports another pid"
-    );
-    let version = app.line("runtime ", Duration::from_secs(10));
-    let prefix = match runtime {
-        Runtime::Core31 => "3.1.",
-        Runtime::Net8 => "8.0.",
-    };
-    assert!(
-        version.starts_with(prefix),
-        "{label}: the app runs on runtime {version}"
-    );
+    let version = app.expect_runtime(label, runtime);
 
     // ps
     let ps = Eptrace::run(&["ps", "--json"], label);
@@ -180,68 +143,66 @@ fn ps_and_collect(dotnet: &Path, testapp: &Path, runtime: Runtime) {
 /// the app has done enough work.
 #[test]
 fn collect_launches_dotnet_8_suspended() {
-    let _serial = one_at_a_time();
-    let Some(dotnet) = Dotnet::locate() else {
-        return;
-    };
-    let label = "eptrace collect -- CMD, .NET 8";
-    let t0 = Instant::now();
-    let trace = TraceFile::new("launch-8");
-    let providers = providers();
-    // The app shares eptrace's stderr, so its progress lines come with eptrace's.
-    let progress = Progress::new();
-    let collect = Eptrace::start(
-        &[
-            "collect".as_ref(),
-            "--providers".as_ref(),
-            providers.as_ref(),
-            "-o".as_ref(),
-            trace.path.as_os_str(),
-            "--".as_ref(),
-            dotnet.dotnet8.as_os_str(),
-            dotnet.testapp.as_os_str(),
-            APP_SECONDS.as_ref(),
-        ],
-        label,
-        &progress,
-    )
-    .with_minimum(STARTUP_SESSION)
-    .stop_after_enough_work(label);
-    let took = t0.elapsed();
-    collect.assert_success(label);
-    // The app shares eptrace's stdout.
-    let app_pid = collect
-        .stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("pid "))
-        .unwrap_or_else(|| panic!("{label}: the app printed no pid: {collect}"))
-        .trim()
-        .to_string();
-    assert!(
-        collect
+    with_dotnet(|dotnet| {
+        let label = "eptrace collect -- CMD, .NET 8";
+        let t0 = Instant::now();
+        let trace = TraceFile::new("launch-8");
+        let providers = providers();
+        // The app shares eptrace's stderr, so its progress lines come with eptrace's.
+        let progress = Progress::new();
+        let collect = Eptrace::start(
+            &[
+                "collect".as_ref(),
+                "--providers".as_ref(),
+                providers.as_ref(),
+                "-o".as_ref(),
+                trace.path.as_os_str(),
+                "--".as_ref(),
+                dotnet.dotnet8.as_os_str(),
+                dotnet.testapp.as_os_str(),
+                APP_SECONDS.as_ref(),
+            ],
+            label,
+            &progress,
+        )
+        .with_minimum(STARTUP_SESSION)
+        .stop_after_enough_work(label);
+        let took = t0.elapsed();
+        collect.assert_success(label);
+        // The app shares eptrace's stdout.
+        let app_pid = collect
             .stdout
             .lines()
-            .any(|l| l.starts_with("runtime 8.0.")),
-        "{label}: the app did not run on .NET 8: {collect}"
-    );
-    assert!(
-        collect
-            .stderr
-            .contains(&format!("Tracing dotnet (pid {app_pid}, .NET 8.0.")),
-        "{label}: collect's header line does not name the app's pid {app_pid} and .NET 8: \
-         {collect}"
-    );
-    assert!(
-        !Path::new(&format!("/proc/{app_pid}")).exists(),
-        "{label}: the launched app (pid {app_pid}) outlived eptrace"
-    );
-    let analysis = verify_file(&trace.path, label, true);
-    collect.assert_summary(label, &trace, &analysis, "you asked");
-    analysis.print_summary(label);
-    eprintln!(
-        "{label}: collect took {took:?}; test took {:?}",
-        t0.elapsed()
-    );
+            .find_map(|l| l.strip_prefix("pid "))
+            .unwrap_or_else(|| panic!("{label}: the app printed no pid: {collect}"))
+            .trim()
+            .to_string();
+        assert!(
+            collect
+                .stdout
+                .lines()
+                .any(|l| l.starts_with("runtime 8.0.")),
+            "{label}: the app did not run on .NET 8: {collect}"
+        );
+        assert!(
+            collect
+                .stderr
+                .contains(&format!("Tracing dotnet (pid {app_pid}, .NET 8.0.")),
+            "{label}: collect's header line does not name the app's pid {app_pid} and .NET 8: \
+             {collect}"
+        );
+        assert!(
+            !Path::new(&format!("/proc/{app_pid}")).exists(),
+            "{label}: the launched app (pid {app_pid}) outlived eptrace"
+        );
+        let analysis = verify_file(&trace.path, label, true);
+        collect.assert_summary(label, &trace, &analysis, "you asked");
+        analysis.print_summary(label);
+        eprintln!(
+            "{label}: collect took {took:?}; test took {:?}",
+            t0.elapsed()
+        );
+    });
 }
 
 /// `eptrace collect --profile cpu-sampling -- dotnet TestApp.exe` on .NET 8: the sample
@@ -249,65 +210,63 @@ fn collect_launches_dotnet_8_suspended() {
 /// report's hottest functions include the app's own managed code.
 #[test]
 fn cpu_samples_of_dotnet_8_name_managed_methods() {
-    let _serial = one_at_a_time();
-    let Some(dotnet) = Dotnet::locate() else {
-        return;
-    };
-    let label = "eptrace collect --profile cpu-sampling, .NET 8";
-    let trace = TraceFile::new("cpu-8");
-    let collect = Eptrace::run_os(
-        &[
-            "collect".as_ref(),
-            "--profile".as_ref(),
-            "cpu-sampling".as_ref(),
-            "--duration".as_ref(),
-            "2s".as_ref(),
-            "-o".as_ref(),
-            trace.path.as_os_str(),
-            "--".as_ref(),
-            dotnet.dotnet8.as_os_str(),
-            dotnet.testapp.as_os_str(),
-            "5".as_ref(),
-        ],
-        label,
-    );
-    collect.assert_success(label);
-    let report = Eptrace::run(&["report", "--json", trace.path.to_str().unwrap()], label);
-    report.assert_success(label);
-    let json: serde_json::Value = serde_json::from_str(&report.stdout).unwrap();
-    let hot = &json["profile"];
-    // .NET's sampler measures thread time, and the report says so.
-    assert!(
-        hot["kind"]
-            .as_str()
-            .unwrap()
-            .starts_with(".NET thread time"),
-        "{label}: {}",
-        report.stdout
-    );
-    assert!(hot["samples"].as_u64().unwrap() > 100, "{label}: {hot}");
-    let functions = hot["functions"].as_array().unwrap();
-    let main = functions
-        .iter()
-        .find(|f| f["function"] == "Program.Main")
-        .unwrap_or_else(|| panic!("{label}: Program.Main not among {functions:#?}"));
-    assert_eq!(main["module"], "TestApp.exe", "{label}: {main}");
-    // Main is on every sample of the main thread, which it keeps busy all session: its
-    // thread time is the main thread's first to last sample, most of the trace and never
-    // more.
-    let main_ms = main["total_weight"].as_u64().unwrap() as f64 / 1e6;
-    let trace_ms = json["duration_ms"].as_f64().unwrap();
-    assert!(
-        main_ms > 0.5 * trace_ms && main_ms <= trace_ms,
-        "{label}: Main {main_ms:.1} ms of thread time in a {trace_ms:.1} ms trace"
-    );
-    // Runtime methods (JIT'd or ReadyToRun) are named too, by namespace and type.
-    assert!(
-        functions
+    with_dotnet(|dotnet| {
+        let label = "eptrace collect --profile cpu-sampling, .NET 8";
+        let trace = TraceFile::new("cpu-8");
+        let collect = Eptrace::run_os(
+            &[
+                "collect".as_ref(),
+                "--profile".as_ref(),
+                "cpu-sampling".as_ref(),
+                "--duration".as_ref(),
+                "2s".as_ref(),
+                "-o".as_ref(),
+                trace.path.as_os_str(),
+                "--".as_ref(),
+                dotnet.dotnet8.as_os_str(),
+                dotnet.testapp.as_os_str(),
+                "5".as_ref(),
+            ],
+            label,
+        );
+        collect.assert_success(label);
+        let report = Eptrace::run(&["report", "--json", trace.path.to_str().unwrap()], label);
+        report.assert_success(label);
+        let json: serde_json::Value = serde_json::from_str(&report.stdout).unwrap();
+        let hot = &json["profile"];
+        // .NET's sampler measures thread time, and the report says so.
+        assert!(
+            hot["kind"]
+                .as_str()
+                .unwrap()
+                .starts_with(".NET thread time"),
+            "{label}: {}",
+            report.stdout
+        );
+        assert!(hot["samples"].as_u64().unwrap() > 100, "{label}: {hot}");
+        let functions = hot["functions"].as_array().unwrap();
+        let main = functions
             .iter()
-            .any(|f| f["function"].as_str().unwrap().starts_with("System.")),
-        "{label}: no System.* method among {functions:#?}"
-    );
+            .find(|f| f["function"] == "Program.Main")
+            .unwrap_or_else(|| panic!("{label}: Program.Main not among {functions:#?}"));
+        assert_eq!(main["module"], "TestApp.exe", "{label}: {main}");
+        // Main is on every sample of the main thread, which it keeps busy all session: its
+        // thread time is the main thread's first to last sample, most of the trace and never
+        // more.
+        let main_ms = main["total_weight"].as_u64().unwrap() as f64 / 1e6;
+        let trace_ms = json["duration_ms"].as_f64().unwrap();
+        assert!(
+            main_ms > 0.5 * trace_ms && main_ms <= trace_ms,
+            "{label}: Main {main_ms:.1} ms of thread time in a {trace_ms:.1} ms trace"
+        );
+        // Runtime methods (JIT'd or ReadyToRun) are named too, by namespace and type.
+        assert!(
+            functions
+                .iter()
+                .any(|f| f["function"].as_str().unwrap().starts_with("System.")),
+            "{label}: no System.* method among {functions:#?}"
+        );
+    });
 }
 
 // ---------------------------------------------------------------------------------------

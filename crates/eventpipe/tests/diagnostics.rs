@@ -11,12 +11,8 @@ use eventpipe::{define_event, write_event, Level, Provider};
 use eventpipe_ipc::command::{CollectTracing, FORMAT_NETTRACE, FORMAT_NETTRACE_V6};
 use eventpipe_ipc::header::{eventpipe as ep, set, HEADER_LEN};
 use eventpipe_ipc::{Client, Header, ProviderRequest, ServerError};
+use eventpipe_test_support::dotnet::{App, Dotnet};
 use nettrace::{TraceReader, Value};
-
-// The .NET reference runtime and its test app, from `bash ci/dotnet.sh`.
-#[allow(dead_code)]
-#[path = "../../ipc/tests/support/dotnet_app.rs"]
-mod dotnet_app;
 
 fn client() -> Client {
     let server = eventpipe::diagnostics::start_server().expect("server starts");
@@ -458,10 +454,10 @@ fn mistakes_are_answered_with_the_runtimes_codes() {
         Some(ServerError::BAD_ENCODING)
     );
     // And the same mistakes put to a real .NET 8 runtime.
-    let Some(dotnet) = dotnet_app::Dotnet::locate() else {
+    let Some(dotnet) = Dotnet::locate() else {
         return;
     };
-    let mut app = dotnet_app::App::spawn(&dotnet.dotnet8, &dotnet.testapp, &[]);
+    let mut app = App::spawn(&dotnet.dotnet8, &dotnet.testapp, &[]);
     let theirs = app.wait_for_socket("the .NET 8 reference");
     for (what, bytes, expected) in mistakes() {
         // .NET 8 itself dies on these two (no answer, the process exits; seen with the

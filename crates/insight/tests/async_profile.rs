@@ -6,18 +6,16 @@
 //! stacks' function names are exact without a binary on disk: one of them is the profiler's
 //! poll wrapper.
 
-use std::collections::BTreeMap;
-
 use eventpipe_insight::async_trace::{
     encode_records, AsyncFrameId, ContextEnd, ContextId, Record, SpanEnd,
 };
 use eventpipe_insight::{build_profile, write_chrome_trace, FrameKind, ProfileBuilder};
 use eventpipe_insight::{Profile, SampleSelection};
-use nettrace::write::{EventBlockBuilder, TraceWriter};
-use nettrace::{
-    EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, ThreadInfo, TraceInfo,
-    TraceReader,
+use eventpipe_test_support::trace::{
+    async_buffer, async_frame, async_profiler_metadata, async_profiler_rows, md, method_load,
+    method_load_row, TraceBuilder,
 };
+use nettrace::{EventMetadata, FieldType, FormatVersion, TraceReader};
 use serde_json::Value;
 
 const PID: u64 = 4242;
@@ -43,38 +41,10 @@ const LEAF: u64 = 0x6000;
 const WRAPPER_NAME: &str =
     "<eventpipe_profiler::futures::Profiled<F> as core::future::future::Future>.poll";
 
-fn md(id: u32, provider: &str, name: &str, fields: &[(&str, FieldType)]) -> EventMetadata {
-    EventMetadata {
-        metadata_id: id,
-        provider: provider.into(),
-        event_id: id,
-        event_name: name.into(),
-        fields: fields
-            .iter()
-            .map(|(n, ty)| FieldDesc {
-                name: (*n).into(),
-                ty: ty.clone(),
-            })
-            .collect(),
-        ..Default::default()
-    }
-}
-
 fn metadata() -> Vec<EventMetadata> {
-    use FieldType::{Int64, UInt32, UInt64, Utf16String};
-    let bytes = FieldType::Array(Box::new(FieldType::Byte));
-    vec![
-        md(
-            METHOD,
-            "Test-Methods",
-            "MethodLoadVerbose",
-            &[
-                ("MethodStartAddress", UInt64),
-                ("MethodSize", UInt32),
-                ("MethodNamespace", Utf16String),
-                ("MethodName", Utf16String),
-            ],
-        ),
+    use FieldType::{UInt32, UInt64};
+    let mut rows = vec![
+        method_load_row(METHOD, "Test-Methods"),
         md(
             SAMPLE,
             "EventPipeRs-CpuSampler",
@@ -88,63 +58,13 @@ fn metadata() -> Vec<EventMetadata> {
             "Sample",
             &[("State", UInt32)],
         ),
-        md(
-            ASYNC_METADATA,
-            "EventPipeRs-AsyncProfiler",
-            "AsyncProfilerMetadata",
-            &[
-                ("Version", UInt32),
-                ("ReferenceTimestamp", UInt64),
-                ("TimestampFrequency", UInt64),
-                ("ReferenceUtcUnixNanos", Int64),
-            ],
-        ),
-        md(
-            ASYNC_FRAME,
-            "EventPipeRs-AsyncProfiler",
-            "AsyncFrame",
-            &[
-                ("FrameId", UInt32),
-                ("Name", Utf16String),
-                ("File", Utf16String),
-                ("Line", UInt32),
-            ],
-        ),
-        md(
-            ASYNC_BUFFER,
-            "EventPipeRs-AsyncProfiler",
-            "AsyncBuffer",
-            &[
-                ("OsThreadId", UInt64),
-                ("Sequence", UInt32),
-                ("BufferTimestamp", UInt64),
-                ("Records", bytes),
-            ],
-        ),
-    ]
-}
-
-fn utf16(s: &str) -> Vec<u8> {
-    s.encode_utf16()
-        .chain([0])
-        .flat_map(u16::to_le_bytes)
-        .collect()
-}
-
-fn method(start: u64, namespace: &str, name: &str) -> Vec<u8> {
-    let mut p = start.to_le_bytes().to_vec();
-    p.extend(0x100u32.to_le_bytes());
-    p.extend(utf16(namespace));
-    p.extend(utf16(name));
-    p
-}
-
-fn frame_event(id: u32, name: &str, file: &str, line: u32) -> Vec<u8> {
-    let mut p = id.to_le_bytes().to_vec();
-    p.extend(utf16(name));
-    p.extend(utf16(file));
-    p.extend(line.to_le_bytes());
-    p
+    ];
+    rows.extend(async_profiler_rows([
+        ASYNC_METADATA,
+        ASYNC_FRAME,
+        ASYNC_BUFFER,
+    ]));
+    rows
 }
 
 // ---------------------------------------------------------------------------------------
@@ -183,13 +103,7 @@ fn records(base: i64, recs: &[Rec]) -> Vec<u8> {
 }
 
 fn buffer(thread: u64, sequence: u32, base: i64, recs: &[Rec]) -> Vec<u8> {
-    let bytes = records(base, recs);
-    let mut p = thread.to_le_bytes().to_vec();
-    p.extend(sequence.to_le_bytes());
-    p.extend((base as u64).to_le_bytes());
-    p.extend((bytes.len() as u16).to_le_bytes());
-    p.extend(bytes);
-    p
+    async_buffer(thread, sequence, base, &records(base, recs))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -221,61 +135,55 @@ fn events() -> Vec<Ev> {
         ret(MAIN_FN),
     ];
     let mut ev: Vec<Ev> = vec![
-        (MAIN, 10, METHOD, method(MAIN_FN, "", "main"), vec![]),
+        (MAIN, 10, METHOD, method_load(MAIN_FN, "", "main"), vec![]),
         (
             MAIN,
             11,
             METHOD,
-            method(BLOCK_ON, "executor", "block_on"),
+            method_load(BLOCK_ON, "executor", "block_on"),
             vec![],
         ),
         (
             MAIN,
             12,
             METHOD,
-            method(WRAPPER, WRAPPER_NAME.rsplit_once('.').unwrap().0, "poll"),
+            method_load(WRAPPER, WRAPPER_NAME.rsplit_once('.').unwrap().0, "poll"),
             vec![],
         ),
         (
             MAIN,
             13,
             METHOD,
-            method(SERVE, "app::serve", "{{closure}}"),
+            method_load(SERVE, "app::serve", "{{closure}}"),
             vec![],
         ),
         (
             MAIN,
             14,
             METHOD,
-            method(HANDLE, "app::handle", "{{closure}}"),
+            method_load(HANDLE, "app::handle", "{{closure}}"),
             vec![],
         ),
-        (MAIN, 15, METHOD, method(LEAF, "", "memcpy"), vec![]),
+        (MAIN, 15, METHOD, method_load(LEAF, "", "memcpy"), vec![]),
         (
             MAIN,
             20,
             ASYNC_METADATA,
-            {
-                let mut p = 1u32.to_le_bytes().to_vec();
-                p.extend(0u64.to_le_bytes());
-                p.extend(1_000_000_000u64.to_le_bytes());
-                p.extend(1_700_000_000_000_000_000i64.to_le_bytes());
-                p
-            },
+            async_profiler_metadata(0, 1_000_000_000, 1_700_000_000_000_000_000),
             vec![],
         ),
         (
             MAIN,
             21,
             ASYNC_FRAME,
-            frame_event(1, "app::serve", "src/serve.rs", 10),
+            async_frame(1, "app::serve", "src/serve.rs", 10),
             vec![],
         ),
         (
             MAIN,
             22,
             ASYNC_FRAME,
-            frame_event(2, "app::handle", "src/handle.rs", 20),
+            async_frame(2, "app::handle", "src/handle.rs", 20),
             vec![],
         ),
         // Inside handle's poll.
@@ -362,57 +270,15 @@ fn events() -> Vec<Ev> {
 }
 
 fn write_trace(version: FormatVersion) -> Vec<u8> {
-    let mut info = TraceInfo::new(version, 8);
-    info.process_id = Some(PID);
-    let mut w = TraceWriter::new(Vec::new(), &info).unwrap();
-    w.write_metadata_block(&metadata()).unwrap();
-    let v6 = version == FormatVersion::V6;
-    if v6 {
-        let row = |index, tid| ThreadInfo {
-            index,
-            name: None,
-            process_id: Some(PID),
-            thread_id: Some(tid),
-            key_values: Vec::new(),
-        };
-        w.write_thread_block(&[row(1, MAIN), row(2, WORKER)])
-            .unwrap();
+    let mut trace = TraceBuilder::new(version)
+        .process_id(PID)
+        .metadata(metadata())
+        .thread(MAIN, None)
+        .thread(WORKER, None);
+    for (thread, ts, id, payload, stack) in events() {
+        trace = trace.event_with_stack(thread, ts, id, payload, &stack);
     }
-    let events = events();
-    let stacks: Vec<Vec<u8>> = events
-        .iter()
-        .filter(|e| !e.4.is_empty())
-        .map(|e| e.4.iter().flat_map(|ip| ip.to_le_bytes()).collect())
-        .collect();
-    let refs: Vec<&[u8]> = stacks.iter().map(Vec::as_slice).collect();
-    w.write_stack_block(1, &refs).unwrap();
-    let mut block = EventBlockBuilder::new(version);
-    let mut sequence: BTreeMap<u64, u32> = BTreeMap::new();
-    let mut stack_id = 0;
-    for (thread, ts, id, payload, stack) in events {
-        let seq = sequence.entry(thread).or_insert(0);
-        *seq += 1;
-        let thread = match (v6, thread) {
-            (false, t) => t,
-            (true, MAIN) => 1,
-            (true, _) => 2,
-        };
-        if !stack.is_empty() {
-            stack_id += 1;
-        }
-        let header = EventHeader {
-            metadata_id: id,
-            sequence_number: *seq,
-            thread,
-            capture_thread: thread,
-            stack_id: if stack.is_empty() { 0 } else { stack_id },
-            timestamp: ts,
-            ..Default::default()
-        };
-        block.push(&header, &payload);
-    }
-    w.write_event_block(&block).unwrap();
-    w.finish().unwrap()
+    trace.build()
 }
 
 /// Root-first function names of each sample, in time order.

@@ -10,40 +10,16 @@ use std::collections::BTreeMap;
 
 use eventpipe_insight::chrome::MAX_OPEN_PER_KEY;
 use eventpipe_insight::{write_chrome_trace, ChromeSummary, Error};
-use nettrace::write::{EventBlockBuilder, TraceWriter};
-use nettrace::{
-    EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, ThreadInfo, TraceInfo,
-    TraceReader,
+use eventpipe_test_support::trace::{
+    async_buffer, async_frame, async_profiler_metadata, async_profiler_rows, md, utf16,
+    MetadataExt, TraceBuilder,
 };
+use nettrace::{EventMetadata, FieldType, FormatVersion, TraceReader};
 use serde_json::{json, Value};
 
 const PID: u64 = 4242;
 const MAIN: u64 = 100;
 const WORKER: u64 = 200;
-
-fn md(
-    id: u32,
-    provider: &str,
-    name: &str,
-    opcode: Option<u8>,
-    fields: &[(&str, FieldType)],
-) -> EventMetadata {
-    EventMetadata {
-        metadata_id: id,
-        provider: provider.into(),
-        event_id: id,
-        event_name: name.into(),
-        opcode,
-        fields: fields
-            .iter()
-            .map(|(n, ty)| FieldDesc {
-                name: (*n).into(),
-                ty: ty.clone(),
-            })
-            .collect(),
-        ..Default::default()
-    }
-}
 
 const TICK: u32 = 1;
 const REQUEST_START: u32 = 2;
@@ -59,52 +35,37 @@ const OTHER_SPAN_STOP: u32 = 10;
 fn metadata() -> Vec<EventMetadata> {
     use FieldType::{UInt32, UInt64, Utf16String};
     vec![
-        md(TICK, "Test", "Tick", None, &[("Count", UInt32)]),
+        md(TICK, "Test", "Tick", &[("Count", UInt32)]),
         // Start/Stop by name alone (no opcode stated), as EventSource names them.
         md(
             REQUEST_START,
             "Test",
             "RequestStart",
-            None,
             &[("Url", Utf16String)],
         ),
-        md(
-            REQUEST_STOP,
-            "Test",
-            "RequestStop",
-            None,
-            &[("Status", UInt32)],
-        ),
+        md(REQUEST_STOP, "Test", "RequestStop", &[("Status", UInt32)]),
         // The tracing layer's spans: opcodes stated.
         md(
             SPAN_START,
             "Tracing",
             "SpanStart",
-            Some(1),
             &[("SpanId", UInt64), ("Name", Utf16String)],
-        ),
-        md(
-            SPAN_STOP,
-            "Tracing",
-            "SpanStop",
-            Some(2),
-            &[("SpanId", UInt64)],
-        ),
+        )
+        .with_opcode(Some(1)),
+        md(SPAN_STOP, "Tracing", "SpanStop", &[("SpanId", UInt64)]).with_opcode(Some(2)),
         // One name, the opcode telling Start from Stop (like the runtime's GC/Start).
-        md(WORK_START, "Test", "Work", Some(1), &[]),
-        md(WORK_STOP, "Test", "Work", Some(2), &[]),
+        md(WORK_START, "Test", "Work", &[]).with_opcode(Some(1)),
+        md(WORK_STOP, "Test", "Work", &[]).with_opcode(Some(2)),
         md(
             RUNDOWN_THREAD,
             "EventPipeRs-Rundown",
             "Thread",
-            None,
             &[("ThreadId", UInt64), ("Name", Utf16String)],
         ),
         md(
             PROCESS_INFO,
             "Microsoft-DotNETCore-EventPipe",
             "ProcessInfo",
-            None,
             &[
                 ("CommandLine", Utf16String),
                 ("OSInformation", Utf16String),
@@ -112,21 +73,8 @@ fn metadata() -> Vec<EventMetadata> {
             ],
         ),
         // Same event name as Tracing's stop, another provider: closes nothing of Tracing's.
-        md(
-            OTHER_SPAN_STOP,
-            "Other",
-            "SpanStop",
-            Some(2),
-            &[("SpanId", UInt64)],
-        ),
+        md(OTHER_SPAN_STOP, "Other", "SpanStop", &[("SpanId", UInt64)]).with_opcode(Some(2)),
     ]
-}
-
-fn utf16(s: &str) -> Vec<u8> {
-    s.encode_utf16()
-        .chain([0])
-        .flat_map(u16::to_le_bytes)
-        .collect()
 }
 
 fn span_start(id: u64, name: &str) -> Vec<u8> {
@@ -165,56 +113,13 @@ fn events() -> Vec<(u64, i64, u32, Vec<u8>)> {
 
 /// The trace of `events()`, ticks in nanoseconds from 0.
 fn write_trace(version: FormatVersion) -> Vec<u8> {
-    let mut info = TraceInfo::new(version, 8);
-    info.process_id = Some(PID);
-    let mut w = TraceWriter::new(Vec::new(), &info).unwrap();
-    w.write_metadata_block(&metadata()).unwrap();
-    let v6 = version == FormatVersion::V6;
-    if v6 {
-        w.write_thread_block(&[
-            ThreadInfo {
-                index: 1,
-                name: Some("main-thread".into()),
-                process_id: Some(PID),
-                thread_id: Some(MAIN),
-                key_values: Vec::new(),
-            },
-            ThreadInfo {
-                index: 2,
-                name: None,
-                process_id: Some(PID),
-                thread_id: Some(WORKER),
-                key_values: Vec::new(),
-            },
-        ])
-        .unwrap();
-    }
-    let mut block = EventBlockBuilder::new(version);
-    let mut sequence: BTreeMap<u64, u32> = BTreeMap::new();
-    for (thread, ts, id, payload) in events() {
-        let seq = sequence.entry(thread).or_insert(0);
-        *seq += 1;
-        let thread = if v6 {
-            if thread == MAIN {
-                1
-            } else {
-                2
-            }
-        } else {
-            thread
-        };
-        let header = EventHeader {
-            metadata_id: id,
-            sequence_number: *seq,
-            thread,
-            capture_thread: thread,
-            timestamp: ts,
-            ..Default::default()
-        };
-        block.push(&header, &payload);
-    }
-    w.write_event_block(&block).unwrap();
-    w.finish().unwrap()
+    TraceBuilder::new(version)
+        .process_id(PID)
+        .metadata(metadata())
+        .thread(MAIN, Some("main-thread"))
+        .thread(WORKER, None)
+        .events(events())
+        .build()
 }
 
 fn convert(bytes: &[u8]) -> (Value, ChromeSummary) {
@@ -379,29 +284,17 @@ fn start_stop_pairs_become_complete_events() {
 
 #[test]
 fn endless_starts_are_bounded_and_counted() {
-    let info = TraceInfo::new(FormatVersion::V5, 8);
-    let mut w = TraceWriter::new(Vec::new(), &info).unwrap();
-    w.write_metadata_block(&metadata()).unwrap();
-    let mut block = EventBlockBuilder::new(FormatVersion::V5);
     let starts = MAX_OPEN_PER_KEY + 4;
+    let mut trace = TraceBuilder::new(FormatVersion::V5).metadata(metadata());
     for i in 0..=starts {
         let (id, payload) = if i < starts {
             (SPAN_START, span_start(i as u64, &format!("span {i}")))
         } else {
             (SPAN_STOP, (i as u64).to_le_bytes().to_vec())
         };
-        let header = EventHeader {
-            metadata_id: id,
-            sequence_number: i as u32 + 1,
-            thread: 1,
-            capture_thread: 1,
-            timestamp: i as i64 * 1000,
-            ..Default::default()
-        };
-        block.push(&header, &payload);
+        trace = trace.event(1, i as i64 * 1000, id, payload);
     }
-    w.write_event_block(&block).unwrap();
-    let (doc, summary) = convert(&w.finish().unwrap());
+    let (doc, summary) = convert(&trace.build());
     // The Stop closes the newest Start; the rest end up instants.
     let xs = of_phase(&doc, "X");
     assert_eq!(xs.len(), 1);
@@ -737,7 +630,6 @@ fn tracing_layer_trace() -> Vec<u8> {
         SPAN_NEW,
         "Tracing",
         "SpanNew",
-        None,
         &[
             ("SpanId", UInt64),
             ("ParentSpanId", UInt64),
@@ -749,16 +641,9 @@ fn tracing_layer_trace() -> Vec<u8> {
         SPAN_CLOSE,
         "Tracing",
         "SpanClose",
-        None,
         &[("SpanId", UInt64)],
     ));
-    metadata.push(md(
-        BIG,
-        "Test",
-        "Big",
-        None,
-        &[("Id", UInt64), ("Delta", Int64)],
-    ));
+    metadata.push(md(BIG, "Test", "Big", &[("Id", UInt64), ("Delta", Int64)]));
     let new = |id: u64, parent: u64, name: &str| {
         let mut p = id.to_le_bytes().to_vec();
         p.extend(parent.to_le_bytes());
@@ -798,26 +683,10 @@ fn tracing_layer_trace() -> Vec<u8> {
         (MAIN, 1_234_567_892, SPAN_STOP, id(OUTER)),
         (MAIN, 1_234_567_893, SPAN_CLOSE, id(OUTER)),
     ];
-    let info = TraceInfo::new(FormatVersion::V5, 8);
-    let mut w = TraceWriter::new(Vec::new(), &info).unwrap();
-    w.write_metadata_block(&metadata).unwrap();
-    let mut block = EventBlockBuilder::new(FormatVersion::V5);
-    let mut sequence: BTreeMap<u64, u32> = BTreeMap::new();
-    for (thread, ts, id, payload) in events {
-        let seq = sequence.entry(thread).or_insert(0);
-        *seq += 1;
-        let header = EventHeader {
-            metadata_id: id,
-            sequence_number: *seq,
-            thread,
-            capture_thread: thread,
-            timestamp: ts,
-            ..Default::default()
-        };
-        block.push(&header, &payload);
-    }
-    w.write_event_block(&block).unwrap();
-    w.finish().unwrap()
+    TraceBuilder::new(FormatVersion::V5)
+        .metadata(metadata)
+        .events(events)
+        .build()
 }
 
 #[test]
@@ -1200,7 +1069,7 @@ fn the_default_file_name_is_recognised_by_speedscope_from_its_content() {
 /// Returns the trace and its number of polls and of spans.
 fn demo_shaped_trace(requests_per_task: u64) -> (Vec<u8>, u64, u64) {
     use eventpipe_insight::async_trace::{encode_records, AsyncFrameId, ContextId, Record};
-    use FieldType::{Int64, UInt32, UInt64, Utf16String};
+    use FieldType::{UInt32, UInt64, Utf16String};
     const PROCESS: u64 = 31_207;
     const EXECUTOR: u64 = 31_220;
     const WORKERS: [u64; 2] = [31_216, 31_217];
@@ -1211,49 +1080,12 @@ fn demo_shaped_trace(requests_per_task: u64) -> (Vec<u8>, u64, u64) {
     const START: u32 = 5;
     const STOP: u32 = 6;
     const CLOSE: u32 = 7;
-    let bytes = FieldType::Array(Box::new(FieldType::Byte));
-    let metadata = vec![
-        md(
-            META,
-            "EventPipeRs-AsyncProfiler",
-            "AsyncProfilerMetadata",
-            None,
-            &[
-                ("Version", UInt32),
-                ("ReferenceTimestamp", UInt64),
-                ("TimestampFrequency", UInt64),
-                ("ReferenceUtcUnixNanos", Int64),
-            ],
-        ),
-        md(
-            FRAME,
-            "EventPipeRs-AsyncProfiler",
-            "AsyncFrame",
-            None,
-            &[
-                ("FrameId", UInt32),
-                ("Name", Utf16String),
-                ("File", Utf16String),
-                ("Line", UInt32),
-            ],
-        ),
-        md(
-            BUFFER,
-            "EventPipeRs-AsyncProfiler",
-            "AsyncBuffer",
-            None,
-            &[
-                ("OsThreadId", UInt64),
-                ("Sequence", UInt32),
-                ("BufferTimestamp", UInt64),
-                ("Records", bytes),
-            ],
-        ),
+    let mut metadata = async_profiler_rows([META, FRAME, BUFFER]);
+    metadata.extend([
         md(
             NEW,
             "demo-workload",
             "SpanNew",
-            None,
             &[
                 ("SpanId", UInt64),
                 ("ParentSpanId", UInt64),
@@ -1265,24 +1097,12 @@ fn demo_shaped_trace(requests_per_task: u64) -> (Vec<u8>, u64, u64) {
             START,
             "demo-workload",
             "SpanStart",
-            Some(1),
             &[("SpanId", UInt64), ("Name", Utf16String)],
-        ),
-        md(
-            STOP,
-            "demo-workload",
-            "SpanStop",
-            Some(2),
-            &[("SpanId", UInt64)],
-        ),
-        md(
-            CLOSE,
-            "demo-workload",
-            "SpanClose",
-            None,
-            &[("SpanId", UInt64)],
-        ),
-    ];
+        )
+        .with_opcode(Some(1)),
+        md(STOP, "demo-workload", "SpanStop", &[("SpanId", UInt64)]).with_opcode(Some(2)),
+        md(CLOSE, "demo-workload", "SpanClose", &[("SpanId", UInt64)]),
+    ]);
     // Deterministic jitter: a few hundred ns that are not round.
     let mut seed = 0x2545_f491_4f6c_dd1du64;
     let mut jitter = move |scale: i64| {
@@ -1292,10 +1112,7 @@ fn demo_shaped_trace(requests_per_task: u64) -> (Vec<u8>, u64, u64) {
         scale + (seed % 997) as i64
     };
     let mut events: Vec<(u64, i64, u32, Vec<u8>)> = Vec::new();
-    let mut meta = 1u32.to_le_bytes().to_vec();
-    meta.extend(0u64.to_le_bytes());
-    meta.extend(1_000_000_000u64.to_le_bytes());
-    meta.extend(1_790_000_000_000_000_000i64.to_le_bytes());
+    let meta = async_profiler_metadata(0, 1_000_000_000, 1_790_000_000_000_000_000);
     events.push((EXECUTOR, 1_000, META, meta));
     let frames: [(u32, &str, u32); 4] = [
         (1, "demo::workload::serve", 178),
@@ -1304,10 +1121,7 @@ fn demo_shaped_trace(requests_per_task: u64) -> (Vec<u8>, u64, u64) {
         (4, "demo::workload::render", 200),
     ];
     for (id, name, line) in frames {
-        let mut p = id.to_le_bytes().to_vec();
-        p.extend(utf16(name));
-        p.extend(utf16("src/demo/workload.rs"));
-        p.extend(line.to_le_bytes());
+        let p = async_frame(id, name, "src/demo/workload.rs", line);
         events.push((EXECUTOR, 1_100 + i64::from(id), FRAME, p));
     }
 
@@ -1395,12 +1209,12 @@ fn demo_shaped_trace(requests_per_task: u64) -> (Vec<u8>, u64, u64) {
             Record::Suspend { ts } | Record::Complete { ts } => ts,
             _ => unreachable!(),
         };
-        let encoded = encode_records(chunk, base);
-        let mut p = EXECUTOR.to_le_bytes().to_vec();
-        p.extend((sequence as u32).to_le_bytes());
-        p.extend((base as u64).to_le_bytes());
-        p.extend((encoded.len() as u16).to_le_bytes());
-        p.extend(encoded);
+        let p = async_buffer(
+            EXECUTOR,
+            sequence as u32,
+            base,
+            &encode_records(chunk, base),
+        );
         let last = match chunk[chunk.len() - 1] {
             Record::Create { ts, .. } | Record::Resume { ts, .. } => ts,
             Record::Suspend { ts } | Record::Complete { ts } => ts,
@@ -1455,29 +1269,13 @@ fn demo_shaped_trace(requests_per_task: u64) -> (Vec<u8>, u64, u64) {
     }
     events.sort_by_key(|e| e.1);
 
-    let mut info = TraceInfo::new(FormatVersion::V5, 8);
-    info.process_id = Some(PROCESS);
-    let mut w = TraceWriter::new(Vec::new(), &info).unwrap();
-    w.write_metadata_block(&metadata).unwrap();
-    let mut sequence: BTreeMap<u64, u32> = BTreeMap::new();
-    for chunk in events.chunks(1_000) {
-        let mut block = EventBlockBuilder::new(FormatVersion::V5);
-        for (thread, ts, id, payload) in chunk {
-            let seq = sequence.entry(*thread).or_insert(0);
-            *seq += 1;
-            let header = EventHeader {
-                metadata_id: *id,
-                sequence_number: *seq,
-                thread: *thread,
-                capture_thread: *thread,
-                timestamp: *ts,
-                ..Default::default()
-            };
-            block.push(&header, payload);
-        }
-        w.write_event_block(&block).unwrap();
-    }
-    (w.finish().unwrap(), polls, spans)
+    let trace = TraceBuilder::new(FormatVersion::V5)
+        .process_id(PROCESS)
+        .metadata(metadata)
+        .events(events)
+        .events_per_block(1_000)
+        .build();
+    (trace, polls, spans)
 }
 
 #[test]

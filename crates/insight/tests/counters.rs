@@ -4,24 +4,8 @@
 //! that is no number gives nothing rather than a wrong value or a panic.
 
 use eventpipe_insight::counters::{decode_counter_event, CounterEvent, CounterKind};
-use nettrace::write::{EventBlockBuilder, TraceWriter};
-use nettrace::{
-    EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, TraceInfo, TraceReader,
-};
-
-fn field(name: &str, ty: FieldType) -> FieldDesc {
-    FieldDesc {
-        name: name.into(),
-        ty,
-    }
-}
-
-fn utf16(s: &str) -> Vec<u8> {
-    s.encode_utf16()
-        .chain([0])
-        .flat_map(u16::to_le_bytes)
-        .collect()
-}
+use eventpipe_test_support::trace::{field, utf16, TraceBuilder};
+use nettrace::{EventMetadata, FieldType, FormatVersion, TraceReader};
 
 /// The `Mean` shape, as .NET 8 declares it.
 fn mean_metadata() -> EventMetadata {
@@ -106,24 +90,12 @@ fn histogram_payload(session: &str, quantiles: &str) -> Vec<u8> {
 }
 
 fn decode(events: &[(u32, Vec<u8>)]) -> Vec<Option<CounterEvent>> {
-    let info = TraceInfo::new(FormatVersion::V5, 8);
-    let mut w = TraceWriter::new(Vec::new(), &info).unwrap();
-    w.write_metadata_block(&[mean_metadata(), meters_metadata()])
-        .unwrap();
-    let mut block = EventBlockBuilder::new(FormatVersion::V5);
+    let mut trace =
+        TraceBuilder::new(FormatVersion::V5).metadata(vec![mean_metadata(), meters_metadata()]);
     for (i, (id, payload)) in events.iter().enumerate() {
-        let header = EventHeader {
-            metadata_id: *id,
-            sequence_number: i as u32 + 1,
-            thread: 1,
-            capture_thread: 1,
-            timestamp: 100 + i as i64,
-            ..Default::default()
-        };
-        block.push(&header, payload);
+        trace = trace.event(1, 100 + i as i64, *id, payload.clone());
     }
-    w.write_event_block(&block).unwrap();
-    let bytes = w.finish().unwrap();
+    let bytes = trace.build();
     let mut reader = TraceReader::from_slice(&bytes).unwrap();
     let mut out = Vec::new();
     while let Some(e) = reader.next_event().unwrap() {

@@ -8,6 +8,7 @@
 
 use eventpipe_insight::gcdump::{heap_report, GcDump, GcDumpBuilder, GcDumpError};
 use eventpipe_insight::heap::dominators;
+use eventpipe_test_support::trace::utf16;
 use nettrace::write::{EventBlockBuilder, TraceWriter};
 use nettrace::{EventHeader, EventMetadata, FormatVersion, TraceInfo, TraceReader};
 
@@ -84,7 +85,7 @@ fn bulk_type(types: &[(u64, &str)]) -> Vec<u8> {
         p.extend(0u32.to_le_bytes()); // TypeNameID
         p.extend(0u32.to_le_bytes()); // Flags
         p.push(18); // CorElementType
-        p.extend(name.encode_utf16().chain([0]).flat_map(u16::to_le_bytes));
+        p.extend(utf16(name));
         p.extend(0u32.to_le_bytes()); // TypeParameterCount
     }
     p

@@ -75,17 +75,6 @@ fn expected_types(unit: SampleUnit) -> Vec<(&'static str, &'static str)> {
     }
 }
 
-fn units() -> [SampleUnit; 6] {
-    [
-        SampleUnit::CpuTime,
-        SampleUnit::ThreadTime,
-        SampleUnit::Bytes,
-        SampleUnit::LiveBytes,
-        SampleUnit::HeapBytes,
-        SampleUnit::Events,
-    ]
-}
-
 fn thread_label(tid: u64) -> String {
     match common::WORKLOAD_THREADS.iter().find(|t| t.0 == tid) {
         Some((_, Some(name))) => format!("{name} ({tid})"),
@@ -98,7 +87,7 @@ fn thread_label(tid: u64) -> String {
 
 #[test]
 fn decoded_profile_has_the_table_values_leaf_last_reversed() {
-    for unit in units() {
+    for unit in common::units() {
         let profile = common::workload(unit);
         let bytes = pprof_bytes(&profile);
         let p = gunzip_decode(&bytes);
@@ -333,7 +322,7 @@ fn go_pprof_reads_the_same_values_per_thread_and_stack() {
         return;
     };
     let dir = common::scratch_dir("pprof-go");
-    for unit in units() {
+    for unit in common::units() {
         let profile = common::workload(unit);
         let name = match unit {
             SampleUnit::CpuTime => "cpu",

@@ -15,17 +15,6 @@ fn speedscope_json(profile: &Profile) -> Value {
     serde_json::from_slice(&out).expect("speedscope output is JSON")
 }
 
-fn units() -> [SampleUnit; 6] {
-    [
-        SampleUnit::CpuTime,
-        SampleUnit::ThreadTime,
-        SampleUnit::Bytes,
-        SampleUnit::LiveBytes,
-        SampleUnit::HeapBytes,
-        SampleUnit::Events,
-    ]
-}
-
 #[test]
 fn output_validates_against_speedscopes_schema() {
     let Some(schema) = common::speedscope_schema("speedscope output against speedscope's schema")
@@ -33,7 +22,7 @@ fn output_validates_against_speedscopes_schema() {
         return;
     };
     let validator = jsonschema::validator_for(&schema).expect("speedscope's schema compiles");
-    for unit in units() {
+    for unit in common::units() {
         let doc = speedscope_json(&common::workload(unit));
         let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
         assert!(errors.is_empty(), "{unit:?}: {errors:#?}");
@@ -60,7 +49,7 @@ fn output_validates_against_speedscopes_schema() {
 
 #[test]
 fn stacks_weights_and_threads_read_back_exactly() {
-    for unit in units() {
+    for unit in common::units() {
         let profile = common::workload(unit);
         let doc = speedscope_json(&profile);
 

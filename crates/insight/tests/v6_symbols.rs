@@ -40,6 +40,24 @@ fn parse_address(v: &Json) -> u64 {
     u64::from_str_radix(v.as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
 }
 
+/// The first CPU sample's stack: its addresses as the `.expected.json` lists them (leaf
+/// first), and the function names the profile gives its frames.
+fn first_cpu_sample(expected: &Json, p: &Profile) -> (Vec<u64>, Vec<String>) {
+    let first = &expected["first_event_by_name"]["Universal.Events/cpu"];
+    let ips: Vec<u64> = first["stack"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(parse_address)
+        .collect();
+    let first_sample = p
+        .samples
+        .iter()
+        .min_by(|a, b| a.time_ms.total_cmp(&b.time_ms))
+        .unwrap();
+    (ips, names(p, first_sample.stack))
+}
+
 /// The trace's `ExpectedCPUSamplingRate` (nanoseconds between samples, as one-collect
 /// writes it): what each CPU sample weighs.
 fn interval_ns(expected: &Json) -> u64 {
@@ -128,19 +146,7 @@ fn cpu_capture_names_kernel_and_library_frames_and_keeps_every_stack() {
     // The first sample's stack (leaf first in the .expected.json) ends, at its root, in
     // four user frames of the process's libc before its exec (0x7ff3...), under twelve
     // kernel frames: sixteen frames, none folded.
-    let first = &expected["first_event_by_name"]["Universal.Events/cpu"];
-    let ips: Vec<u64> = first["stack"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(parse_address)
-        .collect();
-    let first_sample = p
-        .samples
-        .iter()
-        .min_by(|a, b| a.time_ms.total_cmp(&b.time_ms))
-        .unwrap();
-    let first_names = names(&p, first_sample.stack);
+    let (ips, first_names) = first_cpu_sample(&expected, &p);
     assert_eq!(first_names.len(), ips.len(), "{first_names:?}");
     assert_eq!(
         first_names[ips.len() - 1 - 11],
@@ -325,19 +331,7 @@ fn medium_synthetic_trace_names_every_frame() {
         value("StartAddress").as_u64().unwrap(),
         value("EndAddress").as_u64().unwrap(),
     );
-    let first = &expected["first_event_by_name"]["Universal.Events/cpu"];
-    let ips: Vec<u64> = first["stack"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(parse_address)
-        .collect();
-    let first_sample = p
-        .samples
-        .iter()
-        .min_by(|a, b| a.time_ms.total_cmp(&b.time_ms))
-        .unwrap();
-    let first_names = names(&p, first_sample.stack);
+    let (ips, first_names) = first_cpu_sample(&expected, &p);
     assert_eq!(first_names.len(), ips.len());
     for (i, ip) in ips.iter().enumerate() {
         let probe = if i > 0 { ip - 1 } else { *ip };

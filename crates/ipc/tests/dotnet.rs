@@ -11,34 +11,22 @@
 //! or with `EVENTPIPE_SKIP_DOTNET=1`, each test prints one line and passes.
 //!
 //! What the tests share with `eptrace`'s (locating the runtimes, the app, the trace check)
-//! is in `support/dotnet_app.rs`.
-
-#[path = "support/dotnet_app.rs"]
-mod dotnet_app;
+//! is in `eventpipe_test_support::dotnet`.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
-use dotnet_app::{
-    analyse, Analysis, App, Dotnet, LIVE_SESSION, RUNTIME_KEYWORDS, RUNTIME_PROVIDER,
-    STARTUP_SESSION, TEST_PROVIDER,
-};
 use eventpipe_ipc::command::{DEFAULT_RUNDOWN_KEYWORD, FORMAT_NETTRACE};
 use eventpipe_ipc::{
     Client, CollectTracing, Error, ProviderRequest, ReversePort, ServerError, TraceStream,
 };
+use eventpipe_test_support::dotnet::{
+    analyse, with_dotnet, Analysis, App, Runtime, LIVE_SESSION, RUNTIME_KEYWORDS, RUNTIME_PROVIDER,
+    STARTUP_SESSION, TEST_PROVIDER,
+};
 
-/// The .NET tests run one at a time: several runtimes starting and compiling at once on a
-/// 2-core machine starve the app under test.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 /// How long the stream may take to end after StopTracing was answered.
 const END_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -47,156 +35,121 @@ const END_TIMEOUT: Duration = Duration::from_secs(15);
 
 #[test]
 fn live_session_on_dotnet_core_3_1() {
-    let _serial = one_at_a_time();
-    let Some(dotnet) = Dotnet::locate() else {
-        return;
-    };
-    live_session(&dotnet.dotnet31, &dotnet.testapp, Runtime::Core31);
+    with_dotnet(|dotnet| {
+        live_session(&dotnet.dotnet31, &dotnet.testapp, Runtime::Core31);
+    });
 }
 
 #[test]
 fn live_session_on_dotnet_8() {
-    let _serial = one_at_a_time();
-    let Some(dotnet) = Dotnet::locate() else {
-        return;
-    };
-    live_session(&dotnet.dotnet8, &dotnet.testapp, Runtime::Net8);
+    with_dotnet(|dotnet| {
+        live_session(&dotnet.dotnet8, &dotnet.testapp, Runtime::Net8);
+    });
 }
 
 #[test]
 fn startup_tracing_through_a_reverse_port_on_dotnet_8() {
-    let _serial = one_at_a_time();
-    let Some(dotnet) = Dotnet::locate() else {
-        return;
-    };
-    let label = "startup tracing, .NET 8";
-    let t0 = Instant::now();
-    static UNIQUE: AtomicU32 = AtomicU32::new(0);
-    let path = PathBuf::from(format!(
-        "/tmp/eprs-{}-{}.sock",
-        std::process::id(),
-        UNIQUE.fetch_add(1, Ordering::Relaxed)
-    ));
-    let port = ReversePort::bind(&path)
-        .unwrap_or_else(|e| panic!("{label}: binding the reverse port {}: {e}", path.display()));
-    let ports = format!("{},suspend", path.display());
-    let mut app = App::spawn(
-        &dotnet.dotnet8,
-        &dotnet.testapp,
-        &[("DOTNET_DiagnosticPorts", ports.as_str())],
-    );
+    with_dotnet(|dotnet| {
+        let label = "startup tracing, .NET 8";
+        let t0 = Instant::now();
+        static UNIQUE: AtomicU32 = AtomicU32::new(0);
+        let path = PathBuf::from(format!(
+            "/tmp/eprs-{}-{}.sock",
+            std::process::id(),
+            UNIQUE.fetch_add(1, Ordering::Relaxed)
+        ));
+        let port = ReversePort::bind(&path).unwrap_or_else(|e| {
+            panic!("{label}: binding the reverse port {}: {e}", path.display())
+        });
+        let ports = format!("{},suspend", path.display());
+        let mut app = App::spawn(
+            &dotnet.dotnet8,
+            &dotnet.testapp,
+            &[("DOTNET_DiagnosticPorts", ports.as_str())],
+        );
 
-    // Connection 1: the session, started while the runtime is suspended.
-    let (advertise, conn) = port.accept(Duration::from_secs(10)).unwrap_or_else(|e| {
-        panic!("{label}: the suspended runtime did not connect to {ports}: {e}")
+        // Connection 1: the session, started while the runtime is suspended.
+        let (advertise, conn) = port.accept(Duration::from_secs(10)).unwrap_or_else(|e| {
+            panic!("{label}: the suspended runtime did not connect to {ports}: {e}")
+        });
+        assert_eq!(
+            advertise.process_id,
+            u64::from(app.pid),
+            "{label}: the advertisement names another process"
+        );
+        assert_ne!(
+            advertise.runtime_cookie, [0; 16],
+            "{label}: the advertisement has a zero runtime cookie"
+        );
+        let stream = conn
+            .collect_tracing(&session_request())
+            .unwrap_or_else(|e| panic!("{label}: CollectTracing2 on the reverse connection: {e}"));
+        let session = stream.session_id();
+        let finished = read_in_background(stream);
+
+        // Main must not run before ResumeRuntime: it would print "pid N" at once.
+        std::thread::sleep(Duration::from_millis(300));
+        match app.stdout.try_recv() {
+            Err(TryRecvError::Empty) => {}
+            Ok(line) => panic!("{label}: the app ran before ResumeRuntime (it printed {line:?})"),
+            Err(TryRecvError::Disconnected) => panic!(
+                "{label}: the app closed its stdout while suspended (exit status {:?})",
+                app.child.try_wait()
+            ),
+        }
+
+        // Connection 2: ResumeRuntime.
+        let (advertise2, conn) = port
+            .accept(Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("{label}: no second reverse connection: {e}"));
+        assert_eq!(
+            advertise2, advertise,
+            "{label}: the second advertisement differs"
+        );
+        conn.resume_runtime()
+            .unwrap_or_else(|e| panic!("{label}: ResumeRuntime: {e}"));
+        let resumed = Instant::now();
+        let pid = app.line("pid ", Duration::from_secs(10));
+        assert_eq!(
+            pid,
+            app.pid.to_string(),
+            "{label}: the app reports another pid"
+        );
+
+        // Connection 3: ProcessInfo2 agrees with the advertisement.
+        let (_, conn) = port
+            .accept(Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("{label}: no third reverse connection: {e}"));
+        let info = conn
+            .process_info(2)
+            .unwrap_or_else(|e| panic!("{label}: ProcessInfo2 on a reverse connection: {e}"));
+        assert_eq!(info.process_id, u64::from(app.pid), "{label}: {info:?}");
+        assert_eq!(
+            info.runtime_cookie, advertise.runtime_cookie,
+            "{label}: ProcessInfo2's runtime cookie differs from the advertisement's"
+        );
+
+        // Connection 4: StopTracing.
+        app.progress
+            .wait_for_enough(label, -1, resumed, STARTUP_SESSION);
+        let (_, conn) = port
+            .accept(Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("{label}: no fourth reverse connection: {e}"));
+        stop_and_check(&finished, &mut app, label, true, t0, || {
+            conn.stop_tracing(session)
+                .unwrap_or_else(|e| panic!("{label}: StopTracing on a reverse connection: {e}"));
+        });
     });
-    assert_eq!(
-        advertise.process_id,
-        u64::from(app.pid),
-        "{label}: the advertisement names another process"
-    );
-    assert_ne!(
-        advertise.runtime_cookie, [0; 16],
-        "{label}: the advertisement has a zero runtime cookie"
-    );
-    let stream = conn
-        .collect_tracing(&session_request())
-        .unwrap_or_else(|e| panic!("{label}: CollectTracing2 on the reverse connection: {e}"));
-    let session = stream.session_id();
-    let finished = read_in_background(stream);
-
-    // Main must not run before ResumeRuntime: it would print "pid N" at once.
-    std::thread::sleep(Duration::from_millis(300));
-    match app.stdout.try_recv() {
-        Err(TryRecvError::Empty) => {}
-        Ok(line) => panic!("{label}: the app ran before ResumeRuntime (it printed {line:?})"),
-        Err(TryRecvError::Disconnected) => panic!(
-            "{label}: the app closed its stdout while suspended (exit status {:?})",
-            app.child.try_wait()
-        ),
-    }
-
-    // Connection 2: ResumeRuntime.
-    let (advertise2, conn) = port
-        .accept(Duration::from_secs(10))
-        .unwrap_or_else(|e| panic!("{label}: no second reverse connection: {e}"));
-    assert_eq!(
-        advertise2, advertise,
-        "{label}: the second advertisement differs"
-    );
-    conn.resume_runtime()
-        .unwrap_or_else(|e| panic!("{label}: ResumeRuntime: {e}"));
-    let resumed = Instant::now();
-    let pid = app.line("pid ", Duration::from_secs(10));
-    assert_eq!(
-        pid,
-        app.pid.to_string(),
-        "{label}: the app reports another pid"
-    );
-
-    // Connection 3: ProcessInfo2 agrees with the advertisement.
-    let (_, conn) = port
-        .accept(Duration::from_secs(10))
-        .unwrap_or_else(|e| panic!("{label}: no third reverse connection: {e}"));
-    let info = conn
-        .process_info(2)
-        .unwrap_or_else(|e| panic!("{label}: ProcessInfo2 on a reverse connection: {e}"));
-    assert_eq!(info.process_id, u64::from(app.pid), "{label}: {info:?}");
-    assert_eq!(
-        info.runtime_cookie, advertise.runtime_cookie,
-        "{label}: ProcessInfo2's runtime cookie differs from the advertisement's"
-    );
-
-    // Connection 4: StopTracing.
-    app.progress
-        .wait_for_enough(label, -1, resumed, STARTUP_SESSION);
-    let (_, conn) = port
-        .accept(Duration::from_secs(10))
-        .unwrap_or_else(|e| panic!("{label}: no fourth reverse connection: {e}"));
-    let stop_sent = Instant::now();
-    conn.stop_tracing(session)
-        .unwrap_or_else(|e| panic!("{label}: StopTracing on a reverse connection: {e}"));
-    let stop_answered = Instant::now();
-    let (analysis, ended) = wait_for_end(&finished, label);
-    app.check_running(label, "during the session");
-
-    analysis.verify(label, true);
-    analysis.print_summary(label);
-    eprintln!(
-        "{label}: StopTracing answered in {:?}, stream ended {:?} after sending it; test took {:?}",
-        stop_answered - stop_sent,
-        ended.saturating_duration_since(stop_sent),
-        t0.elapsed()
-    );
 }
 
 // ---------------------------------------------------------------------------------------
 // The live-session test, per runtime
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Runtime {
-    Core31,
-    Net8,
-}
-
-impl Runtime {
-    fn label(self) -> &'static str {
-        match self {
-            Runtime::Core31 => "live session, .NET Core 3.1",
-            Runtime::Net8 => "live session, .NET 8",
-        }
-    }
-
-    fn version_prefix(self) -> &'static str {
-        match self {
-            Runtime::Core31 => "3.1.",
-            Runtime::Net8 => "8.0.",
-        }
-    }
-}
-
 fn live_session(dotnet: &Path, testapp: &Path, runtime: Runtime) {
-    let label = runtime.label();
+    let label = match runtime {
+        Runtime::Core31 => "live session, .NET Core 3.1",
+        Runtime::Net8 => "live session, .NET 8",
+    };
     let t0 = Instant::now();
     let mut app = App::spawn(dotnet, testapp, &[]);
     let client = app.wait_for_socket(label);
@@ -206,17 +159,7 @@ fn live_session(dotnet: &Path, testapp: &Path, runtime: Runtime) {
     let from = app.progress.latest();
     let finished = read_in_background(stream);
 
-    let pid = app.line("pid ", Duration::from_secs(10));
-    assert_eq!(
-        pid,
-        app.pid.to_string(),
-        "{label}: the app reports another pid"
-    );
-    let version = app.line("runtime ", Duration::from_secs(10));
-    assert!(
-        version.starts_with(runtime.version_prefix()),
-        "{label}: the app runs on runtime {version}"
-    );
+    app.expect_runtime(label, runtime);
 
     match runtime {
         Runtime::Net8 => {
@@ -262,15 +205,31 @@ fn live_session(dotnet: &Path, testapp: &Path, runtime: Runtime) {
     app.progress
         .wait_for_enough(label, from, started, LIVE_SESSION);
     app.check_running(label, "before StopTracing");
+    stop_and_check(&finished, &mut app, label, false, t0, || {
+        client
+            .stop_tracing(session)
+            .unwrap_or_else(|e| panic!("{label}: StopTracing: {e}"));
+    });
+}
+
+/// Stops the session (`stop` sends StopTracing and takes its answer), waits for the
+/// stream to end, checks the trace in full and says how long each step took (the test
+/// started at `t0`).
+fn stop_and_check(
+    finished: &Receiver<Finished>,
+    app: &mut App,
+    label: &str,
+    from_startup: bool,
+    t0: Instant,
+    stop: impl FnOnce(),
+) {
     let stop_sent = Instant::now();
-    client
-        .stop_tracing(session)
-        .unwrap_or_else(|e| panic!("{label}: StopTracing: {e}"));
+    stop();
     let stop_answered = Instant::now();
-    let (analysis, ended) = wait_for_end(&finished, label);
+    let (analysis, ended) = wait_for_end(finished, label);
     app.check_running(label, "during the session");
 
-    analysis.verify(label, false);
+    analysis.verify(label, from_startup);
     analysis.print_summary(label);
     eprintln!(
         "{label}: StopTracing answered in {:?}, stream ended {:?} after sending it; test took {:?}",

@@ -4,26 +4,11 @@
 //! `cargo run -p nettrace --example demo_trace -- crates/nettrace/tests/fixtures/demo.nettrace`
 //! regenerates the committed copy; a test checks that the two stay identical.
 
+use eventpipe_test_support::trace::{field, utf16};
 use nettrace::write::{EventBlockBuilder, TraceWriter};
-use nettrace::{
-    EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, SystemTime, TraceInfo,
-};
+use nettrace::{EventHeader, EventMetadata, FieldType, FormatVersion, SystemTime, TraceInfo};
 
 const TICKS_PER_MS: i64 = 1_000_000;
-
-fn field(name: &str, ty: FieldType) -> FieldDesc {
-    FieldDesc {
-        name: name.into(),
-        ty,
-    }
-}
-
-fn utf16z(s: &str) -> Vec<u8> {
-    s.encode_utf16()
-        .chain([0])
-        .flat_map(u16::to_le_bytes)
-        .collect()
-}
 
 /// Builds the demo trace deterministically.
 pub(crate) fn build() -> Vec<u8> {
@@ -112,7 +97,7 @@ pub(crate) fn build() -> Vec<u8> {
             let (metadata_id, payload, stack_id) = match i % 4 {
                 0 | 1 => {
                     let mut p = request.to_le_bytes().to_vec();
-                    p.extend(utf16z(paths[(i / 4) as usize % paths.len()]));
+                    p.extend(utf16(paths[(i / 4) as usize % paths.len()]));
                     (1, p, 1)
                 }
                 2 => {
@@ -122,7 +107,7 @@ pub(crate) fn build() -> Vec<u8> {
                     (2, p, 2)
                 }
                 _ => {
-                    let mut p = utf16z(&format!("user:{request}"));
+                    let mut p = utf16(&format!("user:{request}"));
                     let shards = [1i32, 3, 5];
                     p.extend_from_slice(&(shards.len() as u16).to_le_bytes());
                     shards

@@ -1093,19 +1093,13 @@ fn min_size(ty: &FieldType, pointer_size: u32) -> usize {
 mod tests {
     use super::*;
     use crate::test_rng;
+    use eventpipe_test_support::trace::utf16;
 
     fn field(name: &str, ty: FieldType) -> FieldDesc {
         FieldDesc {
             name: name.into(),
             ty,
         }
-    }
-
-    fn utf16z(s: &str) -> Vec<u8> {
-        s.encode_utf16()
-            .chain([0])
-            .flat_map(u16::to_le_bytes)
-            .collect()
     }
 
     fn decode_all(
@@ -1142,14 +1136,14 @@ mod tests {
     fn nested_payload() -> Vec<u8> {
         let mut p = 2u16.to_le_bytes().to_vec();
         p.extend(7u32.to_le_bytes());
-        p.extend(utf16z("seven"));
+        p.extend(utf16("seven"));
         p.extend(2u16.to_le_bytes());
         p.extend([1u8]);
         p.extend((-1i64).to_le_bytes());
         p.extend([2u8]);
         p.extend(2i64.to_le_bytes());
         p.extend(8u32.to_le_bytes());
-        p.extend(utf16z(""));
+        p.extend(utf16(""));
         p.extend(0u16.to_le_bytes());
         p.extend([0xab; 16]);
         p

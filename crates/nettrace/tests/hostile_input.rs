@@ -7,6 +7,7 @@ mod common;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
+use eventpipe_test_support::Rng;
 use nettrace::{Error, ErrorKind, TraceReader};
 
 /// Records the largest single allocation made by this thread. Per thread because the test
@@ -120,20 +121,6 @@ fn read_streaming(bytes: &[u8]) -> Option<Error> {
     }
 }
 
-/// xorshift64*: deterministic, so a failure reproduces.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 fn traces(max_len: usize) -> Vec<(String, Vec<u8>)> {
     let Some(dir) = common::shared_traces("hostile input mutations") else {
         return Vec::new();
@@ -160,7 +147,7 @@ fn every_truncation_is_ok_or_a_typed_error_with_an_offset() {
     for (name, bytes) in traces(600 * 1024) {
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ bytes.len() as u64);
         let mut cuts: Vec<usize> = (0..bytes.len().min(300)).collect();
-        cuts.extend((0..300).map(|_| rng.below(bytes.len())));
+        cuts.extend((0..300).map(|_| rng.index(bytes.len())));
         for cut in cuts {
             let short = &bytes[..cut];
             let err = read_fully(short)
@@ -188,12 +175,12 @@ fn bit_flips_never_panic_or_over_allocate() {
         let rounds = if bytes.len() > 100_000 { 150 } else { 1500 };
         for round in 0..rounds {
             let mut mutated = bytes.clone();
-            for _ in 0..1 + rng.below(4) {
-                let i = rng.below(mutated.len());
-                match rng.below(3) {
-                    0 => mutated[i] ^= 1 << rng.below(8),
+            for _ in 0..1 + rng.index(4) {
+                let i = rng.index(mutated.len());
+                match rng.index(3) {
+                    0 => mutated[i] ^= 1 << rng.index(8),
                     1 => mutated[i] = 0xff,
-                    _ => mutated[i] = rng.next() as u8,
+                    _ => mutated[i] = rng.next_u64() as u8,
                 }
             }
             reset_largest();

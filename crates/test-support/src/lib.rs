@@ -2,7 +2,18 @@
 //!
 //! * [`write_dense_trace`]: an event-dense NetTrace trace of any size, streamed to any
 //!   `io::Write`, for the reader's decode bench and the CLI's reading benches.
+//! * [`Rng`]: the deterministic generator tests draw random inputs from.
+//! * [`dotnet`]: the harness of the tests against real .NET runtimes (locating them,
+//!   running TestApp, checking its traces).
+//! * [`http`]: a scripted loopback HTTP backend that keeps what it receives, for the tests
+//!   of what pushes to one (export's delivery, the agent's OTLP and Pyroscope exports).
+//! * [`trace`]: small synthetic traces with exactly the events a test names (metadata
+//!   rows, payload pieces, [`trace::TraceBuilder`]).
 #![forbid(unsafe_code)]
+
+pub mod dotnet;
+pub mod http;
+pub mod trace;
 
 use std::io::Write;
 
@@ -11,6 +22,8 @@ use nettrace::{
     EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, ThreadInfo, TraceInfo,
 };
 
+use trace::{field, utf16z};
+
 /// Event block size the generator aims for.
 const BLOCK_BYTES: usize = 100 * 1024;
 /// A sequence point (and a fresh stack block) after this many event blocks.
@@ -18,25 +31,26 @@ const BLOCKS_PER_SEQUENCE_POINT: usize = 4;
 const THREADS: u64 = 8;
 const STACKS_PER_REGION: u32 = 64;
 
-/// xorshift64*: deterministic, dependency-free.
-struct Rng(u64);
+/// xorshift64*: deterministic (a failure reproduces), dependency-free. The seed is the
+/// state; it must not be 0.
+#[derive(Debug, Clone)]
+pub struct Rng(pub u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    /// The next value.
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+    /// A value below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
     }
-}
-
-fn field(name: &str, ty: FieldType) -> FieldDesc {
-    FieldDesc {
-        name: name.into(),
-        ty,
+    /// An index below `n`.
+    pub fn index(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
     }
 }
 
@@ -112,17 +126,10 @@ const MESSAGES: [&str; 3] = [
     "The operation timed out.",
 ];
 
-fn utf16z(out: &mut Vec<u8>, s: &str) {
-    for unit in s.encode_utf16() {
-        out.extend_from_slice(&unit.to_le_bytes());
-    }
-    out.extend_from_slice(&[0, 0]);
-}
-
 /// A payload matching metadata row `id`.
 fn payload(out: &mut Vec<u8>, id: u32, rng: &mut Rng) {
     out.clear();
-    let r = rng.next();
+    let r = rng.next_u64();
     match id {
         1 => {
             out.extend_from_slice(&((r & 0xffff) as i32).to_le_bytes());
@@ -133,7 +140,7 @@ fn payload(out: &mut Vec<u8>, id: u32, rng: &mut Rng) {
         }
         2 => {
             out.extend_from_slice(&r.to_le_bytes());
-            out.extend_from_slice(&rng.next().to_le_bytes());
+            out.extend_from_slice(&rng.next_u64().to_le_bytes());
             utf16z(out, PATHS[(r % PATHS.len() as u64) as usize]);
             out.extend_from_slice(&[200u32, 404, 500][(r >> 8) as usize % 3].to_le_bytes());
         }
@@ -146,7 +153,7 @@ fn payload(out: &mut Vec<u8>, id: u32, rng: &mut Rng) {
             out.extend_from_slice(&(0x8000_4005u32 as i32).to_le_bytes());
             utf16z(out, MESSAGES[(r % MESSAGES.len() as u64) as usize]);
             out.extend_from_slice(&r.to_le_bytes());
-            out.extend_from_slice(&rng.next().to_le_bytes());
+            out.extend_from_slice(&rng.next_u64().to_le_bytes());
         }
     }
 }
@@ -158,7 +165,7 @@ fn region_stacks(rng: &mut Rng) -> Vec<Vec<u8>> {
             let depth = 4 + rng.below(29);
             let mut s = Vec::with_capacity(depth as usize * 8);
             for _ in 0..depth {
-                let ip = 0x7ffa_0000_0000u64 | (rng.next() & 0xffff_fff0);
+                let ip = 0x7ffa_0000_0000u64 | (rng.next_u64() & 0xffff_fff0);
                 s.extend_from_slice(&ip.to_le_bytes());
             }
             s

@@ -1,63 +1,15 @@
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::sync::mpsc;
+
+use eventpipe_test_support::http::ScriptedServer;
 
 use super::*;
 
-/// What the scripted backend saw of one request.
-#[derive(Debug)]
-struct Seen {
-    path: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-/// A loopback HTTP server answering each request with the next `(status, extra header)`
-/// of `script`, then 200 for ever; every request it read goes to the channel.
-fn backend(script: Vec<(u16, &'static str)>) -> (String, mpsc::Receiver<Seen>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut script = script.into_iter();
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut line = String::new();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                continue;
-            }
-            let path = line.split(' ').nth(1).unwrap_or("").to_owned();
-            let mut headers = Vec::new();
-            loop {
-                let mut h = String::new();
-                reader.read_line(&mut h).unwrap();
-                let h = h.trim_end();
-                if h.is_empty() {
-                    break;
-                }
-                let (k, v) = h.split_once(':').unwrap();
-                headers.push((k.to_ascii_lowercase(), v.trim().to_owned()));
-            }
-            let length: usize = headers
-                .iter()
-                .find(|(k, _)| k == "content-length")
-                .map_or(0, |(_, v)| v.parse().unwrap());
-            let mut body = vec![0; length];
-            reader.read_exact(&mut body).unwrap();
-            let (status, extra) = script.next().unwrap_or((200, ""));
-            let answer = format!(
-                "HTTP/1.1 {status} X\r\nContent-Length: 4\r\nConnection: close\r\n{extra}\r\nnope"
-            );
-            let _ = stream.write_all(answer.as_bytes());
-            let _ = tx.send(Seen {
-                path,
-                headers,
-                body,
-            });
-        }
-    });
-    (url, rx)
+/// A loopback HTTP server answering each request with the next status of `script` (a
+/// 429 with `Retry-After: 1`), then 200 for ever, each with the body `nope`; it keeps every
+/// request it read.
+fn backend(script: Vec<u16>) -> ScriptedServer {
+    ScriptedServer::start(0, script, |_| "nope".into())
 }
 
 fn request(url: &str, n: u8) -> Request {
@@ -102,13 +54,13 @@ fn wait_for(delivery: &Delivery, done: impl Fn(&Stats) -> bool) -> Stats {
 
 #[test]
 fn a_request_arrives_whole_with_its_headers() {
-    let (url, seen) = backend(vec![]);
+    let server = backend(vec![]);
     let (log, _) = logger();
     let delivery = Delivery::start(fast("test"), log).unwrap();
-    delivery.submit(request(&url, 7));
+    delivery.submit(request(&server.url(), 7));
     let stats = wait_for(&delivery, |s| s.sent == 1);
     assert_eq!((stats.queued, stats.dropped, stats.retries), (0, 0, 0));
-    let got = seen.recv_timeout(Duration::from_secs(5)).unwrap();
+    let got = server.received().remove(0);
     assert_eq!(got.path, "/push");
     assert_eq!(got.body, vec![7; 100]);
     assert!(got
@@ -123,12 +75,8 @@ fn a_request_arrives_whole_with_its_headers() {
 fn busy_and_failing_answers_are_retried_in_order_and_a_refusal_is_dropped_and_logged() {
     // 503, then 429 with Retry-After: 1, then 200 for request 1; 400 for request 2;
     // request 3 goes through.
-    let (url, seen) = backend(vec![
-        (503, ""),
-        (429, "Retry-After: 1\r\n"),
-        (200, ""),
-        (400, ""),
-    ]);
+    let server = backend(vec![503, 429, 200, 400]);
+    let url = server.url();
     let (log, lines) = logger();
     let options = Options {
         max_backoff: Duration::from_secs(2),
@@ -146,7 +94,7 @@ fn busy_and_failing_answers_are_retried_in_order_and_a_refusal_is_dropped_and_lo
     );
     // The Retry-After second was honoured (the backoff alone is 50 + 100 ms).
     assert!(started.elapsed() >= Duration::from_millis(1000));
-    let bodies: Vec<u8> = seen.try_iter().map(|s| s.body[0]).collect();
+    let bodies: Vec<u8> = server.received().iter().map(|s| s.body[0]).collect();
     assert_eq!(bodies, vec![1, 1, 1, 2, 3]);
     let lines = lock(&lines).clone();
     assert_eq!(
@@ -205,7 +153,8 @@ fn an_unreachable_backend_keeps_the_newest_within_the_bound_and_recovers() {
 
     // The next run, with the backend up: the three newest arrive, oldest first, and the
     // folder empties.
-    let (url, seen) = backend(vec![]);
+    let server = backend(vec![]);
+    let url = server.url();
     for entry in fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
         let mut r = read_request(&path).unwrap();
@@ -216,7 +165,7 @@ fn an_unreachable_backend_keeps_the_newest_within_the_bound_and_recovers() {
     let delivery = Delivery::start(options, log).unwrap();
     assert!(lock(&lines)[0].contains("3 request(s) left queued"));
     wait_for(&delivery, |s| s.sent == 3 && s.queued == 0);
-    let bodies: Vec<u8> = seen.try_iter().map(|s| s.body[0]).collect();
+    let bodies: Vec<u8> = server.received().iter().map(|s| s.body[0]).collect();
     assert_eq!(bodies, vec![3, 4, 5]);
     assert_eq!(fs::read_dir(&dir).unwrap().count(), 0);
     drop(delivery);
@@ -253,7 +202,8 @@ fn damaged_queue_files_are_dropped_not_sent() {
     let dir = std::env::temp_dir().join(format!("epx-damaged-{}", std::process::id()));
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir).unwrap();
-    let (url, seen) = backend(vec![]);
+    let server = backend(vec![]);
+    let url = server.url();
     let whole = encode(&request(&url, 9));
     fs::write(dir.join(file_name(1)), &whole[..whole.len() - 3]).unwrap();
     fs::write(dir.join(file_name(2)), &whole).unwrap();
@@ -269,7 +219,7 @@ fn damaged_queue_files_are_dropped_not_sent() {
     .unwrap();
     let stats = wait_for(&delivery, |s| s.sent == 1 && s.queued == 0);
     assert_eq!(stats.dropped, 1);
-    assert_eq!(seen.try_iter().count(), 1);
+    assert_eq!(server.received().len(), 1);
     assert!(lock(&lines).iter().any(|l| l.contains("cannot be read")));
     assert_eq!(fs::read_dir(&dir).unwrap().count(), 0);
     drop(delivery);

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use eventpipe_insight::counters::{CounterKind, CounterValue, MeanStats};
-use nettrace::write::{EventBlockBuilder, TraceWriter};
-use nettrace::{EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, TraceInfo};
+use eventpipe_test_support::trace::{md, utf16, MetadataExt, TraceBuilder};
+use nettrace::{EventMetadata, FieldType, FormatVersion};
 use prost::Message;
 
 use super::proto::collector::logs::v1::ExportLogsServiceRequest;
@@ -29,33 +29,6 @@ const EVENT: u32 = 17;
 const REQUEST_START: u32 = 18;
 const REQUEST_STOP: u32 = 19;
 
-fn md(
-    id: u32,
-    provider: &str,
-    name: &str,
-    opcode: Option<u8>,
-    level: u32,
-    fields: &[(&str, FieldType)],
-) -> EventMetadata {
-    EventMetadata {
-        metadata_id: id,
-        provider: provider.into(),
-        event_id: id,
-        event_name: name.into(),
-        display_name: name.into(),
-        opcode,
-        level,
-        fields: fields
-            .iter()
-            .map(|(n, ty)| FieldDesc {
-                name: (*n).into(),
-                ty: ty.clone(),
-            })
-            .collect(),
-        ..Default::default()
-    }
-}
-
 fn metadata() -> Vec<EventMetadata> {
     use FieldType::{Boolean32 as Boolean, Double, Int64, UInt32, UInt64, Utf16String};
     vec![
@@ -63,32 +36,28 @@ fn metadata() -> Vec<EventMetadata> {
             SPAN_START,
             "app",
             "SpanStart",
-            Some(1),
-            4,
             &[("SpanId", UInt64), ("Name", Utf16String)],
-        ),
+        )
+        .with_opcode(Some(1))
+        .with_level(4)
+        .with_display_name("SpanStart"),
         md(
             SPAN_STOP,
             "app",
             "SpanStop",
-            Some(2),
-            4,
             &[("SpanId", UInt64), ("Name", Utf16String)],
-        ),
-        md(
-            SPAN_CLOSE,
-            "app",
-            "SpanClose",
-            Some(0),
-            4,
-            &[("SpanId", UInt64)],
-        ),
+        )
+        .with_opcode(Some(2))
+        .with_level(4)
+        .with_display_name("SpanStop"),
+        md(SPAN_CLOSE, "app", "SpanClose", &[("SpanId", UInt64)])
+            .with_opcode(Some(0))
+            .with_level(4)
+            .with_display_name("SpanClose"),
         md(
             SPAN_NEW,
             "app",
             "SpanNew",
-            Some(0),
-            4,
             &[
                 ("SpanId", UInt64),
                 ("ParentSpanId", UInt64),
@@ -98,13 +67,14 @@ fn metadata() -> Vec<EventMetadata> {
                 ("ok", Boolean),
                 ("who", Utf16String),
             ],
-        ),
+        )
+        .with_opcode(Some(0))
+        .with_level(4)
+        .with_display_name("SpanNew"),
         md(
             EVENT,
             "app",
             "Event main.rs:10",
-            Some(0),
-            3,
             &[
                 ("Message", Utf16String),
                 ("n", Int64),
@@ -112,31 +82,24 @@ fn metadata() -> Vec<EventMetadata> {
                 ("flag", Boolean),
                 ("big", UInt64),
             ],
-        ),
+        )
+        .with_opcode(Some(0))
+        .with_level(3)
+        .with_display_name("Event main.rs:10"),
         md(
             REQUEST_START,
             "web",
             "RequestStart",
-            Some(1),
-            4,
             &[("Path", Utf16String)],
-        ),
-        md(
-            REQUEST_STOP,
-            "web",
-            "RequestStop",
-            Some(2),
-            4,
-            &[("Status", UInt32)],
-        ),
+        )
+        .with_opcode(Some(1))
+        .with_level(4)
+        .with_display_name("RequestStart"),
+        md(REQUEST_STOP, "web", "RequestStop", &[("Status", UInt32)])
+            .with_opcode(Some(2))
+            .with_level(4)
+            .with_display_name("RequestStop"),
     ]
-}
-
-fn utf16(s: &str) -> Vec<u8> {
-    s.encode_utf16()
-        .chain([0])
-        .flat_map(u16::to_le_bytes)
-        .collect()
 }
 
 fn span_new(id: u64, parent: u64, name: &str, count: i64, who: &str) -> Vec<u8> {
@@ -184,24 +147,15 @@ fn events() -> Vec<(i64, u32, Vec<u8>)> {
 }
 
 fn write_trace() -> Vec<u8> {
-    let mut info = TraceInfo::new(FormatVersion::V5, 8);
-    info.process_id = Some(u64::from(PID));
-    let mut w = TraceWriter::new(Vec::new(), &info).unwrap();
-    w.write_metadata_block(&metadata()).unwrap();
-    let mut block = EventBlockBuilder::new(FormatVersion::V5);
-    for (seq, (ts, id, payload)) in events().into_iter().enumerate() {
-        let header = EventHeader {
-            metadata_id: id,
-            sequence_number: seq as u32 + 1,
-            thread: MAIN,
-            capture_thread: MAIN,
-            timestamp: ts,
-            ..Default::default()
-        };
-        block.push(&header, &payload);
-    }
-    w.write_event_block(&block).unwrap();
-    w.finish().unwrap()
+    TraceBuilder::new(FormatVersion::V5)
+        .process_id(u64::from(PID))
+        .metadata(metadata())
+        .events(
+            events()
+                .into_iter()
+                .map(|(ts, id, payload)| (MAIN, ts, id, payload)),
+        )
+        .build()
 }
 
 fn convert() -> (Signals, EventStats) {

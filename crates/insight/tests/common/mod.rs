@@ -207,6 +207,18 @@ pub fn workload(unit: SampleUnit) -> Profile {
     p
 }
 
+/// Every sample unit, the order the converter tests go through them.
+pub fn units() -> [SampleUnit; 6] {
+    [
+        SampleUnit::CpuTime,
+        SampleUnit::ThreadTime,
+        SampleUnit::Bytes,
+        SampleUnit::LiveBytes,
+        SampleUnit::HeapBytes,
+        SampleUnit::Events,
+    ]
+}
+
 /// The 1 ms CPU profile of `WORKLOAD`.
 pub fn cpu_workload() -> Profile {
     workload(SampleUnit::CpuTime)

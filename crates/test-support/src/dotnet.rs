@@ -1,13 +1,18 @@
 //! What the tests against real .NET runtimes share: locating the runtimes `ci/dotnet.sh`
-//! installs (or skipping, with a one-line notice), the running TestApp (killed and cleaned
-//! up when dropped), and the full check of a trace against what `tests/dotnet/TestApp.cs`
-//! writes: every field value and payload byte of its events, the GC and exception events
-//! of the runtime provider named and decoded, no loss, and the end-of-stream marker.
+//! installs (or skipping, with a one-line notice), running one such test at a time
+//! ([`with_dotnet`]), the running TestApp (killed and cleaned up when dropped, its
+//! diagnostics socket waited for), and the full check of a trace against what
+//! `tests/dotnet/TestApp.cs` writes: every field value and payload byte of its events, the
+//! GC and exception events of the runtime provider named and decoded, no loss, and the
+//! end-of-stream marker. The trace is checked from any `Read`: a live stream or a file.
 //!
-//! Included by `crates/ipc/tests/dotnet.rs` (sessions through the library) and
-//! `crates/eptrace/tests/dotnet_cli.rs` (sessions through the `eptrace` binary) with
-//! `#[path = ...] mod dotnet_app;`. The trace is checked from any `Read`: a live stream or
-//! a file.
+//! Used by `crates/ipc/tests/dotnet.rs` (sessions through the library), by `eptrace`'s
+//! tests against real runtimes (`dotnet_cli`, `gcdump`, `counters`, `agent`) and by
+//! `eventpipe`'s `diagnostics` test.
+//!
+//! The runtimes and the app come from `bash ci/dotnet.sh`, which writes `target/dotnet/env`
+//! (`$EVENTPIPE_DOTNET_ROOT/env` when that is set). Without that file, or with
+//! `EVENTPIPE_SKIP_DOTNET=1`, [`Dotnet::locate`] says so in one line and gives `None`.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
@@ -15,21 +20,23 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use eventpipe_ipc::{transport, Client, Error};
 use nettrace::{Event, TraceReader, Value};
 
+use crate::trace::utf16z;
+
 /// The app's own provider.
-pub(crate) const TEST_PROVIDER: &str = "EventPipeRs-Test";
+pub const TEST_PROVIDER: &str = "EventPipeRs-Test";
 /// The CLR's native provider (GC and exception events).
-pub(crate) const RUNTIME_PROVIDER: &str = "Microsoft-Windows-DotNETRuntime";
+pub const RUNTIME_PROVIDER: &str = "Microsoft-Windows-DotNETRuntime";
 /// GC (0x1) | Exception (0x8000).
-pub(crate) const RUNTIME_KEYWORDS: u64 = 0x8001;
+pub const RUNTIME_KEYWORDS: u64 = 0x8001;
 /// What the app is told to run for: longer than any session may take ([`MAX_SESSION`]);
 /// it is killed (or stopped by `eptrace`) long before.
-pub(crate) const APP_SECONDS: &str = "120";
+pub const APP_SECONDS: &str = "120";
 /// Fewer iterations than this in a session means the session did not cover the work it
 /// waited for ([`Progress::wait_for_enough`]). Losses are caught separately (iterations
 /// must be consecutive).
@@ -42,14 +49,14 @@ const SESSION_ITERATIONS: i64 = 600;
 /// The longest a session waits for the app's work. The app does ~800 iterations a second
 /// here; a session that sees fewer than [`SESSION_ITERATIONS`] in this long means the app
 /// was all but stopped.
-pub(crate) const MAX_SESSION: Duration = Duration::from_secs(45);
+pub const MAX_SESSION: Duration = Duration::from_secs(45);
 /// The shortest session on an app already running (attach): sessions run on until the app
 /// has done enough work ([`Progress::wait_for_enough`]).
-pub(crate) const LIVE_SESSION: Duration = Duration::from_millis(2500);
+pub const LIVE_SESSION: Duration = Duration::from_millis(2500);
 /// The shortest session that starts before the runtime does (startup suspend): where the
 /// machine is not loaded, long enough for the app to pass its 1,000th iteration (its first
 /// induced GC) after the runtime has loaded and compiled it.
-pub(crate) const STARTUP_SESSION: Duration = Duration::from_secs(4);
+pub const STARTUP_SESSION: Duration = Duration::from_secs(4);
 /// EventSource's session bits, in the keywords of every event's metadata.
 const SESSION_KEYWORD_BITS: u64 = 0xF000_0000_0000;
 
@@ -69,16 +76,57 @@ const TEST_EVENTS: [(u32, &str, u64, u32); 9] = [
 // ---------------------------------------------------------------------------------------
 // Locating the runtimes
 
-pub(crate) struct Dotnet {
-    pub(crate) dotnet31: PathBuf,
-    pub(crate) dotnet8: PathBuf,
-    pub(crate) testapp: PathBuf,
+/// The runtimes the tests run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runtime {
+    /// .NET Core 3.1 ([`Dotnet::dotnet31`]).
+    Core31,
+    /// .NET 8 ([`Dotnet::dotnet8`]).
+    Net8,
+}
+
+impl Runtime {
+    /// How the version the app reports (`runtime V`) starts.
+    pub fn version_prefix(self) -> &'static str {
+        match self {
+            Runtime::Core31 => "3.1.",
+            Runtime::Net8 => "8.0.",
+        }
+    }
+}
+
+/// The installed runtimes' `dotnet` hosts and the compiled TestApp.
+#[derive(Debug, Clone)]
+pub struct Dotnet {
+    /// The .NET Core 3.1 host.
+    pub dotnet31: PathBuf,
+    /// The .NET 8 host.
+    pub dotnet8: PathBuf,
+    /// `TestApp.exe` (runs on both).
+    pub testapp: PathBuf,
+}
+
+/// The .NET tests of one test binary run one at a time: several runtimes starting and
+/// compiling at once on a 2-core machine starve the app under test (four at once once left
+/// 94 iterations in a 2 s session). Held for as long as the guard lives.
+pub fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Runs `test` with the runtimes, one .NET test at a time ([`one_at_a_time`]); without
+/// them ([`Dotnet::locate`]) says so in one line and returns.
+pub fn with_dotnet(test: impl FnOnce(&Dotnet)) {
+    let _serial = one_at_a_time();
+    if let Some(dotnet) = Dotnet::locate() {
+        test(&dotnet);
+    }
 }
 
 impl Dotnet {
     /// The paths from the env file `ci/dotnet.sh` writes, or `None` (after saying so) when
     /// the runtimes are not installed or are to be skipped.
-    pub(crate) fn locate() -> Option<Dotnet> {
+    pub fn locate() -> Option<Dotnet> {
         let skip = || println!("skipping: .NET runtimes not installed (run bash ci/dotnet.sh)");
         if std::env::var_os("EVENTPIPE_SKIP_DOTNET").is_some_and(|v| v == "1") {
             skip();
@@ -128,16 +176,23 @@ impl Dotnet {
 // The traced process
 
 /// How far the app has got: the newest `progress I` line on its stderr (TestApp.cs).
-#[derive(Clone)]
-pub(crate) struct Progress(Arc<AtomicI64>);
+#[derive(Debug, Clone)]
+pub struct Progress(Arc<AtomicI64>);
+
+impl Default for Progress {
+    fn default() -> Progress {
+        Progress::new()
+    }
+}
 
 impl Progress {
-    pub(crate) fn new() -> Progress {
+    /// No progress reported yet.
+    pub fn new() -> Progress {
         Progress(Arc::new(AtomicI64::new(-1)))
     }
 
     /// Takes in one line of the app's stderr; says whether it was a progress line.
-    pub(crate) fn take_line(&self, line: &str) -> bool {
+    pub fn take_line(&self, line: &str) -> bool {
         match line
             .strip_prefix("progress ")
             .and_then(|i| i.trim().parse::<i64>().ok())
@@ -152,7 +207,7 @@ impl Progress {
     }
 
     /// The newest iteration the app reported, or -1 before its first report.
-    pub(crate) fn latest(&self) -> i64 {
+    pub fn latest(&self) -> i64 {
         self.0.load(Ordering::Relaxed)
     }
 
@@ -161,13 +216,7 @@ impl Progress {
     /// session covers a fixed amount of the app's work however slowly a loaded machine runs
     /// it, and at least `at_least` of time where it runs fast. Panics when that takes
     /// [`MAX_SESSION`].
-    pub(crate) fn wait_for_enough(
-        &self,
-        label: &str,
-        from: i64,
-        started: Instant,
-        at_least: Duration,
-    ) {
+    pub fn wait_for_enough(&self, label: &str, from: i64, started: Instant, at_least: Duration) {
         let target = from.max(0) + SESSION_ITERATIONS;
         loop {
             let (now, elapsed) = (self.latest(), started.elapsed());
@@ -192,30 +241,27 @@ impl Progress {
 
 /// The running TestApp; killed (and its diagnostics files removed) when dropped, also when
 /// the test panics.
-pub(crate) struct App {
-    pub(crate) child: Child,
-    pub(crate) pid: u32,
+#[derive(Debug)]
+pub struct App {
+    /// The `dotnet` process.
+    pub child: Child,
+    /// Its process id.
+    pub pid: u32,
     /// Its stdout, line by line.
-    pub(crate) stdout: Receiver<String>,
+    pub stdout: Receiver<String>,
     /// Its progress, from its stderr (the other stderr lines are passed on to ours).
-    pub(crate) progress: Progress,
+    pub progress: Progress,
 }
 
 impl App {
     /// Starts `dotnet testapp APP_SECONDS` with `env` (and no inherited diagnostics
     /// settings).
-    pub(crate) fn spawn(dotnet: &Path, testapp: &Path, env: &[(&str, &str)]) -> App {
+    pub fn spawn(dotnet: &Path, testapp: &Path, env: &[(&str, &str)]) -> App {
         App::spawn_with(dotnet, testapp, &[APP_SECONDS], env)
     }
 
     /// Starts `dotnet testapp ARGS..` with `env` (and no inherited diagnostics settings).
-    #[allow(dead_code)] // not every test binary that includes this module uses it
-    pub(crate) fn spawn_with(
-        dotnet: &Path,
-        testapp: &Path,
-        args: &[&str],
-        env: &[(&str, &str)],
-    ) -> App {
+    pub fn spawn_with(dotnet: &Path, testapp: &Path, args: &[&str], env: &[(&str, &str)]) -> App {
         let mut command = Command::new(dotnet);
         command
             .arg(testapp)
@@ -269,7 +315,7 @@ impl App {
     }
 
     /// The rest of the first stdout line starting with `prefix`.
-    pub(crate) fn line(&mut self, prefix: &str, timeout: Duration) -> String {
+    pub fn line(&mut self, prefix: &str, timeout: Duration) -> String {
         let deadline = Instant::now() + timeout;
         loop {
             match self
@@ -292,14 +338,32 @@ impl App {
         }
     }
 
-    pub(crate) fn check_running(&mut self, label: &str, when: &str) {
+    /// Reads the app's `pid P` and `runtime V` lines (within 10 s each), checks that P is
+    /// its pid and V a version of `runtime`, and gives V.
+    pub fn expect_runtime(&mut self, label: &str, runtime: Runtime) -> String {
+        let pid = self.line("pid ", Duration::from_secs(10));
+        assert_eq!(
+            pid,
+            self.pid.to_string(),
+            "{label}: the app reports another pid"
+        );
+        let version = self.line("runtime ", Duration::from_secs(10));
+        assert!(
+            version.starts_with(runtime.version_prefix()),
+            "{label}: the app runs on runtime {version}"
+        );
+        version
+    }
+
+    /// Panics (naming `label` and `when`) if the app has exited.
+    pub fn check_running(&mut self, label: &str, when: &str) {
         if let Ok(Some(status)) = self.child.try_wait() {
             panic!("{label}: the app exited {when}: {status}");
         }
     }
 
     /// A client for the app's diagnostics socket, once that exists (within 10 s).
-    pub(crate) fn wait_for_socket(&mut self, label: &str) -> Client {
+    pub fn wait_for_socket(&mut self, label: &str) -> Client {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             match Client::for_pid(self.pid) {
@@ -342,7 +406,7 @@ impl Drop for App {
 
 /// Reads a whole trace (a live stream or a file) and gathers what [`Analysis::verify`]
 /// checks. An error if the trace does not parse or lacks its end-of-stream marker.
-pub(crate) fn analyse<R: Read>(trace: R) -> Result<Analysis, String> {
+pub fn analyse<R: Read>(trace: R) -> Result<Analysis, String> {
     let mut reader =
         TraceReader::from_read(trace).map_err(|e| format!("reading the trace's header: {e}"))?;
     let mut analysis = Analysis::default();
@@ -370,8 +434,7 @@ pub(crate) fn analyse<R: Read>(trace: R) -> Result<Analysis, String> {
 
 /// Reads the trace file at `path` and checks it all ([`Analysis::verify`]); panics with
 /// every problem found.
-#[allow(dead_code)] // The ipc tests check live streams only.
-pub(crate) fn verify_file(path: &Path, label: &str, from_startup: bool) -> Analysis {
+pub fn verify_file(path: &Path, label: &str, from_startup: bool) -> Analysis {
     let file = std::fs::File::open(path)
         .unwrap_or_else(|e| panic!("{label}: opening the trace {}: {e}", path.display()));
     let analysis = analyse(BufReader::with_capacity(1 << 20, file))
@@ -381,10 +444,12 @@ pub(crate) fn verify_file(path: &Path, label: &str, from_startup: bool) -> Analy
 }
 
 /// What the checks need from a trace, gathered event by event.
-#[derive(Default)]
-pub(crate) struct Analysis {
-    pub(crate) events: u64,
-    pub(crate) lost_events: u64,
+#[derive(Debug, Default)]
+pub struct Analysis {
+    /// Events read.
+    pub events: u64,
+    /// Events the reader counted lost.
+    pub lost_events: u64,
     /// Every mismatch found (the first few), and how many there were.
     errors: Vec<String>,
     error_count: usize,
@@ -594,7 +659,7 @@ impl Analysis {
     }
 
     /// Everything TestApp.cs promises about a session's trace.
-    pub(crate) fn verify(&self, label: &str, from_startup: bool) {
+    pub fn verify(&self, label: &str, from_startup: bool) {
         let mut problems = Vec::new();
         if self.error_count > 0 {
             problems.push(format!(
@@ -742,7 +807,9 @@ impl Analysis {
         );
     }
 
-    pub(crate) fn print_summary(&self, label: &str) {
+    /// Prints what the trace held (events by provider, iterations, GCs, exceptions) to
+    /// stderr.
+    pub fn print_summary(&self, label: &str) {
         let ids: Vec<String> = self
             .iterations
             .iter()
@@ -860,11 +927,7 @@ fn encode(fields: &[(&str, Value)]) -> Vec<u8> {
             Value::I64(v) => out.extend_from_slice(&v.to_le_bytes()),
             Value::F64(v) => out.extend_from_slice(&v.to_le_bytes()),
             Value::Guid(g) => out.extend_from_slice(&g.0),
-            Value::String(s) => {
-                for unit in s.encode_utf16().chain([0]) {
-                    out.extend_from_slice(&unit.to_le_bytes());
-                }
-            }
+            Value::String(s) => utf16z(&mut out, s),
             other => unreachable!("TestApp writes no {other:?}"),
         }
     }
