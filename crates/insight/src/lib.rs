@@ -21,6 +21,11 @@
 //!                          chrome://tracing)
 //! ```
 //!
+//! [`report::FileOrderPass`] (with [`nettrace::check_sorted_order`] on a second reader) is
+//! what a trace holds in one read: events per provider, name and thread, losses, stacks,
+//! time order, the profile's hot spots and the async profiler's futures, as a
+//! [`report::TraceReport`].
+//!
 //! Heap snapshots are a separate path: [`heap::HeapGraphBuilder`] collects a heap's objects
 //! and references into a [`heap::HeapGraph`], and [`heap::dominators`] gives every object's
 //! immediate dominator and retained size.
@@ -43,6 +48,7 @@ pub mod intervals;
 pub mod live_heap;
 pub mod pprof;
 pub mod profile;
+pub mod report;
 pub mod speedscope;
 pub mod symbolize;
 pub mod thread_time;
