@@ -15,7 +15,9 @@ use eventpipe_insight::SampleSelection;
 use crate::collect::{Profile, TargetSpec};
 use crate::convert::ConvertFormat;
 use crate::input::InputSpec;
-use crate::{collect, convert, counters, demo, dump, gcdump, heap, ps, report, stress};
+use crate::{
+    collect, convert, counters, demo, dump, gcdump, heap, ps, report, stream_file, stress,
+};
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -726,13 +728,13 @@ pub(crate) enum Action {
     /// The demo's workload, for this many seconds.
     DemoWorkload(f64),
     /// `eptrace gcdump [collect]`.
-    GcdumpCollect(gcdump::CollectConfig),
+    GcdumpCollect(stream_file::CollectConfig<gcdump::CaptureOptions>),
     /// `eptrace gcdump report`.
-    GcdumpReport(gcdump::ReportConfig),
+    GcdumpReport(stream_file::ReportConfig),
     /// `eptrace gcdump diff`.
-    GcdumpDiff(gcdump::DiffConfig),
+    GcdumpDiff(stream_file::DiffConfig),
     /// `eptrace gcdump convert`.
-    GcdumpConvert(gcdump::ConvertConfig),
+    GcdumpConvert(stream_file::ConvertConfig),
     /// `eptrace counters monitor`.
     CountersMonitor(counters::MonitorConfig),
     /// `eptrace counters collect`.
@@ -740,13 +742,13 @@ pub(crate) enum Action {
     /// `eptrace counters report`.
     CountersReport(counters::ReportConfig),
     /// `eptrace heap [collect]`.
-    HeapCollect(heap::CollectConfig),
+    HeapCollect(stream_file::CollectConfig<heap::CaptureOptions>),
     /// `eptrace heap report`.
-    HeapReport(heap::ReportConfig),
+    HeapReport(stream_file::ReportConfig),
     /// `eptrace heap diff`.
-    HeapDiff(heap::DiffConfig),
+    HeapDiff(stream_file::DiffConfig),
     /// `eptrace heap convert`.
-    HeapConvert(heap::ConvertConfig),
+    HeapConvert(stream_file::ConvertConfig),
 }
 
 impl Cli {
@@ -814,12 +816,7 @@ impl Cli {
                 })
             }
             Command::Convert(a) => {
-                if a.output.is_some() && a.formats.len() > 1 {
-                    return Err(usage_error(
-                        "convert",
-                        "-o names one file; give one --format with it".into(),
-                    ));
-                }
+                one_output("convert", a.output.as_ref(), &a.formats)?;
                 Action::Convert(convert::Config {
                     input: InputSpec::from_arg(a.input.file),
                     cut: crate::cut::CutTraces::from_flag(a.cut.require_complete),
@@ -865,18 +862,8 @@ impl Cli {
                         Some(HeapCommand::Collect(c)) => c,
                         _ => a.collect,
                     };
-                    let target = match (c.pid, c.name) {
-                        (Some(pid), _) => TargetSpec::Pid(pid),
-                        (None, Some(name)) => TargetSpec::Name(name),
-                        (None, None) => {
-                            return Err(usage_error(
-                                "heap",
-                                "name the process: -p PID or -n NAME".into(),
-                            ))
-                        }
-                    };
-                    Action::HeapCollect(heap::CollectConfig {
-                        target,
+                    Action::HeapCollect(stream_file::CollectConfig {
+                        target: snapshot_target("heap", c.pid, c.name)?,
                         output: c.output,
                         options: heap::CaptureOptions {
                             timeout: c.timeout,
@@ -884,28 +871,26 @@ impl Cli {
                         },
                     })
                 }
-                Some(HeapCommand::Report(r)) => Action::HeapReport(heap::ReportConfig {
+                Some(HeapCommand::Report(r)) => Action::HeapReport(stream_file::ReportConfig {
                     file: r.file,
                     json: r.format.json,
                     top: r.top,
+                    allow_partial: false,
                 }),
-                Some(HeapCommand::Diff(d)) => Action::HeapDiff(heap::DiffConfig {
+                Some(HeapCommand::Diff(d)) => Action::HeapDiff(stream_file::DiffConfig {
                     old: d.old,
                     new: d.new,
                     json: d.format.json,
                     top: d.top,
+                    allow_partial: false,
                 }),
                 Some(HeapCommand::Convert(c)) => {
-                    if c.output.is_some() && c.formats.len() > 1 {
-                        return Err(usage_error(
-                            "heap",
-                            "-o names one file; give one --format with it".into(),
-                        ));
-                    }
-                    Action::HeapConvert(heap::ConvertConfig {
+                    one_output("heap", c.output.as_ref(), &c.formats)?;
+                    Action::HeapConvert(stream_file::ConvertConfig {
                         file: c.file,
                         formats: c.formats,
                         output: c.output,
+                        allow_partial: false,
                     })
                 }
             },
@@ -915,18 +900,8 @@ impl Cli {
                         Some(GcdumpCommand::Collect(c)) => c,
                         _ => a.collect,
                     };
-                    let target = match (c.pid, c.name) {
-                        (Some(pid), _) => TargetSpec::Pid(pid),
-                        (None, Some(name)) => TargetSpec::Name(name),
-                        (None, None) => {
-                            return Err(usage_error(
-                                "gcdump",
-                                "name the process: -p PID or -n NAME".into(),
-                            ))
-                        }
-                    };
-                    Action::GcdumpCollect(gcdump::CollectConfig {
-                        target,
+                    Action::GcdumpCollect(stream_file::CollectConfig {
+                        target: snapshot_target("gcdump", c.pid, c.name)?,
                         output: c.output,
                         options: gcdump::CaptureOptions {
                             timeout: c.timeout,
@@ -935,13 +910,13 @@ impl Cli {
                         },
                     })
                 }
-                Some(GcdumpCommand::Report(r)) => Action::GcdumpReport(gcdump::ReportConfig {
+                Some(GcdumpCommand::Report(r)) => Action::GcdumpReport(stream_file::ReportConfig {
                     file: r.file,
                     json: r.format.json,
                     top: r.top,
                     allow_partial: r.allow_partial,
                 }),
-                Some(GcdumpCommand::Diff(d)) => Action::GcdumpDiff(gcdump::DiffConfig {
+                Some(GcdumpCommand::Diff(d)) => Action::GcdumpDiff(stream_file::DiffConfig {
                     old: d.old,
                     new: d.new,
                     json: d.format.json,
@@ -949,13 +924,8 @@ impl Cli {
                     allow_partial: d.allow_partial,
                 }),
                 Some(GcdumpCommand::Convert(c)) => {
-                    if c.output.is_some() && c.formats.len() > 1 {
-                        return Err(usage_error(
-                            "gcdump",
-                            "-o names one file; give one --format with it".into(),
-                        ));
-                    }
-                    Action::GcdumpConvert(gcdump::ConvertConfig {
+                    one_output("gcdump", c.output.as_ref(), &c.formats)?;
+                    Action::GcdumpConvert(stream_file::ConvertConfig {
                         file: c.file,
                         formats: c.formats,
                         output: c.output,
@@ -994,6 +964,37 @@ fn parse_samples(s: &str) -> SampleSelection {
         "events" => SampleSelection::EventsWithStacks,
         _ => SampleSelection::Event(s.to_owned()),
     }
+}
+
+/// The process a snapshot command (`gcdump`, `heap`) names: `-p PID` or `-n NAME`.
+fn snapshot_target(
+    subcommand: &str,
+    pid: Option<u32>,
+    name: Option<String>,
+) -> Result<TargetSpec, clap::Error> {
+    match (pid, name) {
+        (Some(pid), _) => Ok(TargetSpec::Pid(pid)),
+        (None, Some(name)) => Ok(TargetSpec::Name(name)),
+        (None, None) => Err(usage_error(
+            subcommand,
+            "name the process: -p PID or -n NAME".into(),
+        )),
+    }
+}
+
+/// `-o` names one file, so it takes one `--format`.
+fn one_output(
+    subcommand: &str,
+    output: Option<&PathBuf>,
+    formats: &[ConvertFormat],
+) -> Result<(), clap::Error> {
+    if output.is_some() && formats.len() > 1 {
+        return Err(usage_error(
+            subcommand,
+            "-o names one file; give one --format with it".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// A usage error (exit status 2) whose usage line is the subcommand's.

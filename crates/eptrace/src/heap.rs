@@ -10,7 +10,7 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,44 +21,10 @@ use eventpipe_insight::live_heap::{diff_live_heaps, LiveHeap, LiveHeapBuilder};
 use eventpipe_insight::{ProfileBuilder, SampleSelection};
 use eventpipe_ipc::command::CollectTracing;
 use eventpipe_ipc::ProviderRequest;
-use nettrace::TraceReader;
 
-use crate::collect::{Target, TargetSpec};
-use crate::convert::ConvertFormat;
+use crate::collect::Target;
 use crate::numbers::{signed, thousands};
-
-/// `eptrace heap collect`.
-#[derive(Debug)]
-pub(crate) struct CollectConfig {
-    pub(crate) target: TargetSpec,
-    pub(crate) output: Option<PathBuf>,
-    pub(crate) options: CaptureOptions,
-}
-
-/// `eptrace heap report`.
-#[derive(Debug)]
-pub(crate) struct ReportConfig {
-    pub(crate) file: PathBuf,
-    pub(crate) json: bool,
-    pub(crate) top: usize,
-}
-
-/// `eptrace heap diff`.
-#[derive(Debug)]
-pub(crate) struct DiffConfig {
-    pub(crate) old: PathBuf,
-    pub(crate) new: PathBuf,
-    pub(crate) json: bool,
-    pub(crate) top: usize,
-}
-
-/// `eptrace heap convert`.
-#[derive(Debug)]
-pub(crate) struct ConvertConfig {
-    pub(crate) file: PathBuf,
-    pub(crate) formats: Vec<ConvertFormat>,
-    pub(crate) output: Option<PathBuf>,
-}
+use crate::stream_file::{CollectConfig, ConvertConfig, DiffConfig, ReportConfig};
 
 /// What a program needs for `eptrace heap`, said when it does not answer.
 const WHAT_IT_NEEDS: &str = "a program answers heap snapshots when it installs \
@@ -67,31 +33,8 @@ const WHAT_IT_NEEDS: &str = "a program answers heap snapshots when it installs \
     and tracks its heap (`eventpipe_profiler::alloc::track_heap(interval)`, or \
     EVENTPIPE_HEAP_TRACKING=1 in its environment)";
 
-pub(crate) fn do_collect(config: &CollectConfig) -> Result<()> {
-    let (path, heap) = crate::stream_file::collect_snapshot(
-        &config.target,
-        config.output.as_ref(),
-        ".heap.nettrace",
-        |target, file, path, report| {
-            capture(
-                target,
-                file,
-                path,
-                &config.options,
-                &AtomicBool::new(false),
-                report,
-            )
-        },
-    )?;
-    let mut out = std::io::stdout().lock();
-    writeln!(
-        out,
-        "Heap snapshot written to {} ({}). Inspect it with `eptrace heap report {}`.",
-        path.display(),
-        summary(&heap),
-        path.display()
-    )?;
-    Ok(())
+pub(crate) fn do_collect(config: &CollectConfig<CaptureOptions>) -> Result<()> {
+    crate::stream_file::do_collect(config, "heap", ".heap.nettrace", capture, summary)
 }
 
 /// How a heap snapshot is taken.
@@ -263,17 +206,11 @@ fn read_snapshot(
 
 /// Reads a snapshot file.
 fn load(path: &Path) -> Result<LiveHeap> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let mut reader = TraceReader::from_slice(&bytes)
-        .with_context(|| format!("cannot read {}", path.display()))?;
     let mut builder = LiveHeapBuilder::new();
-    while let Some(event) = reader
-        .next_event()
-        .with_context(|| format!("cannot read {}", path.display()))?
-    {
-        builder.observe(&event);
-    }
-    let lost = reader.stats().lost_events;
+    let lost = crate::stream_file::read_file(path, |event| {
+        builder.observe(event);
+        Ok(())
+    })?;
     let heap = builder.finish();
     if heap.samples == 0 && !heap.complete {
         bail!(
@@ -287,12 +224,10 @@ fn load(path: &Path) -> Result<LiveHeap> {
 
 pub(crate) fn do_report(config: &ReportConfig) -> Result<()> {
     let heap = load(&config.file)?;
-    let mut out = std::io::stdout().lock();
     if config.json {
-        serde_json::to_writer_pretty(&mut out, &heap)?;
-        writeln!(out)?;
-        return Ok(());
+        return crate::print_json(&heap);
     }
+    let mut out = std::io::stdout().lock();
     writeln!(
         out,
         "Live heap (snapshot {}, one sample per {} bytes allocated on average): about {} bytes \
@@ -338,12 +273,10 @@ pub(crate) fn do_diff(config: &DiffConfig) -> Result<()> {
     let old = load(&config.old)?;
     let new = load(&config.new)?;
     let rows = diff_live_heaps(&old, &new);
-    let mut out = std::io::stdout().lock();
     if config.json {
-        serde_json::to_writer_pretty(&mut out, &rows)?;
-        writeln!(out)?;
-        return Ok(());
+        return crate::print_json(&rows);
     }
+    let mut out = std::io::stdout().lock();
     writeln!(
         out,
         "Live heap: about {} -> {} bytes ({})",
@@ -371,17 +304,11 @@ pub(crate) fn do_diff(config: &DiffConfig) -> Result<()> {
 }
 
 pub(crate) fn do_convert(config: &ConvertConfig) -> Result<()> {
-    let bytes = std::fs::read(&config.file)
-        .with_context(|| format!("cannot read {}", config.file.display()))?;
-    let mut reader = TraceReader::from_slice(&bytes)
-        .with_context(|| format!("cannot read {}", config.file.display()))?;
     let mut builder = ProfileBuilder::new(SampleSelection::LiveHeap);
-    while let Some(event) = reader
-        .next_event()
-        .with_context(|| format!("cannot read {}", config.file.display()))?
-    {
-        builder.observe(&event);
-    }
+    crate::stream_file::read_file(&config.file, |event| {
+        builder.observe(event);
+        Ok(())
+    })?;
     let profile = builder.finish().profile;
     if profile.samples.is_empty() {
         bail!(
