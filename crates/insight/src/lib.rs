@@ -41,6 +41,7 @@ pub mod builder;
 pub mod chrome;
 pub mod counters;
 mod error;
+mod fields;
 pub mod flamegraph;
 pub mod gcdump;
 pub mod heap;
@@ -62,7 +63,7 @@ pub use error::{Error, Result};
 pub use flamegraph::{collapsed_stacks, write_collapsed, write_flamegraph, Grouping};
 pub use pprof::{build_pprof, write_pprof, write_pprof_with, PprofOptions};
 pub use profile::{
-    Frame, FrameId, FrameKind, LinesId, Profile, Sample, SampleUnit, StackId, Thread,
+    thousands, Frame, FrameId, FrameKind, LinesId, Profile, Sample, SampleUnit, StackId, Thread,
 };
 pub use speedscope::write_speedscope;
 pub use symbolize::BinaryCache;
