@@ -15,7 +15,6 @@ use std::fs::File;
 use std::io::{IsTerminal, Read, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -29,7 +28,7 @@ use eventpipe_ipc::ProviderRequest;
 
 use crate::collect::Target;
 use crate::numbers::{signed, thousands};
-use crate::stream_file::{CollectConfig, ConvertConfig, DiffConfig, ReportConfig};
+use crate::stream_file::{CollectConfig, ConvertConfig, DiffConfig, ReportConfig, SessionReader};
 
 /// How long the type-table flush may take before the dump goes ahead anyway.
 const TYPE_FLUSH_WAIT: Duration = Duration::from_secs(3);
@@ -149,15 +148,8 @@ pub(crate) fn capture(
         }
         Err(e) => return Err(e.context("starting the heap dump session")),
     };
-    let session = stream.session_id();
-    let closer = stream.closer()?;
-    let shared = Arc::new(Shared::default());
-    let reader = {
-        let shared = Arc::clone(&shared);
-        std::thread::Builder::new()
-            .name("eptrace-gcdump".into())
-            .spawn(move || read_dump(stream, file, &shared))?
-    };
+    let reader = SessionReader::start(stream, file, "eptrace-gcdump", read_dump)?;
+    let shared = &reader.shared;
     let mut stopped = false;
     let mut last_line = Instant::now() - Duration::from_secs(1);
     let outcome = loop {
@@ -170,12 +162,7 @@ pub(crate) fn capture(
         let finished = shared.finished.load(Ordering::Acquire);
         if finished && !stopped {
             stopped = true;
-            if let Err(e) = target.stop(session) {
-                report(Report::Note(&format!(
-                    "note: StopTracing failed ({e:#}); the stream was cut"
-                )));
-                closer.close();
-            }
+            reader.stop_whole(target, report);
         }
         let waited = began.elapsed();
         if !stopped
@@ -208,18 +195,16 @@ pub(crate) fn capture(
     };
     if let Some(why) = &outcome {
         report(Report::Note(&format!("{why}: stopping the session")));
-        if let Err(e) = target.stop(session) {
+        if let Err(e) = target.stop(reader.session()) {
             report(Report::Note(&format!("note: StopTracing failed ({e:#})")));
         }
         let deadline = Instant::now() + Duration::from_secs(10);
         while !reader.is_finished() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
-        closer.close();
+        reader.close();
     }
-    let read = reader
-        .join()
-        .map_err(|_| anyhow::anyhow!("the stream reader panicked"))??;
+    let read = reader.join()?;
     let dump = match (
         accept(
             read.builder.finish(read.lost),

@@ -12,7 +12,6 @@ use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -24,7 +23,7 @@ use eventpipe_ipc::ProviderRequest;
 
 use crate::collect::Target;
 use crate::numbers::{signed, thousands};
-use crate::stream_file::{CollectConfig, ConvertConfig, DiffConfig, ReportConfig};
+use crate::stream_file::{CollectConfig, ConvertConfig, DiffConfig, ReportConfig, SessionReader};
 
 /// What a program needs for `eptrace heap`, said when it does not answer.
 const WHAT_IT_NEEDS: &str = "a program answers heap snapshots when it installs \
@@ -90,32 +89,20 @@ pub(crate) fn capture(
     let stream = target
         .collect(&request)
         .context("starting the heap snapshot session")?;
-    let session = stream.session_id();
-    let closer = stream.closer()?;
-    let shared = Arc::new(Shared::default());
-    let reader = {
-        let shared = Arc::clone(&shared);
-        std::thread::Builder::new()
-            .name("eptrace-heap".into())
-            .spawn(move || read_snapshot(stream, file, &shared))?
-    };
+    let reader = SessionReader::start(stream, file, "eptrace-heap", read_snapshot)?;
+    let shared = &reader.shared;
     let mut last_line = Instant::now() - Duration::from_secs(1);
     let mut stopped = false;
     let mut gave_up = false;
     while !reader.is_finished() {
         if !stopped && shared.ended.load(Ordering::Acquire) {
             stopped = true;
-            if let Err(e) = target.stop(session) {
-                report(crate::progress::Report::Note(&format!(
-                    "note: StopTracing failed ({e:#}); the stream was cut"
-                )));
-                closer.close();
-            }
+            reader.stop_whole(target, report);
         }
         if !stopped && (began.elapsed() > options.timeout || cancel.load(Ordering::Relaxed)) {
             stopped = true;
             gave_up = true;
-            let _ = target.stop(session);
+            let _ = target.stop(reader.session());
         }
         if last_line.elapsed() >= Duration::from_millis(250) {
             last_line = Instant::now();
@@ -126,13 +113,11 @@ pub(crate) fn capture(
             )));
         }
         if stopped && began.elapsed() > options.timeout + Duration::from_secs(10) {
-            closer.close();
+            reader.close();
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let (heap, lost) = reader
-        .join()
-        .map_err(|_| anyhow::anyhow!("the stream reader panicked"))??;
+    let (heap, lost) = reader.join()?;
     if cancel.load(Ordering::Relaxed) {
         bail!("cancelled before the snapshot was complete");
     }

@@ -6,6 +6,8 @@ use std::fs::File;
 use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use anyhow::{bail, Context, Result};
 use eventpipe_insight::Profile;
@@ -73,6 +75,76 @@ pub(crate) struct ConvertConfig {
 /// ends it early.
 pub(crate) type Capture<O, T> =
     fn(&mut Target, File, &Path, &O, &AtomicBool, &mut dyn FnMut(Report<'_>)) -> Result<T>;
+
+/// A snapshot session's stream, read into the snapshot file on a thread of its own that
+/// tells the capture loop how far it is through `shared`.
+#[derive(Debug)]
+pub(crate) struct SessionReader<S, T> {
+    session: u64,
+    closer: eventpipe_ipc::client::StreamCloser,
+    /// What the reading thread shares with the capture loop.
+    pub(crate) shared: Arc<S>,
+    thread: JoinHandle<Result<T>>,
+}
+
+impl<S: Default + Send + Sync + 'static, T: Send + 'static> SessionReader<S, T> {
+    /// Starts reading `stream` into `file` with `read` on a thread named `name`.
+    pub(crate) fn start(
+        stream: eventpipe_ipc::TraceStream,
+        file: File,
+        name: &str,
+        read: fn(eventpipe_ipc::TraceStream, File, &S) -> Result<T>,
+    ) -> Result<Self> {
+        let session = stream.session_id();
+        let closer = stream.closer()?;
+        let shared = Arc::new(S::default());
+        let thread = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name(name.to_owned())
+                .spawn(move || read(stream, file, &shared))?
+        };
+        Ok(SessionReader {
+            session,
+            closer,
+            shared,
+            thread,
+        })
+    }
+
+    /// The session's id, for `StopTracing`.
+    pub(crate) fn session(&self) -> u64 {
+        self.session
+    }
+
+    /// Whether the reading thread has ended.
+    pub(crate) fn is_finished(&self) -> bool {
+        self.thread.is_finished()
+    }
+
+    /// Cuts the stream: the reading thread meets its end.
+    pub(crate) fn close(&self) {
+        self.closer.close();
+    }
+
+    /// Stops the session once the snapshot is whole (its rundown follows); when
+    /// `StopTracing` fails, the stream is cut instead.
+    pub(crate) fn stop_whole(&self, target: &mut Target, report: &mut dyn FnMut(Report<'_>)) {
+        if let Err(e) = target.stop(self.session) {
+            report(Report::Note(&format!(
+                "note: StopTracing failed ({e:#}); the stream was cut"
+            )));
+            self.close();
+        }
+    }
+
+    /// What the reading thread made of the stream.
+    pub(crate) fn join(self) -> Result<T> {
+        self.thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("the stream reader panicked"))?
+    }
+}
 
 /// Copies what it reads into the file; a write error is kept for the end, so the reading
 /// (and the session) goes on.
