@@ -280,12 +280,8 @@ struct GcdumpReportArgs {
 
 #[derive(Debug, Args)]
 struct GcdumpDiffArgs {
-    /// The earlier snapshot.
-    #[arg(value_name = "OLD")]
-    old: PathBuf,
-    /// The later snapshot.
-    #[arg(value_name = "NEW")]
-    new: PathBuf,
+    #[command(flatten)]
+    snapshots: SnapshotPairArgs,
     #[command(flatten)]
     format: FormatArgs,
     /// Types shown (JSON has all of them).
@@ -298,22 +294,8 @@ struct GcdumpDiffArgs {
 
 #[derive(Debug, Args)]
 struct GcdumpConvertArgs {
-    /// The snapshot.
-    #[arg(value_name = "FILE")]
-    file: PathBuf,
-    /// Output formats (comma list): speedscope, pprof, flamegraph, collapsed.
-    #[arg(
-        short = 'f',
-        long = "format",
-        value_name = "FORMAT,..",
-        value_delimiter = ',',
-        value_enum,
-        default_value = "speedscope"
-    )]
-    formats: Vec<ConvertFormat>,
-    /// Output file (`-`: standard output), for a single format.
-    #[arg(short = 'o', long, value_name = "FILE")]
-    output: Option<PathBuf>,
+    #[command(flatten)]
+    snapshot: SnapshotConvertArgs,
     /// Convert a dump that lost part of the heap, marked incomplete.
     #[arg(long)]
     allow_partial: bool,
@@ -477,12 +459,8 @@ struct HeapReportArgs {
 
 #[derive(Debug, Args)]
 struct HeapDiffArgs {
-    /// The earlier snapshot.
-    #[arg(value_name = "OLD")]
-    old: PathBuf,
-    /// The later snapshot.
-    #[arg(value_name = "NEW")]
-    new: PathBuf,
+    #[command(flatten)]
+    snapshots: SnapshotPairArgs,
     #[command(flatten)]
     format: FormatArgs,
     /// Sites shown (JSON has all of them).
@@ -492,6 +470,13 @@ struct HeapDiffArgs {
 
 #[derive(Debug, Args)]
 struct HeapConvertArgs {
+    #[command(flatten)]
+    snapshot: SnapshotConvertArgs,
+}
+
+/// `gcdump convert` and `heap convert`: a snapshot file as profiles.
+#[derive(Debug, Args)]
+struct SnapshotConvertArgs {
     /// The snapshot.
     #[arg(value_name = "FILE")]
     file: PathBuf,
@@ -508,6 +493,17 @@ struct HeapConvertArgs {
     /// Output file (`-`: standard output), for a single format.
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<PathBuf>,
+}
+
+/// `gcdump diff` and `heap diff`: the two snapshots.
+#[derive(Debug, Args)]
+struct SnapshotPairArgs {
+    /// The earlier snapshot.
+    #[arg(value_name = "OLD")]
+    old: PathBuf,
+    /// The later snapshot.
+    #[arg(value_name = "NEW")]
+    new: PathBuf,
 }
 
 /// A duration: `5s`, `250ms`, `2m`, `1h`, bare seconds (`1.5`) or `hh:mm:ss`.
@@ -878,20 +874,14 @@ impl Cli {
                     allow_partial: false,
                 }),
                 Some(HeapCommand::Diff(d)) => Action::HeapDiff(stream_file::DiffConfig {
-                    old: d.old,
-                    new: d.new,
+                    old: d.snapshots.old,
+                    new: d.snapshots.new,
                     json: d.format.json,
                     top: d.top,
                     allow_partial: false,
                 }),
                 Some(HeapCommand::Convert(c)) => {
-                    one_output("heap", c.output.as_ref(), &c.formats)?;
-                    Action::HeapConvert(stream_file::ConvertConfig {
-                        file: c.file,
-                        formats: c.formats,
-                        output: c.output,
-                        allow_partial: false,
-                    })
+                    Action::HeapConvert(c.snapshot.into_config("heap", false)?)
                 }
             },
             Command::Gcdump(a) => match a.command {
@@ -917,20 +907,14 @@ impl Cli {
                     allow_partial: r.allow_partial,
                 }),
                 Some(GcdumpCommand::Diff(d)) => Action::GcdumpDiff(stream_file::DiffConfig {
-                    old: d.old,
-                    new: d.new,
+                    old: d.snapshots.old,
+                    new: d.snapshots.new,
                     json: d.format.json,
                     top: d.top,
                     allow_partial: d.allow_partial,
                 }),
                 Some(GcdumpCommand::Convert(c)) => {
-                    one_output("gcdump", c.output.as_ref(), &c.formats)?;
-                    Action::GcdumpConvert(stream_file::ConvertConfig {
-                        file: c.file,
-                        formats: c.formats,
-                        output: c.output,
-                        allow_partial: c.allow_partial,
-                    })
+                    Action::GcdumpConvert(c.snapshot.into_config("gcdump", c.allow_partial)?)
                 }
             },
             Command::Stress(a) => Action::Stress(stress::Config {
@@ -963,6 +947,23 @@ fn parse_samples(s: &str) -> SampleSelection {
         "live-heap" | "heap" => SampleSelection::LiveHeap,
         "events" => SampleSelection::EventsWithStacks,
         _ => SampleSelection::Event(s.to_owned()),
+    }
+}
+
+impl SnapshotConvertArgs {
+    /// The config of `subcommand convert`, after the usage check clap cannot make.
+    fn into_config(
+        self,
+        subcommand: &str,
+        allow_partial: bool,
+    ) -> Result<stream_file::ConvertConfig, clap::Error> {
+        one_output(subcommand, self.output.as_ref(), &self.formats)?;
+        Ok(stream_file::ConvertConfig {
+            file: self.file,
+            formats: self.formats,
+            output: self.output,
+            allow_partial,
+        })
     }
 }
 
