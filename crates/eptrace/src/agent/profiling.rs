@@ -372,7 +372,7 @@ fn profile_loop(agent: &Arc<Agent>, process: &Process, stop: &AtomicBool) {
                     "profiling {} ({}): {e:#}; trying again in 5 s",
                     process.name, process.pid
                 ));
-                super::retry_pause(&stop);
+                super::retry_pause(stop);
             }
         }
     }
