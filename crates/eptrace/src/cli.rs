@@ -15,7 +15,9 @@ use eventpipe_insight::SampleSelection;
 use crate::collect::{Profile, TargetSpec};
 use crate::convert::ConvertFormat;
 use crate::input::InputSpec;
-use crate::{collect, convert, counters, demo, dump, gcdump, heap, ps, report, stress};
+use crate::{
+    collect, convert, counters, demo, dump, gcdump, heap, ps, report, stream_file, stress,
+};
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -278,12 +280,8 @@ struct GcdumpReportArgs {
 
 #[derive(Debug, Args)]
 struct GcdumpDiffArgs {
-    /// The earlier snapshot.
-    #[arg(value_name = "OLD")]
-    old: PathBuf,
-    /// The later snapshot.
-    #[arg(value_name = "NEW")]
-    new: PathBuf,
+    #[command(flatten)]
+    snapshots: SnapshotPairArgs,
     #[command(flatten)]
     format: FormatArgs,
     /// Types shown (JSON has all of them).
@@ -296,22 +294,8 @@ struct GcdumpDiffArgs {
 
 #[derive(Debug, Args)]
 struct GcdumpConvertArgs {
-    /// The snapshot.
-    #[arg(value_name = "FILE")]
-    file: PathBuf,
-    /// Output formats (comma list): speedscope, pprof, flamegraph, collapsed.
-    #[arg(
-        short = 'f',
-        long = "format",
-        value_name = "FORMAT,..",
-        value_delimiter = ',',
-        value_enum,
-        default_value = "speedscope"
-    )]
-    formats: Vec<ConvertFormat>,
-    /// Output file (`-`: standard output), for a single format.
-    #[arg(short = 'o', long, value_name = "FILE")]
-    output: Option<PathBuf>,
+    #[command(flatten)]
+    snapshot: SnapshotConvertArgs,
     /// Convert a dump that lost part of the heap, marked incomplete.
     #[arg(long)]
     allow_partial: bool,
@@ -475,12 +459,8 @@ struct HeapReportArgs {
 
 #[derive(Debug, Args)]
 struct HeapDiffArgs {
-    /// The earlier snapshot.
-    #[arg(value_name = "OLD")]
-    old: PathBuf,
-    /// The later snapshot.
-    #[arg(value_name = "NEW")]
-    new: PathBuf,
+    #[command(flatten)]
+    snapshots: SnapshotPairArgs,
     #[command(flatten)]
     format: FormatArgs,
     /// Sites shown (JSON has all of them).
@@ -490,6 +470,13 @@ struct HeapDiffArgs {
 
 #[derive(Debug, Args)]
 struct HeapConvertArgs {
+    #[command(flatten)]
+    snapshot: SnapshotConvertArgs,
+}
+
+/// `gcdump convert` and `heap convert`: a snapshot file as profiles.
+#[derive(Debug, Args)]
+struct SnapshotConvertArgs {
     /// The snapshot.
     #[arg(value_name = "FILE")]
     file: PathBuf,
@@ -506,6 +493,17 @@ struct HeapConvertArgs {
     /// Output file (`-`: standard output), for a single format.
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<PathBuf>,
+}
+
+/// `gcdump diff` and `heap diff`: the two snapshots.
+#[derive(Debug, Args)]
+struct SnapshotPairArgs {
+    /// The earlier snapshot.
+    #[arg(value_name = "OLD")]
+    old: PathBuf,
+    /// The later snapshot.
+    #[arg(value_name = "NEW")]
+    new: PathBuf,
 }
 
 /// A duration: `5s`, `250ms`, `2m`, `1h`, bare seconds (`1.5`) or `hh:mm:ss`.
@@ -726,13 +724,13 @@ pub(crate) enum Action {
     /// The demo's workload, for this many seconds.
     DemoWorkload(f64),
     /// `eptrace gcdump [collect]`.
-    GcdumpCollect(gcdump::CollectConfig),
+    GcdumpCollect(stream_file::CollectConfig<gcdump::CaptureOptions>),
     /// `eptrace gcdump report`.
-    GcdumpReport(gcdump::ReportConfig),
+    GcdumpReport(stream_file::ReportConfig),
     /// `eptrace gcdump diff`.
-    GcdumpDiff(gcdump::DiffConfig),
+    GcdumpDiff(stream_file::DiffConfig),
     /// `eptrace gcdump convert`.
-    GcdumpConvert(gcdump::ConvertConfig),
+    GcdumpConvert(stream_file::ConvertConfig),
     /// `eptrace counters monitor`.
     CountersMonitor(counters::MonitorConfig),
     /// `eptrace counters collect`.
@@ -740,13 +738,13 @@ pub(crate) enum Action {
     /// `eptrace counters report`.
     CountersReport(counters::ReportConfig),
     /// `eptrace heap [collect]`.
-    HeapCollect(heap::CollectConfig),
+    HeapCollect(stream_file::CollectConfig<heap::CaptureOptions>),
     /// `eptrace heap report`.
-    HeapReport(heap::ReportConfig),
+    HeapReport(stream_file::ReportConfig),
     /// `eptrace heap diff`.
-    HeapDiff(heap::DiffConfig),
+    HeapDiff(stream_file::DiffConfig),
     /// `eptrace heap convert`.
-    HeapConvert(heap::ConvertConfig),
+    HeapConvert(stream_file::ConvertConfig),
 }
 
 impl Cli {
@@ -814,12 +812,7 @@ impl Cli {
                 })
             }
             Command::Convert(a) => {
-                if a.output.is_some() && a.formats.len() > 1 {
-                    return Err(usage_error(
-                        "convert",
-                        "-o names one file; give one --format with it".into(),
-                    ));
-                }
+                one_output("convert", a.output.as_ref(), &a.formats)?;
                 Action::Convert(convert::Config {
                     input: InputSpec::from_arg(a.input.file),
                     cut: crate::cut::CutTraces::from_flag(a.cut.require_complete),
@@ -865,18 +858,8 @@ impl Cli {
                         Some(HeapCommand::Collect(c)) => c,
                         _ => a.collect,
                     };
-                    let target = match (c.pid, c.name) {
-                        (Some(pid), _) => TargetSpec::Pid(pid),
-                        (None, Some(name)) => TargetSpec::Name(name),
-                        (None, None) => {
-                            return Err(usage_error(
-                                "heap",
-                                "name the process: -p PID or -n NAME".into(),
-                            ))
-                        }
-                    };
-                    Action::HeapCollect(heap::CollectConfig {
-                        target,
+                    Action::HeapCollect(stream_file::CollectConfig {
+                        target: snapshot_target("heap", c.pid, c.name)?,
                         output: c.output,
                         options: heap::CaptureOptions {
                             timeout: c.timeout,
@@ -884,29 +867,21 @@ impl Cli {
                         },
                     })
                 }
-                Some(HeapCommand::Report(r)) => Action::HeapReport(heap::ReportConfig {
+                Some(HeapCommand::Report(r)) => Action::HeapReport(stream_file::ReportConfig {
                     file: r.file,
                     json: r.format.json,
                     top: r.top,
+                    allow_partial: false,
                 }),
-                Some(HeapCommand::Diff(d)) => Action::HeapDiff(heap::DiffConfig {
-                    old: d.old,
-                    new: d.new,
+                Some(HeapCommand::Diff(d)) => Action::HeapDiff(stream_file::DiffConfig {
+                    old: d.snapshots.old,
+                    new: d.snapshots.new,
                     json: d.format.json,
                     top: d.top,
+                    allow_partial: false,
                 }),
                 Some(HeapCommand::Convert(c)) => {
-                    if c.output.is_some() && c.formats.len() > 1 {
-                        return Err(usage_error(
-                            "heap",
-                            "-o names one file; give one --format with it".into(),
-                        ));
-                    }
-                    Action::HeapConvert(heap::ConvertConfig {
-                        file: c.file,
-                        formats: c.formats,
-                        output: c.output,
-                    })
+                    Action::HeapConvert(c.snapshot.into_config("heap", false)?)
                 }
             },
             Command::Gcdump(a) => match a.command {
@@ -915,18 +890,8 @@ impl Cli {
                         Some(GcdumpCommand::Collect(c)) => c,
                         _ => a.collect,
                     };
-                    let target = match (c.pid, c.name) {
-                        (Some(pid), _) => TargetSpec::Pid(pid),
-                        (None, Some(name)) => TargetSpec::Name(name),
-                        (None, None) => {
-                            return Err(usage_error(
-                                "gcdump",
-                                "name the process: -p PID or -n NAME".into(),
-                            ))
-                        }
-                    };
-                    Action::GcdumpCollect(gcdump::CollectConfig {
-                        target,
+                    Action::GcdumpCollect(stream_file::CollectConfig {
+                        target: snapshot_target("gcdump", c.pid, c.name)?,
                         output: c.output,
                         options: gcdump::CaptureOptions {
                             timeout: c.timeout,
@@ -935,32 +900,21 @@ impl Cli {
                         },
                     })
                 }
-                Some(GcdumpCommand::Report(r)) => Action::GcdumpReport(gcdump::ReportConfig {
+                Some(GcdumpCommand::Report(r)) => Action::GcdumpReport(stream_file::ReportConfig {
                     file: r.file,
                     json: r.format.json,
                     top: r.top,
                     allow_partial: r.allow_partial,
                 }),
-                Some(GcdumpCommand::Diff(d)) => Action::GcdumpDiff(gcdump::DiffConfig {
-                    old: d.old,
-                    new: d.new,
+                Some(GcdumpCommand::Diff(d)) => Action::GcdumpDiff(stream_file::DiffConfig {
+                    old: d.snapshots.old,
+                    new: d.snapshots.new,
                     json: d.format.json,
                     top: d.top,
                     allow_partial: d.allow_partial,
                 }),
                 Some(GcdumpCommand::Convert(c)) => {
-                    if c.output.is_some() && c.formats.len() > 1 {
-                        return Err(usage_error(
-                            "gcdump",
-                            "-o names one file; give one --format with it".into(),
-                        ));
-                    }
-                    Action::GcdumpConvert(gcdump::ConvertConfig {
-                        file: c.file,
-                        formats: c.formats,
-                        output: c.output,
-                        allow_partial: c.allow_partial,
-                    })
+                    Action::GcdumpConvert(c.snapshot.into_config("gcdump", c.allow_partial)?)
                 }
             },
             Command::Stress(a) => Action::Stress(stress::Config {
@@ -994,6 +948,54 @@ fn parse_samples(s: &str) -> SampleSelection {
         "events" => SampleSelection::EventsWithStacks,
         _ => SampleSelection::Event(s.to_owned()),
     }
+}
+
+impl SnapshotConvertArgs {
+    /// The config of `subcommand convert`, after the usage check clap cannot make.
+    fn into_config(
+        self,
+        subcommand: &str,
+        allow_partial: bool,
+    ) -> Result<stream_file::ConvertConfig, clap::Error> {
+        one_output(subcommand, self.output.as_ref(), &self.formats)?;
+        Ok(stream_file::ConvertConfig {
+            file: self.file,
+            formats: self.formats,
+            output: self.output,
+            allow_partial,
+        })
+    }
+}
+
+/// The process a snapshot command (`gcdump`, `heap`) names: `-p PID` or `-n NAME`.
+fn snapshot_target(
+    subcommand: &str,
+    pid: Option<u32>,
+    name: Option<String>,
+) -> Result<TargetSpec, clap::Error> {
+    match (pid, name) {
+        (Some(pid), _) => Ok(TargetSpec::Pid(pid)),
+        (None, Some(name)) => Ok(TargetSpec::Name(name)),
+        (None, None) => Err(usage_error(
+            subcommand,
+            "name the process: -p PID or -n NAME".into(),
+        )),
+    }
+}
+
+/// `-o` names one file, so it takes one `--format`.
+fn one_output(
+    subcommand: &str,
+    output: Option<&PathBuf>,
+    formats: &[ConvertFormat],
+) -> Result<(), clap::Error> {
+    if output.is_some() && formats.len() > 1 {
+        return Err(usage_error(
+            subcommand,
+            "-o names one file; give one --format with it".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// A usage error (exit status 2) whose usage line is the subcommand's.

@@ -13,9 +13,8 @@
 
 use std::fs::File;
 use std::io::{IsTerminal, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -26,47 +25,10 @@ use eventpipe_insight::gcdump::{
 use eventpipe_insight::heap::dominators;
 use eventpipe_ipc::command::CollectTracing;
 use eventpipe_ipc::ProviderRequest;
-use nettrace::TraceReader;
 
-use crate::collect::{Target, TargetSpec};
-use crate::convert::ConvertFormat;
+use crate::collect::Target;
 use crate::numbers::{signed, thousands};
-
-/// `eptrace gcdump collect`.
-#[derive(Debug)]
-pub(crate) struct CollectConfig {
-    pub(crate) target: TargetSpec,
-    pub(crate) output: Option<PathBuf>,
-    pub(crate) options: CaptureOptions,
-}
-
-/// `eptrace gcdump report`.
-#[derive(Debug)]
-pub(crate) struct ReportConfig {
-    pub(crate) file: PathBuf,
-    pub(crate) json: bool,
-    pub(crate) top: usize,
-    pub(crate) allow_partial: bool,
-}
-
-/// `eptrace gcdump diff`.
-#[derive(Debug)]
-pub(crate) struct DiffConfig {
-    pub(crate) old: PathBuf,
-    pub(crate) new: PathBuf,
-    pub(crate) json: bool,
-    pub(crate) top: usize,
-    pub(crate) allow_partial: bool,
-}
-
-/// `eptrace gcdump convert`.
-#[derive(Debug)]
-pub(crate) struct ConvertConfig {
-    pub(crate) file: PathBuf,
-    pub(crate) formats: Vec<ConvertFormat>,
-    pub(crate) output: Option<PathBuf>,
-    pub(crate) allow_partial: bool,
-}
+use crate::stream_file::{CollectConfig, ConvertConfig, DiffConfig, ReportConfig, SessionReader};
 
 /// How long the type-table flush may take before the dump goes ahead anyway.
 const TYPE_FLUSH_WAIT: Duration = Duration::from_secs(3);
@@ -74,31 +36,14 @@ const TYPE_FLUSH_WAIT: Duration = Duration::from_secs(3);
 /// dump to give (`dotnet-gcdump` waits as long).
 const START_WAIT: Duration = Duration::from_secs(5);
 
-pub(crate) fn do_collect(config: &CollectConfig) -> Result<()> {
-    let (path, captured) = crate::stream_file::collect_snapshot(
-        &config.target,
-        config.output.as_ref(),
+pub(crate) fn do_collect(config: &CollectConfig<CaptureOptions>) -> Result<()> {
+    crate::stream_file::do_collect(
+        config,
+        "gcdump",
         ".gcdump.nettrace",
-        |target, file, path, report| {
-            capture(
-                target,
-                file,
-                path,
-                &config.options,
-                &AtomicBool::new(false),
-                report,
-            )
-        },
-    )?;
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(
-        out,
-        "Heap snapshot written to {} ({}). Inspect it with `eptrace gcdump report {}`.",
-        path.display(),
-        captured.summary(),
-        path.display()
-    );
-    Ok(())
+        capture,
+        Captured::summary,
+    )
 }
 
 /// How a heap dump is taken.
@@ -203,15 +148,8 @@ pub(crate) fn capture(
         }
         Err(e) => return Err(e.context("starting the heap dump session")),
     };
-    let session = stream.session_id();
-    let closer = stream.closer()?;
-    let shared = Arc::new(Shared::default());
-    let reader = {
-        let shared = Arc::clone(&shared);
-        std::thread::Builder::new()
-            .name("eptrace-gcdump".into())
-            .spawn(move || read_dump(stream, file, &shared))?
-    };
+    let reader = SessionReader::start(stream, file, "eptrace-gcdump", read_dump)?;
+    let shared = &reader.shared;
     let mut stopped = false;
     let mut last_line = Instant::now() - Duration::from_secs(1);
     let outcome = loop {
@@ -224,12 +162,7 @@ pub(crate) fn capture(
         let finished = shared.finished.load(Ordering::Acquire);
         if finished && !stopped {
             stopped = true;
-            if let Err(e) = target.stop(session) {
-                report(Report::Note(&format!(
-                    "note: StopTracing failed ({e:#}); the stream was cut"
-                )));
-                closer.close();
-            }
+            reader.stop_whole(target, report);
         }
         let waited = began.elapsed();
         if !stopped
@@ -262,18 +195,16 @@ pub(crate) fn capture(
     };
     if let Some(why) = &outcome {
         report(Report::Note(&format!("{why}: stopping the session")));
-        if let Err(e) = target.stop(session) {
+        if let Err(e) = target.stop(reader.session()) {
             report(Report::Note(&format!("note: StopTracing failed ({e:#})")));
         }
         let deadline = Instant::now() + Duration::from_secs(10);
         while !reader.is_finished() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
-        closer.close();
+        reader.close();
     }
-    let read = reader
-        .join()
-        .map_err(|_| anyhow::anyhow!("the stream reader panicked"))??;
+    let read = reader.join()?;
     let dump = match (
         accept(
             read.builder.finish(read.lost),
@@ -409,25 +340,17 @@ fn accept(
 
 /// Reads a snapshot file into a dump.
 fn load(path: &Path, allow_partial: bool) -> Result<GcDump> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let mut reader = TraceReader::from_slice(&bytes)
-        .with_context(|| format!("cannot read {}", path.display()))?;
     let mut builder = GcDumpBuilder::new();
-    while let Some(event) = reader
-        .next_event()
-        .with_context(|| format!("cannot read {}", path.display()))?
-    {
+    let lost = crate::stream_file::read_file(path, |event| {
         builder
-            .observe(&event)
+            .observe(event)
             .with_context(|| format!("reading the heap dump in {}", path.display()))?;
-    }
+        Ok(())
+    })?;
     let interactive = std::io::stderr().is_terminal();
-    accept(
-        builder.finish(reader.stats().lost_events),
-        allow_partial,
-        path,
-        &mut |report| crate::progress::say(report, interactive, &mut false),
-    )
+    accept(builder.finish(lost), allow_partial, path, &mut |report| {
+        crate::progress::say(report, interactive, &mut false)
+    })
 }
 
 fn report_of(dump: &GcDump) -> HeapReport {
@@ -438,12 +361,10 @@ fn report_of(dump: &GcDump) -> HeapReport {
 pub(crate) fn do_report(config: &ReportConfig) -> Result<()> {
     let dump = load(&config.file, config.allow_partial)?;
     let report = report_of(&dump);
-    let mut out = std::io::stdout().lock();
     if config.json {
-        serde_json::to_writer_pretty(&mut out, &report)?;
-        writeln!(out)?;
-        return Ok(());
+        return crate::print_json(&report);
     }
+    let mut out = std::io::stdout().lock();
     writeln!(out, "{:>15}  GC Heap bytes", thousands(report.bytes))?;
     writeln!(out, "{:>15}  GC Heap objects", thousands(report.objects))?;
     writeln!(
@@ -488,12 +409,10 @@ pub(crate) fn do_diff(config: &DiffConfig) -> Result<()> {
     let old = report_of(&load(&config.old, config.allow_partial)?);
     let new = report_of(&load(&config.new, config.allow_partial)?);
     let rows = diff_reports(&old, &new);
-    let mut out = std::io::stdout().lock();
     if config.json {
-        serde_json::to_writer_pretty(&mut out, &rows)?;
-        writeln!(out)?;
-        return Ok(());
+        return crate::print_json(&rows);
     }
+    let mut out = std::io::stdout().lock();
     writeln!(
         out,
         "GC heap: {} -> {} bytes ({}), {} -> {} objects",

@@ -10,9 +10,8 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -21,44 +20,10 @@ use eventpipe_insight::live_heap::{diff_live_heaps, LiveHeap, LiveHeapBuilder};
 use eventpipe_insight::{ProfileBuilder, SampleSelection};
 use eventpipe_ipc::command::CollectTracing;
 use eventpipe_ipc::ProviderRequest;
-use nettrace::TraceReader;
 
-use crate::collect::{Target, TargetSpec};
-use crate::convert::ConvertFormat;
+use crate::collect::Target;
 use crate::numbers::{signed, thousands};
-
-/// `eptrace heap collect`.
-#[derive(Debug)]
-pub(crate) struct CollectConfig {
-    pub(crate) target: TargetSpec,
-    pub(crate) output: Option<PathBuf>,
-    pub(crate) options: CaptureOptions,
-}
-
-/// `eptrace heap report`.
-#[derive(Debug)]
-pub(crate) struct ReportConfig {
-    pub(crate) file: PathBuf,
-    pub(crate) json: bool,
-    pub(crate) top: usize,
-}
-
-/// `eptrace heap diff`.
-#[derive(Debug)]
-pub(crate) struct DiffConfig {
-    pub(crate) old: PathBuf,
-    pub(crate) new: PathBuf,
-    pub(crate) json: bool,
-    pub(crate) top: usize,
-}
-
-/// `eptrace heap convert`.
-#[derive(Debug)]
-pub(crate) struct ConvertConfig {
-    pub(crate) file: PathBuf,
-    pub(crate) formats: Vec<ConvertFormat>,
-    pub(crate) output: Option<PathBuf>,
-}
+use crate::stream_file::{CollectConfig, ConvertConfig, DiffConfig, ReportConfig, SessionReader};
 
 /// What a program needs for `eptrace heap`, said when it does not answer.
 const WHAT_IT_NEEDS: &str = "a program answers heap snapshots when it installs \
@@ -67,31 +32,8 @@ const WHAT_IT_NEEDS: &str = "a program answers heap snapshots when it installs \
     and tracks its heap (`eventpipe_profiler::alloc::track_heap(interval)`, or \
     EVENTPIPE_HEAP_TRACKING=1 in its environment)";
 
-pub(crate) fn do_collect(config: &CollectConfig) -> Result<()> {
-    let (path, heap) = crate::stream_file::collect_snapshot(
-        &config.target,
-        config.output.as_ref(),
-        ".heap.nettrace",
-        |target, file, path, report| {
-            capture(
-                target,
-                file,
-                path,
-                &config.options,
-                &AtomicBool::new(false),
-                report,
-            )
-        },
-    )?;
-    let mut out = std::io::stdout().lock();
-    writeln!(
-        out,
-        "Heap snapshot written to {} ({}). Inspect it with `eptrace heap report {}`.",
-        path.display(),
-        summary(&heap),
-        path.display()
-    )?;
-    Ok(())
+pub(crate) fn do_collect(config: &CollectConfig<CaptureOptions>) -> Result<()> {
+    crate::stream_file::do_collect(config, "heap", ".heap.nettrace", capture, summary)
 }
 
 /// How a heap snapshot is taken.
@@ -147,32 +89,20 @@ pub(crate) fn capture(
     let stream = target
         .collect(&request)
         .context("starting the heap snapshot session")?;
-    let session = stream.session_id();
-    let closer = stream.closer()?;
-    let shared = Arc::new(Shared::default());
-    let reader = {
-        let shared = Arc::clone(&shared);
-        std::thread::Builder::new()
-            .name("eptrace-heap".into())
-            .spawn(move || read_snapshot(stream, file, &shared))?
-    };
+    let reader = SessionReader::start(stream, file, "eptrace-heap", read_snapshot)?;
+    let shared = &reader.shared;
     let mut last_line = Instant::now() - Duration::from_secs(1);
     let mut stopped = false;
     let mut gave_up = false;
     while !reader.is_finished() {
         if !stopped && shared.ended.load(Ordering::Acquire) {
             stopped = true;
-            if let Err(e) = target.stop(session) {
-                report(crate::progress::Report::Note(&format!(
-                    "note: StopTracing failed ({e:#}); the stream was cut"
-                )));
-                closer.close();
-            }
+            reader.stop_whole(target, report);
         }
         if !stopped && (began.elapsed() > options.timeout || cancel.load(Ordering::Relaxed)) {
             stopped = true;
             gave_up = true;
-            let _ = target.stop(session);
+            let _ = target.stop(reader.session());
         }
         if last_line.elapsed() >= Duration::from_millis(250) {
             last_line = Instant::now();
@@ -183,13 +113,11 @@ pub(crate) fn capture(
             )));
         }
         if stopped && began.elapsed() > options.timeout + Duration::from_secs(10) {
-            closer.close();
+            reader.close();
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let (heap, lost) = reader
-        .join()
-        .map_err(|_| anyhow::anyhow!("the stream reader panicked"))??;
+    let (heap, lost) = reader.join()?;
     if cancel.load(Ordering::Relaxed) {
         bail!("cancelled before the snapshot was complete");
     }
@@ -263,17 +191,11 @@ fn read_snapshot(
 
 /// Reads a snapshot file.
 fn load(path: &Path) -> Result<LiveHeap> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let mut reader = TraceReader::from_slice(&bytes)
-        .with_context(|| format!("cannot read {}", path.display()))?;
     let mut builder = LiveHeapBuilder::new();
-    while let Some(event) = reader
-        .next_event()
-        .with_context(|| format!("cannot read {}", path.display()))?
-    {
-        builder.observe(&event);
-    }
-    let lost = reader.stats().lost_events;
+    let lost = crate::stream_file::read_file(path, |event| {
+        builder.observe(event);
+        Ok(())
+    })?;
     let heap = builder.finish();
     if heap.samples == 0 && !heap.complete {
         bail!(
@@ -287,12 +209,10 @@ fn load(path: &Path) -> Result<LiveHeap> {
 
 pub(crate) fn do_report(config: &ReportConfig) -> Result<()> {
     let heap = load(&config.file)?;
-    let mut out = std::io::stdout().lock();
     if config.json {
-        serde_json::to_writer_pretty(&mut out, &heap)?;
-        writeln!(out)?;
-        return Ok(());
+        return crate::print_json(&heap);
     }
+    let mut out = std::io::stdout().lock();
     writeln!(
         out,
         "Live heap (snapshot {}, one sample per {} bytes allocated on average): about {} bytes \
@@ -338,12 +258,10 @@ pub(crate) fn do_diff(config: &DiffConfig) -> Result<()> {
     let old = load(&config.old)?;
     let new = load(&config.new)?;
     let rows = diff_live_heaps(&old, &new);
-    let mut out = std::io::stdout().lock();
     if config.json {
-        serde_json::to_writer_pretty(&mut out, &rows)?;
-        writeln!(out)?;
-        return Ok(());
+        return crate::print_json(&rows);
     }
+    let mut out = std::io::stdout().lock();
     writeln!(
         out,
         "Live heap: about {} -> {} bytes ({})",
@@ -371,17 +289,11 @@ pub(crate) fn do_diff(config: &DiffConfig) -> Result<()> {
 }
 
 pub(crate) fn do_convert(config: &ConvertConfig) -> Result<()> {
-    let bytes = std::fs::read(&config.file)
-        .with_context(|| format!("cannot read {}", config.file.display()))?;
-    let mut reader = TraceReader::from_slice(&bytes)
-        .with_context(|| format!("cannot read {}", config.file.display()))?;
     let mut builder = ProfileBuilder::new(SampleSelection::LiveHeap);
-    while let Some(event) = reader
-        .next_event()
-        .with_context(|| format!("cannot read {}", config.file.display()))?
-    {
-        builder.observe(&event);
-    }
+    crate::stream_file::read_file(&config.file, |event| {
+        builder.observe(event);
+        Ok(())
+    })?;
     let profile = builder.finish().profile;
     if profile.samples.is_empty() {
         bail!(

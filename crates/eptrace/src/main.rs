@@ -85,6 +85,14 @@ fn run() -> ExitCode {
     }
 }
 
+/// Prints `value` on stdout as pretty JSON and a newline: what `--json` prints.
+pub(crate) fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+    let mut out = io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, value)?;
+    writeln!(out)?;
+    Ok(())
+}
+
 /// Whether the error is a write to a closed pipe: the reader went away, which is not a
 /// failure of ours.
 fn is_broken_pipe(err: &anyhow::Error) -> bool {

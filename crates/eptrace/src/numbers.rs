@@ -1,17 +1,7 @@
 //! Numbers as the tables print them.
 
-/// `1234567` as `1,234,567`.
-pub(crate) fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
+/// `1234567` as `1,234,567` (insight's, which its flame graph titles use too).
+pub(crate) use eventpipe_insight::thousands;
 
 /// A change with its sign: `+1,024`, `-3`, `0`.
 pub(crate) fn signed(n: i128) -> String {

@@ -153,12 +153,10 @@ pub(crate) fn list() -> Result<Vec<Row>> {
 /// Prints the table (or JSON).
 pub(crate) fn do_ps(config: &Config) -> Result<()> {
     let rows = list()?;
-    let mut out = std::io::stdout().lock();
     if config.json {
-        serde_json::to_writer_pretty(&mut out, &rows)?;
-        writeln!(out)?;
-        return Ok(());
+        return crate::print_json(&rows);
     }
+    let mut out = std::io::stdout().lock();
     if rows.is_empty() {
         writeln!(
             out,

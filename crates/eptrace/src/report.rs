@@ -1,17 +1,18 @@
 //! `eptrace report`: what a trace holds, in one read.
 //!
-//! Two passes run side by side on two threads. The file-order pass reads events as stored
-//! and tallies everything the report shows, checking that each capture thread's timestamps
-//! never decrease. The sorted pass reads the same bytes through [`SortedReader`] and checks
-//! that its output never goes back in time and that it yields as many events. A mapped file
-//! is simply read twice; standard input is read once and its bytes are teed over a bounded
-//! channel to the sorted pass, so memory stays bounded by a few blocks either way.
+//! The analysis is [`eventpipe_insight::report`]'s; this module reads the trace for it and
+//! prints the result. Two passes run side by side on two threads. The file-order pass
+//! ([`FileOrderPass`]) reads events as stored and tallies everything the report shows,
+//! checking that each capture thread's timestamps never decrease. The sorted pass reads the
+//! same bytes through [`nettrace::check_sorted_order`] and checks that sorted output never
+//! goes back in time and that it yields as many events. A mapped file is simply read twice;
+//! standard input is read once and its bytes are teed over a bounded channel to the sorted
+//! pass, so memory stays bounded by a few blocks either way.
+//!
+//! The JSON output is [`TraceReport`] serialized; the text output is [`render_text`]'s.
 
 use std::cell::Cell;
-use std::collections::{BTreeMap, HashMap, HashSet};
-
-/// A fast hasher for the maps touched once per event (keys from the trace itself).
-type FastHash = foldhash::fast::RandomState;
+use std::collections::BTreeMap;
 use std::io::{self, BufWriter, Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
@@ -19,10 +20,11 @@ use std::thread;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use eventpipe_insight::{AsyncTrace, BuiltProfile, ProfileBuilder, SampleSelection};
+use eventpipe_insight::report::{
+    AsyncProfile, FileOrderPass, HotSpots, TraceReport, PROGRESS_EVERY,
+};
 use nettrace::source::Input;
-use nettrace::{EventMetadata, ReadStats, TraceInfo, TraceReader};
-use serde::Serialize;
+use nettrace::{OrderCheck, TraceReader};
 
 use crate::input::{self, InputSpec, Opened, PageRelease, PagedInput};
 use crate::progress::Progress;
@@ -39,9 +41,6 @@ pub(crate) struct Config {
     /// Whether a cut-off trace is read.
     pub(crate) cut: crate::cut::CutTraces,
 }
-
-/// How many events pass between progress updates and cancellation checks.
-const CHECK_EVERY: u64 = 4096;
 
 /// Runs `eptrace report`.
 pub(crate) fn do_report(config: &Config) -> Result<()> {
@@ -68,202 +67,10 @@ pub(crate) fn do_report(config: &Config) -> Result<()> {
 }
 
 // ---------------------------------------------------------------------------------------
-// The report itself (its JSON form is the documented output).
-
-/// Where a cut-off trace ends.
-#[derive(Debug, Serialize)]
-struct Truncated {
-    /// The offset of the incomplete block (or missing block header).
-    at_byte: u64,
-    /// What was being read when the input ended.
-    reading: &'static str,
-}
-
-#[derive(Debug, Serialize)]
-struct Report {
-    file: String,
-    format_version: String,
-    process_id: Option<u64>,
-    pointer_size: u32,
-    processor_count: Option<u32>,
-    start_time_utc: Option<String>,
-    /// First to last event timestamp; `None` without events.
-    duration_ms: Option<f64>,
-    file_bytes: u64,
-    total_events: u64,
-    /// Where a cut-off trace ends; `None` for a whole trace.
-    truncated: Option<Truncated>,
-    events_by_provider: BTreeMap<String, u64>,
-    event_counts: BTreeMap<String, u64>,
-    /// Most events first.
-    threads: Vec<ThreadRow>,
-    lost_events: Lost,
-    stacks: Stacks,
-    time_order: TimeOrder,
-    /// Where the samples (CPU, allocation, or stack-carrying events) fall.
-    profile: HotSpots,
-    /// What instrumented futures did, when the trace has async-profiler data.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    async_profile: Option<AsyncProfile>,
-}
-
-#[derive(Debug, Serialize)]
-struct AsyncProfile {
-    /// One row per instrumented site (future), most running time first.
-    frames: Vec<AsyncFrameRow>,
-    /// Root futures (tasks) created with no parent and still pending at the end of the
-    /// trace, the oldest first.
-    pending_roots: Vec<PendingRoot>,
-    diagnostics: AsyncDiagnostics,
-}
-
-#[derive(Debug, Serialize)]
-struct AsyncFrameRow {
-    frame_id: u32,
-    /// The site's name (`frame#N` when the trace does not describe it).
-    name: String,
-    file: Option<String>,
-    line: Option<u32>,
-    /// Futures whose creation the trace shows.
-    created: u64,
-    polls: u64,
-    completed: u64,
-    /// Dropped before completing.
-    cancelled: u64,
-    /// A poll panicked.
-    panicked: u64,
-    /// Still pending at the end of the trace.
-    pending: u64,
-    /// The sum of their polls (nested polls included).
-    running_ms: f64,
-    /// From each one's first poll to its end (or the trace's), minus its running time.
-    suspended_ms: f64,
-    mean_poll_us: f64,
-}
-
-#[derive(Debug, Serialize)]
-struct PendingRoot {
-    context: u64,
-    frame: String,
-    /// From its creation to the end of the trace.
-    alive_ms: f64,
-    polls: u64,
-}
-
-#[derive(Debug, Serialize)]
-struct AsyncDiagnostics {
-    /// `AsyncBuffer` events read.
-    buffers: u64,
-    /// Buffers missing from the per-thread sequence.
-    lost_buffers: u64,
-    lost_by_thread: Vec<LostRow>,
-    /// Poll ends met with no poll open (their start was in lost data).
-    empty_pops: u64,
-    /// Buffers that did not decode (skipped).
-    malformed: Vec<MalformedRow>,
-    /// Buffers older than what was already read (skipped).
-    out_of_order: u64,
-    /// Stack records that disagreed with the polls open although nothing was lost.
-    stack_mismatches: u64,
-    /// Async-profiler events whose payload did not decode.
-    undecodable_events: u64,
-}
-
-#[derive(Debug, Serialize)]
-struct MalformedRow {
-    thread_id: u64,
-    sequence: u32,
-    error: String,
-}
-
-#[derive(Debug, Serialize)]
-struct HotSpots {
-    /// What a sample is: `CPU samples`, `Allocations`, `Events with stacks`.
-    kind: String,
-    /// Captures: one per event that became a sample.
-    samples: u64,
-    /// What the samples stand for, summed, in `weight_unit`.
-    total_weight: u64,
-    /// `nanoseconds of CPU time`, `nanoseconds of thread time`, `bytes allocated`, ...
-    weight_unit: String,
-    /// `total_weight` in words: `5.790 s of CPU time`.
-    total: String,
-    /// Heaviest self weight first.
-    functions: Vec<HotFunction>,
-    /// Heaviest first; frames root first, joined by `;`.
-    stacks: Vec<HotStack>,
-    /// Modules that could not be symbolized, and why.
-    notes: Vec<String>,
-}
-
-#[derive(Debug, Serialize)]
-struct HotFunction {
-    function: String,
-    module: Option<String>,
-    /// Weight of samples whose leaf is this function.
-    self_weight: u64,
-    /// Weight of samples with this function anywhere on the stack.
-    total_weight: u64,
-}
-
-#[derive(Debug, Serialize)]
-struct HotStack {
-    stack: String,
-    weight: u64,
-}
-
-#[derive(Debug, Serialize)]
-struct ThreadRow {
-    /// OS process id; in a multi-process (V6) trace thread ids repeat across processes.
-    process_id: Option<u64>,
-    thread_id: u64,
-    /// The thread's name, from V6 thread blocks or this project's rundown.
-    name: Option<String>,
-    events: u64,
-    /// Milliseconds since the trace's start of the thread's first and last events.
-    first_ms: f64,
-    last_ms: f64,
-}
-
-#[derive(Debug, Serialize)]
-struct Lost {
-    total: u64,
-    by_thread: Vec<LostRow>,
-}
-
-#[derive(Debug, Serialize)]
-struct LostRow {
-    thread_id: u64,
-    lost: u64,
-}
-
-#[derive(Debug, Serialize)]
-struct Stacks {
-    events_with_stack: u64,
-    /// Distinct instruction-pointer sequences.
-    distinct: u64,
-    /// Events whose stack id named no stack the trace defined.
-    unresolved: u64,
-}
-
-#[derive(Debug, Serialize)]
-struct TimeOrder {
-    ok: bool,
-    /// Events earlier than the previous event of their capture thread, in file order.
-    file_order_violations: u64,
-    /// Capture threads with at least one such event.
-    file_order_violating_threads: u64,
-    /// Events the sorted reader yielded earlier than the event before them.
-    sorted_violations: u64,
-    /// Events the sorted reader yielded (must equal `total_events`).
-    sorted_events: u64,
-}
-
-// ---------------------------------------------------------------------------------------
 // Reading.
 
 /// Reads the whole trace twice (file order and sorted) and builds the report.
-fn gather(opened: Opened, name: &str, cut: crate::cut::CutTraces) -> Result<Report> {
+fn gather(opened: Opened, name: &str, cut: crate::cut::CutTraces) -> Result<TraceReport> {
     let stop = AtomicBool::new(false);
     let sorted_pos = AtomicU64::new(0);
     match opened {
@@ -318,14 +125,14 @@ fn gather(opened: Opened, name: &str, cut: crate::cut::CutTraces) -> Result<Repo
 
 /// Waits for the sorted pass and combines both passes; the file-order error wins.
 fn finish(
-    main: nettrace::Result<FilePass>,
-    sorted: thread::ScopedJoinHandle<'_, nettrace::Result<SortedCheck>>,
+    main: nettrace::Result<FileOrderPass>,
+    sorted: thread::ScopedJoinHandle<'_, nettrace::Result<OrderCheck>>,
     file_bytes: u64,
     name: &str,
     progress: &mut Progress,
     sorted_pos: &AtomicU64,
     stop: &AtomicBool,
-) -> Result<Report> {
+) -> Result<TraceReport> {
     let main = match main {
         Ok(m) => m,
         Err(e) => {
@@ -343,370 +150,35 @@ fn finish(
         Err(panic) => std::panic::resume_unwind(panic),
     };
     progress.finish();
-    Ok(build(main, sorted, file_bytes, name))
+    Ok(main.into_report(&sorted, file_bytes, name))
 }
 
-/// The top of a symbolized profile of the trace.
-fn hot_spots(built: BuiltProfile) -> HotSpots {
-    let p = &built.profile;
-    let functions = p
-        .weight_by_function()
-        .into_iter()
-        .map(|(f, self_weight, total_weight)| HotFunction {
-            function: p.frames[f].function.clone(),
-            module: p.frames[f].module.clone(),
-            self_weight,
-            total_weight,
-        })
-        .collect();
-    let stacks = p
-        .weight_by_stack()
-        .into_iter()
-        .map(|(id, weight)| HotStack {
-            stack: p.stacks[id]
-                .iter()
-                .map(|&f| p.frames[f].function.as_str())
-                .collect::<Vec<_>>()
-                .join(";"),
-            weight,
-        })
-        .collect();
-    HotSpots {
-        kind: p.name.clone(),
-        samples: p.samples.len() as u64,
-        total_weight: p.total_weight(),
-        weight_unit: if p.unit.is_time() {
-            format!("nanoseconds of {}", p.unit.describe())
-        } else {
-            p.unit.describe().to_owned()
-        },
-        total: p.weight_text(p.total_weight()),
-        functions,
-        stacks,
-        notes: built.notes.clone(),
-    }
-}
-
-/// The async section, from the async profiler's decoded data.
-fn async_profile(t: &AsyncTrace) -> AsyncProfile {
-    let frames = t
-        .frame_stats()
-        .into_iter()
-        .map(|s| {
-            let described = t.frames.get(&s.frame);
-            AsyncFrameRow {
-                frame_id: s.frame.0,
-                name: t.frame_name(s.frame).into_owned(),
-                file: described.and_then(|f| f.file.clone()),
-                line: described.and_then(|f| f.line),
-                created: s.created,
-                polls: s.polls,
-                completed: s.completed,
-                cancelled: s.cancelled,
-                panicked: s.panicked,
-                pending: s.pending,
-                running_ms: t.ticks_to_ms(s.running_ticks),
-                suspended_ms: t.ticks_to_ms(s.suspended_ticks),
-                mean_poll_us: if s.polls == 0 {
-                    0.0
-                } else {
-                    t.ticks_to_ms(s.running_ticks) * 1000.0 / s.polls as f64
-                },
-            }
-        })
-        .collect();
-    let pending_roots = t
-        .pending_roots()
-        .into_iter()
-        .map(|c| PendingRoot {
-            context: c.id.0,
-            frame: c
-                .frame
-                .map_or_else(|| "?".to_owned(), |f| t.frame_name(f).into_owned()),
-            alive_ms: t.ticks_to_ms(t.alive_ticks(c)),
-            polls: c.polls,
-        })
-        .collect();
-    let d = &t.diagnostics;
-    AsyncProfile {
-        frames,
-        pending_roots,
-        diagnostics: AsyncDiagnostics {
-            buffers: d.buffers,
-            lost_buffers: d.lost_buffers,
-            lost_by_thread: d
-                .lost_by_thread
-                .iter()
-                .map(|&(thread_id, lost)| LostRow { thread_id, lost })
-                .collect(),
-            empty_pops: d.empty_pops,
-            malformed: d
-                .malformed
-                .iter()
-                .map(|m| MalformedRow {
-                    thread_id: m.thread,
-                    sequence: m.sequence,
-                    error: m.error.to_string(),
-                })
-                .collect(),
-            out_of_order: d.out_of_order,
-            stack_mismatches: d.stack_mismatches,
-            undecodable_events: d.undecodable_events,
-        },
-    }
-}
-
-/// The file-order pass's results.
-#[derive(Debug)]
-struct FilePass {
-    tally: Tally,
-    trace: TraceInfo,
-    stats: ReadStats,
-    profile: BuiltProfile,
-}
-
+/// The file-order pass, showing how far both passes have come.
 fn file_pass<I: Input>(
-    mut reader: TraceReader<I>,
+    reader: TraceReader<I>,
     progress: &mut Progress,
     sorted_pos: &AtomicU64,
-) -> nettrace::Result<FilePass> {
-    let mut tally = Tally::default();
-    let mut profile = ProfileBuilder::new(SampleSelection::Auto);
-    while let Some(event) = reader.next_event()? {
-        profile.observe(&event);
-        tally.events += 1;
-        tally.names.add(event.metadata);
-        let ts = event.header.timestamp;
-        let thread = tally
-            .threads
-            .entry((event.process_id(), event.thread_id()))
-            .or_insert(ThreadTally {
-                events: 0,
-                first_ts: ts,
-                last_ts: ts,
-            });
-        thread.events += 1;
-        thread.first_ts = thread.first_ts.min(ts);
-        thread.last_ts = thread.last_ts.max(ts);
-        if let Some(name) = event.thread_name() {
-            tally
-                .thread_names
-                .entry(event.thread_id())
-                .or_insert_with(|| name.to_owned());
-        } else if let Some((tid, name)) = eventpipe_insight::symbolize::rundown_thread(&event) {
-            tally.thread_names.insert(tid, name);
-        }
-        tally.min_ts = Some(tally.min_ts.map_or(ts, |m| m.min(ts)));
-        tally.max_ts = Some(tally.max_ts.map_or(ts, |m| m.max(ts)));
-        // The raw capture thread (V6: its thread-table index), not the OS id: in a V6
-        // trace of several processes two capture threads can share an OS id (0, say).
-        let capture = event.header.capture_thread;
-        if let Some(prev) = tally.last_ts_by_capture.insert(capture, ts) {
-            if ts < prev {
-                *tally.violations_by_capture.entry(capture).or_default() += 1;
-            }
-        }
-        if let Some(stack) = event.stack {
-            tally.events_with_stack += 1;
-            if !tally.stacks.contains(stack) {
-                tally.stacks.insert(stack.into());
-            }
-        }
-        if tally.events % CHECK_EVERY == 0 {
-            // Relaxed: a display value only.
-            progress.set(event.offset.0.min(sorted_pos.load(Ordering::Relaxed)));
-        }
-    }
-    Ok(FilePass {
-        tally,
-        trace: reader.trace().clone(),
-        stats: reader.stats().clone(),
-        profile: profile.finish(),
+) -> nettrace::Result<FileOrderPass> {
+    FileOrderPass::read(reader, |offset| {
+        // Relaxed: a display value only.
+        progress.set(offset.min(sorted_pos.load(Ordering::Relaxed)));
     })
 }
 
-/// What the sorted pass saw.
-#[derive(Debug, Default)]
-struct SortedCheck {
-    events: u64,
-    violations: u64,
-}
-
+/// The sorted pass: only the order is checked, so only timestamps are held, not the
+/// events. It stops early when `stop` is set.
 fn sorted_pass<I: Input>(
     mut reader: TraceReader<I>,
     pos: &AtomicU64,
     stop: &AtomicBool,
-) -> nettrace::Result<SortedCheck> {
-    // Only the order is checked, so only timestamps are held, not the events.
-    let check = nettrace::check_sorted_order(&mut reader, CHECK_EVERY, |_, offset| {
+) -> nettrace::Result<OrderCheck> {
+    let check = nettrace::check_sorted_order(&mut reader, PROGRESS_EVERY, |_, offset| {
         // Relaxed: progress display and an early-exit hint; nothing is published.
         pos.fetch_max(offset, Ordering::Relaxed);
         !stop.load(Ordering::Relaxed)
     })?;
     pos.store(u64::MAX, Ordering::Relaxed);
-    Ok(SortedCheck {
-        events: check.events,
-        violations: check.violations,
-    })
-}
-
-/// Counters of the file-order pass.
-#[derive(Debug, Default)]
-struct ThreadTally {
-    events: u64,
-    first_ts: i64,
-    last_ts: i64,
-}
-
-#[derive(Debug, Default)]
-struct Tally {
-    events: u64,
-    names: NameCounter,
-    threads: HashMap<(Option<u64>, u64), ThreadTally, FastHash>,
-    thread_names: HashMap<u64, String>,
-    last_ts_by_capture: HashMap<u64, i64, FastHash>,
-    violations_by_capture: HashMap<u64, u64>,
-    min_ts: Option<i64>,
-    max_ts: Option<i64>,
-    events_with_stack: u64,
-    stacks: HashSet<Box<[u8]>, FastHash>,
-}
-
-/// Counts events per `Provider/EventName` without building the name for every event.
-///
-/// Metadata ids are cached, but a V6 trace may reuse an id after a metadata flush, so a
-/// cached row is trusted only when its provider and name still match.
-#[derive(Debug, Default)]
-struct NameCounter {
-    by_id: HashMap<u32, usize, FastHash>,
-    by_name: HashMap<(String, String), usize>,
-    rows: Vec<NameRow>,
-}
-
-#[derive(Debug)]
-struct NameRow {
-    provider: String,
-    display: String,
-    qualified: String,
-    count: u64,
-}
-
-impl NameCounter {
-    fn add(&mut self, md: &EventMetadata) {
-        let cached = self.by_id.get(&md.metadata_id).copied().filter(|&i| {
-            self.rows
-                .get(i)
-                .is_some_and(|r| r.provider == md.provider && r.display == md.display_name)
-        });
-        let slot = match cached {
-            Some(i) => i,
-            None => {
-                let rows = &mut self.rows;
-                let i = *self
-                    .by_name
-                    .entry((md.provider.clone(), md.display_name.clone()))
-                    .or_insert_with(|| {
-                        rows.push(NameRow {
-                            provider: md.provider.clone(),
-                            display: md.display_name.clone(),
-                            qualified: md.qualified_name(),
-                            count: 0,
-                        });
-                        rows.len() - 1
-                    });
-                self.by_id.insert(md.metadata_id, i);
-                i
-            }
-        };
-        if let Some(row) = self.rows.get_mut(slot) {
-            row.count += 1;
-        }
-    }
-}
-
-fn build(main: FilePass, sorted: SortedCheck, file_bytes: u64, name: &str) -> Report {
-    let FilePass {
-        tally,
-        trace,
-        stats,
-        profile,
-    } = main;
-    let mut events_by_provider = BTreeMap::new();
-    let mut event_counts = BTreeMap::new();
-    for row in &tally.names.rows {
-        *events_by_provider.entry(row.provider.clone()).or_default() += row.count;
-        *event_counts.entry(row.qualified.clone()).or_default() += row.count;
-    }
-    let mut threads: Vec<ThreadRow> = tally
-        .threads
-        .iter()
-        .map(|(&(process_id, thread_id), t)| ThreadRow {
-            process_id,
-            thread_id,
-            name: tally.thread_names.get(&thread_id).cloned(),
-            events: t.events,
-            first_ms: tally.min_ts.map_or(0.0, |lo| {
-                trace.ticks_to_msec(t.first_ts) - trace.ticks_to_msec(lo)
-            }),
-            last_ms: tally.min_ts.map_or(0.0, |lo| {
-                trace.ticks_to_msec(t.last_ts) - trace.ticks_to_msec(lo)
-            }),
-        })
-        .collect();
-    threads.sort_by(|a, b| {
-        b.events
-            .cmp(&a.events)
-            .then(a.process_id.cmp(&b.process_id))
-            .then(a.thread_id.cmp(&b.thread_id))
-    });
-    let file_order_violations = tally.violations_by_capture.values().sum();
-    let time_order = TimeOrder {
-        ok: file_order_violations == 0 && sorted.violations == 0 && sorted.events == tally.events,
-        file_order_violations,
-        file_order_violating_threads: tally.violations_by_capture.len() as u64,
-        sorted_violations: sorted.violations,
-        sorted_events: sorted.events,
-    };
-    let duration_ms = match (tally.min_ts, tally.max_ts) {
-        (Some(lo), Some(hi)) => Some(trace.ticks_to_msec(hi) - trace.ticks_to_msec(lo)),
-        _ => None,
-    };
-    Report {
-        file: name.to_owned(),
-        format_version: trace.version.to_string(),
-        process_id: trace.process_id,
-        pointer_size: trace.pointer_size,
-        processor_count: trace.processor_count,
-        start_time_utc: trace
-            .ticks_to_unix_nanos(trace.sync_time_ticks)
-            .map(nettrace::format_unix_nanos),
-        duration_ms,
-        file_bytes,
-        total_events: tally.events,
-        truncated: stats.truncation.as_ref().map(|t| Truncated {
-            at_byte: t.offset,
-            reading: t.what,
-        }),
-        events_by_provider,
-        event_counts,
-        threads,
-        lost_events: Lost {
-            total: stats.lost_events,
-            by_thread: stats
-                .lost_by_thread
-                .iter()
-                .map(|&(thread_id, lost)| LostRow { thread_id, lost })
-                .collect(),
-        },
-        stacks: Stacks {
-            events_with_stack: tally.events_with_stack,
-            distinct: tally.stacks.len() as u64,
-            unresolved: stats.unresolved_stacks,
-        },
-        time_order,
-        async_profile: profile.async_trace.as_ref().map(async_profile),
-        profile: hot_spots(profile),
-    }
+    Ok(check)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -764,7 +236,8 @@ impl Read for ChannelReader {
 // ---------------------------------------------------------------------------------------
 // Text output.
 
-fn render_text(r: &Report, top: usize) -> String {
+/// The report as text: a summary, then tables of at most `top` rows.
+fn render_text(r: &TraceReport, top: usize) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
     let opt = |v: Option<u64>| v.map_or_else(|| "unknown".to_owned(), |v| v.to_string());

@@ -1,15 +1,150 @@
-//! What the snapshot commands (`gcdump`, `heap`) share: a session's stream written to its
-//! file while its events are read, and a profile written in the formats asked for.
+//! What the snapshot commands (`gcdump`, `heap`) share: their configs, collecting a
+//! snapshot into a file (the session's stream written while its events are read), reading
+//! a snapshot file back, and a profile written in the formats asked for.
 
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use anyhow::{bail, Context, Result};
 use eventpipe_insight::Profile;
 use nettrace::{Event, TraceReader};
 
+use crate::collect::{Target, TargetSpec};
 use crate::convert::ConvertFormat;
+use crate::progress::Report;
+
+/// `eptrace gcdump collect`, `eptrace heap collect`; `O` is the command's capture options.
+#[derive(Debug)]
+pub(crate) struct CollectConfig<O> {
+    /// The process to snapshot.
+    pub(crate) target: TargetSpec,
+    /// The snapshot file; `None`: `NAME_PID` and the command's suffix.
+    pub(crate) output: Option<PathBuf>,
+    /// How the snapshot is taken.
+    pub(crate) options: O,
+}
+
+/// `eptrace gcdump report`, `eptrace heap report`.
+#[derive(Debug)]
+pub(crate) struct ReportConfig {
+    /// The snapshot file.
+    pub(crate) file: PathBuf,
+    /// Print JSON instead of a table.
+    pub(crate) json: bool,
+    /// Rows the table shows.
+    pub(crate) top: usize,
+    /// Read a snapshot that lost part of the heap, marked incomplete (`gcdump --allow-partial`;
+    /// a `heap` snapshot is whole or refused, so `heap` leaves this false).
+    pub(crate) allow_partial: bool,
+}
+
+/// `eptrace gcdump diff`, `eptrace heap diff`.
+#[derive(Debug)]
+pub(crate) struct DiffConfig {
+    /// The earlier snapshot file.
+    pub(crate) old: PathBuf,
+    /// The later snapshot file.
+    pub(crate) new: PathBuf,
+    /// Print JSON instead of a table.
+    pub(crate) json: bool,
+    /// Rows the table shows.
+    pub(crate) top: usize,
+    /// As [`ReportConfig::allow_partial`].
+    pub(crate) allow_partial: bool,
+}
+
+/// `eptrace gcdump convert`, `eptrace heap convert`.
+#[derive(Debug)]
+pub(crate) struct ConvertConfig {
+    /// The snapshot file.
+    pub(crate) file: PathBuf,
+    /// The formats to write.
+    pub(crate) formats: Vec<ConvertFormat>,
+    /// The output file, for a single format; else names derived from `file`.
+    pub(crate) output: Option<PathBuf>,
+    /// As [`ReportConfig::allow_partial`].
+    pub(crate) allow_partial: bool,
+}
+
+/// What a snapshot command's `capture` is: it snapshots the target into the file (named by
+/// the path in messages) with the options, telling the callback how far it is; the flag
+/// ends it early.
+pub(crate) type Capture<O, T> =
+    fn(&mut Target, File, &Path, &O, &AtomicBool, &mut dyn FnMut(Report<'_>)) -> Result<T>;
+
+/// A snapshot session's stream, read into the snapshot file on a thread of its own that
+/// tells the capture loop how far it is through `shared`.
+#[derive(Debug)]
+pub(crate) struct SessionReader<S, T> {
+    session: u64,
+    closer: eventpipe_ipc::client::StreamCloser,
+    /// What the reading thread shares with the capture loop.
+    pub(crate) shared: Arc<S>,
+    thread: JoinHandle<Result<T>>,
+}
+
+impl<S: Default + Send + Sync + 'static, T: Send + 'static> SessionReader<S, T> {
+    /// Starts reading `stream` into `file` with `read` on a thread named `name`.
+    pub(crate) fn start(
+        stream: eventpipe_ipc::TraceStream,
+        file: File,
+        name: &str,
+        read: fn(eventpipe_ipc::TraceStream, File, &S) -> Result<T>,
+    ) -> Result<Self> {
+        let session = stream.session_id();
+        let closer = stream.closer()?;
+        let shared = Arc::new(S::default());
+        let thread = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name(name.to_owned())
+                .spawn(move || read(stream, file, &shared))?
+        };
+        Ok(SessionReader {
+            session,
+            closer,
+            shared,
+            thread,
+        })
+    }
+
+    /// The session's id, for `StopTracing`.
+    pub(crate) fn session(&self) -> u64 {
+        self.session
+    }
+
+    /// Whether the reading thread has ended.
+    pub(crate) fn is_finished(&self) -> bool {
+        self.thread.is_finished()
+    }
+
+    /// Cuts the stream: the reading thread meets its end.
+    pub(crate) fn close(&self) {
+        self.closer.close();
+    }
+
+    /// Stops the session once the snapshot is whole (its rundown follows); when
+    /// `StopTracing` fails, the stream is cut instead.
+    pub(crate) fn stop_whole(&self, target: &mut Target, report: &mut dyn FnMut(Report<'_>)) {
+        if let Err(e) = target.stop(self.session) {
+            report(Report::Note(&format!(
+                "note: StopTracing failed ({e:#}); the stream was cut"
+            )));
+            self.close();
+        }
+    }
+
+    /// What the reading thread made of the stream.
+    pub(crate) fn join(self) -> Result<T> {
+        self.thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("the stream reader panicked"))?
+    }
+}
 
 /// Copies what it reads into the file; a write error is kept for the end, so the reading
 /// (and the session) goes on.
@@ -107,31 +242,57 @@ pub(crate) fn write_profiles(
     Ok(())
 }
 
-/// The part of `gcdump` and `heap` collection that is the same: opens the target, creates
-/// the snapshot file (`output`, else `NAME_PID{suffix}`), runs `capture` with progress on
-/// stderr, and returns where the file is with what `capture` made of it.
-pub(crate) fn collect_snapshot<T>(
-    target: &crate::collect::TargetSpec,
-    output: Option<&PathBuf>,
+/// `eptrace gcdump collect` and `eptrace heap collect`: opens the target, creates the
+/// snapshot file (`output`, else `NAME_PID{suffix}`), runs `capture` with progress on
+/// stderr, then says where the file is, what it holds (`summary`) and how to inspect it
+/// (`eptrace {command} report FILE`).
+pub(crate) fn do_collect<O, T>(
+    config: &CollectConfig<O>,
+    command: &str,
     suffix: &str,
-    capture: impl FnOnce(
-        &mut crate::collect::Target,
-        File,
-        &Path,
-        &mut dyn FnMut(crate::progress::Report<'_>),
-    ) -> Result<T>,
-) -> Result<(PathBuf, T)> {
+    capture: Capture<O, T>,
+    summary: impl FnOnce(&T) -> String,
+) -> Result<()> {
     use std::io::IsTerminal;
-    let mut target = crate::collect::Target::open(target)?;
-    let path = output
-        .cloned()
+    let mut target = Target::open(&config.target)?;
+    let path = config
+        .output
+        .clone()
         .unwrap_or_else(|| PathBuf::from(format!("{}_{}{suffix}", target.name(), target.pid())));
     let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
     let interactive = std::io::stderr().is_terminal();
     let mut in_line = false;
-    let captured = capture(&mut target, file, &path, &mut |report| {
-        crate::progress::say(report, interactive, &mut in_line)
-    });
+    let captured = capture(
+        &mut target,
+        file,
+        &path,
+        &config.options,
+        &AtomicBool::new(false),
+        &mut |report| crate::progress::say(report, interactive, &mut in_line),
+    );
     crate::progress::end_line(interactive, in_line);
-    Ok((path, captured?))
+    let captured = captured?;
+    writeln!(
+        std::io::stdout().lock(),
+        "Heap snapshot written to {} ({}). Inspect it with `eptrace {command} report {}`.",
+        path.display(),
+        summary(&captured),
+        path.display()
+    )?;
+    Ok(())
+}
+
+/// Reads the snapshot file at `path` to its end, calling `each` with every event; returns
+/// the events the trace lost.
+pub(crate) fn read_file(
+    path: &Path,
+    mut each: impl FnMut(&Event<'_>) -> Result<()>,
+) -> Result<u64> {
+    let cannot_read = || format!("cannot read {}", path.display());
+    let bytes = std::fs::read(path).with_context(cannot_read)?;
+    let mut reader = TraceReader::from_slice(&bytes).with_context(cannot_read)?;
+    while let Some(event) = reader.next_event().with_context(cannot_read)? {
+        each(&event)?;
+    }
+    Ok(reader.stats().lost_events)
 }

@@ -364,9 +364,7 @@ impl<N: AsRef<str>> Serialize for Payload<N> {
 impl<N: AsRef<str>> Payload<N> {
     fn field(&self, name: &str) -> Option<&Value> {
         match self {
-            Payload::Fields(fields) => fields
-                .iter()
-                .find_map(|(n, v)| (n.as_ref() == name).then_some(v)),
+            Payload::Fields(fields) => crate::fields::field(fields, name),
             Payload::Error(_) => None,
         }
     }

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::io::{BufWriter, Write};
 
 use crate::error::{Error, Result};
-use crate::profile::{Profile, SampleUnit};
+use crate::profile::{thousands, Profile, SampleUnit};
 
 /// How samples of different threads are combined.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -135,19 +135,6 @@ pub fn flamegraph_title(profile: &Profile) -> String {
         thousands(n as u64),
         if n == 1 { "" } else { "s" }
     )
-}
-
-/// `1234567` as `1,234,567`.
-pub(crate) fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// Writes an SVG flame graph of `profile` (interactive: click to zoom, search).

@@ -21,6 +21,11 @@
 //!                          chrome://tracing)
 //! ```
 //!
+//! [`report::FileOrderPass`] (with [`nettrace::check_sorted_order`] on a second reader) is
+//! what a trace holds in one read: events per provider, name and thread, losses, stacks,
+//! time order, the profile's hot spots and the async profiler's futures, as a
+//! [`report::TraceReport`].
+//!
 //! Heap snapshots are a separate path: [`heap::HeapGraphBuilder`] collects a heap's objects
 //! and references into a [`heap::HeapGraph`], and [`heap::dominators`] gives every object's
 //! immediate dominator and retained size.
@@ -36,6 +41,7 @@ pub mod builder;
 pub mod chrome;
 pub mod counters;
 mod error;
+mod fields;
 pub mod flamegraph;
 pub mod gcdump;
 pub mod heap;
@@ -43,6 +49,7 @@ pub mod intervals;
 pub mod live_heap;
 pub mod pprof;
 pub mod profile;
+pub mod report;
 pub mod speedscope;
 pub mod symbolize;
 pub mod thread_time;
@@ -56,7 +63,7 @@ pub use error::{Error, Result};
 pub use flamegraph::{collapsed_stacks, write_collapsed, write_flamegraph, Grouping};
 pub use pprof::{build_pprof, write_pprof, write_pprof_with, PprofOptions};
 pub use profile::{
-    Frame, FrameId, FrameKind, LinesId, Profile, Sample, SampleUnit, StackId, Thread,
+    thousands, Frame, FrameId, FrameKind, LinesId, Profile, Sample, SampleUnit, StackId, Thread,
 };
 pub use speedscope::write_speedscope;
 pub use symbolize::BinaryCache;

@@ -125,12 +125,7 @@ impl LiveHeapBuilder {
             return;
         }
         let fields = event.decode_payload().unwrap_or_default();
-        let num = |name: &str| {
-            fields
-                .iter()
-                .find(|(n, _)| *n == name)
-                .and_then(|(_, v)| v.as_u64())
-        };
+        let num = |name: &str| crate::fields::number(&fields, name);
         match md.event_name.as_str() {
             "LiveAllocation" => {
                 let (Some(size), Some(weight), Some(snapshot)) =

@@ -34,6 +34,7 @@ use std::path::{Path, PathBuf};
 
 use nettrace::{Event, Value};
 
+use crate::fields::field;
 use crate::profile::{Frame, FrameKind, Profile};
 
 mod elf;
@@ -119,10 +120,6 @@ impl std::fmt::Debug for Symbolizer {
             .field("notes", &self.notes)
             .finish_non_exhaustive()
     }
-}
-
-fn field<'a>(fields: &'a [(&str, Value)], name: &str) -> Option<&'a Value> {
-    fields.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
 }
 
 /// Native binaries opened for symbolization (their symbol tables and DWARF parsed on

@@ -386,17 +386,7 @@ fn egress_name(
         ));
     }
     if asked.is_empty() || asked == "true" || asked == "1" {
-        return Ok(Some(
-            egress::expand(
-                "{process}_{pid}_{time}",
-                &egress::NameFields {
-                    rule: "",
-                    process: &process.name,
-                    pid: process.pid,
-                    time: SystemTime::now(),
-                },
-            ) + extension,
-        ));
+        return Ok(Some(default_file_name(process, extension)));
     }
     egress::requested_name(asked)
         .map(Some)

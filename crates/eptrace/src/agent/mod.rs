@@ -176,6 +176,25 @@ pub(crate) fn log(message: &str) {
     );
 }
 
+/// Waits 5 s before a failed loop tries again, or less once `stop` is set.
+fn retry_pause(stop: &AtomicBool) {
+    for _ in 0..50 {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Keeps a thread the agent `spawned`, to be joined when it stops; or logs that `what`
+/// could not start.
+fn keep_thread(agent: &Agent, spawned: std::io::Result<std::thread::JoinHandle<()>>, what: &str) {
+    match spawned {
+        Ok(t) => lock(&agent.threads).push(t),
+        Err(e) => log(&format!("cannot start {what}: {e}")),
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // Every update under these locks is a whole insert or removal: a poisoned value is
     // still consistent.
@@ -508,18 +527,10 @@ fn start_watcher(agent: &Arc<Agent>, process: Process, stop: Arc<AtomicBool>) {
                 if let Err(e) = outcome {
                     watcher.problem(&format!("{e:#}; trying again in 5 s"));
                 }
-                for _ in 0..50 {
-                    if stop.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
-                }
+                retry_pause(&stop);
             }
         });
-    match spawned {
-        Ok(t) => lock(&agent.threads).push(t),
-        Err(e) => log(&format!("cannot start a counters thread: {e}")),
-    }
+    keep_thread(agent, spawned, "a counters thread");
 }
 
 /// Runs a rule's action on `process` as an operation.
@@ -604,10 +615,7 @@ pub(crate) fn run_operation(
             handle.finish(outcome);
             drop(thread_agent);
         });
-    match spawned {
-        Ok(t) => lock(&agent.threads).push(t),
-        Err(e) => log(&format!("cannot start an operation thread: {e}")),
-    }
+    keep_thread(agent, spawned, "an operation thread");
 }
 
 fn operate(

@@ -250,18 +250,10 @@ pub(crate) fn start_events(
                     ));
                     reported = true;
                 }
-                for _ in 0..50 {
-                    if stop.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
-                }
+                super::retry_pause(&stop);
             }
         });
-    match spawned {
-        Ok(t) => lock(&agent.threads).push(t),
-        Err(e) => log(&format!("cannot start an otlp events thread: {e}")),
-    }
+    super::keep_thread(agent, spawned, "an otlp events thread");
 }
 
 /// How often a stream's converted signals join the batch while events keep coming (they

@@ -276,10 +276,7 @@ pub(crate) fn start_profiler(agent: &Arc<Agent>, process: Process) {
     let spawned = std::thread::Builder::new()
         .name(format!("eptrace-agent-profile-{}", process.pid))
         .spawn(move || profile_loop(&thread_agent, &process, &stop));
-    match spawned {
-        Ok(t) => lock(&agent.threads).push(t),
-        Err(e) => log(&format!("cannot start a profiling thread: {e}")),
-    }
+    super::keep_thread(agent, spawned, "a profiling thread");
 }
 
 fn unix_nanos(t: SystemTime) -> i128 {
@@ -375,12 +372,7 @@ fn profile_loop(agent: &Arc<Agent>, process: &Process, stop: &AtomicBool) {
                     "profiling {} ({}): {e:#}; trying again in 5 s",
                     process.name, process.pid
                 ));
-                for _ in 0..50 {
-                    if stop.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
-                }
+                super::retry_pause(stop);
             }
         }
     }

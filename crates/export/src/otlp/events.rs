@@ -116,6 +116,30 @@ fn boolean(v: bool) -> AnyValue {
     }
 }
 
+/// A span of this process's own code (`Internal`) from `start_ns` to `end` (never before
+/// its start).
+fn internal_span(
+    trace: [u8; 16],
+    id: [u8; 8],
+    parent: Option<[u8; 8]>,
+    name: String,
+    start_ns: u64,
+    end: u64,
+    attributes: Vec<KeyValue>,
+) -> Span {
+    Span {
+        trace_id: trace.to_vec(),
+        span_id: id.to_vec(),
+        parent_span_id: parent.map(|p| p.to_vec()).unwrap_or_default(),
+        name,
+        kind: SpanKind::Internal as i32,
+        start_time_unix_nano: start_ns,
+        end_time_unix_nano: end.max(start_ns),
+        attributes,
+        ..Default::default()
+    }
+}
+
 /// Folds a 16-byte activity id into a span id.
 fn fold(guid: &Guid) -> [u8; 8] {
     let [hi, lo] = halves(guid);
@@ -419,21 +443,18 @@ impl EventConverter {
             "idle_ns",
             int(i64::try_from(idle).unwrap_or(i64::MAX)),
         ));
+        let span = internal_span(s.trace, s.id, s.parent, s.name, s.start_ns, end, attributes);
+        self.push_span(s.scope, span, unfinished, out);
+    }
+
+    /// Counts `span` and adds it to `scope`'s; `unfinished` marks one the trace ended inside.
+    fn push_span(&mut self, scope: String, mut span: Span, unfinished: bool, out: &mut Signals) {
         if unfinished {
-            attributes.push(key_value("eptrace.unfinished", boolean(true)));
+            span.attributes
+                .push(key_value("eptrace.unfinished", boolean(true)));
         }
         self.stats.spans += 1;
-        out.spans.entry(s.scope).or_default().push(Span {
-            trace_id: s.trace.to_vec(),
-            span_id: s.id.to_vec(),
-            parent_span_id: s.parent.map(|p| p.to_vec()).unwrap_or_default(),
-            name: s.name,
-            kind: SpanKind::Internal as i32,
-            start_time_unix_nano: s.start_ns,
-            end_time_unix_nano: end.max(s.start_ns),
-            attributes,
-            ..Default::default()
-        });
+        out.spans.entry(scope).or_default().push(span);
     }
 
     #[allow(clippy::too_many_arguments)] // one event's facts, taken apart once by the caller
@@ -555,21 +576,8 @@ impl EventConverter {
     ) {
         let mut attributes = p.attributes;
         attributes.extend(extra);
-        if unfinished {
-            attributes.push(key_value("eptrace.unfinished", boolean(true)));
-        }
-        self.stats.spans += 1;
-        out.spans.entry(scope.to_owned()).or_default().push(Span {
-            trace_id: p.trace.to_vec(),
-            span_id: p.id.to_vec(),
-            parent_span_id: p.parent.map(|x| x.to_vec()).unwrap_or_default(),
-            name: p.name,
-            kind: SpanKind::Internal as i32,
-            start_time_unix_nano: p.start_ns,
-            end_time_unix_nano: end.max(p.start_ns),
-            attributes,
-            ..Default::default()
-        });
+        let span = internal_span(p.trace, p.id, p.parent, p.name, p.start_ns, end, attributes);
+        self.push_span(scope.to_owned(), span, unfinished, out);
     }
 
     fn log_record(

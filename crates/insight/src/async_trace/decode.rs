@@ -46,6 +46,7 @@ use super::model::{
 };
 use super::records::{decode_records, Record};
 use super::PROVIDER;
+use crate::fields::field;
 
 /// Which of the provider's events an event was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,10 +109,6 @@ pub(crate) struct Decoder {
     pub(crate) diagnostics: Diagnostics,
     /// The latest record timestamp seen.
     pub(crate) last_record_ts: Option<i64>,
-}
-
-fn field<'a>(fields: &'a [(&str, Value)], name: &str) -> Option<&'a Value> {
-    fields.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
 }
 
 fn bytes(value: &Value) -> Option<Vec<u8>> {

@@ -48,6 +48,7 @@ use std::collections::HashMap;
 
 use nettrace::{Event, Value};
 
+use crate::fields::{field, number};
 use crate::heap::{GraphError, HeapGraph, HeapGraphBuilder, NodeId, TypeId};
 
 /// The runtime provider whose events make the dump.
@@ -287,12 +288,7 @@ impl GcDumpBuilder {
         match md.event_id {
             event_id::GC_START if self.gc.is_none() => {
                 let fields = event.decode_payload().unwrap_or_default();
-                let num = |name: &str| {
-                    fields
-                        .iter()
-                        .find(|(n, _)| *n == name)
-                        .and_then(|(_, v)| v.as_u64())
-                };
+                let num = |name: &str| number(&fields, name);
                 let induced = num("Reason").is_some_and(|r| INDUCED_REASONS.contains(&r));
                 if num("Depth") == Some(2) && induced && num("Type") != Some(BACKGROUND_GC) {
                     self.gc = num("Count").and_then(|c| u32::try_from(c).ok());
@@ -693,17 +689,6 @@ fn decoded<'a>(
         event: name,
         why: e.to_string(),
     })
-}
-
-fn field<'v, K: AsRef<str>>(fields: &'v [(K, Value)], name: &str) -> Option<&'v Value> {
-    fields
-        .iter()
-        .find(|(n, _)| n.as_ref() == name)
-        .map(|(_, v)| v)
-}
-
-fn number<K: AsRef<str>>(fields: &[(K, Value)], name: &str) -> Option<u64> {
-    field(fields, name).and_then(Value::as_u64)
 }
 
 /// The `Values` array of a bulk event, each value's fields.

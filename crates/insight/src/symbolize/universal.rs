@@ -18,6 +18,8 @@ use std::collections::HashMap;
 
 use nettrace::{Event, Value};
 
+use crate::fields::field;
+
 /// The provider whose events describe processes, mappings and symbols.
 pub(crate) const PROVIDER: &str = "Universal.System";
 
@@ -127,10 +129,6 @@ pub(crate) struct AddressSpaces {
     symbols: HashMap<u64, RangeIndex<Symbol>>,
     /// Build ids by mapping-metadata id.
     build_ids: HashMap<u64, String>,
-}
-
-fn field<'a>(fields: &'a [(&str, Value)], name: &str) -> Option<&'a Value> {
-    fields.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
 }
 
 impl AddressSpaces {
