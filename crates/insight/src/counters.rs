@@ -106,6 +106,26 @@ pub struct MeanStats {
 }
 
 impl CounterValue {
+    /// A value of `provider`'s counter `name` over one second, at the trace's start, with
+    /// nothing else known (no display name, unit, series, tags or statistics): a start for
+    /// values made outside a trace (a bridge from another metrics API, a test).
+    pub fn new(provider: &str, name: &str, kind: CounterKind, value: f64) -> CounterValue {
+        CounterValue {
+            time_ms: 0.0,
+            provider: provider.into(),
+            name: name.into(),
+            display_name: String::new(),
+            unit: String::new(),
+            kind,
+            value,
+            interval_sec: Some(1.0),
+            series_ms: None,
+            tags: String::new(),
+            quantiles: Vec::new(),
+            stats: None,
+        }
+    }
+
     /// The name `dotnet-counters` shows: `DisplayName (unit / 1 sec)` for a rate,
     /// `DisplayName (unit)` else, `DisplayName` without a unit.
     pub fn display(&self) -> String {

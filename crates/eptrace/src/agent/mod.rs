@@ -55,18 +55,8 @@ pub(crate) fn test_value(
     value: f64,
 ) -> CounterValue {
     CounterValue {
-        time_ms: 0.0,
-        provider: provider.into(),
-        name: name.into(),
-        display_name: String::new(),
         unit: unit.into(),
-        kind,
-        value,
-        interval_sec: Some(1.0),
-        series_ms: None,
-        tags: String::new(),
-        quantiles: Vec::new(),
-        stats: None,
+        ..CounterValue::new(provider, name, kind, value)
     }
 }
 

@@ -318,20 +318,7 @@ fn spans_still_open_at_the_end_are_ended_and_marked() {
 }
 
 fn counter(name: &str, kind: CounterKind, value: f64) -> CounterValue {
-    CounterValue {
-        time_ms: 0.0,
-        provider: "Demo".into(),
-        name: name.into(),
-        display_name: String::new(),
-        unit: String::new(),
-        kind,
-        value,
-        interval_sec: Some(1.0),
-        series_ms: None,
-        tags: String::new(),
-        quantiles: Vec::new(),
-        stats: None,
-    }
+    CounterValue::new("Demo", name, kind, value)
 }
 
 fn number(m: &Metric) -> (f64, u64, u64) {

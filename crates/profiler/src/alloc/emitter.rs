@@ -234,11 +234,13 @@ fn run() {
         while let Some(message) = queue.pop() {
             write(message);
         }
-        BUSY.store(false, Ordering::SeqCst);
         if SNAPSHOT_REQUESTED.swap(false, Ordering::Acquire) {
             // The queue was just emptied: the samples taken before the request are written.
+            // Still `BUSY`: a flush that sees the snapshot counted (`SNAPSHOTS`, Release)
+            // waits until its events are written too.
             write_snapshot();
         }
+        BUSY.store(false, Ordering::SeqCst);
         std::thread::park_timeout(EMIT_INTERVAL);
     }
 }
@@ -277,7 +279,8 @@ fn write(message: Message) {
 /// returns whether it got there.
 ///
 /// Ordering: the emitter stores `BUSY = true` before popping and `false` only after writing
-/// everything it popped, all SeqCst, as are the queue's `pop` and `is_empty`. If this sees
+/// everything it popped (and the snapshot asked for meanwhile), all SeqCst, as are the
+/// queue's `pop` and `is_empty`. If this sees
 /// the queue empty, every earlier message was popped before that, hence after a `BUSY = true`
 /// that precedes this `BUSY` load in the single SeqCst order; reading `false` then means the
 /// emitter stored it after writing them.
@@ -314,7 +317,7 @@ fn write_snapshot() {
     let (snapshot, written) = if control::enabled() {
         write_live_set()
     } else {
-        (SNAPSHOTS.fetch_add(1, Ordering::Relaxed) + 1, 0)
+        (SNAPSHOTS.fetch_add(1, Ordering::Release) + 1, 0)
     };
     let interval = if control::enabled() {
         control::INTERVAL.load(Ordering::Relaxed)
@@ -334,7 +337,7 @@ fn write_live_set() -> (u64, usize) {
     let mut records = Vec::new();
     let mut frames = Vec::new();
     table::snapshot(&mut records, &mut frames);
-    let snapshot = SNAPSHOTS.fetch_add(1, Ordering::Relaxed) + 1;
+    let snapshot = SNAPSHOTS.fetch_add(1, Ordering::Release) + 1;
     for r in &records {
         let stack = frames.get(r.stack.clone()).unwrap_or(&[]);
         LIVE_ALLOCATION.write_about_thread(r.thread, stack, |p| {

@@ -558,7 +558,9 @@ pub fn stats() -> Stats {
         events_dropped: emitter::DROPPED.load(Ordering::Relaxed),
         internal_allocations: INTERNAL.load(Ordering::Relaxed),
         allocations_under_lock: UNDER_LOCK.load(Ordering::Relaxed),
-        heap_profiles: emitter::SNAPSHOTS.load(Ordering::Relaxed),
+        // Acquire, with the emitter's Release: a caller that sees a snapshot counted and
+        // then flushes finds the emitter still busy with it, or done.
+        heap_profiles: emitter::SNAPSHOTS.load(Ordering::Acquire),
         pooled_scratch_buffers: stack::pooled(),
     })
 }
