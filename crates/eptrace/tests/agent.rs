@@ -1359,51 +1359,42 @@ struct Collected {
     metrics: Vec<(Vec<KeyValue>, String, proto::metrics::v1::Metric)>,
 }
 
+/// Decodes the `$request` in `$body` and pushes each item under each scope under each
+/// resource into `$into`, with its resource's attributes and its scope's name (the three
+/// signals name their levels differently).
+macro_rules! flatten {
+    ($body:expr, $request:ty, $resources:ident, $scopes:ident, $items:ident, $into:expr) => {
+        for resource in <$request>::decode($body).unwrap().$resources {
+            let attrs = resource.resource.map(|r| r.attributes).unwrap_or_default();
+            for scope in resource.$scopes {
+                let name = scope.scope.map(|s| s.name).unwrap_or_default();
+                for item in scope.$items {
+                    $into.push((attrs.clone(), name.clone(), item));
+                }
+            }
+        }
+    };
+}
+
 fn decode_all(received: &[Received]) -> Collected {
-    use proto::collector::{logs, metrics, trace};
+    use proto::collector::logs::v1::ExportLogsServiceRequest as Logs;
+    use proto::collector::metrics::v1::ExportMetricsServiceRequest as Metrics;
+    use proto::collector::trace::v1::ExportTraceServiceRequest as Traces;
     let mut c = Collected::default();
     for r in received.iter().filter(|r| r.status == 200) {
-        let resource = |res: Option<proto::resource::v1::Resource>| {
-            res.map(|r| r.attributes).unwrap_or_default()
-        };
-        let scope = |s: Option<proto::common::v1::InstrumentationScope>| {
-            s.map(|s| s.name).unwrap_or_default()
-        };
-        if r.path.ends_with("/v1/traces") {
-            let m = trace::v1::ExportTraceServiceRequest::decode(&r.body[..]).unwrap();
-            for rs in m.resource_spans {
-                let attrs = resource(rs.resource);
-                for ss in rs.scope_spans {
-                    let name = scope(ss.scope);
-                    for s in ss.spans {
-                        c.spans.push((attrs.clone(), name.clone(), s));
-                    }
-                }
-            }
-        } else if r.path.ends_with("/v1/logs") {
-            let m = logs::v1::ExportLogsServiceRequest::decode(&r.body[..]).unwrap();
-            for rl in m.resource_logs {
-                let attrs = resource(rl.resource);
-                for sl in rl.scope_logs {
-                    let name = scope(sl.scope);
-                    for l in sl.log_records {
-                        c.logs.push((attrs.clone(), name.clone(), l));
-                    }
-                }
-            }
-        } else if r.path.ends_with("/v1/metrics") {
-            let m = metrics::v1::ExportMetricsServiceRequest::decode(&r.body[..]).unwrap();
-            for rm in m.resource_metrics {
-                let attrs = resource(rm.resource);
-                for sm in rm.scope_metrics {
-                    let name = scope(sm.scope);
-                    for metric in sm.metrics {
-                        c.metrics.push((attrs.clone(), name.clone(), metric));
-                    }
-                }
-            }
-        } else {
-            panic!("a request to {}", r.path);
+        let b = &r.body[..];
+        match r.path.rsplit_once("/v1/").map(|(_, signal)| signal) {
+            Some("traces") => flatten!(b, Traces, resource_spans, scope_spans, spans, c.spans),
+            Some("logs") => flatten!(b, Logs, resource_logs, scope_logs, log_records, c.logs),
+            Some("metrics") => flatten!(
+                b,
+                Metrics,
+                resource_metrics,
+                scope_metrics,
+                metrics,
+                c.metrics
+            ),
+            _ => panic!("a request to {}", r.path),
         }
     }
     c
