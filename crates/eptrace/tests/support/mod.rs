@@ -123,3 +123,20 @@ pub(crate) fn eptrace(args: &[&str]) -> std::process::Output {
 pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
+
+/// The CPU profile of a .NET sampler's trace in `report --json`'s `report`, which must say
+/// it measures thread time.
+pub(crate) fn thread_time_profile<'a>(
+    report: &'a serde_json::Value,
+    label: &str,
+) -> &'a serde_json::Value {
+    let hot = &report["profile"];
+    assert!(
+        hot["kind"]
+            .as_str()
+            .unwrap()
+            .starts_with(".NET thread time"),
+        "{label}: {hot}"
+    );
+    hot
+}
