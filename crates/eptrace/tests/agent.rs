@@ -238,12 +238,18 @@ fn prometheus_binary() -> Option<PathBuf> {
                     .find(|p| p.is_file())
             })
         });
+    installed_or_skipping(found, "prometheus", "EVENTPIPE_REQUIRE_PROMETHEUS")
+}
+
+/// `found`, the tool `ci/TOOL.sh` installs; when it is `None`, a one-line notice (the test
+/// skips), or a failure when `require` (an environment variable) is 1.
+fn installed_or_skipping(found: Option<PathBuf>, tool: &str, require: &str) -> Option<PathBuf> {
     if found.is_none() {
         assert!(
-            std::env::var_os("EVENTPIPE_REQUIRE_PROMETHEUS").is_none_or(|v| v != "1"),
-            "prometheus is not installed (bash ci/prometheus.sh) and EVENTPIPE_REQUIRE_PROMETHEUS=1"
+            std::env::var_os(require).is_none_or(|v| v != "1"),
+            "{tool} is not installed (bash ci/{tool}.sh) and {require}=1"
         );
-        println!("skipping: prometheus is not installed (run bash ci/prometheus.sh)");
+        println!("skipping: {tool} is not installed (run bash ci/{tool}.sh)");
     }
     found
 }
@@ -1336,14 +1342,7 @@ fn rotel_binary() -> Option<PathBuf> {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/rotel/rotel-agent");
         path.is_file().then_some(path)
     });
-    if found.is_none() {
-        assert!(
-            std::env::var_os("EVENTPIPE_REQUIRE_ROTEL").is_none_or(|v| v != "1"),
-            "rotel is not installed (bash ci/rotel.sh) and EVENTPIPE_REQUIRE_ROTEL=1"
-        );
-        println!("skipping: rotel is not installed (run bash ci/rotel.sh)");
-    }
-    found
+    installed_or_skipping(found, "rotel", "EVENTPIPE_REQUIRE_ROTEL")
 }
 
 /// What the scripted backends answer with: the status, named.
