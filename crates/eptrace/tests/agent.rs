@@ -1320,6 +1320,7 @@ queue_max_profiles = 3
 // ---- OpenTelemetry export ----
 
 use eventpipe_export::otlp::proto;
+use eventpipe_test_support::otlp::attr;
 use prost::Message as _;
 use proto::common::v1::any_value::Value as Any;
 use proto::common::v1::KeyValue;
@@ -1397,14 +1398,6 @@ fn decode_all(received: &[Received]) -> Collected {
         }
     }
     c
-}
-
-fn attr<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a Any> {
-    attributes
-        .iter()
-        .find(|kv| kv.key == key)
-        .and_then(|kv| kv.value.as_ref())
-        .and_then(|v| v.value.as_ref())
 }
 
 fn of_pid(resource: &[KeyValue], pid: u32) -> bool {
