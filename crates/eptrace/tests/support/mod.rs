@@ -119,6 +119,18 @@ pub(crate) fn eptrace(args: &[&str]) -> std::process::Output {
         .expect("eptrace runs")
 }
 
+/// `eptrace(args)`, which must succeed (else the failure shows `label`, stdout and stderr).
+pub(crate) fn eptrace_ok(label: &str, args: &[&str]) -> std::process::Output {
+    let out = eptrace(args);
+    assert!(
+        out.status.success(),
+        "{label}: {}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    out
+}
+
 /// Output bytes as text.
 pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
