@@ -238,12 +238,18 @@ fn prometheus_binary() -> Option<PathBuf> {
                     .find(|p| p.is_file())
             })
         });
+    installed_or_skipping(found, "prometheus", "EVENTPIPE_REQUIRE_PROMETHEUS")
+}
+
+/// `found`, the tool `ci/TOOL.sh` installs; when it is `None`, a one-line notice (the test
+/// skips), or a failure when `require` (an environment variable) is 1.
+fn installed_or_skipping(found: Option<PathBuf>, tool: &str, require: &str) -> Option<PathBuf> {
     if found.is_none() {
         assert!(
-            std::env::var_os("EVENTPIPE_REQUIRE_PROMETHEUS").is_none_or(|v| v != "1"),
-            "prometheus is not installed (bash ci/prometheus.sh) and EVENTPIPE_REQUIRE_PROMETHEUS=1"
+            std::env::var_os(require).is_none_or(|v| v != "1"),
+            "{tool} is not installed (bash ci/{tool}.sh) and {require}=1"
         );
-        println!("skipping: prometheus is not installed (run bash ci/prometheus.sh)");
+        println!("skipping: {tool} is not installed (run bash ci/{tool}.sh)");
     }
     found
 }
@@ -1314,6 +1320,7 @@ queue_max_profiles = 3
 // ---- OpenTelemetry export ----
 
 use eventpipe_export::otlp::proto;
+use eventpipe_test_support::otlp::attr;
 use prost::Message as _;
 use proto::common::v1::any_value::Value as Any;
 use proto::common::v1::KeyValue;
@@ -1336,14 +1343,7 @@ fn rotel_binary() -> Option<PathBuf> {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/rotel/rotel-agent");
         path.is_file().then_some(path)
     });
-    if found.is_none() {
-        assert!(
-            std::env::var_os("EVENTPIPE_REQUIRE_ROTEL").is_none_or(|v| v != "1"),
-            "rotel is not installed (bash ci/rotel.sh) and EVENTPIPE_REQUIRE_ROTEL=1"
-        );
-        println!("skipping: rotel is not installed (run bash ci/rotel.sh)");
-    }
-    found
+    installed_or_skipping(found, "rotel", "EVENTPIPE_REQUIRE_ROTEL")
 }
 
 /// What the scripted backends answer with: the status, named.
@@ -1359,62 +1359,45 @@ struct Collected {
     metrics: Vec<(Vec<KeyValue>, String, proto::metrics::v1::Metric)>,
 }
 
+/// Decodes the `$request` in `$body` and pushes each item under each scope under each
+/// resource into `$into`, with its resource's attributes and its scope's name (the three
+/// signals name their levels differently).
+macro_rules! flatten {
+    ($body:expr, $request:ty, $resources:ident, $scopes:ident, $items:ident, $into:expr) => {
+        for resource in <$request>::decode($body).unwrap().$resources {
+            let attrs = resource.resource.map(|r| r.attributes).unwrap_or_default();
+            for scope in resource.$scopes {
+                let name = scope.scope.map(|s| s.name).unwrap_or_default();
+                for item in scope.$items {
+                    $into.push((attrs.clone(), name.clone(), item));
+                }
+            }
+        }
+    };
+}
+
 fn decode_all(received: &[Received]) -> Collected {
-    use proto::collector::{logs, metrics, trace};
+    use proto::collector::logs::v1::ExportLogsServiceRequest as Logs;
+    use proto::collector::metrics::v1::ExportMetricsServiceRequest as Metrics;
+    use proto::collector::trace::v1::ExportTraceServiceRequest as Traces;
     let mut c = Collected::default();
     for r in received.iter().filter(|r| r.status == 200) {
-        let resource = |res: Option<proto::resource::v1::Resource>| {
-            res.map(|r| r.attributes).unwrap_or_default()
-        };
-        let scope = |s: Option<proto::common::v1::InstrumentationScope>| {
-            s.map(|s| s.name).unwrap_or_default()
-        };
-        if r.path.ends_with("/v1/traces") {
-            let m = trace::v1::ExportTraceServiceRequest::decode(&r.body[..]).unwrap();
-            for rs in m.resource_spans {
-                let attrs = resource(rs.resource);
-                for ss in rs.scope_spans {
-                    let name = scope(ss.scope);
-                    for s in ss.spans {
-                        c.spans.push((attrs.clone(), name.clone(), s));
-                    }
-                }
-            }
-        } else if r.path.ends_with("/v1/logs") {
-            let m = logs::v1::ExportLogsServiceRequest::decode(&r.body[..]).unwrap();
-            for rl in m.resource_logs {
-                let attrs = resource(rl.resource);
-                for sl in rl.scope_logs {
-                    let name = scope(sl.scope);
-                    for l in sl.log_records {
-                        c.logs.push((attrs.clone(), name.clone(), l));
-                    }
-                }
-            }
-        } else if r.path.ends_with("/v1/metrics") {
-            let m = metrics::v1::ExportMetricsServiceRequest::decode(&r.body[..]).unwrap();
-            for rm in m.resource_metrics {
-                let attrs = resource(rm.resource);
-                for sm in rm.scope_metrics {
-                    let name = scope(sm.scope);
-                    for metric in sm.metrics {
-                        c.metrics.push((attrs.clone(), name.clone(), metric));
-                    }
-                }
-            }
-        } else {
-            panic!("a request to {}", r.path);
+        let b = &r.body[..];
+        match r.path.rsplit_once("/v1/").map(|(_, signal)| signal) {
+            Some("traces") => flatten!(b, Traces, resource_spans, scope_spans, spans, c.spans),
+            Some("logs") => flatten!(b, Logs, resource_logs, scope_logs, log_records, c.logs),
+            Some("metrics") => flatten!(
+                b,
+                Metrics,
+                resource_metrics,
+                scope_metrics,
+                metrics,
+                c.metrics
+            ),
+            _ => panic!("a request to {}", r.path),
         }
     }
     c
-}
-
-fn attr<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a Any> {
-    attributes
-        .iter()
-        .find(|kv| kv.key == key)
-        .and_then(|kv| kv.value.as_ref())
-        .and_then(|v| v.value.as_ref())
 }
 
 fn of_pid(resource: &[KeyValue], pid: u32) -> bool {

@@ -210,16 +210,9 @@ fn report_has_an_async_section() {
     assert_eq!(serve["name"], "app::serve");
     assert_eq!(serve["file"], "src/serve.rs");
     assert_eq!(serve["line"], 10);
-    let counts = |f: &Value| {
-        [
-            "created",
-            "polls",
-            "completed",
-            "cancelled",
-            "panicked",
-            "pending",
-        ]
-        .map(|k| f[k].as_u64().unwrap())
+    let counts = |f: &Value| -> Vec<u64> {
+        let keys = "created polls completed cancelled panicked pending";
+        keys.split(' ').map(|k| f[k].as_u64().unwrap()).collect()
     };
     assert_eq!(counts(serve), [2, 1, 0, 0, 0, 2]);
     assert!(close(&serve["running_ms"], 5.0), "{serve}");

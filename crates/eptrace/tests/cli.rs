@@ -3,6 +3,8 @@
 //! Each test that needs a trace prints one `skipping <test>: ../shared/traces is absent`
 //! line and passes when that folder is missing (as it is outside this workplace).
 
+mod support;
+
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
@@ -23,6 +25,18 @@ fn trace(test: &str, name: &str) -> Option<PathBuf> {
         return None;
     }
     Some(dir.join(name))
+}
+
+/// Trace `name` copied as `managed.nettrace` into a fresh folder `eptrace-FOLDER-PID` of the
+/// temp dir, so what is written next to it can be checked: (the folder, the copy), or `None`
+/// as `trace` says.
+fn trace_in_a_folder(test: &str, name: &str, folder: &str) -> Option<(PathBuf, PathBuf)> {
+    let src = trace(test, name)?;
+    let dir = std::env::temp_dir().join(format!("eptrace-{folder}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("managed.nettrace");
+    std::fs::copy(&src, &path).unwrap();
+    Some((dir, path))
 }
 
 fn eptrace(args: &[&str]) -> Command {
@@ -405,15 +419,8 @@ fn report_shows_the_hottest_functions_of_a_cpu_trace() {
         return;
     };
     let json = report_json(path.to_str().unwrap());
-    let hot = &json["profile"];
     // .NET's sampler measures thread time, and the report says so.
-    assert!(
-        hot["kind"]
-            .as_str()
-            .unwrap()
-            .starts_with(".NET thread time"),
-        "{hot}"
-    );
+    let hot = support::thread_time_profile(&json, MANAGED_SAMPLES);
     assert_eq!(hot["weight_unit"], "nanoseconds of thread time");
     let samples = hot["samples"].as_u64().unwrap();
     assert_eq!(
@@ -444,16 +451,13 @@ fn report_shows_the_hottest_functions_of_a_cpu_trace() {
 
 #[test]
 fn convert_writes_every_format_next_to_the_trace() {
-    let Some(src) = trace(
+    let Some((dir, path)) = trace_in_a_folder(
         "convert_writes_every_format_next_to_the_trace",
         MANAGED_SAMPLES,
+        "convert",
     ) else {
         return;
     };
-    let dir = std::env::temp_dir().join(format!("eptrace-convert-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("managed.nettrace");
-    std::fs::copy(&src, &path).unwrap();
     let out = run(&[
         "convert",
         "--format",
@@ -545,16 +549,13 @@ fn convert_writes_every_format_next_to_the_trace() {
 
 #[test]
 fn converting_samples_the_trace_does_not_have_fails_and_writes_nothing() {
-    let Some(src) = trace(
+    let Some((dir, path)) = trace_in_a_folder(
         "converting_samples_the_trace_does_not_have_fails_and_writes_nothing",
         MANAGED_SAMPLES,
+        "convert-none",
     ) else {
         return;
     };
-    let dir = std::env::temp_dir().join(format!("eptrace-convert-none-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("managed.nettrace");
-    std::fs::copy(&src, &path).unwrap();
     let out = run(&[
         "convert",
         "--samples",

@@ -4,7 +4,7 @@
 mod support;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use support::eptrace;
@@ -55,6 +55,27 @@ fn assert_ok(out: &Output) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// eptrace's stdout, once it succeeded.
+fn stdout_of_success(out: &Output) -> String {
+    assert_ok(out);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// eptrace's stderr, once it failed with status 1.
+fn stderr_of_failure(out: &Output) -> String {
+    assert_eq!(out.status.code(), Some(1));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// `eptrace collect -p PID ARGS… -o PATH`.
+fn collect_from(pid: u32, args: &[&str], path: &Path) -> Output {
+    let pid = pid.to_string();
+    let mut all = vec!["collect", "-p", &pid];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["-o", path.to_str().unwrap()]);
+    eptrace(&all)
 }
 
 fn temp(name: &str) -> PathBuf {
@@ -125,24 +146,21 @@ fn collect_by_pid_in_both_modes_and_formats_loses_nothing() {
     let app = App::start(&["--rate", "2000"]);
     for (mode, format) in [("drop", "v5"), ("block", "v6"), ("block", "v5")] {
         let path = temp(&format!("{mode}-{format}.nettrace"));
-        let pid = app.pid.to_string();
-        let out = eptrace(&[
-            "collect",
-            "-p",
-            &pid,
-            "--providers",
-            "Demo",
-            "--duration",
-            "700ms",
-            "--buffering",
-            mode,
-            "--nettrace-version",
-            format,
-            "-o",
-            path.to_str().unwrap(),
-        ]);
-        assert_ok(&out);
-        let stdout = String::from_utf8_lossy(&out.stdout);
+        let out = collect_from(
+            app.pid,
+            &[
+                "--providers",
+                "Demo",
+                "--duration",
+                "700ms",
+                "--buffering",
+                mode,
+                "--nettrace-version",
+                format,
+            ],
+            &path,
+        );
+        let stdout = stdout_of_success(&out);
         assert!(
             stdout.contains(&format!("Trace written to {}", path.display())),
             "{stdout}"
@@ -199,8 +217,7 @@ fn collect_launching_the_program_sees_its_first_events() {
         "--rate",
         "2000",
     ]);
-    assert_ok(&out);
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = stdout_of_success(&out);
     assert!(stdout.contains("the process ended the stream"), "{stdout}");
     let (by_worker, lost) = ticks(&path);
     assert_consecutive(&by_worker);
@@ -220,16 +237,14 @@ fn collect_errors_name_what_is_wrong() {
         "--providers",
         "Demo",
     ]);
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = stderr_of_failure(&out);
     assert!(
         stderr.contains("no attachable process is named `no-such-program-xyz`"),
         "{stderr}"
     );
 
     let out = eptrace(&["collect", "-p", "1", "--providers", "Demo"]);
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = stderr_of_failure(&out);
     assert!(
         stderr.contains("no diagnostics socket for process 1"),
         "{stderr}"
@@ -246,16 +261,14 @@ fn collect_errors_name_what_is_wrong() {
         "--duration",
         "1s",
     ]);
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = stderr_of_failure(&out);
     assert!(
         stderr.contains("keywords `zz` are not a hex number"),
         "{stderr}"
     );
 
     let out = eptrace(&["collect", "--", "/bin/true"]);
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = stderr_of_failure(&out);
     assert!(
         stderr.contains("exited") && stderr.contains("before connecting"),
         "{stderr}"
@@ -284,8 +297,7 @@ fn a_process_killed_mid_trace_still_leaves_a_valid_file() {
     std::thread::sleep(std::time::Duration::from_millis(800));
     app.child.kill().unwrap(); // SIGKILL: no chance to end the stream
     let out = collect.wait_with_output().unwrap();
-    assert_ok(&out);
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = stdout_of_success(&out);
     assert!(stdout.contains("the process"), "{stdout}");
     assert!(
         stdout.contains("cut off") || stdout.contains("ended the stream"),
@@ -301,19 +313,12 @@ fn a_requested_profiler_that_wrote_nothing_is_named_with_the_line_the_program_mi
     // traced-app declares its own providers but never registers the CPU sampler.
     let app = App::start(&[]);
     let path = temp("no-sampler.nettrace");
-    let out = eptrace(&[
-        "collect",
-        "-p",
-        &app.pid.to_string(),
-        "--profile",
-        "cpu-sampling",
-        "--duration",
-        "500ms",
-        "-o",
-        path.to_str().unwrap(),
-    ]);
-    assert_ok(&out);
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let out = collect_from(
+        app.pid,
+        &["--profile", "cpu-sampling", "--duration", "500ms"],
+        &path,
+    );
+    let stdout = stdout_of_success(&out);
     assert!(
         stdout.contains("EventPipeRs-CpuSampler wrote no events")
             && stdout.contains("eventpipe_profiler::cpu::register();"),
@@ -328,8 +333,7 @@ fn a_requested_profiler_that_wrote_nothing_is_named_with_the_line_the_program_mi
 fn gcdump_of_a_rust_process_says_what_to_use_instead() {
     let app = App::start(&[]);
     let out = eptrace(&["gcdump", "-p", &app.pid.to_string()]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = stderr_of_failure(&out);
     assert!(
         err.contains("is a Rust program") && err.contains("eptrace heap"),
         "{err}"
@@ -348,8 +352,7 @@ fn heap_of_a_program_without_the_profiled_allocator_names_what_it_needs() {
         "-o",
         temp("no-heap.nettrace").to_str().unwrap(),
     ]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = stderr_of_failure(&out);
     assert!(
         err.contains("sent no heap snapshot")
             && err.contains("ProfiledAllocator")

@@ -30,6 +30,32 @@ fn counters_app(dotnet: &Path, testapp: &Path, label: &str, seconds: &str) -> Ap
     app
 }
 
+/// The arguments of `eptrace counters SUBCOMMAND -p PID --counters COUNTERS REST…`.
+fn counters_args<'a>(
+    subcommand: &'a str,
+    pid: &'a str,
+    counters: &'a str,
+    rest: &[&'a str],
+) -> Vec<&'a str> {
+    let mut args = vec!["counters", subcommand, "-p", pid, "--counters", counters];
+    args.extend_from_slice(rest);
+    args
+}
+
+/// Runs `eptrace counters SUBCOMMAND` on `app` (see `counters_args`), which must succeed.
+fn run_counters(
+    label: &str,
+    subcommand: &str,
+    app: &App,
+    counters: &str,
+    rest: &[&str],
+) -> std::process::Output {
+    let pid = app.pid.to_string();
+    let out = eptrace(&counters_args(subcommand, &pid, counters, rest));
+    assert!(out.status.success(), "{label}: {}", text(&out.stderr));
+    out
+}
+
 /// The JSON file's events: (name, value, timestamp as text).
 fn json_events(path: &Path) -> Vec<(String, f64, String)> {
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap())
@@ -68,21 +94,13 @@ fn collect_json_on_dotnet_8_holds_the_known_eventcounters_and_meters_at_the_inte
         let label = "eptrace counters collect, .NET 8";
         let app = counters_app(&dotnet.dotnet8, &dotnet.testapp, label, "120");
         let path = out_path("net8.json");
-        let out = eptrace(&[
-            "counters",
+        run_counters(
+            label,
             "collect",
-            "-p",
-            &app.pid.to_string(),
-            "--counters",
+            &app,
             "EventPipeRs-Counters,EventPipeRs.TestMeter,System.Runtime[cpu-usage,working-set,gc-heap-size]",
-            "--format",
-            "json",
-            "--duration",
-            "5s",
-            "-o",
-            path.to_str().unwrap(),
-        ]);
-        assert!(out.status.success(), "{label}: {}", text(&out.stderr));
+            &["--format", "json", "--duration", "5s", "-o", path.to_str().unwrap()],
+        );
         let events = json_events(&path);
         let exact = |name: &str, want: f64, skip_first: bool| {
             let vs = values_of(&events, name);
@@ -146,19 +164,13 @@ fn collect_csv_on_dotnet_core_3_1_holds_the_known_eventcounters_once_a_second() 
         let label = "eptrace counters collect, .NET Core 3.1";
         let app = counters_app(&dotnet.dotnet31, &dotnet.testapp, label, "120");
         let path = out_path("core31.csv");
-        let out = eptrace(&[
-            "counters",
+        run_counters(
+            label,
             "collect",
-            "-p",
-            &app.pid.to_string(),
-            "--counters",
+            &app,
             "EventPipeRs-Counters,System.Runtime[cpu-usage,working-set]",
-            "--duration",
-            "4500ms",
-            "-o",
-            path.to_str().unwrap(),
-        ]);
-        assert!(out.status.success(), "{label}: {}", text(&out.stderr));
+            &["--duration", "4500ms", "-o", path.to_str().unwrap()],
+        );
         let csv = std::fs::read_to_string(&path).unwrap();
         let mut lines = csv.lines();
         assert_eq!(
@@ -198,19 +210,14 @@ fn a_json_file_stays_valid_when_the_collector_is_killed() {
         let label = "eptrace counters collect killed, .NET 8";
         let app = counters_app(&dotnet.dotnet8, &dotnet.testapp, label, "120");
         let path = out_path("killed.json");
+        let pid = app.pid.to_string();
         let mut child = Command::new(env!("CARGO_BIN_EXE_eptrace"))
-            .args([
-                "counters",
+            .args(counters_args(
                 "collect",
-                "-p",
-                &app.pid.to_string(),
-                "--counters",
+                &pid,
                 "EventPipeRs-Counters",
-                "--format",
-                "json",
-                "-o",
-                path.to_str().unwrap(),
-            ])
+                &["--format", "json", "-o", path.to_str().unwrap()],
+            ))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -325,15 +332,13 @@ fn monitor_says_when_the_target_exits_and_when_a_name_publishes_nothing() {
     with_dotnet(|dotnet| {
         let label = "eptrace counters monitor, the app exiting";
         let app = counters_app(&dotnet.dotnet8, &dotnet.testapp, label, "5");
-        let out = eptrace(&[
-            "counters",
+        let out = run_counters(
+            label,
             "monitor",
-            "-p",
-            &app.pid.to_string(),
-            "--counters",
+            &app,
             "EventPipeRs-Counters,No-Such-Provider",
-        ]);
-        assert!(out.status.success(), "{label}: {}", text(&out.stderr));
+            &[],
+        );
         let shown = text(&out.stdout);
         assert!(shown.contains("ended the session"), "{label}: {shown}");
         assert!(
@@ -386,19 +391,13 @@ fn the_meters_publishers_limits_are_said_in_words() {
     with_dotnet(|dotnet| {
         let label = "eptrace counters monitor with Meters limits, .NET 8";
         let app = counters_app(&dotnet.dotnet8, &dotnet.testapp, label, "120");
-        let out = eptrace(&[
-            "counters",
+        let out = run_counters(
+            label,
             "monitor",
-            "-p",
-            &app.pid.to_string(),
-            "--counters",
+            &app,
             "EventPipeRs.TestMeter",
-            "--max-histograms",
-            "0",
-            "--duration",
-            "3s",
-        ]);
-        assert!(out.status.success(), "{label}: {}", text(&out.stderr));
+            &["--max-histograms", "0", "--duration", "3s"],
+        );
         let shown = text(&out.stdout);
         assert!(
             shown.contains("reached its limit of histograms (--max-histograms)"),

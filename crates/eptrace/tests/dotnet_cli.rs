@@ -8,6 +8,8 @@
 //! The runtimes and the app come from `bash ci/dotnet.sh`; without them (or with
 //! `EVENTPIPE_SKIP_DOTNET=1`) each test prints one line and passes.
 
+mod support;
+
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -233,16 +235,8 @@ fn cpu_samples_of_dotnet_8_name_managed_methods() {
         let report = Eptrace::run(&["report", "--json", trace.path.to_str().unwrap()], label);
         report.assert_success(label);
         let json: serde_json::Value = serde_json::from_str(&report.stdout).unwrap();
-        let hot = &json["profile"];
         // .NET's sampler measures thread time, and the report says so.
-        assert!(
-            hot["kind"]
-                .as_str()
-                .unwrap()
-                .starts_with(".NET thread time"),
-            "{label}: {}",
-            report.stdout
-        );
+        let hot = support::thread_time_profile(&json, label);
         assert!(hot["samples"].as_u64().unwrap() > 100, "{label}: {hot}");
         let functions = hot["functions"].as_array().unwrap();
         let main = functions

@@ -43,18 +43,10 @@ fn known_heap(runtime: &str, pick: impl Fn(&Dotnet) -> &Path) {
         let label = format!("eptrace gcdump, {runtime}");
         let app = heap_app(pick(dotnet), &dotnet.testapp, &label);
         let path = snapshot_path(runtime);
-        let out = eptrace(&[
-            "gcdump",
-            "-p",
-            &app.pid.to_string(),
-            "-o",
-            path.to_str().unwrap(),
-        ]);
-        assert!(
-            out.status.success(),
-            "{label}: {}\n{}",
-            text(&out.stdout),
-            text(&out.stderr)
+        let pid = app.pid.to_string();
+        let out = support::eptrace_ok(
+            &label,
+            &["gcdump", "-p", &pid, "-o", path.to_str().unwrap()],
         );
         assert!(
             text(&out.stdout).contains("Heap snapshot written"),

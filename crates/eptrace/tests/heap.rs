@@ -35,20 +35,18 @@ fn snapshot(pid: u32, name: &str) -> PathBuf {
         "eptrace-heap-{}-{name}.heap.nettrace",
         std::process::id()
     ));
-    let out = eptrace(&[
-        "heap",
-        "-p",
-        &pid.to_string(),
-        "--buffersize",
-        "1",
-        "-o",
-        path.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "eptrace heap: {}\n{}",
-        text(&out.stdout),
-        text(&out.stderr)
+    let pid = pid.to_string();
+    let out = support::eptrace_ok(
+        "eptrace heap",
+        &[
+            "heap",
+            "-p",
+            &pid,
+            "--buffersize",
+            "1",
+            "-o",
+            path.to_str().unwrap(),
+        ],
     );
     assert!(
         text(&out.stdout).contains("nothing lost"),

@@ -23,32 +23,51 @@ fn field<'a>(fields: &'a [(&str, Value)], name: &str) -> &'a Value {
 /// Tests enabling the same provider run one session at a time, keeping their events apart.
 static ONE_SESSION: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn record(format: FormatVersion, rundown: bool) -> Vec<u8> {
-    let _one = ONE_SESSION.lock().unwrap_or_else(|p| p.into_inner());
-    let path = std::env::temp_dir().join(format!(
-        "eventpipe-rundown-{}-{format:?}-{rundown}.nettrace",
-        std::process::id()
-    ));
+/// Runs `body` in a file session (named `name` in the temp dir) on `provider`, in `format`,
+/// with or without rundown; returns the file's bytes (the file is removed). The caller holds
+/// `ONE_SESSION`.
+fn in_session(
+    name: &str,
+    provider: &str,
+    format: FormatVersion,
+    rundown: bool,
+    body: impl FnOnce(),
+) -> Vec<u8> {
+    let path =
+        std::env::temp_dir().join(format!("eventpipe-{name}-{}.nettrace", std::process::id()));
     let session = Session::start(
         SessionConfig::new(
-            vec![ProviderConfig::new("Test-Rundown")],
+            vec![ProviderConfig::new(provider)],
             Output::File(path.clone()),
         )
         .format(format)
         .rundown(rundown),
     )
     .unwrap();
-    std::thread::Builder::new()
-        .name("rundown-worker".into())
-        .spawn(|| write_event!(TICK, 1u32))
-        .unwrap()
-        .join()
-        .unwrap();
-    write_event!(TICK, 2u32);
+    body();
     session.stop().unwrap();
     let bytes = std::fs::read(&path).unwrap();
     std::fs::remove_file(&path).ok();
     bytes
+}
+
+fn record(format: FormatVersion, rundown: bool) -> Vec<u8> {
+    let _one = ONE_SESSION.lock().unwrap_or_else(|p| p.into_inner());
+    in_session(
+        &format!("rundown-{format:?}-{rundown}"),
+        "Test-Rundown",
+        format,
+        rundown,
+        || {
+            std::thread::Builder::new()
+                .name("rundown-worker".into())
+                .spawn(|| write_event!(TICK, 1u32))
+                .unwrap()
+                .join()
+                .unwrap();
+            write_event!(TICK, 2u32);
+        },
+    )
 }
 
 #[test]
@@ -123,24 +142,18 @@ define_event! {
 #[test]
 fn a_given_stack_is_recorded_as_given() {
     let _one = ONE_SESSION.lock().unwrap_or_else(|p| p.into_inner());
-    let path = std::env::temp_dir().join(format!(
-        "eventpipe-given-stack-{}.nettrace",
-        std::process::id()
-    ));
-    let session = Session::start(
-        SessionConfig::new(
-            vec![ProviderConfig::new("Test-GivenStack")],
-            Output::File(path.clone()),
-        )
-        .rundown(false),
-    )
-    .unwrap();
     let ips = [0x1000usize, 0x2000, usize::MAX - 1];
-    SAMPLE.write_with_stack(&ips, |p| p.put(&7u64));
-    write_event!(SAMPLE, 8u64);
-    session.stop().unwrap();
-    let bytes = std::fs::read(&path).unwrap();
-    std::fs::remove_file(&path).ok();
+    // The session's default format.
+    let bytes = in_session(
+        "given-stack",
+        "Test-GivenStack",
+        FormatVersion::V5,
+        false,
+        || {
+            SAMPLE.write_with_stack(&ips, |p| p.put(&7u64));
+            write_event!(SAMPLE, 8u64);
+        },
+    );
     let mut reader = TraceReader::from_slice(&bytes).unwrap();
     let mut seen = Vec::new();
     while let Some(e) = reader.next_event().unwrap() {
@@ -157,36 +170,31 @@ fn a_given_stack_is_recorded_as_given() {
 fn an_event_about_another_thread_is_attributed_to_it() {
     let _one = ONE_SESSION.lock().unwrap_or_else(|p| p.into_inner());
     for format in [FormatVersion::V5, FormatVersion::V6] {
-        let path = std::env::temp_dir().join(format!(
-            "eventpipe-subject-{}-{format:?}.nettrace",
-            std::process::id()
-        ));
-        let session = Session::start(
-            SessionConfig::new(
-                vec![ProviderConfig::new("Test-GivenStack")],
-                Output::File(path.clone()),
-            )
-            .format(format)
-            .rundown(false),
-        )
-        .unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        let sampled = std::thread::spawn(move || {
-            // SAFETY: gettid has no preconditions.
-            tx.send(unsafe { libc::gettid() } as u64).unwrap();
-            let _ = done_rx.recv();
-        });
-        let subject = rx.recv().unwrap();
-        // SAFETY: gettid has no preconditions.
-        let sampler = unsafe { libc::gettid() } as u64;
-        SAMPLE.write_about_thread(subject, &[0x1234, 0x5678], |p| p.put(&1u64));
-        SAMPLE.write_about_thread(subject, &[0x1234], |p| p.put(&2u64));
-        done_tx.send(()).unwrap();
-        sampled.join().unwrap();
-        session.stop().unwrap();
-        let bytes = std::fs::read(&path).unwrap();
-        std::fs::remove_file(&path).ok();
+        let mut ids = (0, 0);
+        let bytes = in_session(
+            &format!("subject-{format:?}"),
+            "Test-GivenStack",
+            format,
+            false,
+            || {
+                let (tx, rx) = std::sync::mpsc::channel();
+                let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+                let sampled = std::thread::spawn(move || {
+                    // SAFETY: gettid has no preconditions.
+                    tx.send(unsafe { libc::gettid() } as u64).unwrap();
+                    let _ = done_rx.recv();
+                });
+                let subject = rx.recv().unwrap();
+                // SAFETY: gettid has no preconditions.
+                let sampler = unsafe { libc::gettid() } as u64;
+                SAMPLE.write_about_thread(subject, &[0x1234, 0x5678], |p| p.put(&1u64));
+                SAMPLE.write_about_thread(subject, &[0x1234], |p| p.put(&2u64));
+                done_tx.send(()).unwrap();
+                sampled.join().unwrap();
+                ids = (subject, sampler);
+            },
+        );
+        let (subject, sampler) = ids;
         let mut reader = TraceReader::from_slice(&bytes).unwrap();
         let mut seen = Vec::new();
         while let Some(e) = reader.next_event().unwrap() {

@@ -98,14 +98,6 @@ fn interleaved_enabled() {
 }
 
 fn main() {
-    // What `criterion_group!`/`criterion_main!` expand to, minus their undocumented `pub fn`.
-    let mut c = Criterion::default().configure_from_args();
-    bench(&mut c);
-    c.final_summary();
-    let (fastest, median) = common::program_times_us();
-    println!(
-        "global/profiled-disabled program(20000): fastest and median of 41 runs {:.1} us {:.1} us",
-        fastest, median
-    );
+    common::bench_and_time_program("global/profiled-disabled", bench);
     interleaved_enabled();
 }

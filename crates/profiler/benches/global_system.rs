@@ -16,13 +16,5 @@ fn bench(c: &mut Criterion) {
 }
 
 fn main() {
-    // What `criterion_group!`/`criterion_main!` expand to, minus their undocumented `pub fn`.
-    let mut c = Criterion::default().configure_from_args();
-    bench(&mut c);
-    c.final_summary();
-    let (fastest, median) = common::program_times_us();
-    println!(
-        "global/system program(20000): fastest and median of 41 runs {:.1} us {:.1} us",
-        fastest, median
-    );
+    common::bench_and_time_program("global/system", bench);
 }

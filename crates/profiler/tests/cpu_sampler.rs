@@ -46,6 +46,25 @@ fn trace_path(name: &str) -> std::path::PathBuf {
     ))
 }
 
+/// A file session of the CPU sampler at `rate` captures a second, on `trace_path(name)`.
+fn start_sampler(name: &str, rate: u32) -> (Session, std::path::PathBuf) {
+    let path = trace_path(name);
+    let spec = format!("EventPipeRs-CpuSampler:0:5:Rate={rate}");
+    let session = Session::start(SessionConfig::new(
+        vec![ProviderConfig::parse(&spec).unwrap()],
+        Output::File(path.clone()),
+    ))
+    .unwrap();
+    (session, path)
+}
+
+/// The bytes of the trace file at `path`, which is removed.
+fn take_trace(path: &std::path::Path) -> Vec<u8> {
+    let bytes = std::fs::read(path).unwrap();
+    std::fs::remove_file(path).ok();
+    bytes
+}
+
 #[test]
 fn a_three_to_one_split_of_work_shows_as_three_to_one() {
     let _one = one_session();
@@ -85,16 +104,10 @@ fn a_three_to_one_split_of_work_shows_as_three_to_one() {
         if three + one >= 4800 {
             break;
         }
-        let path = trace_path(&format!("split-{round}"));
-        let session = Session::start(SessionConfig::new(
-            vec![ProviderConfig::parse("EventPipeRs-CpuSampler:0:5:Rate=250").unwrap()],
-            Output::File(path.clone()),
-        ))
-        .unwrap();
+        let (session, path) = start_sampler(&format!("split-{round}"), 250);
         std::thread::sleep(Duration::from_secs(1));
         session.stop().unwrap();
-        let bytes = std::fs::read(&path).unwrap();
-        std::fs::remove_file(&path).ok();
+        let bytes = take_trace(&path);
         // Every sample of the busy threads is attributed to them and captured by another.
         let mut reader = TraceReader::from_slice(&bytes).unwrap();
         while let Some(e) = reader.next_event().unwrap() {
@@ -165,18 +178,12 @@ fn a_sleeping_thread_is_reported_blocked_not_running() {
         })
     };
     let tid = rx.recv().unwrap();
-    let path = trace_path("blocked");
-    let session = Session::start(SessionConfig::new(
-        vec![ProviderConfig::parse("EventPipeRs-CpuSampler:0:5:Rate=200").unwrap()],
-        Output::File(path.clone()),
-    ))
-    .unwrap();
+    let (session, path) = start_sampler("blocked", 200);
     std::thread::sleep(Duration::from_millis(600));
     session.stop().unwrap();
     stop.store(true, Ordering::Relaxed);
     sleeper.join().unwrap();
-    let bytes = std::fs::read(&path).unwrap();
-    std::fs::remove_file(&path).ok();
+    let bytes = take_trace(&path);
     let mut reader = TraceReader::from_slice(&bytes).unwrap();
     let (mut running, mut blocked) = (0, 0);
     while let Some(e) = reader.next_event().unwrap() {
@@ -215,16 +222,10 @@ fn sessions_can_start_and_stop_the_sampler_while_threads_run() {
         })
         .collect();
     for round in 0..20 {
-        let path = trace_path(&format!("churn-{round}"));
-        let session = Session::start(SessionConfig::new(
-            vec![ProviderConfig::parse("EventPipeRs-CpuSampler:0:5:Rate=2000").unwrap()],
-            Output::File(path.clone()),
-        ))
-        .unwrap();
+        let (session, path) = start_sampler(&format!("churn-{round}"), 2000);
         std::thread::sleep(Duration::from_millis(20));
         session.stop().unwrap();
-        let bytes = std::fs::read(&path).unwrap();
-        std::fs::remove_file(&path).ok();
+        let bytes = take_trace(&path);
         let mut reader = TraceReader::from_slice(&bytes).unwrap();
         while reader.next_event().unwrap().is_some() {}
         assert!(reader.is_finished());
@@ -316,15 +317,7 @@ fn sampling_is_live_when_start_or_stop_returns() {
             "{what}: timers on {timers:?}, not on both {tid} and {me}"
         );
     };
-    let start = |name: &str| {
-        let path = trace_path(name);
-        let session = Session::start(SessionConfig::new(
-            vec![ProviderConfig::parse("EventPipeRs-CpuSampler:0:5:Rate=1000").unwrap()],
-            Output::File(path.clone()),
-        ))
-        .unwrap();
-        (session, path)
-    };
+    let start = |name: &str| start_sampler(name, 1000);
     let (first, first_path) = start("live-first");
     sampled("once the first session has started");
     // A second session hands the sampling to a new collector; its start returns once that
@@ -345,12 +338,7 @@ fn sampling_is_live_when_start_or_stop_returns() {
 fn a_thread_started_during_the_session_gets_a_timer_and_is_sampled() {
     let _one = one_session();
     cpu::register().unwrap();
-    let path = trace_path("late-thread");
-    let session = Session::start(SessionConfig::new(
-        vec![ProviderConfig::parse("EventPipeRs-CpuSampler:0:5:Rate=1000").unwrap()],
-        Output::File(path.clone()),
-    ))
-    .unwrap();
+    let (session, path) = start_sampler("late-thread", 1000);
     std::thread::sleep(Duration::from_millis(50));
     let stop = Arc::new(AtomicBool::new(false));
     let (late, tid) = spinner(&stop);
@@ -362,8 +350,7 @@ fn a_thread_started_during_the_session_gets_a_timer_and_is_sampled() {
     session.stop().unwrap();
     stop.store(true, Ordering::Relaxed);
     late.join().unwrap();
-    let bytes = std::fs::read(&path).unwrap();
-    std::fs::remove_file(&path).ok();
+    let bytes = take_trace(&path);
     let samples = samples_of(&bytes, tid);
     let running: u64 = samples
         .iter()
@@ -382,14 +369,9 @@ fn a_thread_started_during_the_session_gets_a_timer_and_is_sampled() {
 fn timers_are_deleted_when_threads_exit_and_when_the_session_stops() {
     let _one = one_session();
     cpu::register().unwrap();
-    let path = trace_path("timers");
     let stop = Arc::new(AtomicBool::new(false));
     let (early, early_tid) = spinner(&stop);
-    let session = Session::start(SessionConfig::new(
-        vec![ProviderConfig::parse("EventPipeRs-CpuSampler:0:5:Rate=1000").unwrap()],
-        Output::File(path.clone()),
-    ))
-    .unwrap();
+    let (session, path) = start_sampler("timers", 1000);
     eventually("a timer for the running thread", || {
         threads_with_sampler_timers().contains(&early_tid)
     });
@@ -422,20 +404,14 @@ fn an_idle_thread_gets_only_blocked_samples_in_proportion_to_wall_time() {
         wait.recv().ok();
     });
     let tid = rx.recv().unwrap();
-    let path = trace_path("idle");
     let started = std::time::Instant::now();
-    let session = Session::start(SessionConfig::new(
-        vec![ProviderConfig::parse("EventPipeRs-CpuSampler:0:5:Rate=1000").unwrap()],
-        Output::File(path.clone()),
-    ))
-    .unwrap();
+    let (session, path) = start_sampler("idle", 1000);
     std::thread::sleep(Duration::from_millis(500));
     session.stop().unwrap();
     let wall_ms = started.elapsed().as_millis() as usize;
     wake.send(()).unwrap();
     idle.join().unwrap();
-    let bytes = std::fs::read(&path).unwrap();
-    std::fs::remove_file(&path).ok();
+    let bytes = take_trace(&path);
     let samples = samples_of(&bytes, tid);
     // Never interrupted: every sample is blocked and has no stack.
     assert!(

@@ -11,7 +11,7 @@ mod common;
 
 use common::poll::{block_on, yield_once};
 use eventpipe::{Output, ProviderConfig, Session, SessionConfig};
-use eventpipe_insight::async_trace::{read_async_trace, AsyncTrace, ContextEnd, SpanEnd};
+use eventpipe_insight::async_trace::{AsyncTrace, ContextEnd, SpanEnd};
 use eventpipe_profiler::futures::{self, profiled, FutureExt};
 use nettrace::TraceReader;
 
@@ -39,15 +39,6 @@ fn start(name: &str, args: &str) -> (Session, std::path::PathBuf) {
     ))
     .unwrap();
     (session, path)
-}
-
-fn read(path: &std::path::Path) -> AsyncTrace {
-    let bytes = std::fs::read(path).unwrap();
-    std::fs::remove_file(path).ok();
-    let mut reader = TraceReader::from_slice(&bytes).unwrap();
-    read_async_trace(&mut reader)
-        .unwrap()
-        .expect("async-profiler events in the trace")
 }
 
 #[profiled]
@@ -111,8 +102,7 @@ fn a_known_future_tree_records_its_life_and_callstacks() {
     let me = unsafe { libc::gettid() } as u64;
     session.stop().unwrap();
 
-    let trace = read(&path);
-    assert!(trace.diagnostics.is_clean(), "{:?}", trace.diagnostics);
+    let trace = common::read_clean_async_file(&path);
     let mine: Vec<_> = trace.spans.iter().filter(|s| s.thread == me).collect();
     let by_frame = |name: &str| -> Vec<_> {
         mine.iter()
@@ -155,13 +145,7 @@ fn a_known_future_tree_records_its_life_and_callstacks() {
     }
 
     // Contexts: parents and ends.
-    let context_of = |name: &str| -> Vec<_> {
-        trace
-            .contexts
-            .values()
-            .filter(|c| c.frame.is_some_and(|f| trace.frame_name(f).ends_with(name)))
-            .collect()
-    };
+    let context_of = |name: &str| common::contexts_named(&trace, name);
     let root_ctx = context_of("root");
     assert_eq!(root_ctx.len(), 1);
     assert!(root_ctx[0].is_root());
@@ -225,8 +209,7 @@ fn buffers_of_exited_threads_are_flushed_and_reclaimed() {
         "{after} thread buffers left, {before} before"
     );
     session.stop().unwrap();
-    let trace = read(&path);
-    assert!(trace.diagnostics.is_clean(), "{:?}", trace.diagnostics);
+    let trace = common::read_clean_async_file(&path);
     for (i, tid) in tids.iter().enumerate() {
         let completed = trace
             .spans
@@ -300,7 +283,7 @@ fn a_configuration_change_reaches_every_writer() {
     // Once the bigger size reached the writers, full buffers are bigger than the old size.
     assert!(big_sizes.iter().any(|&n| n > 1024), "{big_sizes:?}");
     for path in [&small_path, &big_path] {
-        let trace = read(path);
+        let trace = common::read_async_file(path);
         let d = &trace.diagnostics;
         assert!(
             d.empty_pops == 0 && d.malformed.is_empty() && d.lost_buffers == 0,
@@ -354,16 +337,10 @@ fn outside_flushes_racing_writers_lose_and_tear_nothing() {
     let done: u64 = writers.into_iter().map(|w| w.join().unwrap()).sum();
     session.stop().unwrap();
     assert!(flushes > 100, "only {flushes} outside flushes");
-    let trace = read(&path);
-    assert!(trace.diagnostics.is_clean(), "{:?}", trace.diagnostics);
+    let trace = common::read_clean_async_file(&path);
     let completed = |suffix: &str| {
-        trace
-            .contexts
-            .values()
-            .filter(|c| {
-                c.frame
-                    .is_some_and(|f| trace.frame_name(f).ends_with(suffix))
-            })
+        common::contexts_named(&trace, suffix)
+            .into_iter()
             .filter(|c| matches!(c.end, ContextEnd::Complete(_)))
             .count() as u64
     };

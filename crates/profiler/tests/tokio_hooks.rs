@@ -3,10 +3,11 @@
 //! location, and instrumented futures inside it get it at the root of their callstacks.
 #![cfg(all(tokio_unstable, feature = "tokio"))]
 
+mod common;
+
 use eventpipe::{Output, ProviderConfig, Session, SessionConfig};
-use eventpipe_insight::async_trace::{read_async_trace, ContextEnd};
+use eventpipe_insight::async_trace::ContextEnd;
 use eventpipe_profiler::futures::{self, profiled, tokio_hooks};
-use nettrace::TraceReader;
 
 #[profiled]
 async fn inner_step() {
@@ -42,12 +43,7 @@ fn tasks_are_root_contexts_with_their_futures_inside() {
     });
     drop(rt);
     session.stop().unwrap();
-    let bytes = std::fs::read(&path).unwrap();
-    std::fs::remove_file(&path).ok();
-    let trace = read_async_trace(&mut TraceReader::from_slice(&bytes).unwrap())
-        .unwrap()
-        .unwrap();
-    assert!(trace.diagnostics.is_clean(), "{:?}", trace.diagnostics);
+    let trace = common::read_clean_async_file(&path);
     let tasks: Vec<_> = trace
         .contexts
         .values()

@@ -4,10 +4,11 @@
 
 use std::collections::HashSet;
 
+mod common;
+
 use eventpipe::{Output, ProviderConfig, Session, SessionConfig};
-use eventpipe_insight::async_trace::{read_async_trace, ContextEnd, SpanEnd};
+use eventpipe_insight::async_trace::{ContextEnd, SpanEnd};
 use eventpipe_profiler::futures::{self, profiled, FutureExt};
-use nettrace::TraceReader;
 
 const TASKS: usize = 200;
 const STEPS: usize = 20;
@@ -68,20 +69,10 @@ fn every_task_and_future_of_a_multi_threaded_runtime_is_accounted_for() {
     let stats = session.stop().unwrap();
     assert_eq!(stats.events_dropped, 0);
 
-    let bytes = std::fs::read(&path).unwrap();
-    std::fs::remove_file(&path).ok();
-    let trace = read_async_trace(&mut TraceReader::from_slice(&bytes).unwrap())
-        .unwrap()
-        .unwrap();
-    assert!(trace.diagnostics.is_clean(), "{:?}", trace.diagnostics);
+    let trace = common::read_clean_async_file(&path);
     let count = |suffix: &str, end: fn(&ContextEnd) -> bool| {
-        trace
-            .contexts
-            .values()
-            .filter(|c| {
-                c.frame
-                    .is_some_and(|f| trace.frame_name(f).ends_with(suffix))
-            })
+        common::contexts_named(&trace, suffix)
+            .into_iter()
             .filter(|c| end(&c.end))
             .count()
     };

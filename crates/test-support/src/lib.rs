@@ -7,12 +7,15 @@
 //!   running TestApp, checking its traces).
 //! * [`http`]: a scripted loopback HTTP backend that keeps what it receives, for the tests
 //!   of what pushes to one (export's delivery, the agent's OTLP and Pyroscope exports).
+//! * `otlp` (feature `otlp`): reading decoded OTLP requests (attributes by key).
 //! * [`trace`]: small synthetic traces with exactly the events a test names (metadata
 //!   rows, payload pieces, [`trace::TraceBuilder`]).
 #![forbid(unsafe_code)]
 
 pub mod dotnet;
 pub mod http;
+#[cfg(feature = "otlp")]
+pub mod otlp;
 pub mod trace;
 
 use std::io::Write;

@@ -119,7 +119,36 @@ pub(crate) fn eptrace(args: &[&str]) -> std::process::Output {
         .expect("eptrace runs")
 }
 
+/// `eptrace(args)`, which must succeed (else the failure shows `label`, stdout and stderr).
+pub(crate) fn eptrace_ok(label: &str, args: &[&str]) -> std::process::Output {
+    let out = eptrace(args);
+    assert!(
+        out.status.success(),
+        "{label}: {}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    out
+}
+
 /// Output bytes as text.
 pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The CPU profile of a .NET sampler's trace in `report --json`'s `report`, which must say
+/// it measures thread time.
+pub(crate) fn thread_time_profile<'a>(
+    report: &'a serde_json::Value,
+    label: &str,
+) -> &'a serde_json::Value {
+    let hot = &report["profile"];
+    assert!(
+        hot["kind"]
+            .as_str()
+            .unwrap()
+            .starts_with(".NET thread time"),
+        "{label}: {hot}"
+    );
+    hot
 }

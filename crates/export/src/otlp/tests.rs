@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use eventpipe_insight::counters::{CounterKind, CounterValue, MeanStats};
+use eventpipe_test_support::otlp::attr;
 use eventpipe_test_support::trace::{md, utf16, MetadataExt, TraceBuilder};
 use nettrace::{EventMetadata, FieldType, FormatVersion};
 use prost::Message;
@@ -12,7 +13,7 @@ use prost::Message;
 use super::proto::collector::logs::v1::ExportLogsServiceRequest;
 use super::proto::collector::metrics::v1::ExportMetricsServiceRequest;
 use super::proto::collector::trace::v1::ExportTraceServiceRequest;
-use super::proto::common::v1::{any_value::Value as Any, KeyValue};
+use super::proto::common::v1::any_value::Value as Any;
 use super::proto::metrics::v1::metric::Data;
 use super::proto::metrics::v1::number_data_point::Value as Number;
 use super::proto::trace::v1::Span;
@@ -169,14 +170,6 @@ fn convert() -> (Signals, EventStats) {
     assert_eq!(converter.open_spans(), 0);
     converter.finish(&mut out);
     (out, converter.stats())
-}
-
-fn attr<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a Any> {
-    attributes
-        .iter()
-        .find(|kv| kv.key == key)
-        .and_then(|kv| kv.value.as_ref())
-        .and_then(|v| v.value.as_ref())
 }
 
 fn by_name<'a>(spans: &'a [Span], name: &str) -> &'a Span {

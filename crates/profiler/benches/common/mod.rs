@@ -86,6 +86,17 @@ pub(crate) fn program_times_us() -> (f64, f64) {
     (times[0], times[times.len() / 2])
 }
 
+/// What `criterion_group!`/`criterion_main!` expand to (minus their undocumented `pub fn`)
+/// for `bench`, then `program_times_us` printed as `name`'s.
+#[allow(dead_code)]
+pub(crate) fn bench_and_time_program(name: &str, bench: fn(&mut criterion::Criterion)) {
+    let mut c = criterion::Criterion::default().configure_from_args();
+    bench(&mut c);
+    c.final_summary();
+    let (fastest, median) = program_times_us();
+    println!("{name} program(20000): fastest and median of 41 runs {fastest:.1} us {median:.1} us");
+}
+
 /// The calling thread's CPU time: unlike the wall clock, it leaves out the time the thread
 /// waits for a core while other threads (the session's drain thread, the profilers' own
 /// threads, another process) run.

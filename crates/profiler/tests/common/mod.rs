@@ -3,10 +3,11 @@
 #![allow(dead_code)] // each test binary uses part of it
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use eventpipe::{BufferingMode, Output, ProviderConfig, Session, SessionConfig};
+use eventpipe_insight::async_trace::{read_async_trace, AsyncTrace, Context};
 use nettrace::TraceReader;
 
 /// One event of the profiler's provider, read back.
@@ -129,6 +130,34 @@ pub(crate) fn with_watchdog<R>(limit: Duration, what: &str, f: impl FnOnce() -> 
     let r = f();
     done.store(true, std::sync::atomic::Ordering::Release);
     r
+}
+
+/// The async-profiler records of the trace file at `path` (the file is removed).
+pub(crate) fn read_async_file(path: &Path) -> AsyncTrace {
+    let bytes = std::fs::read(path).unwrap();
+    std::fs::remove_file(path).ok();
+    read_async_trace(&mut TraceReader::from_slice(&bytes).unwrap())
+        .unwrap()
+        .expect("async-profiler events in the trace")
+}
+
+/// `read_async_file`, which must find nothing amiss.
+pub(crate) fn read_clean_async_file(path: &Path) -> AsyncTrace {
+    let trace = read_async_file(path);
+    assert!(trace.diagnostics.is_clean(), "{:?}", trace.diagnostics);
+    trace
+}
+
+/// `trace`'s contexts whose future's name ends with `suffix`.
+pub(crate) fn contexts_named<'a>(trace: &'a AsyncTrace, suffix: &str) -> Vec<&'a Context> {
+    trace
+        .contexts
+        .values()
+        .filter(|c| {
+            c.frame
+                .is_some_and(|f| trace.frame_name(f).ends_with(suffix))
+        })
+        .collect()
 }
 
 /// Polling futures by hand, for the async profiler's tests: a known number of polls, on this
