@@ -29,204 +29,53 @@ pub(crate) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 /// How many unused slots an insert may skip to keep an id in the vector.
 const MAX_GAP: u64 = 64;
 
-/// A slot of a [`DenseTable`]'s vector: a value, or a hole (its `Default`).
-pub(crate) trait Slot: Default {
-    /// What the slot holds when it is not a hole (and what `sparse` holds).
-    type Value;
-    /// The slot holding `value`.
-    fn holding(value: Self::Value) -> Self;
-    /// Whether the slot holds a value.
-    fn is_live(&self) -> bool;
-    /// The value, leaving a hole.
-    fn take(&mut self) -> Option<Self::Value>;
-}
-
-impl<V> Slot for Option<V> {
-    type Value = V;
-    #[inline]
-    fn holding(value: V) -> Self {
-        Some(value)
-    }
-    #[inline]
-    fn is_live(&self) -> bool {
-        self.is_some()
-    }
-    #[inline]
-    fn take(&mut self) -> Option<V> {
-        Option::take(self)
-    }
-}
-
 /// A map from integer ids to values that indexes a vector for ids handed out in sequence
 /// (the common case: metadata, stack, thread and label-list ids count up from where the
 /// previous block stopped) and falls back to an [`IdMap`] for the rest.
 ///
-/// Scheme: `slots[i]` holds id `base + i`, and the last slot is always a hole (a sentinel:
-/// every id, in the vector or not, has a slot to read, [`DenseTable::slot`], with no
-/// branch on where it falls). An insert that starts an empty vector, or extends it by at
-/// most [`MAX_GAP`] empty slots plus its own, goes there; any other id outside the vector
-/// goes to `sparse`. An id lives in at most one of the two: when the vector grows over an
-/// id, that id's sparse entry moves into it. The vector stops growing once fewer than a
-/// quarter of its slots are live (gaps and removed ids leave holes), so its length stays
-/// below `4 * live + 64 + MAX_GAP + 2` for the most entries it held live: a trace that
-/// keeps adding and removing threads, or spreads its ids out, cannot grow it past what it
-/// holds.
+/// Scheme: `dense[i]` holds id `base + i`. An insert that starts an empty vector, or
+/// extends it by at most [`MAX_GAP`] empty slots plus its own, goes there; any other id
+/// outside the vector goes to `sparse`. An id lives in at most one of the two: when the
+/// vector grows over an id, that id's sparse entry moves into it. The vector stops growing
+/// once fewer than a quarter of its slots are live (gaps and removed ids leave holes), so
+/// its length stays below `4 * live + 64 + MAX_GAP + 1` for the most entries it held live:
+/// a trace that keeps adding and removing threads, or spreads its ids out, cannot grow it
+/// past what it holds.
 #[derive(Debug, Clone)]
-pub(crate) struct DenseTable<S: Slot> {
+pub(crate) struct DenseMap<V> {
     base: u64,
-    /// Slot `i` is id `base + i`; the last slot is the sentinel hole.
-    slots: Vec<S>,
-    /// Live slots.
-    live: usize,
-    sparse: IdMap<u64, S::Value>,
+    dense: Vec<Option<V>>,
+    /// Live entries in `dense`.
+    dense_live: usize,
+    sparse: IdMap<u64, V>,
 }
 
-/// The [`DenseTable`] of values that are simply there or not.
-pub(crate) type DenseMap<V> = DenseTable<Option<V>>;
-
-impl<S: Slot> Default for DenseTable<S> {
+impl<V> Default for DenseMap<V> {
     fn default() -> Self {
-        DenseTable {
+        DenseMap {
             base: 0,
-            slots: vec![S::default()],
-            live: 0,
+            dense: Vec::new(),
+            dense_live: 0,
             sparse: IdMap::default(),
         }
     }
 }
 
-impl<S: Slot> DenseTable<S> {
-    /// Slots in the vector (the sentinel not counted).
+impl<V> DenseMap<V> {
     #[inline]
-    fn dense_len(&self) -> usize {
-        self.slots.len() - 1
-    }
-
-    /// `id`'s index in the vector, if it has one.
-    #[inline]
-    fn index(&self, id: u64) -> Option<usize> {
+    fn slot(&self, id: u64) -> Option<usize> {
         let i = id.wrapping_sub(self.base);
-        if i < self.dense_len() as u64 {
+        if i < self.dense.len() as u64 {
             Some(i as usize)
         } else {
             None
         }
     }
 
-    /// `id`'s slot in the vector, or the sentinel hole for an id outside it (ids below
-    /// `base` wrap to large offsets and land there too): a hole means "not in the vector;
-    /// maybe in [`get_sparse`](DenseTable::get_sparse)".
-    #[inline]
-    pub(crate) fn slot(&self, id: u64) -> &S {
-        let last = self.dense_len();
-        let i = id.wrapping_sub(self.base).min(last as u64) as usize;
-        &self.slots[i]
-    }
-
-    /// Whether any id lives outside the vector.
-    #[inline]
-    pub(crate) fn has_sparse(&self) -> bool {
-        !self.sparse.is_empty()
-    }
-
-    /// The value of an id outside the vector.
-    #[inline(never)]
-    pub(crate) fn get_sparse(&self, id: u64) -> Option<&S::Value> {
-        if self.sparse.is_empty() {
-            None
-        } else {
-            self.sparse.get(&id)
-        }
-    }
-
-    /// Whether an insert of `id` would go to the vector (it has a slot there already, or
-    /// extends it).
-    pub(crate) fn has_dense_slot(&self, id: u64) -> bool {
-        self.index(id).is_some() || self.extends(id)
-    }
-
-    /// Whether `id` may extend the vector: it lies at most [`MAX_GAP`] slots past its end
-    /// (or the vector is empty), and the vector is not mostly holes.
-    fn extends(&self, id: u64) -> bool {
-        let dense = self.dense_len();
-        if dense == 0 {
-            return true;
-        }
-        let past_end = id.wrapping_sub(self.base).wrapping_sub(dense as u64);
-        past_end <= MAX_GAP && dense < 4 * self.live + 64
-    }
-
-    /// Adds (or replaces) `id`'s value.
-    pub(crate) fn insert(&mut self, id: u64, value: S::Value) {
-        if let Some(i) = self.index(id) {
-            if let Some(slot) = self.slots.get_mut(i) {
-                self.live += usize::from(!slot.is_live());
-                *slot = S::holding(value);
-            }
-            return;
-        }
-        if !self.extends(id) {
-            self.sparse.insert(id, value);
-            return;
-        }
-        if self.dense_len() == 0 {
-            self.base = id;
-        }
-        // Grow over the gap (if any), moving the ids it covers out of `sparse`.
-        self.slots.pop(); // the sentinel
-        while self.base.wrapping_add(self.slots.len() as u64) != id {
-            let gap_id = self.base.wrapping_add(self.slots.len() as u64);
-            let moved = if self.sparse.is_empty() {
-                None
-            } else {
-                self.sparse.remove(&gap_id)
-            };
-            self.live += usize::from(moved.is_some());
-            self.slots.push(moved.map_or_else(S::default, S::holding));
-        }
-        if !self.sparse.is_empty() {
-            self.sparse.remove(&id);
-        }
-        self.slots.push(S::holding(value));
-        self.live += 1;
-        self.slots.push(S::default());
-    }
-
-    /// Removes `id`, giving its value back.
-    pub(crate) fn remove(&mut self, id: u64) -> Option<S::Value> {
-        match self.index(id) {
-            Some(i) => {
-                let old = self.slots.get_mut(i).and_then(S::take);
-                if old.is_some() {
-                    self.live -= 1;
-                }
-                old
-            }
-            None => self.sparse.remove(&id),
-        }
-    }
-
-    /// Whether the vector is within the bound its growth rule keeps it to (see
-    /// [`DenseTable`]).
-    #[cfg(test)]
-    pub(crate) fn bounded(&self) -> bool {
-        self.slots.len() <= 4 * self.live + 64 + MAX_GAP as usize + 2
-    }
-
-    /// Forgets every id.
-    pub(crate) fn clear(&mut self) {
-        self.slots.clear();
-        self.slots.push(S::default());
-        self.live = 0;
-        self.sparse.clear();
-    }
-}
-
-impl<V> DenseTable<Option<V>> {
     #[inline]
     pub(crate) fn get(&self, id: u64) -> Option<&V> {
         match self.slot(id) {
-            Some(v) => Some(v),
+            Some(i) => self.dense.get(i).and_then(Option::as_ref),
             None => self.get_sparse(id),
         }
     }
@@ -234,13 +83,94 @@ impl<V> DenseTable<Option<V>> {
     /// The value of `id` when it has a slot in the vector.
     #[inline]
     pub(crate) fn get_dense_mut(&mut self, id: u64) -> Option<&mut V> {
-        let i = self.index(id)?;
-        self.slots.get_mut(i).and_then(Option::as_mut)
+        let i = self.slot(id)?;
+        self.dense.get_mut(i).and_then(Option::as_mut)
+    }
+
+    /// Whether an insert of `id` would go to the vector (it has a slot there already, or
+    /// extends it).
+    pub(crate) fn has_dense_slot(&self, id: u64) -> bool {
+        self.slot(id).is_some() || self.extends(id)
+    }
+
+    /// Whether `id` may extend the vector: it lies at most [`MAX_GAP`] slots past its end
+    /// (or the vector is empty), and the vector is not mostly holes.
+    fn extends(&self, id: u64) -> bool {
+        if self.dense.is_empty() {
+            return true;
+        }
+        let past_end = id
+            .wrapping_sub(self.base)
+            .wrapping_sub(self.dense.len() as u64);
+        past_end <= MAX_GAP && self.dense.len() < 4 * self.dense_live + 64
+    }
+
+    #[inline(never)]
+    fn get_sparse(&self, id: u64) -> Option<&V> {
+        if self.sparse.is_empty() {
+            None
+        } else {
+            self.sparse.get(&id)
+        }
+    }
+
+    pub(crate) fn insert(&mut self, id: u64, value: V) {
+        if let Some(i) = self.slot(id) {
+            if let Some(slot) = self.dense.get_mut(i) {
+                if slot.is_none() {
+                    self.dense_live += 1;
+                }
+                *slot = Some(value);
+            }
+            return;
+        }
+        if !self.extends(id) {
+            self.sparse.insert(id, value);
+            return;
+        }
+        if self.dense.is_empty() {
+            self.base = id;
+        }
+        // Grow over the gap (if any), moving the ids it covers out of `sparse`.
+        while self.base.wrapping_add(self.dense.len() as u64) != id {
+            let gap_id = self.base.wrapping_add(self.dense.len() as u64);
+            let moved = if self.sparse.is_empty() {
+                None
+            } else {
+                self.sparse.remove(&gap_id)
+            };
+            self.dense_live += usize::from(moved.is_some());
+            self.dense.push(moved);
+        }
+        if !self.sparse.is_empty() {
+            self.sparse.remove(&id);
+        }
+        self.dense.push(Some(value));
+        self.dense_live += 1;
+    }
+
+    pub(crate) fn remove(&mut self, id: u64) -> Option<V> {
+        match self.slot(id) {
+            Some(i) => {
+                let old = self.dense.get_mut(i).and_then(Option::take);
+                if old.is_some() {
+                    self.dense_live -= 1;
+                }
+                old
+            }
+            None => self.sparse.remove(&id),
+        }
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.dense.clear();
+        self.dense_live = 0;
+        self.sparse.clear();
     }
 
     /// Every value, dense ids first (in id order), then the rest in no particular order.
     pub(crate) fn values(&self) -> impl Iterator<Item = &V> {
-        self.slots
+        self.dense
             .iter()
             .filter_map(Option::as_ref)
             .chain(self.sparse.values())
@@ -288,6 +218,5 @@ mod tests {
         a.sort_unstable();
         b.sort_unstable();
         assert_eq!(a, b);
-        assert!(dense.bounded());
     }
 }

@@ -7,46 +7,45 @@
 //! included, indexes the slot vector (clamped to a sentinel slot at its end that holds the
 //! empty range), so the common case is a load and a compare with no data-dependent branch.
 
-use crate::idmap::{DenseTable, Slot};
+use crate::idmap::IdMap;
+
+/// How many unused slots an insert may skip to keep an id in the vector.
+const MAX_GAP: usize = 64;
 
 /// One stack's bytes in the arena; `known` tells a stack that is empty from an id that names
 /// none.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Span {
+struct Slot {
     start: usize,
     end: usize,
     known: bool,
 }
 
-impl Slot for Span {
-    /// The stack's bytes: `arena[start..end]`.
-    type Value = (usize, usize);
-    #[inline]
-    fn holding((start, end): (usize, usize)) -> Self {
-        Span {
-            start,
-            end,
-            known: true,
-        }
-    }
-    #[inline]
-    fn is_live(&self) -> bool {
-        self.known
-    }
-    #[inline]
-    fn take(&mut self) -> Option<(usize, usize)> {
-        let taken = std::mem::take(self);
-        taken.known.then_some((taken.start, taken.end))
-    }
-}
-
-/// Stack id to stack bytes: the bytes in one arena, their places in a [`DenseTable`] (ids
-/// handed out in sequence, the common case, in its vector; the rest in its hash map).
-#[derive(Debug, Clone, Default)]
+/// Stack id to stack bytes. Ids handed out in sequence (the common case) live in a vector
+/// indexed by `id - base`; the rest in a hash map. The vector's growth is bounded like
+/// [`crate::idmap::DenseMap`]'s: it stops growing once fewer than a quarter of its slots
+/// are live.
+#[derive(Debug, Clone)]
 pub(crate) struct StackTable {
     /// The bytes of every stack of the region.
     arena: Vec<u8>,
-    spans: DenseTable<Span>,
+    base: u32,
+    /// Slot `i` is id `base + i`; the last slot is always the empty, unknown sentinel.
+    slots: Vec<Slot>,
+    live: usize,
+    sparse: IdMap<u32, (usize, usize)>,
+}
+
+impl Default for StackTable {
+    fn default() -> Self {
+        StackTable {
+            arena: Vec::new(),
+            base: 0,
+            slots: vec![Slot::default()],
+            live: 0,
+            sparse: IdMap::default(),
+        }
+    }
 }
 
 impl StackTable {
@@ -54,19 +53,20 @@ impl StackTable {
     /// whether the id resolved (id 0, "no stack", always does).
     #[inline]
     pub(crate) fn get(&self, id: u32) -> (&[u8], bool) {
-        // Every id has a slot to read (the table's sentinel hole for ids outside its
-        // vector), so this is a load with no data-dependent branch.
-        let span = *self.spans.slot(u64::from(id));
-        if self.spans.has_sparse() && !span.known && id != 0 {
+        let sentinel = self.slots.len() - 1;
+        // Ids below `base` wrap to large indexes and clamp to the sentinel like ids above.
+        let i = (id.wrapping_sub(self.base) as usize).min(sentinel);
+        let slot = self.slots.get(i).copied().unwrap_or_default();
+        if !self.sparse.is_empty() && !slot.known && id != 0 {
             return self.get_sparse(id);
         }
-        let bytes = self.arena.get(span.start..span.end).unwrap_or(&[]);
-        (bytes, span.known | (id == 0))
+        let bytes = self.arena.get(slot.start..slot.end).unwrap_or(&[]);
+        (bytes, slot.known | (id == 0))
     }
 
     #[inline(never)]
     fn get_sparse(&self, id: u32) -> (&[u8], bool) {
-        match self.spans.get_sparse(u64::from(id)) {
+        match self.sparse.get(&id) {
             Some(&(s, e)) => (self.arena.get(s..e).unwrap_or(&[]), true),
             None => (&[], false),
         }
@@ -80,13 +80,60 @@ impl StackTable {
         }
         let start = self.arena.len();
         self.arena.extend_from_slice(bytes);
-        self.spans.insert(u64::from(id), (start, self.arena.len()));
+        let slot = Slot {
+            start,
+            end: self.arena.len(),
+            known: true,
+        };
+        let dense = self.slots.len() - 1;
+        if dense == 0 {
+            self.base = id;
+        }
+        let i = id.wrapping_sub(self.base) as usize;
+        if i < dense {
+            self.live += usize::from(!self.slots[i].known);
+            self.slots[i] = slot;
+            return;
+        }
+        let extends = i - dense <= MAX_GAP && dense < 4 * self.live + 64;
+        if !extends {
+            self.sparse.insert(id, (slot.start, slot.end));
+            return;
+        }
+        // Grow over the gap (if any), moving the ids it covers out of `sparse`.
+        self.slots.pop();
+        while self.slots.len() < i {
+            let gap_id = self.base.wrapping_add(self.slots.len() as u32);
+            let moved = if self.sparse.is_empty() {
+                None
+            } else {
+                self.sparse.remove(&gap_id)
+            };
+            self.live += usize::from(moved.is_some());
+            self.slots.push(match moved {
+                Some((start, end)) => Slot {
+                    start,
+                    end,
+                    known: true,
+                },
+                None => Slot::default(),
+            });
+        }
+        if !self.sparse.is_empty() {
+            self.sparse.remove(&id);
+        }
+        self.slots.push(slot);
+        self.live += 1;
+        self.slots.push(Slot::default());
     }
 
     /// Forgets every stack (at a sequence point).
     pub(crate) fn clear(&mut self) {
         self.arena.clear();
-        self.spans.clear();
+        self.slots.clear();
+        self.slots.push(Slot::default());
+        self.live = 0;
+        self.sparse.clear();
     }
 }
 
@@ -131,6 +178,6 @@ mod tests {
                 assert_eq!(table.get(probe), expected, "id {probe} at step {step}");
             }
         }
-        assert!(table.spans.bounded());
+        assert!(table.slots.len() <= 4 * table.live + 64 + MAX_GAP + 2);
     }
 }
