@@ -27,7 +27,43 @@ impl Hasher for IdHasher {
 pub(crate) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
 /// How many unused slots an insert may skip to keep an id in the vector.
-const MAX_GAP: u64 = 64;
+pub(crate) const MAX_GAP: u64 = 64;
+
+/// The growth rule of the id tables that keep ids handed out in sequence in a vector
+/// ([`DenseMap`], and `stacks::StackTable` with its own slot layout): whether an id
+/// `past_end` slots past the end of a vector of `len` slots, `live` of them holding a
+/// value, goes into the vector. An empty vector takes any id; otherwise the id may skip at
+/// most [`MAX_GAP`] slots, and a vector that is mostly holes stops growing, so its length
+/// stays below `4 * live + 64 + MAX_GAP + 1`.
+#[inline(always)]
+pub(crate) fn may_extend(len: usize, live: usize, past_end: u64) -> bool {
+    len == 0 || (past_end <= MAX_GAP && len < 4 * live + 64)
+}
+
+/// Grows a table's vector over the gap before a new id: pushes a slot for each id from
+/// the vector's end up to `target_len` slots, moving that id's entry out of `sparse` (an id
+/// lives in one of the two); returns how many entries it moved. `id_at(len)` is the id of
+/// slot `len`, `slot_of` makes a slot from the moved entry or a hole.
+#[inline(always)]
+pub(crate) fn fill_gap<K: std::hash::Hash + Eq, V, S>(
+    slots: &mut Vec<S>,
+    target_len: usize,
+    sparse: &mut IdMap<K, V>,
+    id_at: impl Fn(usize) -> K,
+    slot_of: impl Fn(Option<V>) -> S,
+) -> usize {
+    let mut moved_count = 0;
+    while slots.len() < target_len {
+        let moved = if sparse.is_empty() {
+            None
+        } else {
+            sparse.remove(&id_at(slots.len()))
+        };
+        moved_count += usize::from(moved.is_some());
+        slots.push(slot_of(moved));
+    }
+    moved_count
+}
 
 /// A map from integer ids to values that indexes a vector for ids handed out in sequence
 /// (the common case: metadata, stack, thread and label-list ids count up from where the
@@ -96,13 +132,10 @@ impl<V> DenseMap<V> {
     /// Whether `id` may extend the vector: it lies at most [`MAX_GAP`] slots past its end
     /// (or the vector is empty), and the vector is not mostly holes.
     fn extends(&self, id: u64) -> bool {
-        if self.dense.is_empty() {
-            return true;
-        }
         let past_end = id
             .wrapping_sub(self.base)
             .wrapping_sub(self.dense.len() as u64);
-        past_end <= MAX_GAP && self.dense.len() < 4 * self.dense_live + 64
+        may_extend(self.dense.len(), self.dense_live, past_end)
     }
 
     #[inline(never)]
@@ -132,16 +165,15 @@ impl<V> DenseMap<V> {
             self.base = id;
         }
         // Grow over the gap (if any), moving the ids it covers out of `sparse`.
-        while self.base.wrapping_add(self.dense.len() as u64) != id {
-            let gap_id = self.base.wrapping_add(self.dense.len() as u64);
-            let moved = if self.sparse.is_empty() {
-                None
-            } else {
-                self.sparse.remove(&gap_id)
-            };
-            self.dense_live += usize::from(moved.is_some());
-            self.dense.push(moved);
-        }
+        let base = self.base;
+        let target = id.wrapping_sub(base) as usize;
+        self.dense_live += fill_gap(
+            &mut self.dense,
+            target,
+            &mut self.sparse,
+            |len| base.wrapping_add(len as u64),
+            |moved| moved,
+        );
         if !self.sparse.is_empty() {
             self.sparse.remove(&id);
         }

@@ -7,10 +7,7 @@
 //! included, indexes the slot vector (clamped to a sentinel slot at its end that holds the
 //! empty range), so the common case is a load and a compare with no data-dependent branch.
 
-use crate::idmap::IdMap;
-
-/// How many unused slots an insert may skip to keep an id in the vector.
-const MAX_GAP: usize = 64;
+use crate::idmap::{fill_gap, may_extend, IdMap};
 
 /// One stack's bytes in the arena; `known` tells a stack that is empty from an id that names
 /// none.
@@ -22,9 +19,9 @@ struct Slot {
 }
 
 /// Stack id to stack bytes. Ids handed out in sequence (the common case) live in a vector
-/// indexed by `id - base`; the rest in a hash map. The vector's growth is bounded like
-/// [`crate::idmap::DenseMap`]'s: it stops growing once fewer than a quarter of its slots
-/// are live.
+/// indexed by `id - base`; the rest in a hash map. It grows by the rule of
+/// [`crate::idmap::DenseMap`] ([`may_extend`], [`fill_gap`]): its own slot layout (a
+/// sentinel hole at the end, read with no branch) is what it keeps apart.
 #[derive(Debug, Clone)]
 pub(crate) struct StackTable {
     /// The bytes of every stack of the region.
@@ -95,30 +92,27 @@ impl StackTable {
             self.slots[i] = slot;
             return;
         }
-        let extends = i - dense <= MAX_GAP && dense < 4 * self.live + 64;
-        if !extends {
+        if !may_extend(dense, self.live, (i - dense) as u64) {
             self.sparse.insert(id, (slot.start, slot.end));
             return;
         }
         // Grow over the gap (if any), moving the ids it covers out of `sparse`.
         self.slots.pop();
-        while self.slots.len() < i {
-            let gap_id = self.base.wrapping_add(self.slots.len() as u32);
-            let moved = if self.sparse.is_empty() {
-                None
-            } else {
-                self.sparse.remove(&gap_id)
-            };
-            self.live += usize::from(moved.is_some());
-            self.slots.push(match moved {
+        let base = self.base;
+        self.live += fill_gap(
+            &mut self.slots,
+            i,
+            &mut self.sparse,
+            |len| base.wrapping_add(len as u32),
+            |moved| match moved {
                 Some((start, end)) => Slot {
                     start,
                     end,
                     known: true,
                 },
                 None => Slot::default(),
-            });
-        }
+            },
+        );
         if !self.sparse.is_empty() {
             self.sparse.remove(&id);
         }
@@ -178,6 +172,6 @@ mod tests {
                 assert_eq!(table.get(probe), expected, "id {probe} at step {step}");
             }
         }
-        assert!(table.slots.len() <= 4 * table.live + 64 + MAX_GAP + 2);
+        assert!(table.slots.len() <= 4 * table.live + 64 + crate::idmap::MAX_GAP as usize + 2);
     }
 }
