@@ -43,7 +43,7 @@ fn big_trace() -> PathBuf {
             };
             b.push(&h, &payload);
         }
-        w.write_event_block(&b).unwrap();
+        w.write_event_block(&mut b).unwrap();
         // A sequence point every 16 blocks, as a runtime writes them: the sorted pass holds
         // one region between them.
         if seq % (16 * EVENTS_PER_BLOCK) == 0 {

@@ -187,7 +187,7 @@ fn a_stream_that_never_ends_is_cut_and_left_valid_in_bounded_memory() {
                 };
                 b.push(&h, &[0u8; 180]);
             }
-            if w.write_event_block(&b).is_err() {
+            if w.write_event_block(&mut b).is_err() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(10));

@@ -144,7 +144,7 @@ fn trace(events: &[(Kind, Vec<u8>)], skip: u32) -> Vec<u8> {
         };
         block.push(&header, payload);
     }
-    w.write_event_block(&block).unwrap();
+    w.write_event_block(&mut block).unwrap();
     w.finish().unwrap()
 }
 

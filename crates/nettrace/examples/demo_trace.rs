@@ -129,7 +129,7 @@ pub(crate) fn build() -> Vec<u8> {
             };
             block.push(&header, &payload);
         }
-        w.write_event_block(&block).expect("events");
+        w.write_event_block(&mut block).expect("events");
         block.clear();
         let bounds: Vec<(u64, u32)> = threads.iter().copied().zip(sequence).collect();
         w.write_sequence_point(

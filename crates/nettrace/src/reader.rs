@@ -1257,7 +1257,7 @@ mod tests {
                 };
                 b.push(&header, &payload);
             }
-            w.write_event_block(&b).unwrap();
+            w.write_event_block(&mut b).unwrap();
             if block % 2 == 1 {
                 w.write_sequence_point(timestamp, 0, &[]).unwrap();
             }

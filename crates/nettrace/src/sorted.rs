@@ -199,7 +199,7 @@ mod tests {
                 };
                 b.push(&h, &[]);
             }
-            w.write_event_block(&b).unwrap();
+            w.write_event_block(&mut b).unwrap();
         };
         block(
             &mut w,

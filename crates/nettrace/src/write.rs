@@ -23,7 +23,7 @@
 //! let mut block = EventBlockBuilder::new(FormatVersion::V6);
 //! let header = EventHeader { metadata_id: 1, sequence_number: 1, timestamp: 10, ..Default::default() };
 //! block.push(&header, &7u32.to_le_bytes());
-//! w.write_event_block(&block)?;
+//! w.write_event_block(&mut block)?;
 //! let bytes = w.finish()?;
 //!
 //! let mut r = TraceReader::from_slice(&bytes)?;
@@ -108,13 +108,16 @@ impl TraceInfo {
 
 /// Collects events for one event block, compressing headers against the previous event.
 ///
-/// The block's 20-byte header sits at the front of the buffer and is kept current as events
-/// arrive, so writing the block copies nothing.
+/// The events sit behind `HEADROOM` bytes kept free for the block's framing and header,
+/// which [`TraceWriter::write_event_block`] fills in once the block is complete, so the
+/// whole block reaches the output in one write without being copied.
 #[derive(Debug, Clone)]
 pub struct EventBlockBuilder {
     v6: bool,
-    /// The block header, then the events.
+    /// `HEADROOM` bytes, the events up to `end`, then initialised spare room: an event is
+    /// written straight into the room with plain stores, and the vector only grows.
     buf: Vec<u8>,
+    end: usize,
     previous: EventHeader,
     min_timestamp: i64,
     max_timestamp: i64,
@@ -123,15 +126,17 @@ pub struct EventBlockBuilder {
 
 /// Bytes of an event block's header: size, flags, min and max timestamp.
 const EVENT_BLOCK_HEADER: usize = 20;
+/// Room before the events for the longest framing (V5: the object tag, the `EventBlock`
+/// type object, the length and up to 3 bytes of alignment; V6: one word) and the header.
+const HEADROOM: usize = 64;
 
 impl EventBlockBuilder {
     /// An empty block for `version`.
     pub fn new(version: FormatVersion) -> Self {
-        let mut buf = Vec::new();
-        block_header(&mut buf, 0, 0, 0);
         EventBlockBuilder {
             v6: version == FormatVersion::V6,
-            buf,
+            buf: vec![0; HEADROOM],
+            end: HEADROOM,
             previous: EventHeader::default(),
             min_timestamp: i64::MAX,
             max_timestamp: i64::MIN,
@@ -139,27 +144,104 @@ impl EventBlockBuilder {
         }
     }
 
+    /// The `need` bytes after the events, grown into when short.
+    #[inline]
+    fn room(&mut self, need: usize) -> &mut [u8] {
+        let end = self.end;
+        if end + need > self.buf.len() {
+            let len = (end + need).max(2 * self.buf.len()).max(4096);
+            self.buf.resize(len, 0);
+        }
+        &mut self.buf[end..end + need]
+    }
+
     /// Appends an event. `header.payload_size` is ignored; the payload's length is used.
     pub fn push(&mut self, header: &EventHeader, payload: &[u8]) {
         let payload_size = payload.len() as u32;
-        encode_header(&mut self.buf, &self.previous, header, payload_size, self.v6);
-        self.buf.extend_from_slice(payload);
+        let (previous, v6) = (self.previous, self.v6);
+        let out = self.room(MAX_EVENT_HEADER + payload.len());
+        let n = encode_header_into(out, &previous, header, payload_size, v6);
+        out[n..n + payload.len()].copy_from_slice(payload);
+        self.end += n + payload.len();
         self.previous = *header;
         self.previous.payload_size = payload_size;
-        if header.timestamp < self.min_timestamp {
-            self.min_timestamp = header.timestamp;
-            self.buf[4..12].copy_from_slice(&header.timestamp.to_le_bytes());
-        }
-        if header.timestamp > self.max_timestamp {
-            self.max_timestamp = header.timestamp;
-            self.buf[12..20].copy_from_slice(&header.timestamp.to_le_bytes());
-        }
+        self.note_timestamp(header.timestamp);
         self.events += 1;
+    }
+
+    /// Appends events that each follow the one before in its own sequence, the first
+    /// following the last event pushed: each has the previous header but for the next
+    /// sequence number, its timestamp, IsSorted unset, and its payload's length. Its header
+    /// is a flags byte and the timestamp's delta (plus the payload size when it changed): a
+    /// writer whose events repeat one kind takes this path for all but the first of a
+    /// block. Takes events from `events` while the block holds fewer than `limit` encoded
+    /// bytes, and returns how many it took; none when the block is empty, which has no
+    /// previous event to follow.
+    #[inline]
+    pub fn extend_next<'p>(
+        &mut self,
+        limit: usize,
+        mut events: impl Iterator<Item = (i64, &'p [u8])>,
+    ) -> usize {
+        if self.events == 0 {
+            return 0;
+        }
+        // The loop keeps the state in locals; the builder is updated once at the end.
+        let mut timestamp = self.previous.timestamp;
+        let mut payload_size = self.previous.payload_size as usize;
+        let (mut min, mut max) = (self.min_timestamp, self.max_timestamp);
+        let mut end = self.end;
+        let mut taken = 0usize;
+        while end - HEADROOM < limit {
+            let Some((next, payload)) = events.next() else {
+                break;
+            };
+            // The flags byte, the timestamp's delta, the payload size when it changed (at
+            // most 10 bytes each), the payload.
+            let need = end + 21 + payload.len();
+            if need > self.buf.len() {
+                grow(&mut self.buf, need);
+            }
+            let out = &mut self.buf[end..need];
+            let mut at = put_varint_short(out, 1, next.wrapping_sub(timestamp) as u64);
+            if payload.len() == payload_size {
+                out[0] = 0;
+            } else {
+                payload_size = payload.len();
+                at = put_payload_size(out, at, payload_size);
+            }
+            copy_short(payload, &mut out[at..at + payload.len()]);
+            end += at + payload.len();
+            timestamp = next;
+            min = min.min(next);
+            max = max.max(next);
+            taken += 1;
+        }
+        let previous = &mut self.previous;
+        let counted = self.v6 || previous.metadata_id != 0;
+        if taken > 0 {
+            previous.sequence_number = previous
+                .sequence_number
+                .wrapping_add((taken as u32).wrapping_mul(u32::from(counted)));
+            previous.timestamp = timestamp;
+            previous.is_sorted = false;
+            previous.payload_size = payload_size as u32;
+        }
+        self.end = end;
+        (self.min_timestamp, self.max_timestamp) = (min, max);
+        self.events += taken;
+        taken
+    }
+
+    #[inline]
+    fn note_timestamp(&mut self, timestamp: i64) {
+        self.min_timestamp = self.min_timestamp.min(timestamp);
+        self.max_timestamp = self.max_timestamp.max(timestamp);
     }
 
     /// Encoded size so far, without the block header.
     pub fn encoded_len(&self) -> usize {
-        self.buf.len() - EVENT_BLOCK_HEADER
+        self.end - HEADROOM
     }
 
     /// Number of events pushed.
@@ -174,17 +256,80 @@ impl EventBlockBuilder {
 
     /// Empties the builder for the next block, keeping its allocation.
     pub fn clear(&mut self) {
-        self.buf.clear();
-        block_header(&mut self.buf, 0, 0, 0);
+        self.end = HEADROOM;
         self.previous = EventHeader::default();
         self.min_timestamp = i64::MAX;
         self.max_timestamp = i64::MIN;
         self.events = 0;
     }
+}
 
-    /// The block's payload: header and events.
-    fn payload(&self) -> &[u8] {
-        &self.buf
+/// Grows `buf` to at least `len` bytes, at least doubling it: out of the loops that write
+/// events, which it would otherwise crowd.
+#[cold]
+#[inline(never)]
+fn grow(buf: &mut Vec<u8>, len: usize) {
+    buf.resize(len.max(2 * buf.len()).max(4096), 0);
+}
+
+/// Sets the flags byte at `out[0]` to "payload size follows" and writes the size at `at`.
+#[cold]
+#[inline(never)]
+fn put_payload_size(out: &mut [u8], at: usize, size: usize) -> usize {
+    out[0] = 128;
+    put_varint(out, at, size as u64)
+}
+
+/// Writes `v` as a varint into `out` at `at`, where at least 10 bytes are free; returns the
+/// end. Up to 8 bytes (`v` below 2^56) the bytes are gathered in a register and stored at
+/// once; the store may write zeros past the end, into the room the caller writes next.
+#[inline(always)]
+fn put_varint_short(out: &mut [u8], at: usize, v: u64) -> usize {
+    if v >= 1 << 56 {
+        return put_varint(out, at, v);
+    }
+    let (mut packed, mut rest, mut len) = (v & 0x7f, v >> 7, 1);
+    while rest != 0 {
+        packed |= 0x80 << (8 * (len - 1));
+        packed |= (rest & 0x7f) << (8 * len);
+        rest >>= 7;
+        len += 1;
+    }
+    out[at..at + 8].copy_from_slice(&packed.to_le_bytes());
+    at + len
+}
+
+/// Writes `v` as a varint into `out` at `at`; returns the end.
+#[inline(always)]
+fn put_varint(out: &mut [u8], mut at: usize, mut v: u64) -> usize {
+    while v >= 0x80 {
+        out[at] = v as u8 | 0x80;
+        v >>= 7;
+        at += 1;
+    }
+    out[at] = v as u8;
+    at + 1
+}
+
+/// Copies `src` into `dst`, which is as long. Payloads are mostly a few words, where a call
+/// to `memcpy` for a length known only at run time costs as much as the rest of an event:
+/// from 8 to 32 bytes the copy is two overlapping copies of a word or two.
+#[inline(always)]
+fn copy_short(src: &[u8], dst: &mut [u8]) {
+    let len = src.len();
+    if dst.len() != len {
+        return dst.copy_from_slice(src);
+    }
+    match len {
+        8..=16 => {
+            dst[..8].copy_from_slice(&src[..8]);
+            dst[len - 8..].copy_from_slice(&src[len - 8..]);
+        }
+        17..=32 => {
+            dst[..16].copy_from_slice(&src[..16]);
+            dst[len - 16..].copy_from_slice(&src[len - 16..]);
+        }
+        _ => dst.copy_from_slice(src),
     }
 }
 
@@ -196,32 +341,29 @@ fn block_header(out: &mut Vec<u8>, min: i64, max: i64, events: usize) {
     out.extend_from_slice(&max.to_le_bytes());
 }
 
-/// Appends header bytes to a vector with room reserved for a whole header up front, so
-/// each byte is a store (the capacity checks never fail).
+/// The longest compressed event header: flags, seven varints of at most 10 bytes and two
+/// GUIDs.
+const MAX_EVENT_HEADER: usize = 103;
+
+/// Header bytes written into a slice of at least `MAX_EVENT_HEADER` bytes.
 struct HeaderBytes<'a> {
-    out: &'a mut Vec<u8>,
+    out: &'a mut [u8],
+    at: usize,
 }
 
 impl HeaderBytes<'_> {
-    /// Flags, seven varints of at most 10 bytes and two GUIDs: 103 bytes at most.
-    const CAPACITY: usize = 112;
-
     #[inline]
-    fn var(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.out.push(v as u8 | 0x80);
-            v >>= 7;
-        }
-        self.out.push(v as u8);
+    fn var(&mut self, v: u64) {
+        self.at = put_varint(self.out, self.at, v);
     }
 
     fn guid(&mut self, g: &Guid) {
-        self.out.extend_from_slice(&g.0);
+        self.out[self.at..self.at + 16].copy_from_slice(&g.0);
+        self.at += 16;
     }
 }
 
-/// The inverse of the reader's header decompression: emit only what differs.
-#[inline]
+/// Appends the compressed header of `h` to `out` (see [`encode_header_into`]).
 fn encode_header(
     out: &mut Vec<u8>,
     prev: &EventHeader,
@@ -229,10 +371,23 @@ fn encode_header(
     payload_size: u32,
     v6: bool,
 ) {
-    out.reserve(HeaderBytes::CAPACITY);
-    let flags_at = out.len();
-    out.push(0);
-    let mut e = HeaderBytes { out };
+    let start = out.len();
+    out.resize(start + MAX_EVENT_HEADER, 0);
+    let n = encode_header_into(&mut out[start..], prev, h, payload_size, v6);
+    out.truncate(start + n);
+}
+
+/// The inverse of the reader's header decompression: emit only what differs. Writes into
+/// `out` (at least `MAX_EVENT_HEADER` bytes) and returns the bytes written.
+#[inline]
+fn encode_header_into(
+    out: &mut [u8],
+    prev: &EventHeader,
+    h: &EventHeader,
+    payload_size: u32,
+    v6: bool,
+) -> usize {
+    let mut e = HeaderBytes { out, at: 1 };
     let mut flags = 0u8;
     if h.metadata_id != prev.metadata_id {
         flags |= 1;
@@ -288,9 +443,8 @@ fn encode_header(
         flags |= 128;
         e.var(u64::from(payload_size));
     }
-    if let Some(slot) = e.out.get_mut(flags_at) {
-        *slot = flags;
-    }
+    e.out[0] = flags;
+    e.at
 }
 
 /// Writes a trace block by block.
@@ -435,11 +589,7 @@ impl<W: Write> TraceWriter<W> {
             .map_err(|_| Error::invalid_input("block larger than 2 GiB"))?;
         let mut frame = std::mem::take(&mut self.frame);
         frame.clear();
-        frame.push(5u8);
-        type_object(&mut frame, name, 2);
-        frame.extend_from_slice(&len.to_le_bytes());
-        let after = self.offset + frame.len() as u64;
-        frame.resize(frame.len() + ((4 - after % 4) % 4) as usize, 0);
+        fast_serialization_head(&mut frame, name, len, self.offset);
         frame.extend_from_slice(body);
         frame.push(6);
         let written = self.emit(&frame);
@@ -483,14 +633,48 @@ impl<W: Write> TraceWriter<W> {
         written
     }
 
-    /// Writes an event block.
-    pub fn write_event_block(&mut self, events: &EventBlockBuilder) -> Result<()> {
+    /// Writes an event block. Its framing and header go into the room the builder keeps
+    /// before its events, so the block is written whole without a copy; the builder's
+    /// events are unchanged.
+    pub fn write_event_block(&mut self, events: &mut EventBlockBuilder) -> Result<()> {
         if events.v6 != (self.version == FormatVersion::V6) {
             return Err(Error::invalid_input(
                 "event block built for another format version",
             ));
         }
-        self.block(2, "EventBlock", events.payload())
+        let body_len = EVENT_BLOCK_HEADER + events.encoded_len();
+        let mut head = std::mem::take(&mut self.frame);
+        head.clear();
+        if self.version == FormatVersion::V6 {
+            if body_len > MAX_V6_BLOCK {
+                self.frame = head;
+                return Err(Error::invalid_input(format!(
+                    "a V6 block holds at most {MAX_V6_BLOCK} bytes; this one has {body_len}"
+                )));
+            }
+            head.extend_from_slice(&((body_len as u32) | (2 << 24)).to_le_bytes());
+        } else {
+            let Ok(len) = i32::try_from(body_len) else {
+                self.frame = head;
+                return Err(Error::invalid_input("block larger than 2 GiB"));
+            };
+            fast_serialization_head(&mut head, "EventBlock", len, self.offset);
+        }
+        block_header(
+            &mut head,
+            events.min_timestamp,
+            events.max_timestamp,
+            events.events,
+        );
+        let start = HEADROOM - head.len();
+        events.buf[start..HEADROOM].copy_from_slice(&head);
+        self.frame = head;
+        let mut end = events.end;
+        if self.version != FormatVersion::V6 {
+            events.room(1)[0] = 6;
+            end += 1;
+        }
+        self.emit(&events.buf[start..end])
     }
 
     /// Writes stacks with consecutive ids from `first_id`; each is raw pointer-sized IPs.
@@ -621,6 +805,17 @@ impl<W: Write> TraceWriter<W> {
             .map_err(|source| Error::io(self.offset, source))?;
         Ok(self.out)
     }
+}
+
+/// A FastSerialization block's head, written at stream offset `offset`: the object tag,
+/// the type object, the body's length and the padding that aligns the body to 4 bytes.
+fn fast_serialization_head(out: &mut Vec<u8>, name: &str, body_len: i32, offset: u64) {
+    let start = out.len();
+    out.push(5u8);
+    type_object(out, name, 2);
+    out.extend_from_slice(&body_len.to_le_bytes());
+    let after = offset + (out.len() - start) as u64;
+    out.resize(out.len() + ((4 - after % 4) % 4) as usize, 0);
 }
 
 fn type_object(out: &mut Vec<u8>, name: &str, version: i32) {

@@ -72,7 +72,7 @@ fn events_arrive_before_the_stream_ends() {
                     ..Default::default()
                 };
                 b.push(&h, &block_no.to_le_bytes());
-                w.write_event_block(&b).unwrap();
+                w.write_event_block(&mut b).unwrap();
                 // Do not write more until the reader has seen this block's event.
                 assert_eq!(
                     ack_rx.recv_timeout(Duration::from_secs(10)).unwrap(),

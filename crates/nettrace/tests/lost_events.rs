@@ -42,7 +42,7 @@ fn v5_gaps_and_sequence_point_bounds_are_counted_per_thread() {
     for (t, s, ts) in [(100, 1, 1), (100, 2, 2), (200, 1, 3), (100, 5, 4)] {
         b.push(&event(t, s, ts), &[]);
     }
-    w.write_event_block(&b).unwrap();
+    w.write_event_block(&mut b).unwrap();
     // Thread 200 attempted 4 events by now: 3 more were lost. Thread 100 is up to date.
     w.write_sequence_point(10, 0, &[(100, 5), (200, 4)])
         .unwrap();
@@ -50,7 +50,7 @@ fn v5_gaps_and_sequence_point_bounds_are_counted_per_thread() {
     // Thread 200 resumes at 6: 5 lost. Thread 100 restarts at 1 (a new thread, no loss).
     b.push(&event(200, 6, 11), &[]);
     b.push(&event(100, 1, 12), &[]);
-    w.write_event_block(&b).unwrap();
+    w.write_event_block(&mut b).unwrap();
     let bytes = w.finish().unwrap();
     let (lost, by_thread, events) = read_all(&bytes);
     assert_eq!(events, 6);
@@ -81,7 +81,7 @@ fn v6_removal_bounds_count_and_report_os_thread_ids() {
     b.push(&event(1, 1, 1), &[]);
     b.push(&event(2, 1, 2), &[]);
     b.push(&event(1, 3, 3), &[]);
-    w.write_event_block(&b).unwrap();
+    w.write_event_block(&mut b).unwrap();
     // Thread 2 exits having attempted 10 events: 9 lost.
     w.write_remove_thread_block(&[(2, 10)]).unwrap();
     w.write_sequence_point(5, 1, &[(1, 3)]).unwrap();
@@ -101,7 +101,7 @@ fn a_lossless_trace_reports_no_loss() {
     for s in 0..100u32 {
         b.push(&event(u64::from(s % 3), s / 3 + 1, i64::from(s)), &[]);
     }
-    w.write_event_block(&b).unwrap();
+    w.write_event_block(&mut b).unwrap();
     let bytes = w.finish().unwrap();
     assert_eq!(read_all(&bytes).0, 0);
 }

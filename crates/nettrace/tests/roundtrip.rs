@@ -275,13 +275,13 @@ fn write_case(case: &Case) -> Vec<u8> {
     for (header, payload) in &case.events {
         block.push(header, payload);
         if block.len() >= limit {
-            w.write_event_block(&block).unwrap();
+            w.write_event_block(&mut block).unwrap();
             block.clear();
             limit = *sizes.next().unwrap();
         }
     }
     if !block.is_empty() {
-        w.write_event_block(&block).unwrap();
+        w.write_event_block(&mut block).unwrap();
     }
     w.write_sequence_point(0, 0, &[]).unwrap();
     w.finish().unwrap()
@@ -346,5 +346,105 @@ impl std::io::Read for Trickle<'_> {
         buf[..n].copy_from_slice(&self.data[self.pos..self.pos + n]);
         self.pos += n;
         Ok(n)
+    }
+}
+
+/// Events that follow their predecessor (`extend_next`): steps that are either a fresh
+/// event (through `push`) or a successor with a new timestamp and payload.
+/// A step: a fresh header (or none for a successor), the timestamp's delta, the payload.
+type Step = (Option<EventHeader>, i64, Vec<u8>);
+
+fn successors() -> impl Strategy<Value = (bool, Vec<Step>)> {
+    let step = (
+        prop::option::weighted(
+            0.1,
+            (1u32..3, any::<u32>(), 0u64..4, any::<bool>()).prop_map(
+                |(md, seq, thread, sorted)| EventHeader {
+                    metadata_id: md,
+                    sequence_number: seq,
+                    thread,
+                    capture_thread: thread,
+                    is_sorted: sorted,
+                    ..EventHeader::default()
+                },
+            ),
+        ),
+        prop_oneof![any::<i64>(), 0i64..200, -5i64..5],
+        prop_oneof![
+            prop::collection::vec(any::<u8>(), 16..17),
+            prop::collection::vec(any::<u8>(), 0..40)
+        ],
+    );
+    (any::<bool>(), prop::collection::vec(step, 1..300))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn successors_read_back_as_the_next_events(
+        (v6, steps) in successors(),
+        block_events in 1usize..80,
+        byte_limit in 1usize..600,
+    ) {
+        let version = if v6 { FormatVersion::V6 } else { FormatVersion::V5 };
+        let metadata: Vec<EventMetadata> = (1..3)
+            .map(|id| EventMetadata { metadata_id: id, provider: "P".into(), event_id: id, ..EventMetadata::default() })
+            .collect();
+        let mut w = TraceWriter::new(Vec::new(), &TraceInfo::new(version, 8)).unwrap();
+        w.write_metadata_block(&metadata).unwrap();
+        if v6 {
+            let threads: Vec<ThreadInfo> = (0..4).map(|index| ThreadInfo { index, ..ThreadInfo::default() }).collect();
+            w.write_thread_block(&threads).unwrap();
+        }
+        // The events each step stands for, and whether it is a successor.
+        let mut want: Vec<(EventHeader, Vec<u8>, bool)> = Vec::new();
+        let mut previous = EventHeader { metadata_id: 1, ..EventHeader::default() };
+        for (i, (fresh, delta, payload)) in steps.into_iter().enumerate() {
+            let fresh = if i == 0 { Some(fresh.unwrap_or(previous)) } else { fresh };
+            let successor = fresh.is_none();
+            let mut h = fresh.unwrap_or(EventHeader {
+                sequence_number: previous.sequence_number.wrapping_add(1),
+                is_sorted: false,
+                ..previous
+            });
+            h.timestamp = previous.timestamp.wrapping_add(delta);
+            h.payload_size = payload.len() as u32;
+            previous = h;
+            want.push((h, payload, successor));
+        }
+        prop_assert_eq!(EventBlockBuilder::new(version).extend_next(usize::MAX, [(0, &[][..])].into_iter()), 0, "an empty block has nothing to follow");
+        let mut block = EventBlockBuilder::new(version);
+        let mut at = 0;
+        while at < want.len() {
+            let run = want[at..].iter().take_while(|(_, _, successor)| *successor).count();
+            let took = block.extend_next(byte_limit, want[at..at + run].iter().map(|(h, p, _)| (h.timestamp, p.as_slice())));
+            prop_assert!(took <= run);
+            at += took;
+            if at == want.len() {
+                break;
+            }
+            // A fresh event, or a successor the block had no room or no predecessor for,
+            // goes in whole.
+            if took < run && !block.is_empty() || block.len() >= block_events {
+                w.write_event_block(&mut block).unwrap();
+                block.clear();
+            }
+            let (h, p, _) = &want[at];
+            block.push(h, p);
+            at += 1;
+        }
+        if !block.is_empty() {
+            w.write_event_block(&mut block).unwrap();
+        }
+        let bytes = w.finish().unwrap();
+        let mut reader = TraceReader::from_slice(&bytes).unwrap();
+        let mut got = Vec::new();
+        while let Some(e) = reader.next_event().unwrap() {
+            got.push((e.header, e.payload.to_vec()));
+        }
+        prop_assert!(reader.is_finished());
+        let want: Vec<(EventHeader, Vec<u8>)> = want.into_iter().map(|(h, p, _)| (h, p)).collect();
+        prop_assert_eq!(got, want);
     }
 }

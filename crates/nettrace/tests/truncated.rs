@@ -34,7 +34,7 @@ fn trace(version: FormatVersion, blocks: u32) -> (Vec<u8>, Vec<usize>) {
                 };
                 b.push(&h, &seq.to_le_bytes());
             }
-            w.write_event_block(&b).unwrap();
+            w.write_event_block(&mut b).unwrap();
             ends.push(w.bytes_written() as usize);
         }
         w.finish().unwrap();

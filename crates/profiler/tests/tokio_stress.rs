@@ -94,7 +94,10 @@ fn every_task_and_future_of_a_multi_threaded_runtime_is_accounted_for() {
                 .collect();
             assert_eq!(stack.len(), 2);
             assert_eq!(stack[0], "task");
-            assert!(matches!(s.ended, SpanEnd::Suspend | SpanEnd::Complete));
+            assert!(
+                matches!(s.ended, SpanEnd::Suspend | SpanEnd::Complete),
+                "{s:?}"
+            );
             threads.insert(s.thread);
             step_polls += 1;
         }

@@ -263,7 +263,7 @@ pub fn write_dense_trace<W: Write>(
             };
             block.push(&header, &body);
         }
-        w.write_event_block(&block)?;
+        w.write_event_block(&mut block)?;
         blocks += 1;
     }
     w.finish()

@@ -366,7 +366,7 @@ impl TraceBuilder {
         let mut sequence: BTreeMap<u64, u32> = BTreeMap::new();
         for e in &self.events {
             if block.len() == self.events_per_block {
-                w.write_event_block(&block).expect("writing to memory");
+                w.write_event_block(&mut block).expect("writing to memory");
                 block.clear();
             }
             let seq = sequence.entry(e.thread).or_insert(0);
@@ -389,7 +389,7 @@ impl TraceBuilder {
             };
             block.push(&header, &e.payload);
         }
-        w.write_event_block(&block).expect("writing to memory");
+        w.write_event_block(&mut block).expect("writing to memory");
         w.finish().expect("writing to memory")
     }
 }

@@ -254,7 +254,7 @@ fn ending(format: nettrace::FormatVersion, offset: u64, id: u64, reason: &str) -
                 key_values: Vec::new(),
             }])?;
         }
-        w.write_event_block(&block)?;
+        w.write_event_block(&mut block)?;
         w.finish().map(drop)
     });
     if written.is_err() {

@@ -1,9 +1,15 @@
 //! From records to blocks: the drain's side of the nettrace writer.
 //!
-//! Records arrive in order ([`super::merge`]) and go straight into an event block. What an
-//! event refers to and the reader has not seen yet (its metadata row, its stack, a V6 label
-//! list for its activity ids, a V6 thread entry for a sampled thread) is collected beside the
-//! block and written just before it, so every reference is defined before it is used.
+//! A pass encodes each thread's records as one run, straight from its buffers into an event
+//! block ([`Encoder::run_chunk`]). A record that is its predecessor's successor (the same
+//! event, the next sequence number, the same payload size, nothing but a payload) is
+//! recognised by comparing its fixed header's first 16 bytes with what the previous record
+//! predicts, and costs the block a flags byte, a timestamp delta and its payload
+//! ([`EventBlockBuilder::push_next`]); any other record is decoded and encoded in full
+//! ([`Encoder::record`]). What an event refers to and the reader has not seen yet (its
+//! metadata row, its stack, a V6 label list for its activity ids, a V6 thread entry for a
+//! sampled thread) is collected beside the block and written just before it, so every
+//! reference is defined before it is used.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -11,10 +17,9 @@ use std::io::Write;
 use nettrace::write::{EventBlockBuilder, TraceWriter};
 use nettrace::{EventHeader, EventMetadata, FormatVersion, Guid, Label, ThreadInfo};
 
-use super::merge::{Author, RecordView};
-use crate::threads::ThreadSessionState;
+use crate::threads::{Consumed, ThreadSessionState};
 use crate::{registry, rundown, Error};
-use eventpipe_core::record::{FLAG_ACTIVITY, FLAG_STACK, FLAG_SUBJECT};
+use eventpipe_core::record::{FLAG_ACTIVITY, FLAG_STACK, FLAG_SUBJECT, RECORD_HEADER};
 
 /// An event block is written once it holds this many bytes.
 const EVENT_BLOCK_TARGET: usize = 60 << 10;
@@ -26,10 +31,117 @@ const MAX_SUBJECT_THREADS: usize = 65_536;
 
 pub(super) type TraceOutput = TraceWriter<Box<dyn Write + Send>>;
 
+/// One record as the writer laid it out (`writer.rs`), borrowed from its buffer.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RecordView<'s> {
+    pub(super) event_index: u32,
+    pub(super) seq: u32,
+    pub(super) flags: u32,
+    pub(super) timestamp: i64,
+    /// Everything after the fixed header: activity ids, subject, stack, payload.
+    pub(super) body: &'s [u8],
+}
+
+impl<'s> RecordView<'s> {
+    /// The record at the front of `bytes` and the bytes after it; `None` when no whole
+    /// record is there.
+    #[inline]
+    pub(super) fn parse(bytes: &'s [u8]) -> Option<(RecordView<'s>, &'s [u8])> {
+        let (words, timestamp) = fixed_header(bytes)?;
+        let len = words as u32 as usize;
+        let body = bytes.get(RECORD_HEADER..len)?;
+        let record = RecordView {
+            event_index: (words >> 32) as u32,
+            seq: (words >> 64) as u32,
+            flags: (words >> 96) as u32,
+            timestamp,
+            body,
+        };
+        Some((record, &bytes[len..]))
+    }
+}
+
+/// A record's fixed header at the front of `bytes`: its first 16 bytes as one little-endian
+/// number (length, event index, sequence number and flags from the low word up), and its
+/// timestamp.
+#[inline(always)]
+fn fixed_header(bytes: &[u8]) -> Option<(u128, i64)> {
+    let head = bytes.first_chunk::<RECORD_HEADER>()?;
+    let (words, timestamp) = head.split_at(16);
+    Some((
+        u128::from_le_bytes(words.try_into().ok()?),
+        i64::from_le_bytes(timestamp.try_into().ok()?),
+    ))
+}
+
+/// Who wrote a run, copied into the pass once: reading it from the thread's shared state per
+/// record would pull in a cache line its writer keeps writing.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Author {
+    /// The thread's session index.
+    pub(super) index: u64,
+    pub(super) os_tid: u64,
+}
+
+/// The value of a fixed header's first 16 bytes that no record has (its length is 0).
+const NO_SUCCESSOR: u128 = 0;
+/// Adds one to the sequence number of a fixed header's first 16 bytes.
+const NEXT_SEQUENCE: u128 = 1 << 64;
+
+/// The records at the front of a buffer's bytes that succeed one another: each the same
+/// event as the one before, numbered next, with a payload as long and nothing else (no
+/// stack, activity ids or subject), stamped before the cutoff. Recognised by their fixed
+/// header's first 16 bytes alone, which each record predicts for the next.
+struct Successors<'s> {
+    rest: &'s [u8],
+    /// The first 16 bytes of the next successor's fixed header.
+    successor: u128,
+    cutoff: i64,
+    last_timestamp: Option<i64>,
+}
+
+impl<'s> Iterator for Successors<'s> {
+    type Item = (i64, &'s [u8]);
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<(i64, &'s [u8])> {
+        let (words, timestamp) = fixed_header(self.rest)?;
+        if words != self.successor || timestamp >= self.cutoff {
+            return None;
+        }
+        // The length equals the predecessor's, which was checked to cover its header.
+        let len = words as u32 as usize;
+        let record = self.rest.get(..len)?;
+        self.rest = &self.rest[len..];
+        self.successor = successor_of(words);
+        self.last_timestamp = Some(timestamp);
+        record
+            .get(RECORD_HEADER..)
+            .map(|payload| (timestamp, payload))
+    }
+}
+
+/// What the first 16 bytes of the fixed header of the successor of a record with nothing but
+/// a payload are: the same but for the next sequence number. The mask keeps a carry out of
+/// the sequence number (`u32::MAX` wraps to 0) from reaching the flags, which are 0.
+#[inline(always)]
+fn successor_of(words: u128) -> u128 {
+    words.wrapping_add(NEXT_SEQUENCE) & ((1 << 96) - 1)
+}
+
 /// The encoding state of one session's trace.
 pub(super) struct Encoder {
     v6: bool,
     block: EventBlockBuilder,
+    /// The first 16 bytes of the fixed header of the record that would be the last one's
+    /// successor, or `NO_SUCCESSOR` when the last record cannot be followed that way.
+    successor: u128,
+    /// Whether the run's next record is its first: it carries IsSorted.
+    run_start: bool,
+    /// Records encoded since [`take_pass_totals`](Self::take_pass_totals), and the latest
+    /// timestamp among them.
+    records: usize,
+    latest: Option<i64>,
     /// The header of the event being encoded, kept from one to the next.
     header: EventHeader,
     /// Whether `header` holds activity ids.
@@ -58,6 +170,10 @@ impl Encoder {
         Encoder {
             v6: version == FormatVersion::V6,
             block: EventBlockBuilder::new(version),
+            successor: NO_SUCCESSOR,
+            run_start: false,
+            records: 0,
+            latest: None,
             header: EventHeader::default(),
             header_has_activity: false,
             written_metadata: Vec::new(),
@@ -94,7 +210,93 @@ impl Encoder {
         self.thread_index_by_tid.retain(|_, index| !removed(*index));
     }
 
-    /// Encodes one record of `thread`; `is_sorted` marks the pass's last event.
+    /// Starts a thread's run; `sorted` marks its first event IsSorted (no event after it in
+    /// the file is older).
+    pub(super) fn start_run(&mut self, sorted: bool) {
+        self.successor = NO_SUCCESSOR;
+        self.run_start = sorted;
+    }
+
+    /// The records encoded since the last call, and the latest timestamp among them.
+    pub(super) fn take_pass_totals(&mut self) -> (usize, Option<i64>) {
+        (
+            std::mem::take(&mut self.records),
+            std::mem::take(&mut self.latest),
+        )
+    }
+
+    /// Encodes the records at the front of `bytes` (a buffer's published bytes from the
+    /// read position, in the run of `author`) that are stamped before `cutoff`.
+    pub(super) fn run_chunk(
+        &mut self,
+        out: &mut TraceOutput,
+        author: Author,
+        bytes: &[u8],
+        cutoff: i64,
+    ) -> Result<Consumed, Error> {
+        let mut consumed = Consumed::default();
+        let mut rest = bytes;
+        let mut last_timestamp = None;
+        loop {
+            if self.successor != NO_SUCCESSOR {
+                let mut successors = Successors {
+                    rest,
+                    successor: self.successor,
+                    cutoff,
+                    last_timestamp: None,
+                };
+                let taken = self.block.extend_next(EVENT_BLOCK_TARGET, &mut successors);
+                if taken > 0 {
+                    rest = successors.rest;
+                    self.successor = successors.successor;
+                    self.records += taken;
+                    consumed.last_seq = Some(((successors.successor >> 64) as u32).wrapping_sub(1));
+                    last_timestamp = successors.last_timestamp;
+                }
+            }
+            if self.block.encoded_len() >= EVENT_BLOCK_TARGET {
+                self.flush(out)?;
+            }
+            let Some((words, timestamp)) = fixed_header(rest) else {
+                break;
+            };
+            let seq = (words >> 64) as u32;
+            if timestamp >= cutoff {
+                consumed.left = Some(seq);
+                break;
+            }
+            let len = words as u32 as usize;
+            let Some(record) = rest.get(..len).filter(|_| len >= RECORD_HEADER) else {
+                break;
+            };
+            let view = RecordView {
+                event_index: (words >> 32) as u32,
+                seq,
+                flags: (words >> 96) as u32,
+                timestamp,
+                body: &record[RECORD_HEADER..],
+            };
+            let sorted = std::mem::take(&mut self.run_start);
+            self.record(out, author, view, sorted)?;
+            // Only a record with nothing but a payload can be followed by a successor.
+            self.successor = if view.flags == 0 {
+                successor_of(words)
+            } else {
+                NO_SUCCESSOR
+            };
+            consumed.last_seq = Some(seq);
+            last_timestamp = Some(timestamp);
+            self.records += 1;
+            rest = &rest[len..];
+        }
+        if last_timestamp > self.latest {
+            self.latest = last_timestamp;
+        }
+        consumed.bytes = bytes.len() - rest.len();
+        Ok(consumed)
+    }
+
+    /// Encodes one record of `thread` in full; `is_sorted` marks a run's first event.
     pub(super) fn record(
         &mut self,
         out: &mut TraceOutput,
@@ -247,7 +449,8 @@ impl Encoder {
         }
         self.first_new_label = self.next_label_id;
         if !self.block.is_empty() {
-            out.write_event_block(&self.block).map_err(output_error)?;
+            out.write_event_block(&mut self.block)
+                .map_err(output_error)?;
             self.block.clear();
         }
         Ok(())
@@ -278,4 +481,146 @@ fn split_stack(body: &[u8]) -> (Option<&[u8]>, &[u8]) {
 
 pub(super) fn output_error(e: nettrace::Error) -> Error {
     Error::Output(e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nettrace::write::TraceWriter;
+    use nettrace::{EventMetadata, TraceInfo, TraceReader};
+    use std::sync::{Arc, Mutex};
+
+    /// An event index no test registers: the encoder writes no metadata for it, the test
+    /// does.
+    const INDEX: u32 = 900_000;
+
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A record as the writer lays it out.
+    fn record(seq: u32, flags: u32, timestamp: i64, body: &[u8]) -> Vec<u8> {
+        let mut r = Vec::new();
+        r.extend_from_slice(&((RECORD_HEADER + body.len()) as u32).to_le_bytes());
+        r.extend_from_slice(&INDEX.to_le_bytes());
+        r.extend_from_slice(&seq.to_le_bytes());
+        r.extend_from_slice(&flags.to_le_bytes());
+        r.extend_from_slice(&timestamp.to_le_bytes());
+        r.extend_from_slice(body);
+        r
+    }
+
+    /// An event read back: sequence number, timestamp, payload, has a stack, IsSorted.
+    type ReadBack = (u32, i64, Vec<u8>, bool, bool);
+
+    /// Encodes `bytes` as one run below `cutoff`, returns what the chunk consumed and the
+    /// events read back.
+    fn encode(version: FormatVersion, bytes: &[u8], cutoff: i64) -> (Consumed, Vec<ReadBack>) {
+        let sink = Shared::default();
+        let mut out: TraceOutput =
+            TraceWriter::new(Box::new(sink.clone()) as _, &TraceInfo::new(version, 8)).unwrap();
+        let metadata = EventMetadata {
+            metadata_id: INDEX + 1,
+            provider: "Test".into(),
+            event_id: 1,
+            ..EventMetadata::default()
+        };
+        out.write_metadata_block(&[metadata]).unwrap();
+        if version == FormatVersion::V6 {
+            let thread = ThreadInfo {
+                index: 3,
+                ..ThreadInfo::default()
+            };
+            out.write_thread_block(&[thread]).unwrap();
+        }
+        let mut encoder = Encoder::new(version);
+        encoder.start_run(true);
+        let author = Author {
+            index: 3,
+            os_tid: 3,
+        };
+        let consumed = encoder.run_chunk(&mut out, author, bytes, cutoff).unwrap();
+        encoder.flush(&mut out).unwrap();
+        out.finish().unwrap();
+        let trace = sink.0.lock().unwrap().clone();
+        let mut reader = TraceReader::from_slice(&trace).unwrap();
+        let mut events = Vec::new();
+        while let Some(e) = reader.next_event().unwrap() {
+            let h = e.header;
+            events.push((
+                h.sequence_number,
+                h.timestamp,
+                e.payload.to_vec(),
+                e.stack.is_some(),
+                h.is_sorted,
+            ));
+        }
+        (consumed, events)
+    }
+
+    #[test]
+    fn a_run_stops_at_the_cutoff_and_reads_back_whole() {
+        for version in [FormatVersion::V5, FormatVersion::V6] {
+            let mut bytes = Vec::new();
+            let mut want = Vec::new();
+            for seq in 1..=40u32 {
+                let ts = 1_000 + i64::from(seq) * 37;
+                let payload = u64::from(seq).to_le_bytes().repeat(2);
+                let (flags, body) = match seq {
+                    // A stack (a u32 length, then the frames) breaks the successors.
+                    10 => {
+                        let mut body = 8u32.to_le_bytes().to_vec();
+                        body.extend_from_slice(&0x1234u64.to_le_bytes());
+                        body.extend_from_slice(&payload);
+                        (FLAG_STACK, body)
+                    }
+                    // So does a payload of another size.
+                    20 => (0, payload[..5].to_vec()),
+                    _ => (0, payload.clone()),
+                };
+                bytes.extend(record(seq, flags, ts, &body));
+                let payload = if seq == 20 {
+                    payload[..5].to_vec()
+                } else {
+                    payload
+                };
+                want.push((seq, ts, payload, seq == 10, seq == 1));
+            }
+            // Records 31.. are at or past the cutoff.
+            let cutoff = 1_000 + 31 * 37;
+            let cut = bytes.len() - 10 * (RECORD_HEADER + 16);
+            let (consumed, events) = encode(version, &bytes, cutoff);
+            assert_eq!(consumed.bytes, cut, "{version:?}");
+            assert_eq!(consumed.last_seq, Some(30));
+            assert_eq!(consumed.left, Some(31));
+            want.truncate(30);
+            assert_eq!(events, want, "{version:?}");
+        }
+    }
+
+    #[test]
+    fn successors_wrap_their_sequence_numbers() {
+        let seqs = [u32::MAX - 2, u32::MAX - 1, u32::MAX, 0, 1, 2];
+        let bytes: Vec<u8> = seqs
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &seq)| record(seq, 0, 10 + i as i64, &[i as u8; 16]))
+            .collect();
+        for version in [FormatVersion::V5, FormatVersion::V6] {
+            let (consumed, events) = encode(version, &bytes, i64::MAX);
+            assert_eq!(consumed.bytes, bytes.len());
+            assert_eq!(consumed.last_seq, Some(2));
+            let got: Vec<u32> = events.iter().map(|e| e.0).collect();
+            assert_eq!(got, seqs, "{version:?}");
+        }
+    }
 }

@@ -32,8 +32,7 @@ use std::time::{Duration, Instant};
 use nettrace::write::{EventBlockBuilder, TraceWriter};
 use nettrace::{EventHeader, FormatVersion, ThreadInfo, TraceInfo};
 
-use encode::{output_error, Encoder, TraceOutput};
-use merge::Run;
+use encode::{output_error, Author, Encoder, RecordView, TraceOutput};
 
 use crate::clock;
 use crate::config::{Output, SessionConfig};
@@ -44,7 +43,6 @@ use eventpipe_core::recording::{Progress, SessionShared};
 use eventpipe_core::SessionStats;
 
 mod encode;
-mod merge;
 
 /// How far the cutoff trails the drain's clock, in nanoseconds.
 const CUTOFF_MARGIN_NANOS: i64 = 50_000;
@@ -85,10 +83,9 @@ pub(crate) fn spawn(
         Output::File(path) => {
             let file = std::fs::File::create(&path)
                 .map_err(|e| Error::Output(format!("cannot create {}: {e}", path.display())))?;
-            (
-                Box::new(std::io::BufWriter::with_capacity(256 << 10, file)),
-                None,
-            )
+            // Unbuffered: the trace writer hands over each block whole, in one write, so
+            // a buffer would only copy it once more.
+            (Box::new(file), None)
         }
         Output::Stream(stream) => (stream, None),
         Output::Listener(callback) => {
@@ -242,60 +239,92 @@ impl Drain {
                 }
             }
         }
-        let mut scanned = Scan::of(&snapshot, cutoff);
-        if backlog && scanned.records == 0 {
+        // Each thread's records go out as one run, the runs in the order of their first
+        // records, so each run's first event can carry IsSorted: nothing after it in the
+        // file is older (its own run follows it in order; later runs start later; later
+        // passes are at or past the cutoff). Within a sequence-point region the format asks
+        // no more order than that of each thread's own events.
+        let mut runs: Vec<(i64, usize)> = snapshot
+            .iter()
+            .enumerate()
+            .filter_map(|(at, thread)| first_timestamp_past(thread, 0).map(|ts| (ts, at)))
+            .collect();
+        if backlog && !runs.iter().any(|&(ts, _)| ts < cutoff) {
             // Every record below the lowered cutoff shares its timestamp: take the lot
             // rather than make no progress.
-            scanned = Scan::of(&snapshot, full_cutoff);
+            cutoff = full_cutoff;
             backlog = false;
         }
+        runs.sort_unstable();
         let v5 = self.version != FormatVersion::V6;
-        let mut bounds = Vec::with_capacity(snapshot.len());
-        let mut force_sequence_point = false;
-        for (thread, progress) in snapshot.iter().zip(&scanned.progress) {
-            let state = &thread.state;
+        for thread in &snapshot {
             if thread.announce {
+                let state = &thread.state;
                 self.remember_thread_name(state);
                 self.encoder.announce_thread(state);
             }
+        }
+        let writer = self
+            .writer
+            .as_mut()
+            .ok_or_else(|| Error::Output("the trace was already finished".into()))?;
+        let encoder = &mut self.encoder;
+        // Threads with no record at the look are read last, their first event unmarked: a
+        // record may have landed since.
+        let peeked: Vec<bool> = {
+            let mut seen = vec![false; snapshot.len()];
+            runs.iter().for_each(|&(_, at)| seen[at] = true);
+            seen
+        };
+        let order = runs.iter().map(|&(_, at)| (at, true)).chain(
+            (0..snapshot.len())
+                .filter(|&at| !peeked[at])
+                .map(|at| (at, false)),
+        );
+        let mut updates: Vec<Option<ThreadProgress>> = vec![None; snapshot.len()];
+        for (at, sorted) in order {
+            let thread = &snapshot[at];
+            let author = Author {
+                index: thread.state.index,
+                os_tid: thread.state.os_tid,
+            };
+            encoder.start_run(sorted);
+            let mut failure = None;
+            let progress = thread.read(|bytes| {
+                if failure.is_some() {
+                    return Consumed {
+                        left: Some(0),
+                        ..Consumed::default()
+                    };
+                }
+                encoder
+                    .run_chunk(writer, author, bytes, cutoff)
+                    .unwrap_or_else(|e| {
+                        failure = Some(e);
+                        Consumed {
+                            left: Some(0),
+                            ..Consumed::default()
+                        }
+                    })
+            });
+            if let Some(e) = failure {
+                return Err(e);
+            }
+            updates[at] = Some(progress);
+        }
+        let updates: Vec<ThreadProgress> = updates.into_iter().flatten().collect();
+        encoder.flush(writer)?;
+        let (records, latest) = encoder.take_pass_totals();
+        let mut bounds = Vec::with_capacity(snapshot.len());
+        let mut force_sequence_point = false;
+        for (thread, progress) in snapshot.iter().zip(&updates) {
+            let state = &thread.state;
             // A thread leaving the table carries its last sequence number out first. V6
             // has RemoveThread for it; V5 only a sequence point, needed when the thread
             // lost events (otherwise the reader saw that number on its last event).
             force_sequence_point |= v5 && progress.reclaims && thread.lost_events();
             bounds.push((state.index, state.os_tid, progress.bound));
         }
-        let Scan {
-            records,
-            progress: updates,
-            consumed,
-        } = scanned;
-        let runs: Vec<Run<'_>> = snapshot
-            .iter()
-            .zip(&consumed)
-            .enumerate()
-            .flat_map(|(at, (thread, sizes))| {
-                thread.consumed_bytes(sizes).map(move |bytes| Run {
-                    thread: at,
-                    thread_index: thread.state.index,
-                    os_tid: thread.state.os_tid,
-                    bytes,
-                })
-            })
-            .filter(|run| !run.bytes.is_empty())
-            .collect();
-        let writer = self
-            .writer
-            .as_mut()
-            .ok_or_else(|| Error::Output("the trace was already finished".into()))?;
-        let encoder = &mut self.encoder;
-        let mut remaining = records;
-        let mut last_timestamp = None;
-        merge::for_each_in_order(&runs, |author, record| {
-            remaining -= 1;
-            last_timestamp = Some(record.timestamp);
-            encoder.record(writer, author, record, remaining == 0)
-        })?;
-        encoder.flush(writer)?;
         self.progress
             .events_written
             .fetch_add(records as u64, Ordering::Relaxed);
@@ -304,7 +333,7 @@ impl Drain {
             || self.last_sequence_point.elapsed() >= self.sequence_point_interval;
         if due {
             let sp_time = if last {
-                last_timestamp.unwrap_or_else(clock::now)
+                latest.unwrap_or_else(clock::now)
             } else {
                 cutoff
             };
@@ -320,7 +349,6 @@ impl Drain {
         }
         // The snapshot's references to the buffers go first, so the manager gets the emptied
         // ones back whole, for reuse.
-        drop(runs);
         drop(snapshot);
         self.apply(&updates)?;
         Ok(backlog)
@@ -406,7 +434,7 @@ impl Drain {
         let mut block = EventBlockBuilder::new(version);
         for (i, (metadata_id, payload)) in events.iter().enumerate() {
             if block.encoded_len() >= EVENT_BLOCK_TARGET {
-                writer.write_event_block(&block).map_err(output_error)?;
+                writer.write_event_block(&mut block).map_err(output_error)?;
                 block = EventBlockBuilder::new(version);
             }
             let header = EventHeader {
@@ -420,37 +448,7 @@ impl Drain {
             };
             block.push(&header, payload);
         }
-        writer.write_event_block(&block).map_err(output_error)
-    }
-}
-
-/// What a pass found to read: per thread (in snapshot order) its progress and the bytes
-/// each listed buffer gave, and the records in all.
-struct Scan {
-    records: usize,
-    progress: Vec<ThreadProgress>,
-    consumed: Vec<Vec<usize>>,
-}
-
-impl Scan {
-    /// Finds each thread's records below `cutoff`. Reads only: a pass may scan twice.
-    fn of(snapshot: &[ThreadSnapshot], cutoff: i64) -> Scan {
-        let mut scan = Scan {
-            records: 0,
-            progress: Vec::with_capacity(snapshot.len()),
-            consumed: Vec::with_capacity(snapshot.len()),
-        };
-        for thread in snapshot {
-            let mut sizes = Vec::new();
-            let progress = thread.read(|bytes| {
-                let c = merge::scan(bytes, cutoff, &mut scan.records);
-                sizes.push(c.bytes);
-                c
-            });
-            scan.progress.push(progress);
-            scan.consumed.push(sizes);
-        }
-        scan
+        writer.write_event_block(&mut block).map_err(output_error)
     }
 }
 
@@ -468,7 +466,14 @@ fn first_timestamp_past(thread: &ThreadSnapshot, skip: usize) -> Option<i64> {
                 ..Consumed::default()
             };
         }
-        first = merge::RecordView::parse(bytes).map(|(record, _)| record.timestamp);
+        first = RecordView::parse(bytes).map(|(record, _)| record.timestamp);
+        if first.is_none() {
+            // Read to the end: the first record, if any, is in the next buffer.
+            return Consumed {
+                bytes: bytes.len(),
+                ..Consumed::default()
+            };
+        }
         Consumed {
             left: Some(0),
             ..Consumed::default()

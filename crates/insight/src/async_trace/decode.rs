@@ -89,10 +89,16 @@ struct OpenPoll {
     stack: AsyncStackId,
 }
 
+/// Buffers of one thread held at most while an earlier one has not arrived.
+const MAX_AHEAD: usize = 64;
+
 #[derive(Debug, Default)]
 struct ThreadState {
     /// The `Sequence` the next buffer should have.
     next_sequence: Option<u32>,
+    /// Buffers that arrived before the next one expected, by `Sequence`: their base
+    /// timestamp and records.
+    ahead: BTreeMap<u32, (i64, Vec<u8>)>,
     open: Vec<OpenPoll>,
     /// The latest record's timestamp.
     last_ts: Option<i64>,
@@ -101,10 +107,23 @@ struct ThreadState {
     continuous: bool,
 }
 
+/// An `AsyncBuffer` event not yet applied.
+#[derive(Debug)]
+struct WrittenBuffer {
+    /// The event's timestamp.
+    written_at: i64,
+    thread: u64,
+    sequence: u32,
+    base_ts: i64,
+    records: Vec<u8>,
+}
+
 /// The streaming decoder (see the module doc).
 #[derive(Debug, Default)]
 pub(crate) struct Decoder {
     threads: BTreeMap<u64, ThreadState>,
+    /// Buffers read and not yet applied: up to the next IsSorted event.
+    written: Vec<WrittenBuffer>,
     pub(crate) stacks: StackTable,
     pub(crate) diagnostics: Diagnostics,
     /// The latest record timestamp seen.
@@ -143,6 +162,16 @@ pub(crate) fn classify(event: &Event<'_>) -> Option<AsyncEvent> {
 impl Decoder {
     /// Feeds one event; `None` when it is not the async profiler's. Facts go to `out`.
     pub(crate) fn observe(&mut self, event: &Event<'_>, out: &mut Vec<Fact>) -> Option<AsyncEvent> {
+        let which = self.classify_and_take(event, out);
+        if event.header.is_sorted {
+            // Nothing after this event in the file is older: the buffers written before it
+            // can go, in time order.
+            self.release_written(Some(event.header.timestamp), out);
+        }
+        which
+    }
+
+    fn classify_and_take(&mut self, event: &Event<'_>, out: &mut Vec<Fact>) -> Option<AsyncEvent> {
         let which = classify(event)?;
         if which == AsyncEvent::Other {
             return Some(which);
@@ -197,7 +226,13 @@ impl Decoder {
                         let thread = num("OsThreadId").unwrap_or_else(|| event.thread_id());
                         // The trace's ticks are signed; a base above i64::MAX is nonsense
                         // that wraps like the deltas do.
-                        self.buffer(thread, sequence, base as i64, &records, out);
+                        self.written.push(WrittenBuffer {
+                            written_at: event.header.timestamp,
+                            thread,
+                            sequence,
+                            base_ts: base as i64,
+                            records,
+                        });
                         true
                     }
                     _ => false,
@@ -211,7 +246,12 @@ impl Decoder {
         Some(which)
     }
 
-    /// Applies one thread's buffer.
+    /// Takes one thread's buffer. Buffers of one thread may reach the trace through
+    /// different writing threads (a thread's last buffer is written for it as it exits),
+    /// and the format orders only each writer's own events: a buffer that is not the next
+    /// one expected (or, before the thread's first, not its buffer 0) is held, at most
+    /// `MAX_AHEAD` a thread, until the ones before it arrive; what is missing counts as
+    /// lost only when too many are held or the trace ends.
     pub(crate) fn buffer(
         &mut self,
         thread: u64,
@@ -222,13 +262,79 @@ impl Decoder {
     ) {
         self.diagnostics.buffers += 1;
         let state = self.threads.entry(thread).or_default();
-        // A session that began after this thread's first buffers sees a nonzero first
-        // sequence: only gaps after the first buffer seen are losses.
-        let expected = state.next_sequence.unwrap_or(sequence);
-        if sequence < expected && sequence != 0 {
-            self.diagnostics.out_of_order += 1;
-            return;
+        if state.next_sequence.is_none() && sequence == 0 && state.ahead.contains_key(&u32::MAX) {
+            // Buffer 0 after a held `u32::MAX`: the numbers wrapped.
+            self.release_ahead(thread, usize::MAX, out);
         }
+        let state = self.threads.entry(thread).or_default();
+        let applies = match state.next_sequence {
+            // Nothing comes before a thread's buffer 0.
+            None => sequence == 0,
+            Some(next) if sequence == next => true,
+            Some(_) if sequence == 0 => {
+                // A new thread that reuses the OS id: its predecessor's held buffers are
+                // all it will have.
+                self.release_ahead(thread, usize::MAX, out);
+                true
+            }
+            Some(next) if sequence < next => {
+                // Older than what was applied: a repeat.
+                self.diagnostics.out_of_order += 1;
+                return;
+            }
+            Some(_) => false,
+        };
+        if applies {
+            self.apply_buffer(thread, sequence, base_ts, records, out);
+        } else {
+            let state = self.threads.entry(thread).or_default();
+            state.ahead.insert(sequence, (base_ts, records.to_vec()));
+            if state.ahead.len() > MAX_AHEAD {
+                // The earliest held one is next, after whatever is missing before it.
+                self.release_ahead(thread, 1, out);
+            }
+        }
+        self.release_ahead(thread, 0, out);
+    }
+
+    /// Applies `thread`'s held buffers that follow on from what was applied, and besides,
+    /// the first `force` held ones whatever the gap before them (which counts as lost).
+    fn release_ahead(&mut self, thread: u64, mut force: usize, out: &mut Vec<Fact>) {
+        loop {
+            let Some(state) = self.threads.get_mut(&thread) else {
+                return;
+            };
+            let Some(entry) = state.ahead.first_entry() else {
+                return;
+            };
+            let follows = state.next_sequence == Some(*entry.key());
+            if !follows && force == 0 {
+                return;
+            }
+            if !follows {
+                force -= 1;
+            }
+            let (sequence, (base_ts, records)) = entry.remove_entry();
+            if state.next_sequence.is_some_and(|next| sequence < next) {
+                // Overtaken by a buffer 0 of a new thread with this id.
+                self.diagnostics.out_of_order += 1;
+                continue;
+            }
+            self.apply_buffer(thread, sequence, base_ts, &records, out);
+        }
+    }
+
+    /// Applies one thread's buffer, numbered at or past the next one expected.
+    fn apply_buffer(
+        &mut self,
+        thread: u64,
+        sequence: u32,
+        base_ts: i64,
+        records: &[u8],
+        out: &mut Vec<Fact>,
+    ) {
+        let state = self.threads.entry(thread).or_default();
+        let expected = state.next_sequence.unwrap_or(sequence);
         if sequence > expected {
             self.diagnostics
                 .add_lost(thread, u64::from(sequence - expected));
@@ -269,8 +375,35 @@ impl Decoder {
         }
     }
 
-    /// Closes every poll still open, at `end_ts`.
+    /// Takes the buffers written up to `until` (all without it), in the order they were
+    /// written: the file gives each writing thread's events in order, but one thread's
+    /// buffers may be written by several (its own, an outside flush, its last as it
+    /// exits), so events of different writers are ordered by timestamp, as a reader sorts
+    /// a sequence-point region, up to the latest IsSorted event.
+    fn release_written(&mut self, until: Option<i64>, out: &mut Vec<Fact>) {
+        if self.written.is_empty() {
+            return;
+        }
+        let mut written = std::mem::take(&mut self.written);
+        written.sort_by_key(|b| b.written_at);
+        let ready = until.map_or(written.len(), |t| {
+            written.partition_point(|b| b.written_at <= t)
+        });
+        let later = written.split_off(ready);
+        for b in written {
+            self.buffer(b.thread, b.sequence, b.base_ts, &b.records, out);
+        }
+        self.written = later;
+    }
+
+    /// Applies the buffers still held (what they waited for is lost), then closes every
+    /// poll still open, at `end_ts`.
     pub(crate) fn finish(&mut self, end_ts: i64, out: &mut Vec<Fact>) {
+        self.release_written(None, out);
+        let threads: Vec<u64> = self.threads.keys().copied().collect();
+        for thread in threads {
+            self.release_ahead(thread, usize::MAX, out);
+        }
         for (&thread, state) in &mut self.threads {
             while let Some(open) = state.open.pop() {
                 let depth = state.open.len();

@@ -1,0 +1,356 @@
+//! Sustained writing: what a program that writes without pause sees, as opposed to the
+//! bursts of the criterion benches, after which the drain catches up untimed.
+//!
+//! Every case writes `SUSTAINED_PER_WRITER` events (default 10 million) from each of 1 or 2
+//! writer threads, the `PAIR` event with its 16-byte payload, released together and timed
+//! until the session's `stop()` returns (the drain has written everything to the file):
+//!
+//! * `floor`: what any write must do at least, in the same process and run: a clock read
+//!   and a copy of a 40-byte record into the thread's own 1 MiB ring of memory, no session;
+//! * `block`: a nettrace file in Block mode (lossless), the default 64 MiB budget;
+//! * `drop`: the same in Drop mode: the share it lost;
+//! * `paced`: Drop mode again, each writer pacing itself to an aggregate rate, from 2 M/s up
+//!   in steps, until a rate loses events: the highest rate that lost none is reported.
+//!
+//! The cases interleave run by run (`SUSTAINED_RUNS`, default 3), so the machine's slow and
+//! fast phases hit them alike; the summary gives each case's median and its spread (min-max)
+//! in ns per event (aggregate over the writers), its ratio to the floor of the same run, and
+//! for two writers the scaling over one.
+//!
+//! `SUSTAINED_ONLY=1` skips the criterion benches. `SUSTAINED_CASE=block/1` (a case and its
+//! writers) runs that case once and prints its figures: the form to run under
+//! `valgrind --tool=callgrind`, with `SUSTAINED_PER_WRITER` lowered. Each Block-mode run's
+//! file is read back (untimed): it must hold every event.
+
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use eventpipe::{
+    clock, write_event, BufferingMode, Output, ProviderConfig, Session, SessionConfig, SessionStats,
+};
+
+use crate::{BENCH, PAIR, RECORD};
+
+/// Bytes of the floor's ring: each writer's records land in memory it reuses, as the
+/// session's recycled buffers are.
+const RING: usize = 1 << 20;
+/// Aggregate rates the paced case tries, events per second, lowest first.
+const PACED_RATES: [u64; 8] = [
+    2_000_000, 5_000_000, 10_000_000, 15_000_000, 20_000_000, 25_000_000, 30_000_000, 40_000_000,
+];
+/// Seconds each paced rate is held.
+const PACED_SECONDS: u64 = 2;
+/// Events a paced writer writes between looks at the clock.
+const PACE_CHUNK: u64 = 1_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Floor,
+    Block,
+    Drop,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Floor => "floor",
+            Kind::Block => "block",
+            Kind::Drop => "drop",
+        }
+    }
+}
+
+/// One timed run of a case.
+#[derive(Debug, Clone, Copy)]
+struct Outcome {
+    ns_per_event: f64,
+    lost: u64,
+    written: u64,
+}
+
+fn env_num(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn trace_path(tag: &str) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "eventpipe-bench-sustained-{tag}-{}.nettrace",
+        std::process::id()
+    ))
+}
+
+/// Runs `writer(thread)` on `threads` threads released together; the time from the release
+/// until every writer returned and then `finish` did.
+fn timed_writers<R>(
+    threads: u64,
+    writer: impl Fn(u64) + Sync,
+    finish: impl FnOnce() -> R,
+) -> (Duration, R) {
+    let barrier = Barrier::new(threads as usize + 1);
+    let start = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (barrier, writer) = (&barrier, &writer);
+                s.spawn(move || {
+                    barrier.wait();
+                    writer(t);
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        for h in handles {
+            h.join().expect("writer thread");
+        }
+        start
+    });
+    let result = finish();
+    (start.elapsed(), result)
+}
+
+fn floor_run(threads: u64, per_writer: u64) -> Outcome {
+    let record = [0x5au8; RECORD];
+    let (elapsed, ()) = timed_writers(
+        threads,
+        |_| {
+            let mut ring = vec![0u8; RING];
+            let mut at = 0;
+            for _ in 0..per_writer {
+                let t = clock::now();
+                let slot = &mut ring[at..at + RECORD];
+                slot.copy_from_slice(black_box(&record));
+                slot[..8].copy_from_slice(&t.to_le_bytes());
+                at += RECORD;
+                if at + RECORD > RING {
+                    at = 0;
+                }
+            }
+            black_box(&ring);
+        },
+        || (),
+    );
+    Outcome {
+        ns_per_event: elapsed.as_nanos() as f64 / (threads * per_writer) as f64,
+        lost: 0,
+        written: threads * per_writer,
+    }
+}
+
+fn file_session(path: &Path, mode: BufferingMode) -> Session {
+    Session::start(
+        SessionConfig::new(
+            vec![ProviderConfig::new(BENCH.name())],
+            Output::File(path.to_path_buf()),
+        )
+        .mode(mode),
+    )
+    .expect("start the file session")
+}
+
+/// Writes `per_writer` events from each writer, paced to `rate` events/s in all when given.
+fn session_run(kind: Kind, threads: u64, per_writer: u64, rate: Option<u64>) -> Outcome {
+    let mode = if kind == Kind::Block {
+        BufferingMode::Block
+    } else {
+        BufferingMode::Drop
+    };
+    let path = trace_path(kind.name());
+    let session = file_session(&path, mode);
+    let ticks_per_chunk = rate.map(|rate| {
+        let per_writer_rate = rate as f64 / threads as f64;
+        clock::ticks_per_second() as f64 * PACE_CHUNK as f64 / per_writer_rate
+    });
+    let (elapsed, stats) = timed_writers(
+        threads,
+        |t| {
+            let base = t * per_writer;
+            let start = clock::now();
+            for i in 0..per_writer {
+                write_event!(PAIR, base + i, black_box(2u64));
+                if let Some(ticks) = ticks_per_chunk {
+                    if (i + 1) % PACE_CHUNK == 0 {
+                        let due = start + (ticks * ((i + 1) / PACE_CHUNK) as f64) as i64;
+                        while clock::now() < due {
+                            std::hint::spin_loop();
+                        }
+                    }
+                }
+            }
+        },
+        || session.stop().expect("stop the file session"),
+    );
+    if kind == Kind::Block {
+        assert_eq!(
+            count_in_file(&path),
+            threads * per_writer,
+            "events in the file"
+        );
+    }
+    let _ = std::fs::remove_file(&path);
+    check_accounting(kind, threads * per_writer, &stats);
+    Outcome {
+        ns_per_event: elapsed.as_nanos() as f64 / (threads * per_writer) as f64,
+        lost: stats.events_dropped,
+        written: stats.events_written,
+    }
+}
+
+/// Counts `PAIR` events in the trace at `path`.
+fn count_in_file(path: &Path) -> u64 {
+    let bytes = std::fs::read(path).expect("read the sustained trace");
+    let mut reader = nettrace::TraceReader::from_slice(&bytes).expect("open the sustained trace");
+    let mut n = 0;
+    while let Some(e) = reader.next_event().expect("read the sustained trace") {
+        if e.metadata.provider == BENCH.name() {
+            n += 1;
+        }
+    }
+    assert!(reader.is_finished(), "the sustained trace is not ended");
+    n
+}
+
+fn check_accounting(kind: Kind, issued: u64, stats: &SessionStats) {
+    assert_eq!(
+        stats.events_written + stats.events_dropped,
+        issued,
+        "{}: every event is written or counted lost: {stats:?}",
+        kind.name()
+    );
+    if kind == Kind::Block {
+        assert_eq!(stats.events_dropped, 0, "Block mode lost events: {stats:?}");
+    }
+}
+
+fn run(kind: Kind, threads: u64, per_writer: u64) -> Outcome {
+    match kind {
+        Kind::Floor => floor_run(threads, per_writer),
+        _ => session_run(kind, threads, per_writer, None),
+    }
+}
+
+/// The highest paced rate (events/s, aggregate) that lost nothing, and the first that did.
+fn lossless_rate(threads: u64) -> (Option<u64>, Option<(u64, f64)>) {
+    let mut best = None;
+    for rate in PACED_RATES {
+        let per_writer = rate * PACED_SECONDS / threads;
+        let outcome = session_run(Kind::Drop, threads, per_writer, Some(rate));
+        let achieved = 1e9 / outcome.ns_per_event;
+        if outcome.lost > 0 {
+            let share = outcome.lost as f64 / (outcome.lost + outcome.written) as f64;
+            return (best, Some((rate, share)));
+        }
+        if achieved < rate as f64 * 0.95 {
+            // The writers could not reach the rate: it is beyond the write path itself.
+            return (best, None);
+        }
+        best = Some(rate);
+    }
+    (best, None)
+}
+
+fn spread(values: &[f64]) -> (f64, f64, f64) {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    (v[v.len() / 2], v[0], v[v.len() - 1])
+}
+
+/// Runs the sustained cases and prints their summary; `SUSTAINED_CASE` picks one.
+pub(crate) fn bench() {
+    let per_writer = env_num("SUSTAINED_PER_WRITER", 10_000_000);
+    if let Ok(case) = std::env::var("SUSTAINED_CASE") {
+        let (kind, threads) = case.split_once('/').unwrap_or((case.as_str(), "1"));
+        let kind = match kind {
+            "floor" => Kind::Floor,
+            "block" => Kind::Block,
+            "drop" => Kind::Drop,
+            other => panic!("SUSTAINED_CASE: unknown case {other:?} (floor, block or drop)"),
+        };
+        let threads = threads
+            .parse()
+            .expect("SUSTAINED_CASE: writers after the /");
+        let o = run(kind, threads, per_writer);
+        println!(
+            "sustained {case}: {:.2} ns/event, {} written, {} lost",
+            o.ns_per_event, o.written, o.lost
+        );
+        return;
+    }
+    let runs = env_num("SUSTAINED_RUNS", 3);
+    let kinds = [Kind::Floor, Kind::Block, Kind::Drop];
+    // results[kind][threads - 1] = one outcome per run.
+    let mut results = vec![vec![Vec::new(); 2]; kinds.len()];
+    for r in 0..runs {
+        for threads in 1..=2u64 {
+            for (k, &kind) in kinds.iter().enumerate() {
+                let o = run(kind, threads, per_writer);
+                println!(
+                    "sustained run {} {}/{threads}: {:.2} ns/event, lost {}",
+                    r + 1,
+                    kind.name(),
+                    o.ns_per_event,
+                    o.lost
+                );
+                results[k][threads as usize - 1].push(o);
+            }
+        }
+    }
+    println!(
+        "\nSustained writing, {per_writer} events a writer, {runs} runs: median (min-max) ns/event, aggregate"
+    );
+    println!("| case | 1 writer | ×floor | 2 writers | ×floor | 2-writer scaling | lost (1 / 2 writers) |");
+    println!("|---|---|---|---|---|---|---|");
+    let floor: Vec<Vec<f64>> = (0..2)
+        .map(|t| results[0][t].iter().map(|o| o.ns_per_event).collect())
+        .collect();
+    for (k, kind) in kinds.iter().enumerate() {
+        let ns: Vec<Vec<f64>> = (0..2)
+            .map(|t| results[k][t].iter().map(|o| o.ns_per_event).collect())
+            .collect();
+        // Ratios within each run, against that run's floor.
+        let ratio =
+            |t: usize| -> Vec<f64> { ns[t].iter().zip(&floor[t]).map(|(a, f)| a / f).collect() };
+        let scaling: Vec<f64> = ns[0]
+            .iter()
+            .zip(&ns[1])
+            .map(|(one, two)| one / two)
+            .collect();
+        let lost = |t: usize| -> String {
+            let share: Vec<f64> = results[k][t]
+                .iter()
+                .map(|o| 100.0 * o.lost as f64 / (o.lost + o.written).max(1) as f64)
+                .collect();
+            let (m, lo, hi) = spread(&share);
+            format!("{m:.1} % ({lo:.1}-{hi:.1})")
+        };
+        let fmt = |v: &[f64], digits: usize| {
+            let (m, lo, hi) = spread(v);
+            format!("{m:.digits$} ({lo:.digits$}-{hi:.digits$})")
+        };
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} / {} |",
+            kind.name(),
+            fmt(&ns[0], 1),
+            fmt(&ratio(0), 2),
+            fmt(&ns[1], 1),
+            fmt(&ratio(1), 2),
+            fmt(&scaling, 2),
+            lost(0),
+            lost(1)
+        );
+    }
+    for threads in 1..=2 {
+        let (best, failed) = lossless_rate(threads);
+        let best = best.map_or("none of the rates tried".into(), |r| {
+            format!("{} M/s", r / 1_000_000)
+        });
+        let failed = failed.map_or(String::new(), |(rate, share)| {
+            format!(", {} M/s lost {:.2} %", rate / 1_000_000, 100.0 * share)
+        });
+        println!("Drop mode, {threads} writer(s), paced: lossless up to {best}{failed}");
+    }
+}
