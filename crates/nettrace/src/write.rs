@@ -172,64 +172,98 @@ impl EventBlockBuilder {
     /// Appends events that each follow the one before in its own sequence, the first
     /// following the last event pushed: each has the previous header but for the next
     /// sequence number, its timestamp, IsSorted unset, and its payload's length. Its header
-    /// is a flags byte and the timestamp's delta (plus the payload size when it changed): a
-    /// writer whose events repeat one kind takes this path for all but the first of a
-    /// block. Takes events from `events` while the block holds fewer than `limit` encoded
-    /// bytes, and returns how many it took; none when the block is empty, which has no
-    /// previous event to follow.
-    #[inline]
-    pub fn extend_next<'p>(
+    /// is a flags byte and the timestamp's delta (the first also states the payload size
+    /// when it changed): a writer whose events repeat one kind takes this path for all but
+    /// the first of a block.
+    ///
+    /// The events lie at a constant stride in the caller's memory: event `i` is
+    /// `records[i * stride..][..stride]`, its timestamp the little-endian `i64` at
+    /// `timestamp_at` in it, its payload the bytes `payload` of it. Takes whole events from
+    /// the front while the block holds fewer than `limit` encoded bytes; returns how many
+    /// (none when the block is empty, which has no previous event to follow, or when the
+    /// layout does not fit the stride).
+    pub fn extend_next_strided(
         &mut self,
         limit: usize,
-        mut events: impl Iterator<Item = (i64, &'p [u8])>,
+        records: &[u8],
+        stride: usize,
+        timestamp_at: usize,
+        payload: std::ops::Range<usize>,
     ) -> usize {
-        if self.events == 0 {
+        if self.events == 0
+            || self.encoded_len() >= limit
+            || timestamp_at + 8 > stride
+            || payload.start > payload.end
+            || payload.end > stride
+        {
             return 0;
         }
-        // The loop keeps the state in locals; the builder is updated once at the end.
-        let mut timestamp = self.previous.timestamp;
-        let mut payload_size = self.previous.payload_size as usize;
-        let (mut min, mut max) = (self.min_timestamp, self.max_timestamp);
-        let mut end = self.end;
-        let mut taken = 0usize;
-        while end - HEADROOM < limit {
-            let Some((next, payload)) = events.next() else {
-                break;
+        let size = payload.len();
+        if size as u32 != self.previous.payload_size {
+            // The first takes the general path, which states the new size.
+            let Some(first) = records.get(..stride) else {
+                return 0;
             };
-            // The flags byte, the timestamp's delta, the payload size when it changed (at
-            // most 10 bytes each), the payload.
-            let need = end + 21 + payload.len();
-            if need > self.buf.len() {
-                grow(&mut self.buf, need);
+            let header = EventHeader {
+                sequence_number: self
+                    .previous
+                    .sequence_number
+                    .wrapping_add(u32::from(self.v6 || self.previous.metadata_id != 0)),
+                timestamp: timestamp_in(first, timestamp_at),
+                is_sorted: false,
+                ..self.previous
+            };
+            self.push(&header, &first[payload.clone()]);
+            return 1 + self.extend_next_strided(
+                limit,
+                &records[stride..],
+                stride,
+                timestamp_at,
+                payload,
+            );
+        }
+        // Each event takes at least 2 bytes beyond its payload (flags, delta) and at most 11
+        // (a delta of 10): room for as many as can fit before the limit, plus a word of
+        // slack for the delta's 8-byte store.
+        let encoded = self.end - HEADROOM;
+        let fit = limit.saturating_sub(encoded).div_ceil(2 + size);
+        let count = (records.len() / stride).min(fit);
+        let room = count * (11 + size) + 8;
+        if self.end + room > self.buf.len() {
+            grow(&mut self.buf, self.end + room);
+        }
+        let out = &mut self.buf[self.end..self.end + room];
+        let stop = limit.saturating_sub(encoded);
+        let mut timestamp = self.previous.timestamp;
+        let (mut min, mut max) = (self.min_timestamp, self.max_timestamp);
+        let mut at = 0;
+        let mut taken = 0;
+        for record in records.chunks_exact(stride).take(count) {
+            if at >= stop {
+                break;
             }
-            let out = &mut self.buf[end..need];
-            let mut at = put_varint_short(out, 1, next.wrapping_sub(timestamp) as u64);
-            if payload.len() == payload_size {
-                out[0] = 0;
-            } else {
-                payload_size = payload.len();
-                at = put_payload_size(out, at, payload_size);
-            }
-            copy_short(payload, &mut out[at..at + payload.len()]);
-            end += at + payload.len();
+            let next = timestamp_in(record, timestamp_at);
+            out[at] = 0;
+            at = put_varint_short(out, at + 1, next.wrapping_sub(timestamp) as u64);
+            copy_short(&record[payload.clone()], &mut out[at..at + size]);
+            at += size;
             timestamp = next;
             min = min.min(next);
             max = max.max(next);
             taken += 1;
         }
-        let previous = &mut self.previous;
-        let counted = self.v6 || previous.metadata_id != 0;
         if taken > 0 {
+            let previous = &mut self.previous;
+            let counted = self.v6 || previous.metadata_id != 0;
             previous.sequence_number = previous
                 .sequence_number
                 .wrapping_add((taken as u32).wrapping_mul(u32::from(counted)));
             previous.timestamp = timestamp;
             previous.is_sorted = false;
-            previous.payload_size = payload_size as u32;
+            self.end += at;
+            (self.min_timestamp, self.max_timestamp) = (min, max);
+            self.events += taken;
         }
-        self.end = end;
-        (self.min_timestamp, self.max_timestamp) = (min, max);
-        self.events += taken;
         taken
     }
 
@@ -264,20 +298,20 @@ impl EventBlockBuilder {
     }
 }
 
+/// The little-endian `i64` at `at` in `record` (which holds it).
+#[inline(always)]
+fn timestamp_in(record: &[u8], at: usize) -> i64 {
+    let mut bytes = [0; 8];
+    bytes.copy_from_slice(&record[at..at + 8]);
+    i64::from_le_bytes(bytes)
+}
+
 /// Grows `buf` to at least `len` bytes, at least doubling it: out of the loops that write
 /// events, which it would otherwise crowd.
 #[cold]
 #[inline(never)]
 fn grow(buf: &mut Vec<u8>, len: usize) {
     buf.resize(len.max(2 * buf.len()).max(4096), 0);
-}
-
-/// Sets the flags byte at `out[0]` to "payload size follows" and writes the size at `at`.
-#[cold]
-#[inline(never)]
-fn put_payload_size(out: &mut [u8], at: usize, size: usize) -> usize {
-    out[0] = 128;
-    put_varint(out, at, size as u64)
 }
 
 /// Writes `v` as a varint into `out` at `at`, where at least 10 bytes are free; returns the

@@ -349,7 +349,7 @@ impl std::io::Read for Trickle<'_> {
     }
 }
 
-/// Events that follow their predecessor (`extend_next`): steps that are either a fresh
+/// Events that follow their predecessor (`extend_next_strided`): steps that are either a fresh
 /// event (through `push`) or a successor with a new timestamp and payload.
 /// A step: a fresh header (or none for a successor), the timestamp's delta, the payload.
 type Step = (Option<EventHeader>, i64, Vec<u8>);
@@ -413,12 +413,19 @@ proptest! {
             previous = h;
             want.push((h, payload, successor));
         }
-        prop_assert_eq!(EventBlockBuilder::new(version).extend_next(usize::MAX, [(0, &[][..])].into_iter()), 0, "an empty block has nothing to follow");
+        prop_assert_eq!(EventBlockBuilder::new(version).extend_next_strided(usize::MAX, &[0; 16], 16, 0, 8..16), 0, "an empty block has nothing to follow");
         let mut block = EventBlockBuilder::new(version);
         let mut at = 0;
         while at < want.len() {
-            let run = want[at..].iter().take_while(|(_, _, successor)| *successor).count();
-            let took = block.extend_next(byte_limit, want[at..at + run].iter().map(|(h, p, _)| (h.timestamp, p.as_slice())));
+            // Successors with payloads of one size, laid out as a timestamp then the payload.
+            let size = want[at].1.len();
+            let run = want[at..].iter().take_while(|(_, p, successor)| *successor && p.len() == size).count();
+            let stride = 8 + size;
+            let laid_out: Vec<u8> = want[at..at + run]
+                .iter()
+                .flat_map(|(h, p, _)| h.timestamp.to_le_bytes().into_iter().chain(p.iter().copied()))
+                .collect();
+            let took = block.extend_next_strided(byte_limit, &laid_out, stride, 0, 8..stride);
             prop_assert!(took <= run);
             at += took;
             if at == want.len() {

@@ -4,8 +4,9 @@
 //! block ([`Encoder::run_chunk`]). A record that is its predecessor's successor (the same
 //! event, the next sequence number, the same payload size, nothing but a payload) is
 //! recognised by comparing its fixed header's first 16 bytes with what the previous record
-//! predicts, and costs the block a flags byte, a timestamp delta and its payload
-//! ([`EventBlockBuilder::push_next`]); any other record is decoded and encoded in full
+//! predicts; successors have one length, so a run of them lies at a constant stride and
+//! each costs the block a flags byte, a timestamp delta and its payload
+//! ([`EventBlockBuilder::extend_next_strided`]); any other record is decoded and encoded in full
 //! ([`Encoder::record`]). What an event refers to and the reader has not seen yet (its
 //! metadata row, its stack, a V6 label list for its activity ids, a V6 thread entry for a
 //! sampled thread) is collected beside the block and written just before it, so every
@@ -88,37 +89,27 @@ const NO_SUCCESSOR: u128 = 0;
 /// Adds one to the sequence number of a fixed header's first 16 bytes.
 const NEXT_SEQUENCE: u128 = 1 << 64;
 
-/// The records at the front of a buffer's bytes that succeed one another: each the same
-/// event as the one before, numbered next, with a payload as long and nothing else (no
-/// stack, activity ids or subject), stamped before the cutoff. Recognised by their fixed
-/// header's first 16 bytes alone, which each record predicts for the next.
-struct Successors<'s> {
-    rest: &'s [u8],
-    /// The first 16 bytes of the next successor's fixed header.
-    successor: u128,
-    cutoff: i64,
-    last_timestamp: Option<i64>,
-}
-
-impl<'s> Iterator for Successors<'s> {
-    type Item = (i64, &'s [u8]);
-
-    #[inline(always)]
-    fn next(&mut self) -> Option<(i64, &'s [u8])> {
-        let (words, timestamp) = fixed_header(self.rest)?;
-        if words != self.successor || timestamp >= self.cutoff {
-            return None;
+/// How many of the records at the front of `rest` (at most `max`) succeed one another from
+/// `successor` on: each the same event as the one before, numbered next, with a payload as
+/// long and nothing else (no stack, activity ids or subject), stamped before `cutoff`.
+/// Known by their fixed header's first 16 bytes alone, which each record predicts for the
+/// next; `successor`'s length is theirs, at least a fixed header.
+#[inline]
+fn count_successors(rest: &[u8], successor: u128, cutoff: i64, max: usize) -> usize {
+    let stride = successor as u32 as usize;
+    let mut expected = successor;
+    let mut n = 0;
+    for record in rest.chunks_exact(stride).take(max) {
+        let Some((words, timestamp)) = fixed_header(record) else {
+            break;
+        };
+        if words != expected || timestamp >= cutoff {
+            break;
         }
-        // The length equals the predecessor's, which was checked to cover its header.
-        let len = words as u32 as usize;
-        let record = self.rest.get(..len)?;
-        self.rest = &self.rest[len..];
-        self.successor = successor_of(words);
-        self.last_timestamp = Some(timestamp);
-        record
-            .get(RECORD_HEADER..)
-            .map(|payload| (timestamp, payload))
+        expected = successor_of(expected);
+        n += 1;
     }
+    n
 }
 
 /// What the first 16 bytes of the fixed header of the successor of a record with nothing but
@@ -239,19 +230,28 @@ impl Encoder {
         let mut last_timestamp = None;
         loop {
             if self.successor != NO_SUCCESSOR {
-                let mut successors = Successors {
-                    rest,
-                    successor: self.successor,
-                    cutoff,
-                    last_timestamp: None,
-                };
-                let taken = self.block.extend_next(EVENT_BLOCK_TARGET, &mut successors);
-                if taken > 0 {
-                    rest = successors.rest;
-                    self.successor = successors.successor;
+                // Successors have the length of the record they follow: they lie at a
+                // constant stride, which the block takes them at.
+                let stride = self.successor as u32 as usize;
+                let room = EVENT_BLOCK_TARGET.saturating_sub(self.block.encoded_len());
+                let fit = room / (2 + stride - RECORD_HEADER) + 1;
+                let n = count_successors(rest, self.successor, cutoff, fit);
+                let taken = self.block.extend_next_strided(
+                    EVENT_BLOCK_TARGET,
+                    &rest[..n * stride],
+                    stride,
+                    16,
+                    RECORD_HEADER..stride,
+                );
+                if let Some((words, timestamp)) = taken
+                    .checked_sub(1)
+                    .and_then(|last| fixed_header(&rest[last * stride..]))
+                {
+                    rest = &rest[taken * stride..];
+                    self.successor = successor_of(words);
                     self.records += taken;
-                    consumed.last_seq = Some(((successors.successor >> 64) as u32).wrapping_sub(1));
-                    last_timestamp = successors.last_timestamp;
+                    consumed.last_seq = Some((words >> 64) as u32);
+                    last_timestamp = Some(timestamp);
                 }
             }
             if self.block.encoded_len() >= EVENT_BLOCK_TARGET {
