@@ -169,102 +169,46 @@ impl EventBlockBuilder {
         self.events += 1;
     }
 
-    /// Appends events that each follow the one before in its own sequence, the first
-    /// following the last event pushed: each has the previous header but for the next
-    /// sequence number, its timestamp, IsSorted unset, and its payload's length. Its header
-    /// is a flags byte and the timestamp's delta (the first also states the payload size
-    /// when it changed): a writer whose events repeat one kind takes this path for all but
-    /// the first of a block.
-    ///
-    /// The events lie at a constant stride in the caller's memory: event `i` is
-    /// `records[i * stride..][..stride]`, its timestamp the little-endian `i64` at
-    /// `timestamp_at` in it, its payload the bytes `payload` of it. Takes whole events from
-    /// the front while the block holds fewer than `limit` encoded bytes; returns how many
-    /// (none when the block is empty, which has no previous event to follow, or when the
-    /// layout does not fit the stride).
-    pub fn extend_next_strided(
-        &mut self,
-        limit: usize,
-        records: &[u8],
-        stride: usize,
-        timestamp_at: usize,
-        payload: std::ops::Range<usize>,
-    ) -> usize {
-        if self.events == 0
-            || self.encoded_len() >= limit
-            || timestamp_at + 8 > stride
-            || payload.start > payload.end
-            || payload.end > stride
-        {
-            return 0;
+    /// Room after the events, at least `bytes` long, for a caller that encodes successor
+    /// events itself (see [`commit_successors`](Self::commit_successors)).
+    pub fn successor_room(&mut self, bytes: usize) -> &mut [u8] {
+        if self.end + bytes > self.buf.len() {
+            grow(&mut self.buf, self.end + bytes);
         }
-        let size = payload.len();
-        if size as u32 != self.previous.payload_size {
-            // The first takes the general path, which states the new size.
-            let Some(first) = records.get(..stride) else {
-                return 0;
-            };
-            let header = EventHeader {
-                sequence_number: self
-                    .previous
-                    .sequence_number
-                    .wrapping_add(u32::from(self.v6 || self.previous.metadata_id != 0)),
-                timestamp: timestamp_in(first, timestamp_at),
-                is_sorted: false,
-                ..self.previous
-            };
-            self.push(&header, &first[payload.clone()]);
-            return 1 + self.extend_next_strided(
-                limit,
-                &records[stride..],
-                stride,
-                timestamp_at,
-                payload,
-            );
+        &mut self.buf[self.end..]
+    }
+
+    /// Takes `count` events that the caller wrote, `bytes` long, at the front of
+    /// [`successor_room`](Self::successor_room): each the successor of the event before it
+    /// (the first, of the last event pushed): the same header but for the next sequence
+    /// number and its timestamp, IsSorted unset. Such an event is encoded as a flags byte
+    /// of 0, the timestamp's delta as a varint, then a payload as long as the last event's:
+    /// a writer whose events repeat one kind writes all but the first of a block so. The last is stamped
+    /// `last_timestamp`, and none is earlier than the one before it. For a producer whose
+    /// records already hold what a successor is made of, encoding them in one pass over
+    /// its own memory. Nothing is taken into a block that is empty, where there is no
+    /// event to follow, or beyond the room.
+    pub fn commit_successors(&mut self, bytes: usize, count: usize, last_timestamp: i64) {
+        if self.events == 0 || count == 0 || self.end + bytes > self.buf.len() {
+            return;
         }
-        // Each event takes at least 2 bytes beyond its payload (flags, delta) and at most 11
-        // (a delta of 10): room for as many as can fit before the limit, plus a word of
-        // slack for the delta's 8-byte store.
-        let encoded = self.end - HEADROOM;
-        let fit = limit.saturating_sub(encoded).div_ceil(2 + size);
-        let count = (records.len() / stride).min(fit);
-        let room = count * (11 + size) + 8;
-        if self.end + room > self.buf.len() {
-            grow(&mut self.buf, self.end + room);
-        }
-        let out = &mut self.buf[self.end..self.end + room];
-        let stop = limit.saturating_sub(encoded);
-        let mut timestamp = self.previous.timestamp;
-        let (mut min, mut max) = (self.min_timestamp, self.max_timestamp);
-        let mut at = 0;
-        let mut taken = 0;
-        for record in records.chunks_exact(stride).take(count) {
-            if at >= stop {
-                break;
-            }
-            let next = timestamp_in(record, timestamp_at);
-            out[at] = 0;
-            at = put_varint_short(out, at + 1, next.wrapping_sub(timestamp) as u64);
-            copy_short(&record[payload.clone()], &mut out[at..at + size]);
-            at += size;
-            timestamp = next;
-            min = min.min(next);
-            max = max.max(next);
-            taken += 1;
-        }
-        if taken > 0 {
-            let previous = &mut self.previous;
-            let counted = self.v6 || previous.metadata_id != 0;
-            previous.sequence_number = previous
-                .sequence_number
-                .wrapping_add((taken as u32).wrapping_mul(u32::from(counted)));
-            previous.timestamp = timestamp;
-            previous.is_sorted = false;
-            self.end += at;
-            (self.min_timestamp, self.max_timestamp) = (min, max);
-            self.events += taken;
-        }
-        taken
+        let previous = &mut self.previous;
+        let counted = self.v6 || previous.metadata_id != 0;
+        previous.sequence_number = previous
+            .sequence_number
+            .wrapping_add((count as u32).wrapping_mul(u32::from(counted)));
+        previous.timestamp = last_timestamp;
+        previous.is_sorted = false;
+        self.max_timestamp = self.max_timestamp.max(last_timestamp);
+        self.end += bytes;
+        self.events += count;
+    }
+
+    /// The timestamp and payload size of the last event pushed, which a successor's delta
+    /// is from and its payload's size must equal for
+    /// [`commit_successors`](Self::commit_successors); `None` when the block is empty.
+    pub fn last_event(&self) -> Option<(i64, usize)> {
+        (self.events > 0).then_some((self.previous.timestamp, self.previous.payload_size as usize))
     }
 
     #[inline]
@@ -298,39 +242,12 @@ impl EventBlockBuilder {
     }
 }
 
-/// The little-endian `i64` at `at` in `record` (which holds it).
-#[inline(always)]
-fn timestamp_in(record: &[u8], at: usize) -> i64 {
-    let mut bytes = [0; 8];
-    bytes.copy_from_slice(&record[at..at + 8]);
-    i64::from_le_bytes(bytes)
-}
-
 /// Grows `buf` to at least `len` bytes, at least doubling it: out of the loops that write
 /// events, which it would otherwise crowd.
 #[cold]
 #[inline(never)]
 fn grow(buf: &mut Vec<u8>, len: usize) {
     buf.resize(len.max(2 * buf.len()).max(4096), 0);
-}
-
-/// Writes `v` as a varint into `out` at `at`, where at least 10 bytes are free; returns the
-/// end. Up to 8 bytes (`v` below 2^56) the bytes are gathered in a register and stored at
-/// once; the store may write zeros past the end, into the room the caller writes next.
-#[inline(always)]
-fn put_varint_short(out: &mut [u8], at: usize, v: u64) -> usize {
-    if v >= 1 << 56 {
-        return put_varint(out, at, v);
-    }
-    let (mut packed, mut rest, mut len) = (v & 0x7f, v >> 7, 1);
-    while rest != 0 {
-        packed |= 0x80 << (8 * (len - 1));
-        packed |= (rest & 0x7f) << (8 * len);
-        rest >>= 7;
-        len += 1;
-    }
-    out[at..at + 8].copy_from_slice(&packed.to_le_bytes());
-    at + len
 }
 
 /// Writes `v` as a varint into `out` at `at`; returns the end.
@@ -343,28 +260,6 @@ fn put_varint(out: &mut [u8], mut at: usize, mut v: u64) -> usize {
     }
     out[at] = v as u8;
     at + 1
-}
-
-/// Copies `src` into `dst`, which is as long. Payloads are mostly a few words, where a call
-/// to `memcpy` for a length known only at run time costs as much as the rest of an event:
-/// from 8 to 32 bytes the copy is two overlapping copies of a word or two.
-#[inline(always)]
-fn copy_short(src: &[u8], dst: &mut [u8]) {
-    let len = src.len();
-    if dst.len() != len {
-        return dst.copy_from_slice(src);
-    }
-    match len {
-        8..=16 => {
-            dst[..8].copy_from_slice(&src[..8]);
-            dst[len - 8..].copy_from_slice(&src[len - 8..]);
-        }
-        17..=32 => {
-            dst[..16].copy_from_slice(&src[..16]);
-            dst[len - 16..].copy_from_slice(&src[len - 16..]);
-        }
-        _ => dst.copy_from_slice(src),
-    }
 }
 
 fn block_header(out: &mut Vec<u8>, min: i64, max: i64, events: usize) {

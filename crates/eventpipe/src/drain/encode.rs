@@ -89,27 +89,97 @@ const NO_SUCCESSOR: u128 = 0;
 /// Adds one to the sequence number of a fixed header's first 16 bytes.
 const NEXT_SEQUENCE: u128 = 1 << 64;
 
-/// How many of the records at the front of `rest` (at most `max`) succeed one another from
-/// `successor` on: each the same event as the one before, numbered next, with a payload as
-/// long and nothing else (no stack, activity ids or subject), stamped before `cutoff`.
-/// Known by their fixed header's first 16 bytes alone, which each record predicts for the
-/// next; `successor`'s length is theirs, at least a fixed header.
-#[inline]
-fn count_successors(rest: &[u8], successor: u128, cutoff: i64, max: usize) -> usize {
+/// What [`encode_successors`] took and wrote.
+#[derive(Debug, Clone, Copy)]
+struct SuccessorRun {
+    records: usize,
+    bytes: usize,
+    last_timestamp: i64,
+    /// What the record after the last one taken must start with to succeed it.
+    successor: u128,
+}
+
+/// Encodes into `room` the records at the front of `rest` (at most `max`) that succeed one
+/// another from `successor` on: each the same event as the one before, numbered next, with
+/// a payload as long and nothing else (no stack, activity ids or subject), stamped before
+/// `cutoff` and less than 2^14 ticks after the one before (the first: after `previous`).
+/// They are known by their fixed header's first 16 bytes alone, which each predicts for
+/// the next, and lie at a constant stride (`successor`'s length). Each becomes what
+/// [`EventBlockBuilder::commit_successors`] takes: a flags byte of 0, the timestamp's
+/// delta in one or two varint bytes, the payload. One pass over the records and the room,
+/// with raw pointers: this is the loop every sustained event goes through.
+///
+/// # Panics
+/// When `max` records do not fit in `rest`, or `max` events of `3 + payload` bytes in
+/// `room`: the caller sizes both.
+fn encode_successors(
+    rest: &[u8],
+    room: &mut [u8],
+    successor: u128,
+    previous: i64,
+    cutoff: i64,
+    max: usize,
+) -> SuccessorRun {
     let stride = successor as u32 as usize;
-    let mut expected = successor;
-    let mut n = 0;
-    for record in rest.chunks_exact(stride).take(max) {
-        let Some((words, timestamp)) = fixed_header(record) else {
-            break;
+    let size = stride
+        .checked_sub(RECORD_HEADER)
+        .expect("a successor has at least a record header");
+    assert!(
+        max.checked_mul(stride).is_some_and(|n| n <= rest.len())
+            && max.checked_mul(3 + size).is_some_and(|n| n <= room.len()),
+        "the records and the room are sized for {max} successors"
+    );
+    let (src, dst) = (rest.as_ptr(), room.as_mut_ptr());
+    let mut run = SuccessorRun {
+        records: 0,
+        bytes: 0,
+        last_timestamp: previous,
+        successor,
+    };
+    while run.records < max {
+        // Record `records` lies within `rest`: records < max and max * stride <= rest.len()
+        // (asserted); it holds a fixed header (stride >= RECORD_HEADER), read unaligned.
+        // SAFETY: as above.
+        let (words, timestamp) = unsafe {
+            let record = src.add(run.records * stride);
+            (
+                u128::from_le(record.cast::<u128>().read_unaligned()),
+                i64::from_le(record.add(16).cast::<i64>().read_unaligned()),
+            )
         };
-        if words != expected || timestamp >= cutoff {
+        let delta = timestamp.wrapping_sub(run.last_timestamp) as u64;
+        if words != run.successor || timestamp >= cutoff || delta >= 1 << 14 {
             break;
         }
-        expected = successor_of(expected);
-        n += 1;
+        let two = delta >= 0x80;
+        let varint = if two {
+            (delta & 0x7f) | 0x80 | (delta >> 7) << 8
+        } else {
+            delta
+        } as u16;
+        let at = run.bytes;
+        let payload_at = at + 2 + usize::from(two);
+        // This event's bytes, `at..payload_at + size`, are at most 3 + size from `at`, and
+        // `at` is at most (3 + size) * records: all within `room`, which holds
+        // (3 + size) * max (asserted). The payload lies within this record in `rest`.
+        // The two-byte store of a one-byte delta writes a byte the payload then overwrites.
+        // SAFETY: as above.
+        unsafe {
+            *dst.add(at) = 0;
+            dst.add(at + 1)
+                .cast::<u16>()
+                .write_unaligned(varint.to_le());
+            let payload =
+                std::slice::from_raw_parts(src.add(run.records * stride + RECORD_HEADER), size);
+            let out = std::slice::from_raw_parts_mut(dst.add(payload_at), size);
+            eventpipe_core::buffer::copy_payload(out, payload);
+        }
+        run.bytes = payload_at + size;
+        run.last_timestamp = timestamp;
+        run.successor = successor_of(words);
+        run.records += 1;
     }
-    n
+    run
 }
 
 /// What the first 16 bytes of the fixed header of the successor of a record with nothing but
@@ -230,28 +300,32 @@ impl Encoder {
         let mut last_timestamp = None;
         loop {
             if self.successor != NO_SUCCESSOR {
-                // Successors have the length of the record they follow: they lie at a
-                // constant stride, which the block takes them at.
                 let stride = self.successor as u32 as usize;
-                let room = EVENT_BLOCK_TARGET.saturating_sub(self.block.encoded_len());
-                let fit = room / (2 + stride - RECORD_HEADER) + 1;
-                let n = count_successors(rest, self.successor, cutoff, fit);
-                let taken = self.block.extend_next_strided(
-                    EVENT_BLOCK_TARGET,
-                    &rest[..n * stride],
-                    stride,
-                    16,
-                    RECORD_HEADER..stride,
-                );
-                if let Some((words, timestamp)) = taken
-                    .checked_sub(1)
-                    .and_then(|last| fixed_header(&rest[last * stride..]))
-                {
-                    rest = &rest[taken * stride..];
-                    self.successor = successor_of(words);
-                    self.records += taken;
-                    consumed.last_seq = Some((words >> 64) as u32);
-                    last_timestamp = Some(timestamp);
+                if let Some((previous, size)) = self.block.last_event() {
+                    if size == stride - RECORD_HEADER {
+                        // As many as fit before the block is full (each takes at least 2
+                        // bytes besides its payload), 3 + size bytes each at most.
+                        let fit = EVENT_BLOCK_TARGET.saturating_sub(self.block.encoded_len())
+                            / (2 + size)
+                            + 1;
+                        let max = fit.min(rest.len() / stride);
+                        let room = self.block.successor_room(max * (3 + size));
+                        let run =
+                            encode_successors(rest, room, self.successor, previous, cutoff, max);
+                        if run.records > 0 {
+                            self.block.commit_successors(
+                                run.bytes,
+                                run.records,
+                                run.last_timestamp,
+                            );
+                            rest = &rest[run.records * stride..];
+                            self.records += run.records;
+                            consumed.last_seq =
+                                Some(((run.successor >> 64) as u32).wrapping_sub(1));
+                            last_timestamp = Some(run.last_timestamp);
+                            self.successor = run.successor;
+                        }
+                    }
                 }
             }
             if self.block.encoded_len() >= EVENT_BLOCK_TARGET {
