@@ -87,6 +87,12 @@ impl Spares {
 const SPARE_SHARE_OF_BUDGET: usize = 4;
 const MIN_SPARE_BUFFERS: usize = 16;
 
+/// A grant that leaves more than this share of the budget in use wakes the drain: early
+/// enough that a drain as fast as its writers keeps what is in use within the spares
+/// (nothing goes back to the allocator) and leaves the rest of the budget as slack for its
+/// slower moments, so Drop mode loses only what the drain truly cannot keep up with.
+const WAKE_SHARE_OF_BUDGET: usize = 8;
+
 /// A session's lock, the data it guards, and the condition Block-mode writers wait on.
 #[derive(Debug)]
 pub struct BufferManager {
@@ -153,8 +159,9 @@ impl BufferManager {
 
     /// Gets `thread` a buffer of `size` bytes within the budget: waits in Block mode, gives
     /// up in Drop mode or once the session aborts. `wake_drain` is called, with the lock
-    /// held, before each wait and whenever a grant leaves more than half the budget in use:
-    /// the drain should be at work well before writers run out of buffers.
+    /// held, before each wait and whenever a grant leaves more than an eighth of the budget
+    /// in use (`WAKE_SHARE_OF_BUDGET`): the drain should be at work well before writers
+    /// run out of buffers.
     ///
     /// A loss (`NoBuffer::Dropped`) is recorded here, under the lock, with `seq` as the
     /// thread's published sequence number: the drain's last pass snapshots the table under
@@ -192,7 +199,7 @@ impl BufferManager {
                 m.used += size;
                 m.live_buffers += 1;
                 m.threads.push_buffer(thread.index, Arc::clone(&buffer));
-                if m.used > self.budget / 2 {
+                if m.used > self.budget / WAKE_SHARE_OF_BUDGET {
                     wake_drain();
                 }
                 return Ok(buffer);

@@ -384,7 +384,7 @@ fn a_reclaimed_threads_trailing_losses_are_counted_in_both_formats() {
         let session = Session::start(config).unwrap();
         let pad = [0u8; 200];
         // The output stalls while the thread writes, so no drain pass frees a buffer (a
-        // drain woken at half the budget could otherwise keep up with a slow writer): the
+        // drain woken at an eighth of the budget could otherwise keep up with a slow writer): the
         // budget fills and the rest is dropped.
         open.store(false, Ordering::Release);
         std::thread::spawn(move || {

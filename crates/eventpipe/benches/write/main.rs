@@ -132,7 +132,7 @@ fn timed<R>(
 /// Whether the drain works while a sample is timed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Drain {
-    /// At its default pace (every 100 ms, or sooner once half the budget is used): on two
+    /// At its default pace (every 100 ms, or sooner once an eighth of the budget is used): on two
     /// cores it takes one while the writer runs, as in a real program.
     Live,
     /// Only between samples (`catch_up` wakes it): the writers alone are timed.
