@@ -1,5 +1,7 @@
 //! In-process listener output: the drain writes nettrace into a channel; a listener thread
-//! reads it back with the `nettrace` reader and hands each decoded event to the callback.
+//! reads it back with the `nettrace` reader and hands each decoded event to the callback,
+//! in timestamp order (`SortedReader`: the trace orders only each thread's own events, and
+//! each drain pass's first events release what came before, so the wait is one pass).
 //! The callback runs on its own thread, never on a writer's or the drain's.
 
 use std::io::{Read, Write};
@@ -61,9 +63,10 @@ pub(crate) fn spawn(
                 pending: Vec::new(),
                 pos: 0,
             };
-            let Ok(mut reader) = nettrace::TraceReader::from_read(input) else {
+            let Ok(reader) = nettrace::TraceReader::from_read(input) else {
                 return;
             };
+            let mut reader = nettrace::SortedReader::new(reader);
             while let Ok(Some(event)) = reader.next_event() {
                 callback(&event);
             }

@@ -222,7 +222,7 @@ static MULTI: Provider = Provider::new("Test-Listener");
 define_event! { static PING = MULTI { id: 1, name: "Ping", level: Level::Informational, keywords: 0 } (n: u64); }
 
 #[test]
-fn listener_receives_every_event_on_its_own_thread() {
+fn listener_receives_every_event_on_its_own_thread_in_time_order() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let sink = Arc::clone(&seen);
     let caller = std::thread::current().id();
@@ -230,24 +230,36 @@ fn listener_receives_every_event_on_its_own_thread() {
         assert_ne!(std::thread::current().id(), caller);
         if e.metadata.provider == "Test-Listener" {
             let n = e.decode_payload().unwrap()[0].1.as_u64().unwrap();
-            sink.lock().unwrap().push(n);
+            sink.lock().unwrap().push((e.header.timestamp, n));
         }
     });
-    let session = Session::start(SessionConfig::new(
-        vec![ProviderConfig::new("Test-Listener")],
-        Output::Listener(callback),
-    ))
+    let session = Session::start(
+        SessionConfig::new(
+            vec![ProviderConfig::new("Test-Listener")],
+            Output::Listener(callback),
+        )
+        .flush_interval(Duration::from_millis(1)),
+    )
     .unwrap();
     let writers: Vec<_> = (0..4u64)
         .map(|t| {
-            std::thread::spawn(move || (0..1000u64).for_each(|i| write_event!(PING, t * 1000 + i)))
+            std::thread::spawn(move || {
+                for i in 0..20_000u64 {
+                    write_event!(PING, t * 20_000 + i);
+                }
+            })
         })
         .collect();
     writers.into_iter().for_each(|w| w.join().unwrap());
     session.stop().unwrap();
-    let mut got = seen.lock().unwrap().clone();
-    got.sort_unstable();
-    assert_eq!(got, (0..4000).collect::<Vec<_>>());
+    let got = seen.lock().unwrap().clone();
+    assert!(
+        got.windows(2).all(|w| w[0].0 <= w[1].0),
+        "the listener sees events in timestamp order"
+    );
+    let mut numbers: Vec<u64> = got.iter().map(|&(_, n)| n).collect();
+    numbers.sort_unstable();
+    assert_eq!(numbers, (0..80_000).collect::<Vec<_>>());
 }
 
 static FLUSHED: Provider = Provider::new("Test-Flush");
