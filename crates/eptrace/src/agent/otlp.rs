@@ -291,7 +291,10 @@ fn stream_events(
                 at: 0,
                 idle: hand_over,
             };
-            let mut reader = nettrace::TraceReader::from_read(reader)?.accept_truncation(true);
+            // In timestamp order: a span may begin on one thread and end on another.
+            let mut reader = nettrace::SortedReader::new(
+                nettrace::TraceReader::from_read(reader)?.accept_truncation(true),
+            );
             let mut converter = EventConverter::new(process.pid);
             let mut handed = Instant::now();
             let mut over_bound = 0;

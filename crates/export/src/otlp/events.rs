@@ -84,7 +84,9 @@ struct PairKey {
     base: String,
 }
 
-/// Turns one target's events into spans and log records, as they stream.
+/// Turns one target's events into spans and log records, as they stream. Feed it events in
+/// timestamp order (`nettrace::SortedReader`): a span's begin and end may be written by
+/// different threads, whose events a trace does not order against each other.
 #[derive(Debug)]
 pub struct EventConverter {
     pid: u32,
