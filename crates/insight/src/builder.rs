@@ -486,6 +486,26 @@ impl ProfileBuilder {
         // A native stack with (or without) an async callstack spliced in.
         let mut stack_ids: HashMap<StackKey, (StackId, Option<LinesId>), FastHash> =
             HashMap::default();
+        // The ids of each raw stack without an async callstack, at `2 × raw id + external`.
+        let mut plain_ids: Vec<Option<(StackId, Option<LinesId>)>> =
+            vec![None; self.raw_stack_list.len() * 2];
+        // Each thread's index in the profile: its name and process are known by now, so
+        // one look-up per sample instead of three.
+        let mut thread_ids: HashMap<u64, usize, FastHash> = HashMap::default();
+        fn thread_index(
+            profile: &mut Profile,
+            thread_ids: &mut HashMap<u64, usize, FastHash>,
+            builder: &ProfileBuilder,
+            thread: u64,
+        ) -> usize {
+            *thread_ids.entry(thread).or_insert_with(|| {
+                profile.intern_thread(
+                    thread,
+                    builder.thread_names.get(&thread).map(String::as_str),
+                    builder.thread_pids.get(&thread).copied(),
+                )
+            })
+        }
         for sample in raw {
             let async_frames = match splice_from {
                 Some(t) if sample.async_ctx != 0 => {
@@ -496,6 +516,21 @@ impl ProfileBuilder {
                 }
                 _ => None,
             };
+            // Without an async callstack (most samples), the ids are found by index.
+            let plain_slot = async_frames
+                .is_none()
+                .then(|| sample.stack * 2 + usize::from(sample.external));
+            if let Some(&Some(ids)) = plain_slot.and_then(|slot| plain_ids.get(slot)) {
+                let thread = thread_index(&mut profile, &mut thread_ids, &self, sample.thread);
+                profile.push_sample(Sample {
+                    thread,
+                    time_ms: sample.time_ms - profile.start_ms,
+                    weight: sample.weight,
+                    stack: ids.0,
+                    lines: ids.1,
+                });
+                continue;
+            }
             let key = (sample.stack, async_frames, sample.external);
             let (stack, lines) = match stack_ids.get(&key) {
                 Some(&ids) => ids,
@@ -514,15 +549,16 @@ impl ProfileBuilder {
                         .map(|f| profile.intern_frame(f))
                         .collect();
                     let ids = (profile.intern_stack(frame_ids), profile.intern_lines(lines));
-                    stack_ids.insert(key, ids);
+                    match plain_slot.and_then(|slot| plain_ids.get_mut(slot)) {
+                        Some(slot) => *slot = Some(ids),
+                        None => {
+                            stack_ids.insert(key, ids);
+                        }
+                    }
                     ids
                 }
             };
-            let thread = profile.intern_thread(
-                sample.thread,
-                self.thread_names.get(&sample.thread).map(String::as_str),
-                self.thread_pids.get(&sample.thread).copied(),
-            );
+            let thread = thread_index(&mut profile, &mut thread_ids, &self, sample.thread);
             profile.push_sample(Sample {
                 thread,
                 time_ms: sample.time_ms - profile.start_ms,
@@ -569,7 +605,15 @@ impl ProfileBuilder {
         let (pid, ips) = std::mem::take(&mut self.raw_stack_list[id]);
         let mut leaf_first: Vec<Frame> = Vec::with_capacity(ips.len());
         for (i, &ip) in ips.iter().enumerate() {
-            leaf_first.extend(self.symbolizer.resolve_in(pid, ip, i > 0).iter().cloned());
+            let frames = self.symbolizer.resolve_in(pid, ip, i > 0);
+            // A run of `[unknown]` becomes one below; its repeats are not copied first.
+            // (Never a runtime frame either, so trimming below is unchanged.)
+            if let [frame] = frames {
+                if frame.kind == FrameKind::Unknown && leaf_first.last() == Some(frame) {
+                    continue;
+                }
+            }
+            leaf_first.extend(frames.iter().cloned());
         }
         self.raw_stack_list[id] = (pid, ips);
         if trim_runtime {
@@ -687,12 +731,16 @@ fn is_runtime_frame(frame: &Frame) -> bool {
         "tracing_core::",
         "tracing_subscriber::",
     ];
+    // Only native frames can be the machinery's: the name is not looked at for others.
+    if frame.kind != FrameKind::Native {
+        return false;
+    }
     // A span guard's drop glue runs the layer too: `core::ptr::drop_in_place<tracing::..>`.
     let name = frame
         .function
         .trim_start_matches("core::ptr::drop_in_place");
     let name = name.trim_start_matches('<');
-    frame.kind == FrameKind::Native && PREFIXES.iter().any(|p| name.starts_with(p))
+    PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
 /// Reads a whole trace into a profile.
@@ -701,8 +749,8 @@ pub fn build_profile<I: Input>(
     selection: SampleSelection,
 ) -> nettrace::Result<BuiltProfile> {
     let mut builder = ProfileBuilder::new(selection);
-    while let Some(event) = reader.next_event()? {
-        builder.observe(&event);
+    while let Some(event) = reader.next_event_ref()? {
+        builder.observe(&event.to_event());
     }
     Ok(builder.finish())
 }
