@@ -10,8 +10,12 @@
 //! [`OrderCheck`] says whether sorted output would go back in time and how many events it
 //! would yield. [`FileOrderPass::into_report`] combines both into a [`TraceReport`].
 //!
-//! Neither pass prints or decides how the two are scheduled: a caller runs them on two
-//! threads (as `eptrace report` does) or one after the other. [`TraceReport`] serializes to
+//! The profile is most of the file-order pass's work, so it may be built apart:
+//! [`read_profile`] on a third reader, with [`FileOrderPass::read_tallies`] and
+//! [`FileOrderPass::into_report_with_profile`], and the report is the same.
+//!
+//! Neither pass prints or decides how they are scheduled: a caller runs them on their own
+//! threads (as `eptrace report` does: three for a mapped file) or one after the other. [`TraceReport`] serializes to
 //! the JSON `eptrace report --json` prints; its field names and order are that document's.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
