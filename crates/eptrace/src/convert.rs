@@ -179,9 +179,14 @@ fn convert_bytes(
         let sink: Box<dyn Write> = if path.as_os_str() == "-" {
             Box::new(std::io::stdout().lock())
         } else {
-            Box::new(
-                File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
-            )
+            let file =
+                File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+            if matches!(format, ConvertFormat::Chrome) {
+                // Several times the trace's size: written by a thread of its own.
+                Box::new(crate::write_behind::WriteBehind::new(file))
+            } else {
+                Box::new(file)
+            }
         };
         let mut out = BufWriter::new(sink);
         let summary = match (format, &profile) {
@@ -260,14 +265,16 @@ pub(crate) fn read_profile(
         .apply(crate::input::paged_reader(data).with_context(|| format!("cannot read {name}"))?);
     let mut builder = ProfileBuilder::new(config.samples.clone()).async_stacks(config.async_stacks);
     let mut seen = 0u64;
+    // `EventRef`s, made into `Event`s in place: the reader's `Event` is large, and moving
+    // it out through the `Result` cost as much as making it.
     while let Some(event) = reader
-        .next_event()
+        .next_event_ref()
         .with_context(|| format!("cannot read {name}"))?
     {
-        builder.observe(&event);
+        builder.observe(&event.to_event());
         seen += 1;
         if seen % 4096 == 0 {
-            progress.set(event.offset.0);
+            progress.set(event.offset().0);
         }
     }
     progress.finish();

@@ -8,7 +8,7 @@ use std::io::{self, BufWriter, Write};
 
 use anyhow::{Context, Result};
 use nettrace::source::Input;
-use nettrace::{Event, EventMetadata, SortedReader, TraceReader};
+use nettrace::{Event, EventMetadata, EventRef, SortedReader, TraceReader};
 use serde::Serialize;
 
 use crate::input::{self, InputSpec, Opened};
@@ -60,15 +60,24 @@ pub(crate) fn do_dump(config: &Config) -> Result<()> {
     crate::cut::verdict(&name, stats.truncation.as_ref(), stats.events)
 }
 
-/// Both readers yield events the same way; this lets one loop drive either.
+/// Both readers yield events the same way; this lets one loop drive either. The file-order
+/// reader hands out [`EventRef`]s (no copy of the header, the payload decoded by the
+/// metadata's precompiled field plan); the sorted one, [`Event`]s.
 trait Events {
-    fn next_event(&mut self) -> nettrace::Result<Option<Event<'_>>>;
+    type Event<'a>: DumpEvent<'a>
+    where
+        Self: 'a;
+    fn next_event(&mut self) -> nettrace::Result<Option<Self::Event<'_>>>;
     fn stats(&self) -> nettrace::ReadStats;
 }
 
 impl<I: Input> Events for TraceReader<I> {
-    fn next_event(&mut self) -> nettrace::Result<Option<Event<'_>>> {
-        TraceReader::next_event(self)
+    type Event<'a>
+        = EventRef<'a>
+    where
+        Self: 'a;
+    fn next_event(&mut self) -> nettrace::Result<Option<EventRef<'_>>> {
+        TraceReader::next_event_ref(self)
     }
     fn stats(&self) -> nettrace::ReadStats {
         TraceReader::stats(self)
@@ -76,11 +85,83 @@ impl<I: Input> Events for TraceReader<I> {
 }
 
 impl<I: Input> Events for SortedReader<I> {
+    type Event<'a>
+        = Event<'a>
+    where
+        Self: 'a;
     fn next_event(&mut self) -> nettrace::Result<Option<Event<'_>>> {
         SortedReader::next_event(self)
     }
     fn stats(&self) -> nettrace::ReadStats {
         SortedReader::stats(self)
+    }
+}
+
+/// What a dumped line reads of an event, from either reader's kind of event.
+trait DumpEvent<'r> {
+    fn metadata(&self) -> &'r EventMetadata;
+    fn thread_id(&self) -> u64;
+    fn timestamp_msec(&self) -> f64;
+    fn for_each_field(
+        &self,
+        visit: impl FnMut(&'r nettrace::FieldDesc, nettrace::ValueRef<'r>),
+    ) -> nettrace::Result<usize>;
+    /// The number of instruction pointers in the stack (a partial trailing one not counted).
+    fn stack_frames(&self) -> usize;
+    /// The event with every reference resolved, for JSON lines.
+    fn event(&self) -> Event<'r>;
+}
+
+/// Frames in a stack of `bytes`, as `stack_ips` walks it: 4-byte pointers, else 8.
+fn frames_in(bytes: &[u8], pointer_size: u32) -> usize {
+    bytes.len() / if pointer_size == 4 { 4 } else { 8 }
+}
+
+impl<'r> DumpEvent<'r> for EventRef<'r> {
+    fn metadata(&self) -> &'r EventMetadata {
+        EventRef::metadata(self)
+    }
+    fn thread_id(&self) -> u64 {
+        EventRef::thread_id(self)
+    }
+    fn timestamp_msec(&self) -> f64 {
+        EventRef::timestamp_msec(self)
+    }
+    fn for_each_field(
+        &self,
+        visit: impl FnMut(&'r nettrace::FieldDesc, nettrace::ValueRef<'r>),
+    ) -> nettrace::Result<usize> {
+        EventRef::for_each_field(self, visit)
+    }
+    fn stack_frames(&self) -> usize {
+        frames_in(self.stack().unwrap_or(&[]), self.trace().pointer_size)
+    }
+    fn event(&self) -> Event<'r> {
+        self.to_event()
+    }
+}
+
+impl<'r> DumpEvent<'r> for Event<'r> {
+    fn metadata(&self) -> &'r EventMetadata {
+        self.metadata
+    }
+    fn thread_id(&self) -> u64 {
+        Event::thread_id(self)
+    }
+    fn timestamp_msec(&self) -> f64 {
+        Event::timestamp_msec(self)
+    }
+    fn for_each_field(
+        &self,
+        visit: impl FnMut(&'r nettrace::FieldDesc, nettrace::ValueRef<'r>),
+    ) -> nettrace::Result<usize> {
+        Event::for_each_field(self, visit)
+    }
+    fn stack_frames(&self) -> usize {
+        frames_in(self.stack.unwrap_or(&[]), self.trace.pointer_size)
+    }
+    fn event(&self) -> Event<'r> {
+        *self
     }
 }
 
@@ -111,7 +192,10 @@ fn pump(
     }
     let filter = Filter::new(config);
     let mut printed = 0u64;
-    let mut line = Vec::with_capacity(512);
+    // Lines are written straight into one buffer, handed to `out` whenever it holds more
+    // than `FLUSH_AT`: no per-line copy.
+    const FLUSH_AT: usize = 256 * 1024;
+    let mut buf: Vec<u8> = Vec::with_capacity(FLUSH_AT + 4096);
     while let Some(event) = events
         .next_event()
         .with_context(|| format!("cannot read {name}"))?
@@ -123,19 +207,22 @@ fn pump(
         if !filter.matches(&event, msec) {
             continue;
         }
-        line.clear();
         if config.json {
-            json_line(&mut line, &event, msec, config.payload)?;
+            json_line(&mut buf, &event.event(), msec, config.payload)?;
         } else {
-            text_line(&mut line, &event, msec, config.payload);
+            text_line(&mut buf, &event, msec, config.payload);
         }
-        line.push(b'\n');
-        out.write_all(&line).context("cannot write to stdout")?;
+        buf.push(b'\n');
+        if buf.len() >= FLUSH_AT {
+            out.write_all(&buf).context("cannot write to stdout")?;
+            buf.clear();
+        }
         printed += 1;
         if config.limit == Some(printed) {
             break;
         }
     }
+    out.write_all(&buf).context("cannot write to stdout")?;
     Ok(events.stats())
 }
 
@@ -160,8 +247,8 @@ impl<'a> Filter<'a> {
         }
     }
 
-    fn matches(&self, e: &Event<'_>, msec: f64) -> bool {
-        let md = e.metadata;
+    fn matches<'r>(&self, e: &impl DumpEvent<'r>, msec: f64) -> bool {
+        let md = e.metadata();
         (self.providers.is_empty()
             || self
                 .providers
@@ -194,8 +281,8 @@ fn event_name_matches(wanted: &str, md: &EventMetadata) -> bool {
 // ---------------------------------------------------------------------------------------
 // Text lines.
 
-fn text_line(line: &mut Vec<u8>, e: &Event<'_>, msec: f64, payload: bool) {
-    let md = e.metadata;
+fn text_line<'r>(line: &mut Vec<u8>, e: &impl DumpEvent<'r>, msec: f64, payload: bool) {
+    let md = e.metadata();
     write_msec(line, msec);
     line.extend_from_slice(b" ms  tid ");
     line.extend_from_slice(itoa::Buffer::new().format(e.thread_id()).as_bytes());
@@ -221,7 +308,7 @@ fn text_line(line: &mut Vec<u8>, e: &Event<'_>, msec: f64, payload: bool) {
             }
         }
     }
-    let frames = e.stack_ips().count();
+    let frames = e.stack_frames();
     if frames > 0 {
         line.extend_from_slice(b"  [stack: ");
         line.extend_from_slice(itoa::Buffer::new().format(frames).as_bytes());
@@ -313,16 +400,18 @@ fn write_text_value(line: &mut Vec<u8>, v: &nettrace::ValueRef<'_>) {
         line.extend_from_slice(digits.as_bytes());
         return;
     }
+    match v {
+        ValueRef::F64(x) => return write_f64(line, *x),
+        ValueRef::Guid(guid) => return write_guid(line, guid),
+        ValueRef::Pointer(p) => {
+            line.extend_from_slice(b"0x");
+            return write_hex(line, *p);
+        }
+        ValueRef::Utf16(s) if write_ascii_utf16(line, s) => return,
+        _ => {}
+    }
     let _ = match v {
         ValueRef::Decimal(raw) => write!(line, "{}", decimal_to_string(raw)),
-        ValueRef::F64(x) => {
-            let _ = write!(line, "{x}");
-            return;
-        }
-        ValueRef::Guid(_) | ValueRef::Pointer(_) => {
-            let _ = write!(line, "{v}");
-            return;
-        }
         other => write!(line, "{other}"),
     };
     let written = &line[start..];
@@ -338,6 +427,157 @@ fn write_text_value(line: &mut Vec<u8>, v: &nettrace::ValueRef<'_>) {
         line.truncate(start);
         let _ = write!(line, "{text:?}");
     }
+}
+
+/// Writes `x` as `{x}` does (the shortest digits that read back as `x`, never an
+/// exponent). Ryū finds the same shortest digits whenever they are at most 15 significant
+/// ones: two decimals of 15 digits never read as the same double, so there is only one.
+/// Beyond that, two may tie, and Ryū and the formatter break ties differently; those, and
+/// the exponents Ryū writes for very large and small numbers, are left to the formatter.
+fn write_f64(line: &mut Vec<u8>, x: f64) {
+    if write_short_f64(line, x) {
+        return;
+    }
+    if x.is_finite() {
+        let mut buffer = ryu::Buffer::new();
+        let text = buffer.format_finite(x).as_bytes();
+        let text = text.strip_suffix(b".0").unwrap_or(text);
+        let significant = text
+            .iter()
+            .filter(|b| b.is_ascii_digit())
+            .skip_while(|&&b| b == b'0')
+            .count();
+        if significant <= 15 && !text.contains(&b'e') {
+            line.extend_from_slice(text);
+            return;
+        }
+    }
+    let _ = write!(line, "{x}");
+}
+
+/// Writes `x` when its exact decimal value has at most 15 significant digits (whole
+/// numbers below 10¹⁵, halves, fractions of a power of two such as 0.0009765625): that
+/// value is then the shortest text that reads back as `x` (no other decimal of 15 digits
+/// reads as the same double), so it is what `{x}` writes. Returns false, having written
+/// nothing, for any other `x`.
+fn write_short_f64(line: &mut Vec<u8>, x: f64) -> bool {
+    const LIMIT: u64 = 1_000_000_000_000_000; // 10^15
+    if !x.is_finite() {
+        return false;
+    }
+    let negative = x.is_sign_negative();
+    let bits = x.to_bits();
+    let exponent = ((bits >> 52) & 0x7ff) as i32;
+    let fraction = bits & ((1 << 52) - 1);
+    if exponent == 0 && fraction == 0 {
+        line.extend_from_slice(if negative { b"-0" } else { b"0" });
+        return true;
+    }
+    if exponent == 0 {
+        return false; // subnormal: far more than 15 digits
+    }
+    // |x| = mantissa × 2^power exactly, with the mantissa odd (the fewest binary places).
+    let mut mantissa = fraction | (1 << 52);
+    let mut power = exponent - 1075;
+    let zeros = mantissa.trailing_zeros();
+    mantissa >>= zeros;
+    power += zeros as i32;
+    // The exact value as digits × 10^-places: mantissa × 5^places when power < 0.
+    let (digits, places) = if power >= 0 {
+        // Shifted only when it stays below 10^15, so nothing is shifted out.
+        if power >= 64 || mantissa >= LIMIT >> power {
+            return false;
+        }
+        (mantissa << power, 0usize)
+    } else {
+        let places = (-power) as usize;
+        let mut digits = mantissa;
+        for _ in 0..places {
+            digits = match digits.checked_mul(5) {
+                Some(d) if d < LIMIT => d,
+                _ => return false,
+            };
+        }
+        (digits, places)
+    };
+    if negative {
+        line.push(b'-');
+    }
+    let mut text = itoa::Buffer::new();
+    let text = text.format(digits).as_bytes();
+    if places == 0 {
+        line.extend_from_slice(text);
+    } else if text.len() > places {
+        let (whole, decimals) = text.split_at(text.len() - places);
+        line.extend_from_slice(whole);
+        line.push(b'.');
+        line.extend_from_slice(decimals);
+    } else {
+        line.extend_from_slice(b"0.");
+        line.extend(std::iter::repeat_n(b'0', places - text.len()));
+        line.extend_from_slice(text);
+    }
+    true
+}
+
+const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+/// `{:x}`: lower-case hex without leading zeros.
+fn write_hex(line: &mut Vec<u8>, value: u64) {
+    let digits = (16 - value.leading_zeros() as usize / 4).max(1);
+    for i in (0..digits).rev() {
+        line.push(HEX_DIGITS[(value >> (i * 4)) as usize & 0xf]);
+    }
+}
+
+/// `width` lower-case hex digits of `value`, zero-padded.
+fn write_hex_fixed(line: &mut Vec<u8>, value: u64, width: usize) {
+    for i in (0..width).rev() {
+        line.push(HEX_DIGITS[(value >> (i * 4)) as usize & 0xf]);
+    }
+}
+
+/// A GUID as its `Display` writes it: `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+fn write_guid(line: &mut Vec<u8>, guid: &nettrace::Guid) {
+    let b = &guid.0;
+    write_hex_fixed(line, u32::from_le_bytes([b[0], b[1], b[2], b[3]]).into(), 8);
+    line.push(b'-');
+    write_hex_fixed(line, u16::from_le_bytes([b[4], b[5]]).into(), 4);
+    line.push(b'-');
+    write_hex_fixed(line, u16::from_le_bytes([b[6], b[7]]).into(), 4);
+    line.push(b'-');
+    for (i, byte) in b[8..].iter().enumerate() {
+        if i == 2 {
+            line.push(b'-');
+        }
+        write_hex_fixed(line, u64::from(*byte), 2);
+    }
+}
+
+/// A UTF-16 string of printable ASCII only, written as [`write_text_value`] writes any
+/// string: as is when it reads as one token, else quoted with `"` and `\\` escaped (all
+/// that `{:?}` escapes in printable ASCII). Returns false, having written nothing, for
+/// any other string.
+fn write_ascii_utf16(line: &mut Vec<u8>, s: &nettrace::Utf16Str<'_>) -> bool {
+    let bytes = s.as_bytes();
+    let units = bytes.chunks_exact(2);
+    let printable = |u: &[u8]| u[1] == 0 && (0x20..0x7f).contains(&u[0]);
+    if bytes.len() < 2 || !units.clone().all(printable) {
+        return false;
+    }
+    if units.clone().all(|u| u[0] != b' ' && u[0] != b'"') {
+        line.extend(units.map(|u| u[0]));
+        return true;
+    }
+    line.push(b'"');
+    for u in units {
+        if u[0] == b'"' || u[0] == b'\\' {
+            line.push(b'\\');
+        }
+        line.push(u[0]);
+    }
+    line.push(b'"');
+    true
 }
 
 // ---------------------------------------------------------------------------------------
@@ -452,6 +692,133 @@ mod tests {
         assert_eq!(text_value(ValueRef::I64(-3)), "x=-3");
         assert_eq!(text_value(ValueRef::F64(0.5)), "x=0.5");
         assert_eq!(text_value(ValueRef::Pointer(255)), "x=0xff");
+    }
+
+    #[test]
+    fn fast_text_values_match_the_formatter() {
+        use nettrace::ValueRef;
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut floats = vec![
+            0.0,
+            -0.0,
+            1.0,
+            0.5,
+            252045.0,
+            87281.5,
+            0.0009765625,
+            1e15,
+            1e16,
+            1.5e-7,
+            1e-5,
+            123456.789,
+            0.1,
+            0.3,
+            -2.5,
+            1e300,
+            5e-324,
+            f64::MAX,
+            f64::NAN,
+            f64::INFINITY,
+        ];
+        for _ in 0..200_000 {
+            floats.push(f64::from_bits(next()));
+            floats.push((next() % 1_000_000_000) as f64 / (1u64 << (next() % 40)) as f64);
+        }
+        let mut short = 0;
+        for x in floats {
+            assert_eq!(text_value(ValueRef::F64(x)), format!("x={x}"), "{x:e}");
+            short += usize::from(write_short_f64(&mut Vec::new(), x));
+        }
+        // The dyadic fractions above take the exact path.
+        assert!(short > 20_000, "{short}");
+        for _ in 0..10_000 {
+            let guid = nettrace::Guid(std::array::from_fn(|_| next() as u8));
+            assert_eq!(text_value(ValueRef::Guid(guid)), format!("x={guid}"));
+            let p = next() >> (next() % 64);
+            assert_eq!(text_value(ValueRef::Pointer(p)), format!("x=0x{p:x}"));
+        }
+        for text in [
+            "plain",
+            "/v2/orders/42",
+            "two words",
+            "",
+            "q\"uote",
+            "back\\slash",
+            " ",
+            "a\tb",
+            "é",
+            "x\u{1b}",
+        ] {
+            let bytes: Vec<u8> = text.encode_utf16().flat_map(u16::to_le_bytes).collect();
+            let value = nettrace::ValueRef::Utf16(utf16(&bytes));
+            let expected = {
+                let mut line = b"x=".to_vec();
+                let start = line.len();
+                let _ = write!(line, "{value}");
+                let written = String::from_utf8(line[start..].to_vec()).unwrap();
+                let plain = !written.is_empty()
+                    && !written
+                        .chars()
+                        .any(|c| c.is_whitespace() || c.is_control() || c == '"');
+                if plain {
+                    format!("x={written}")
+                } else {
+                    format!("x={written:?}")
+                }
+            };
+            assert_eq!(text_value(value), expected, "{text:?}");
+        }
+    }
+
+    /// A UTF-16 string value over `bytes` (without terminator), as a payload holds it.
+    fn utf16(bytes: &[u8]) -> nettrace::Utf16Str<'static> {
+        // Leaked so that the borrowed value can outlive this function: it is a test.
+        let md: &'static EventMetadata = Box::leak(Box::new(md(
+            0,
+            "P",
+            "E",
+            &[("S", nettrace::FieldType::Utf16String)],
+        )));
+        let mut payload = bytes.to_vec();
+        payload.extend_from_slice(&[0, 0]);
+        let payload: &'static [u8] = Box::leak(payload.into_boxed_slice());
+        let trace: &'static nettrace::TraceInfo = Box::leak(Box::new(nettrace::TraceInfo {
+            version: nettrace::FormatVersion::V5,
+            sync_time_utc: Default::default(),
+            sync_time_ticks: 0,
+            tick_frequency: 1,
+            pointer_size: 8,
+            process_id: None,
+            processor_count: None,
+            expected_cpu_sampling_rate: None,
+            key_values: Vec::new(),
+        }));
+        let event = Event {
+            header: Default::default(),
+            metadata: md,
+            payload,
+            stack: None,
+            thread: None,
+            capture_thread: None,
+            labels: None,
+            offset: Default::default(),
+            trace,
+        };
+        let mut found = None;
+        event
+            .for_each_field(|_, v| {
+                if let nettrace::ValueRef::Utf16(s) = v {
+                    found = Some(s);
+                }
+            })
+            .expect("the payload decodes");
+        found.expect("a UTF-16 string")
     }
 
     #[test]

@@ -31,6 +31,7 @@ mod report;
 mod stream_file;
 mod stress;
 mod value_json;
+mod write_behind;
 
 use std::io::{self, Write};
 use std::process::ExitCode;
@@ -39,6 +40,20 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     run()
+}
+
+/// Turns off glibc's fast bins for the commands that build a profile. They allocate and
+/// free millions of small objects (symbol caches, interned frames and stacks) between
+/// large allocations (growing maps and sample lists), and glibc consolidates every fast
+/// bin on each large free: 15 % of `convert -f pprof` on an event-dense trace. The
+/// thread cache still serves small allocations.
+fn tune_allocator_for_reading() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter; it is called before this process
+    // starts any thread of its own.
+    unsafe {
+        libc::mallopt(libc::M_MXFAST, 0);
+    }
 }
 
 /// Parses the command line, runs the subcommand and reports its outcome.
@@ -52,10 +67,16 @@ fn run() -> ExitCode {
         cli::Action::Agent(config) => agent::do_agent(&config),
         cli::Action::AgentKey => agent::do_key(),
         cli::Action::Collect(config) => collect::do_collect(&config),
-        cli::Action::Report(config) => report::do_report(&config),
+        cli::Action::Report(config) => {
+            tune_allocator_for_reading();
+            report::do_report(&config)
+        }
         cli::Action::Dump(config) => dump::do_dump(&config),
         cli::Action::Stress(config) => stress::do_stress(&config),
-        cli::Action::Convert(config) => convert::do_convert(&config),
+        cli::Action::Convert(config) => {
+            tune_allocator_for_reading();
+            convert::do_convert(&config)
+        }
         cli::Action::Demo(config) => demo::do_demo(&config),
         cli::Action::DemoWorkload(seconds) => demo::workload::run(seconds),
         cli::Action::GcdumpCollect(config) => gcdump::do_collect(&config),

@@ -1,13 +1,15 @@
 //! `eptrace report`: what a trace holds, in one read.
 //!
 //! The analysis is [`eventpipe_insight::report`]'s; this module reads the trace for it and
-//! prints the result. Two passes run side by side on two threads. The file-order pass
+//! prints the result. Passes run side by side on their own threads. The file-order pass
 //! ([`FileOrderPass`]) reads events as stored and tallies everything the report shows,
 //! checking that each capture thread's timestamps never decrease. The sorted pass reads the
 //! same bytes through [`nettrace::check_sorted_order`] and checks that sorted output never
-//! goes back in time and that it yields as many events. A mapped file is simply read twice;
-//! standard input is read once and its bytes are teed over a bounded channel to the sorted
-//! pass, so memory stays bounded by a few blocks either way.
+//! goes back in time and that it yields as many events. A mapped file is simply read three
+//! times: the profile (most of the work) is built by a third pass
+//! ([`eventpipe_insight::report::read_profile`]) beside the tallies. Standard input is read
+//! once and its bytes are teed over a bounded channel to the sorted pass, and the
+//! file-order pass builds the profile too; memory stays bounded by a few blocks either way.
 //!
 //! The JSON output is [`TraceReport`] serialized; the text output is [`render_text`]'s.
 
@@ -78,16 +80,57 @@ fn gather(opened: Opened, name: &str, cut: crate::cut::CutTraces) -> Result<Trac
             let bytes = opened.bytes().unwrap_or(&[]);
             let total = bytes.len() as u64;
             let mut progress = Progress::new(Some(total));
-            // Two readers of the map: pages both have passed are given back.
-            let pages = PageRelease::new(bytes, 2);
+            let profile_pos = AtomicU64::new(0);
+            // Three readers of the map: pages all have passed are given back.
+            let pages = PageRelease::new(bytes, 3);
             thread::scope(|s| {
                 let sorted = s.spawn(|| {
                     let input = PagedInput::new(bytes, &pages, 1);
                     sorted_pass(cut.apply(TraceReader::new(input)?), &sorted_pos, &stop)
                 });
-                let main = TraceReader::new(PagedInput::new(bytes, &pages, 0))
-                    .and_then(|r| file_pass(cut.apply(r), &mut progress, &sorted_pos));
-                finish(main, sorted, total, name, &mut progress, &sorted_pos, &stop)
+                // The profile (its events' stacks, then their symbols) is most of the
+                // work: it gets its own reader and thread, beside the tallies.
+                let profile = s.spawn(|| {
+                    let input = PagedInput::new(bytes, &pages, 2);
+                    let reader = cut.apply(TraceReader::new(input)?);
+                    let built = eventpipe_insight::report::read_profile(reader, |offset| {
+                        // Relaxed: progress display and an early-exit hint.
+                        profile_pos.fetch_max(offset, Ordering::Relaxed);
+                        !stop.load(Ordering::Relaxed)
+                    });
+                    profile_pos.store(u64::MAX, Ordering::Relaxed);
+                    built
+                });
+                let behind = || {
+                    // Relaxed: display values only.
+                    sorted_pos
+                        .load(Ordering::Relaxed)
+                        .min(profile_pos.load(Ordering::Relaxed))
+                };
+                let main = TraceReader::new(PagedInput::new(bytes, &pages, 0)).and_then(|r| {
+                    FileOrderPass::read_tallies(cut.apply(r), |offset| {
+                        progress.set(offset.min(behind()));
+                    })
+                });
+                let main = match main {
+                    Ok(main) => main,
+                    Err(e) => {
+                        // Relaxed: only asks the other passes to stop early.
+                        stop.store(true, Ordering::Relaxed);
+                        return Err(e.into());
+                    }
+                };
+                while !profile.is_finished() {
+                    progress.set(behind());
+                    thread::sleep(Duration::from_millis(50));
+                }
+                let profile = match profile.join() {
+                    Ok(result) => result.context("profile pass")?,
+                    Err(panic) => std::panic::resume_unwind(panic),
+                };
+                let sorted_check = wait_sorted(sorted, &mut progress, &sorted_pos)?;
+                progress.finish();
+                Ok(main.into_report_with_profile(profile, &sorted_check, total, name))
             })
         }
         Opened::Stream(stream) => {
@@ -141,16 +184,26 @@ fn finish(
             return Err(e.into());
         }
     };
+    let sorted = wait_sorted(sorted, progress, sorted_pos)?;
+    progress.finish();
+    Ok(main.into_report(&sorted, file_bytes, name))
+}
+
+/// The sorted pass's check, once it is done.
+fn wait_sorted(
+    sorted: thread::ScopedJoinHandle<'_, nettrace::Result<OrderCheck>>,
+    progress: &mut Progress,
+    sorted_pos: &AtomicU64,
+) -> Result<OrderCheck> {
     while !sorted.is_finished() {
+        // Relaxed: a display value only.
         progress.set(sorted_pos.load(Ordering::Relaxed));
         thread::sleep(Duration::from_millis(50));
     }
-    let sorted = match sorted.join() {
-        Ok(result) => result.context("sorted pass")?,
+    match sorted.join() {
+        Ok(result) => Ok(result.context("sorted pass")?),
         Err(panic) => std::panic::resume_unwind(panic),
-    };
-    progress.finish();
-    Ok(main.into_report(&sorted, file_bytes, name))
+    }
 }
 
 /// The file-order pass, showing how far both passes have come.

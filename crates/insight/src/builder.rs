@@ -114,6 +114,43 @@ enum Kind {
     Events,
 }
 
+/// A value per [`Kind`], looked up by index: the builder touches two of these for every
+/// sample, where a hash map cost a hash and a probe each time.
+#[derive(Debug)]
+struct PerKind<T>([Option<T>; 5]);
+
+impl<T> Default for PerKind<T> {
+    fn default() -> Self {
+        PerKind([None, None, None, None, None])
+    }
+}
+
+impl<T> PerKind<T> {
+    fn get(&self, kind: Kind) -> Option<&T> {
+        self.0[kind as usize].as_ref()
+    }
+
+    fn contains_key(&self, kind: Kind) -> bool {
+        self.0[kind as usize].is_some()
+    }
+
+    fn or_default(&mut self, kind: Kind) -> &mut T
+    where
+        T: Default,
+    {
+        self.0[kind as usize].get_or_insert_with(T::default)
+    }
+
+    fn remove(&mut self, kind: Kind) -> Option<T> {
+        self.0[kind as usize].take()
+    }
+
+    /// Every value, in the kinds' order, leaving none.
+    fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
+        self.0.iter_mut().filter_map(Option::take)
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct RawSample {
     thread: u64,
@@ -139,11 +176,13 @@ pub struct ProfileBuilder {
     /// allocation), per process.
     raw_stacks: HashMap<Option<u64>, StackIds, FastHash>,
     raw_stack_list: Vec<(Option<u64>, Vec<u64>)>,
-    samples: HashMap<Kind, Vec<RawSample>, FastHash>,
+    samples: PerKind<Vec<RawSample>>,
     /// Samples of each kind in the trace, wanted or not.
-    seen: HashMap<Kind, usize, FastHash>,
+    seen: PerKind<usize>,
     thread_names: HashMap<u64, String>,
     thread_pids: HashMap<u64, u64, FastHash>,
+    /// The thread of the last event whose process was noted in `thread_pids`.
+    last_thread: Option<u64>,
     cpu_interval_ns: u64,
     /// The trace's ticks per second (0 until an event is seen).
     tick_frequency: i64,
@@ -194,10 +233,11 @@ impl ProfileBuilder {
             symbolizer: Symbolizer::new(),
             raw_stacks: HashMap::default(),
             raw_stack_list: Vec::new(),
-            samples: HashMap::default(),
-            seen: HashMap::default(),
+            samples: PerKind::default(),
+            seen: PerKind::default(),
             thread_names: HashMap::new(),
             thread_pids: HashMap::default(),
+            last_thread: None,
             cpu_interval_ns: 1_000_000,
             tick_frequency: 0,
             first_ms: None,
@@ -244,7 +284,11 @@ impl ProfileBuilder {
                 .or_insert_with(|| name.to_owned());
         }
         if let Some(pid) = event.process_id() {
-            self.thread_pids.entry(tid).or_insert(pid);
+            // Consecutive events often come from one thread: its entry is then there already.
+            if self.last_thread != Some(tid) {
+                self.thread_pids.entry(tid).or_insert(pid);
+                self.last_thread = Some(tid);
+            }
         }
         if self.async_trace.observe(event) {
             return;
@@ -282,7 +326,7 @@ impl ProfileBuilder {
         if cpu.blocked {
             return;
         }
-        *self.seen.entry(kind).or_insert(0) += 1;
+        *self.seen.or_default(kind) += 1;
         if !self.wanted(kind, event) {
             return;
         }
@@ -294,12 +338,12 @@ impl ProfileBuilder {
             }
             if snapshot > self.live_snapshot {
                 self.live_snapshot = snapshot;
-                self.samples.remove(&Kind::LiveHeap);
+                self.samples.remove(Kind::LiveHeap);
             }
         }
         if kind == Kind::Allocations {
             if let Some(address) = alloc.address {
-                let index = self.samples.get(&kind).map_or(0, Vec::len);
+                let index = self.samples.get(kind).map_or(0, Vec::len);
                 self.unfreed.insert(address, index);
             }
         }
@@ -314,7 +358,7 @@ impl ProfileBuilder {
                 id
             }
         };
-        self.samples.entry(kind).or_default().push(RawSample {
+        self.samples.or_default(kind).push(RawSample {
             thread: tid,
             time_ms,
             ticks: event.header.timestamp,
@@ -370,7 +414,7 @@ impl ProfileBuilder {
 
     /// Which samples the selection takes, and what the profile is called and counts.
     fn choose(&self) -> (Option<Kind>, SampleUnit, String) {
-        let has = |kind| self.samples.contains_key(&kind);
+        let has = |kind| self.samples.contains_key(kind);
         let cpu = (
             Some(Kind::Cpu),
             SampleUnit::CpuTime,
@@ -418,7 +462,7 @@ impl ProfileBuilder {
 
     /// The other selections that would give samples, and how many.
     fn available(&self) -> Vec<(SampleSelection, usize)> {
-        let count = |kind| self.seen.get(&kind).copied().unwrap_or(0);
+        let count = |kind| self.seen.get(kind).copied().unwrap_or(0);
         [
             (SampleSelection::Cpu, count(Kind::Cpu)),
             (SampleSelection::ThreadTime, count(Kind::DotnetSamples)),
@@ -445,9 +489,9 @@ impl ProfileBuilder {
             );
         }
         let mut raw: Vec<RawSample> = match kind {
-            Some(Kind::LiveHeap) if !self.samples.contains_key(&Kind::LiveHeap) => {
+            Some(Kind::LiveHeap) if !self.samples.contains_key(Kind::LiveHeap) => {
                 // No heap profile in the trace: the allocation samples never freed.
-                let allocations = self.samples.remove(&Kind::Allocations).unwrap_or_default();
+                let allocations = self.samples.remove(Kind::Allocations).unwrap_or_default();
                 let mut live: Vec<usize> = self.unfreed.values().copied().collect();
                 live.sort_unstable();
                 live.into_iter()
@@ -455,10 +499,7 @@ impl ProfileBuilder {
                     .collect()
             }
             Some(Kind::DotnetSamples) => {
-                let mut samples = self
-                    .samples
-                    .remove(&Kind::DotnetSamples)
-                    .unwrap_or_default();
+                let mut samples = self.samples.remove(Kind::DotnetSamples).unwrap_or_default();
                 let times: Vec<(u64, i64)> = samples.iter().map(|s| (s.thread, s.ticks)).collect();
                 let weights = thread_time::weights(&times, self.tick_frequency);
                 for (sample, weight) in samples.iter_mut().zip(weights) {
@@ -469,8 +510,8 @@ impl ProfileBuilder {
                 }
                 samples
             }
-            Some(kind) => self.samples.remove(&kind).unwrap_or_default(),
-            None => self.samples.drain().flat_map(|(_, v)| v).collect(),
+            Some(kind) => self.samples.remove(kind).unwrap_or_default(),
+            None => self.samples.drain().flatten().collect(),
         };
         raw.sort_by(|a, b| a.time_ms.total_cmp(&b.time_ms));
         let trim = unit == SampleUnit::Events;
@@ -486,6 +527,26 @@ impl ProfileBuilder {
         // A native stack with (or without) an async callstack spliced in.
         let mut stack_ids: HashMap<StackKey, (StackId, Option<LinesId>), FastHash> =
             HashMap::default();
+        // The ids of each raw stack without an async callstack, at `2 × raw id + external`.
+        let mut plain_ids: Vec<Option<(StackId, Option<LinesId>)>> =
+            vec![None; self.raw_stack_list.len() * 2];
+        // Each thread's index in the profile: its name and process are known by now, so
+        // one look-up per sample instead of three.
+        let mut thread_ids: HashMap<u64, usize, FastHash> = HashMap::default();
+        fn thread_index(
+            profile: &mut Profile,
+            thread_ids: &mut HashMap<u64, usize, FastHash>,
+            builder: &ProfileBuilder,
+            thread: u64,
+        ) -> usize {
+            *thread_ids.entry(thread).or_insert_with(|| {
+                profile.intern_thread(
+                    thread,
+                    builder.thread_names.get(&thread).map(String::as_str),
+                    builder.thread_pids.get(&thread).copied(),
+                )
+            })
+        }
         for sample in raw {
             let async_frames = match splice_from {
                 Some(t) if sample.async_ctx != 0 => {
@@ -496,6 +557,21 @@ impl ProfileBuilder {
                 }
                 _ => None,
             };
+            // Without an async callstack (most samples), the ids are found by index.
+            let plain_slot = async_frames
+                .is_none()
+                .then(|| sample.stack * 2 + usize::from(sample.external));
+            if let Some(&Some(ids)) = plain_slot.and_then(|slot| plain_ids.get(slot)) {
+                let thread = thread_index(&mut profile, &mut thread_ids, &self, sample.thread);
+                profile.push_sample(Sample {
+                    thread,
+                    time_ms: sample.time_ms - profile.start_ms,
+                    weight: sample.weight,
+                    stack: ids.0,
+                    lines: ids.1,
+                });
+                continue;
+            }
             let key = (sample.stack, async_frames, sample.external);
             let (stack, lines) = match stack_ids.get(&key) {
                 Some(&ids) => ids,
@@ -514,15 +590,16 @@ impl ProfileBuilder {
                         .map(|f| profile.intern_frame(f))
                         .collect();
                     let ids = (profile.intern_stack(frame_ids), profile.intern_lines(lines));
-                    stack_ids.insert(key, ids);
+                    match plain_slot.and_then(|slot| plain_ids.get_mut(slot)) {
+                        Some(slot) => *slot = Some(ids),
+                        None => {
+                            stack_ids.insert(key, ids);
+                        }
+                    }
                     ids
                 }
             };
-            let thread = profile.intern_thread(
-                sample.thread,
-                self.thread_names.get(&sample.thread).map(String::as_str),
-                self.thread_pids.get(&sample.thread).copied(),
-            );
+            let thread = thread_index(&mut profile, &mut thread_ids, &self, sample.thread);
             profile.push_sample(Sample {
                 thread,
                 time_ms: sample.time_ms - profile.start_ms,
@@ -569,7 +646,15 @@ impl ProfileBuilder {
         let (pid, ips) = std::mem::take(&mut self.raw_stack_list[id]);
         let mut leaf_first: Vec<Frame> = Vec::with_capacity(ips.len());
         for (i, &ip) in ips.iter().enumerate() {
-            leaf_first.extend(self.symbolizer.resolve_in(pid, ip, i > 0).iter().cloned());
+            let frames = self.symbolizer.resolve_in(pid, ip, i > 0);
+            // A run of `[unknown]` becomes one below; its repeats are not copied first.
+            // (Never a runtime frame either, so trimming below is unchanged.)
+            if let [frame] = frames {
+                if frame.kind == FrameKind::Unknown && leaf_first.last() == Some(frame) {
+                    continue;
+                }
+            }
+            leaf_first.extend(frames.iter().cloned());
         }
         self.raw_stack_list[id] = (pid, ips);
         if trim_runtime {
@@ -687,12 +772,16 @@ fn is_runtime_frame(frame: &Frame) -> bool {
         "tracing_core::",
         "tracing_subscriber::",
     ];
+    // Only native frames can be the machinery's: the name is not looked at for others.
+    if frame.kind != FrameKind::Native {
+        return false;
+    }
     // A span guard's drop glue runs the layer too: `core::ptr::drop_in_place<tracing::..>`.
     let name = frame
         .function
         .trim_start_matches("core::ptr::drop_in_place");
     let name = name.trim_start_matches('<');
-    frame.kind == FrameKind::Native && PREFIXES.iter().any(|p| name.starts_with(p))
+    PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
 /// Reads a whole trace into a profile.
@@ -701,8 +790,8 @@ pub fn build_profile<I: Input>(
     selection: SampleSelection,
 ) -> nettrace::Result<BuiltProfile> {
     let mut builder = ProfileBuilder::new(selection);
-    while let Some(event) = reader.next_event()? {
-        builder.observe(&event);
+    while let Some(event) = reader.next_event_ref()? {
+        builder.observe(&event.to_event());
     }
     Ok(builder.finish())
 }

@@ -103,14 +103,16 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
-use std::io::{BufWriter, Write};
+use std::io::Write;
+use std::rc::Rc;
 
 use nettrace::source::Input;
-use nettrace::{Event, TraceInfo, TraceReader, Value};
+use nettrace::{Event, EventMetadata, EventRef, TraceInfo, TraceReader, Value};
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 
 use crate::async_trace::{AsyncEvent, AsyncFrameId, Decoder, Fact, PollSpan, SpanEnd};
+use crate::builder::FastHash;
 use crate::error::Result;
 use crate::intervals::{self, Lifecycle, Role};
 use crate::symbolize::RUNDOWN_PROVIDER;
@@ -369,16 +371,62 @@ impl<N: AsRef<str>> Payload<N> {
         }
     }
 
-    fn into_owned(self) -> Payload<String> {
+    /// The payload, held past its event: field names come from `names`, shared.
+    fn into_owned(self, names: &mut FieldNames) -> Payload<FieldName> {
         match self {
             Payload::Fields(fields) => Payload::Fields(
                 fields
                     .into_iter()
-                    .map(|(n, v)| (n.as_ref().to_owned(), v))
+                    .map(|(n, v)| (names.get(n.as_ref()), v))
                     .collect(),
             ),
             Payload::Error(e) => Payload::Error(e),
         }
+    }
+}
+
+/// `Provider/EventName` of each metadata row whose begins are held open, made once and
+/// shared by them (they are written as instants if they are given up).
+#[derive(Default)]
+struct QualifiedNames(HashMap<u32, Rc<str>, FastHash>);
+
+impl QualifiedNames {
+    fn get(&mut self, md: &EventMetadata) -> Rc<str> {
+        // A V6 trace may reuse a metadata id after a flush: a held name is used only while
+        // it still reads as this row's.
+        let still = |name: &str| {
+            name.strip_prefix(md.provider.as_str())
+                .and_then(|rest| rest.strip_prefix('/'))
+                == Some(md.display_name.as_str())
+        };
+        match self.0.get(&md.metadata_id) {
+            Some(name) if still(name) => Rc::clone(name),
+            _ => {
+                let name: Rc<str> = Rc::from(md.qualified_name());
+                self.0.insert(md.metadata_id, Rc::clone(&name));
+                name
+            }
+        }
+    }
+}
+
+/// A field name of a payload held past its event (an open begin's, a live span's).
+type FieldName = Rc<str>;
+
+/// The field names of held payloads, one allocation per distinct name: a begin held
+/// thousands of events before it is written does not bring its own copies of the names
+/// (each a cache miss when it is written) nor allocate them.
+#[derive(Default)]
+struct FieldNames(HashMap<String, FieldName, FastHash>);
+
+impl FieldNames {
+    fn get(&mut self, name: &str) -> FieldName {
+        if let Some(shared) = self.0.get(name) {
+            return Rc::clone(shared);
+        }
+        let shared: FieldName = Rc::from(name);
+        self.0.insert(name.to_owned(), Rc::clone(&shared));
+        shared
     }
 }
 
@@ -388,7 +436,7 @@ impl<N: AsRef<str>> Payload<N> {
 /// `Name` field that names the slice is not repeated, nor what [`Omit`] says the document
 /// shows otherwise.
 struct SliceArgs<'a, N> {
-    start: &'a Payload<String>,
+    start: &'a Payload<FieldName>,
     stop: &'a Payload<N>,
     /// The slice's name when it came from a `Name` field.
     named_by: Option<&'a str>,
@@ -520,7 +568,7 @@ struct Open {
     pid: u64,
     tid: u64,
     /// `Provider/EventName` of the begin, for when it ends up an instant.
-    qualified: String,
+    qualified: Rc<str>,
     /// The interval's name.
     label: String,
     /// Whether `label` is the begin's `Name` field.
@@ -529,7 +577,7 @@ struct Open {
     same: Option<Value>,
     /// The `SpanId` of a tracing-layer span the begin enters.
     span: Option<u64>,
-    args: Payload<String>,
+    args: Payload<FieldName>,
 }
 
 /// The slice of a tracing-layer span entered once so far, ended, held until the span
@@ -537,17 +585,45 @@ struct Open {
 struct Ended {
     open: Open,
     end: i64,
-    stop: Payload<String>,
+    stop: Payload<FieldName>,
     /// `ParentSpanId` is left out: the parent's slice lies around this one.
     omit_parent: bool,
 }
 
-#[derive(Clone, PartialEq, Eq, Hash)]
+/// The open intervals of one thread, provider and base name ([`IntervalNames`] numbers
+/// the provider and base name).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct Key {
     pid: u64,
     tid: u64,
-    provider: String,
-    base: String,
+    name: u32,
+}
+
+/// The (provider, base name) pairs of begins and ends, numbered as first seen, so that
+/// the key looked up for every begin and end holds a number instead of two new strings.
+#[derive(Default)]
+struct IntervalNames {
+    ids: HashMap<String, HashMap<String, u32, FastHash>, FastHash>,
+    providers: Vec<String>,
+}
+
+impl IntervalNames {
+    fn id(&mut self, provider: &str, base: &str) -> u32 {
+        if let Some(&id) = self.ids.get(provider).and_then(|bases| bases.get(base)) {
+            return id;
+        }
+        let id = u32::try_from(self.providers.len()).unwrap_or(u32::MAX);
+        self.providers.push(provider.to_owned());
+        self.ids
+            .entry(provider.to_owned())
+            .or_default()
+            .insert(base.to_owned(), id);
+        id
+    }
+
+    fn provider(&self, id: u32) -> &str {
+        self.providers.get(id as usize).map_or("", String::as_str)
+    }
 }
 
 /// The role of `event`, whose decoded payload is `payload`.
@@ -565,7 +641,7 @@ struct LiveSpan {
     tid: u64,
     qualified: String,
     /// `SpanNew`'s payload: SpanId, ParentSpanId, Name, the span's fields.
-    new: Payload<String>,
+    new: Payload<FieldName>,
     /// Slices begun for it (each `SpanStart`).
     entered: u32,
     /// Its one slice so far, ended.
@@ -583,12 +659,12 @@ struct SpanKey {
 
 /// A slice's begin args for a span of the tracing layer: the span's `SpanNew` fields
 /// (without a root's `ParentSpanId` of 0), else the `SpanStart` payload.
-fn span_slice_args(live: Option<&LiveSpan>, start: Payload<String>) -> Payload<String> {
+fn span_slice_args(live: Option<&LiveSpan>, start: Payload<FieldName>) -> Payload<FieldName> {
     match live.map(|l| &l.new) {
         Some(Payload::Fields(fields)) => Payload::Fields(
             fields
                 .iter()
-                .filter(|(n, v)| !(n == "ParentSpanId" && v.as_u64() == Some(0)))
+                .filter(|(n, v)| !(&**n == "ParentSpanId" && v.as_u64() == Some(0)))
                 .cloned()
                 .collect(),
         ),
@@ -656,26 +732,63 @@ impl ShortNames {
     }
 }
 
+/// The document's bytes, gathered in one buffer and handed to `out` in large writes.
 struct Writer<W: Write> {
-    out: BufWriter<W>,
+    out: W,
+    buf: Vec<u8>,
     first: bool,
 }
 
+/// The buffer is handed on once it holds this much.
+const FLUSH_AT: usize = 256 * 1024;
+
 impl<W: Write> Writer<W> {
-    fn event<A: EventArgs>(&mut self, e: &JsonEvent<'_, A>) -> Result<()> {
+    fn new(out: W) -> Self {
+        Writer {
+            out,
+            buf: Vec::with_capacity(FLUSH_AT + 64 * 1024),
+            first: true,
+        }
+    }
+
+    /// Starts the next event of the array.
+    fn separator(&mut self) {
         if self.first {
             self.first = false;
         } else {
-            self.out.write_all(b",\n")?;
+            self.buf.extend_from_slice(b",\n");
         }
-        serde_json::to_writer(&mut self.out, e)?;
+    }
+
+    /// Hands the buffer on when it is full enough.
+    fn written(&mut self) -> Result<()> {
+        if self.buf.len() >= FLUSH_AT {
+            self.out.write_all(&self.buf)?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
+    fn event<A: EventArgs>(&mut self, e: &JsonEvent<'_, A>) -> Result<()> {
+        self.separator();
+        serde_json::to_writer(&mut self.buf, e)?;
+        self.written()
+    }
+
+    /// Writes what is left and flushes `out`.
+    fn finish(mut self) -> Result<()> {
+        self.out.write_all(&self.buf)?;
+        self.out.flush()?;
         Ok(())
     }
 }
 
 struct Converter<W: Write> {
     w: Writer<W>,
-    open: HashMap<Key, VecDeque<Open>>,
+    open: HashMap<Key, VecDeque<Open>, FastHash>,
+    interval_names: IntervalNames,
+    field_names: FieldNames,
+    qualified_names: QualifiedNames,
     live_spans: HashMap<SpanKey, LiveSpan>,
     thread_names: HashMap<(u64, u64), String>,
     process_names: HashMap<u64, String>,
@@ -694,11 +807,14 @@ struct Converter<W: Write> {
 
 impl<W: Write> Converter<W> {
     fn new(w: W, trace: &TraceInfo) -> Result<Self> {
-        let mut out = BufWriter::new(w);
-        out.write_all(b"{\"traceEvents\":[\n")?;
+        let mut w = Writer::new(w);
+        w.buf.extend_from_slice(b"{\"traceEvents\":[\n");
         Ok(Converter {
-            w: Writer { out, first: true },
-            open: HashMap::new(),
+            w,
+            open: HashMap::default(),
+            interval_names: IntervalNames::default(),
+            field_names: FieldNames::default(),
+            qualified_names: QualifiedNames::default(),
             live_spans: HashMap::new(),
             thread_names: HashMap::new(),
             process_names: HashMap::new(),
@@ -774,20 +890,39 @@ impl<W: Write> Converter<W> {
         self.summary.instants += 1;
         debug_assert!(name.starts_with(cat));
         self.refer(pid, cat, args);
-        self.w.event(&JsonEvent {
-            // `Provider/EventName`: the provider is not repeated as the category.
-            name,
-            cat: None,
-            // Upper-case: the DevTools trace engine knows instants only by `I` (Chrome's
-            // own phase letter); Perfetto and chrome://tracing read both. Thread scoped,
-            // the format's default (no `s`).
-            ph: "I",
-            ts: Some(Micros(ts)),
-            dur: None,
-            pid,
-            tid,
-            args,
-        })
+        // What serde_json writes for `JsonEvent { name, cat: None, ph: "I", ts, dur: None,
+        // pid, tid, args }`, written by hand: `Provider/EventName` (the provider is not
+        // repeated as the category); upper-case `I`, since the DevTools trace engine knows
+        // instants only by Chrome's own phase letter (Perfetto and chrome://tracing read
+        // both); thread scoped, the format's default (no `s`).
+        let w = &mut self.w;
+        w.separator();
+        let buf = &mut w.buf;
+        buf.extend_from_slice(b"{\"name\":");
+        json::string(buf, name);
+        json::instant_times(buf, ts, pid, tid);
+        match args {
+            Payload::Fields(fields) if fields.is_empty() => {}
+            Payload::Fields(fields) => {
+                buf.extend_from_slice(b",\"args\":{");
+                for (i, (name, value)) in fields.iter().enumerate() {
+                    if i > 0 {
+                        buf.push(b',');
+                    }
+                    json::string(buf, name.as_ref());
+                    buf.push(b':');
+                    json::owned_value(buf, value);
+                }
+                buf.push(b'}');
+            }
+            Payload::Error(e) => {
+                buf.extend_from_slice(b",\"args\":{\"decode_error\":");
+                json::string(buf, e);
+                buf.push(b'}');
+            }
+        }
+        buf.push(b'}');
+        w.written()
     }
 
     /// Notes that `args`, about to be written, name a live span as their `ParentSpanId`.
@@ -917,7 +1052,7 @@ impl<W: Write> Converter<W> {
                     ts,
                     tid,
                     qualified: event.qualified_name(),
-                    new: payload.into_owned(),
+                    new: payload.into_owned(&mut self.field_names),
                     entered: 0,
                     ended: None,
                     referenced: false,
@@ -965,6 +1100,78 @@ impl<W: Write> Converter<W> {
                 }
             }
         }
+    }
+
+    /// One event from the reader: a plain instant is written straight from its borrowed
+    /// fields; every other event goes through [`Converter::event`].
+    fn event_ref(&mut self, event: &EventRef<'_>) -> Result<()> {
+        let md = event.metadata();
+        if !self.plain_instant(md) {
+            return self.event(&event.to_event());
+        }
+        self.summary.events += 1;
+        let pid = event.process_id().unwrap_or(self.default_pid);
+        let tid = event.thread_id();
+        let ticks = event.header().timestamp;
+        let ts = ticks_to_ns(&self.trace, ticks);
+        self.last_ticks = Some(self.last_ticks.map_or(ticks, |t| t.max(ticks)));
+        if let Some(name) = event.thread_name() {
+            self.thread_name(pid, tid, name)?;
+        }
+        self.summary.instants += 1;
+        let w = &mut self.w;
+        w.separator();
+        let buf = &mut w.buf;
+        buf.extend_from_slice(b"{\"name\":");
+        json::qualified_name(buf, md);
+        json::instant_times(buf, ts, pid, tid);
+        let args_at = buf.len();
+        buf.extend_from_slice(b",\"args\":{");
+        let mut first = true;
+        let decoded = event.for_each_field(|desc, value| {
+            if !std::mem::take(&mut first) {
+                buf.push(b',');
+            }
+            json::string(buf, &desc.name);
+            buf.push(b':');
+            json::value(buf, value);
+        });
+        match decoded {
+            Ok(0) => buf.truncate(args_at),
+            Ok(_) => buf.push(b'}'),
+            Err(e) => {
+                buf.truncate(args_at);
+                buf.extend_from_slice(b",\"args\":{\"decode_error\":");
+                json::string(buf, &e.to_string());
+                buf.push(b'}');
+            }
+        }
+        buf.push(b'}');
+        w.written()
+    }
+
+    /// Whether every event of `md` is an instant whose payload the converter does not look
+    /// into: not the async profiler's, not one naming a thread or process, not a span's
+    /// lifecycle, no begin or end, and no `ParentSpanId` naming a live span.
+    fn plain_instant(&self, md: &EventMetadata) -> bool {
+        let names = match md.provider.as_str() {
+            RUNDOWN_PROVIDER => md.display_name == "Thread" || md.event_name == "Thread",
+            "Microsoft-DotNETCore-EventPipe" => md.display_name == "ProcessInfo",
+            "Universal.System" => {
+                md.display_name == "ExistingProcess" || md.display_name == "ProcessCreate"
+            }
+            crate::async_trace::PROVIDER => true,
+            _ => false,
+        };
+        let lifecycle = md.opcode.unwrap_or(0) == 0
+            && (md.event_name == "SpanNew" || md.event_name == "SpanClose");
+        let refers =
+            !self.live_spans.is_empty() && md.fields.iter().any(|f| f.name == "ParentSpanId");
+        !names
+            && !lifecycle
+            && !refers
+            && intervals::pair_rule(&md.provider, &md.display_name).is_none()
+            && !matches!(intervals::opcode(md), 1 | 2)
     }
 
     fn event(&mut self, event: &Event<'_>) -> Result<()> {
@@ -1047,8 +1254,7 @@ impl<W: Write> Converter<W> {
         let key = Key {
             pid,
             tid,
-            provider: md.provider.clone(),
-            base: base.to_owned(),
+            name: self.interval_names.id(&md.provider, base),
         };
         let same = same_field.and_then(|f| payload.field(f)).cloned();
         if is_begin {
@@ -1065,9 +1271,9 @@ impl<W: Write> Converter<W> {
                     live.entered = live.entered.saturating_add(1);
                     // Entered again: its first slice is one of several, named by its id.
                     again = live.ended.take();
-                    span_slice_args(Some(live), payload.into_owned())
+                    span_slice_args(Some(live), payload.into_owned(&mut self.field_names))
                 }
-                None => payload.into_owned(),
+                None => payload.into_owned(&mut self.field_names),
             };
             if let Some(ended) = again {
                 self.write_ended(&ended, &md.provider, false)?;
@@ -1077,7 +1283,7 @@ impl<W: Write> Converter<W> {
                 ts,
                 pid,
                 tid,
-                qualified: event.qualified_name(),
+                qualified: self.qualified_names.get(md),
                 label,
                 named_by_field,
                 same,
@@ -1130,7 +1336,7 @@ impl<W: Write> Converter<W> {
                         live.ended = Some(Ended {
                             open: start,
                             end: ts,
-                            stop: payload.into_owned(),
+                            stop: payload.into_owned(&mut self.field_names),
                             omit_parent,
                         });
                         Ok(())
@@ -1172,14 +1378,15 @@ impl<W: Write> Converter<W> {
         };
         self.polls.finish(end, &mut self.facts);
         self.write_facts()?;
-        let mut left: Vec<(String, Open)> = self
+        let mut left: Vec<(u32, Open)> = self
             .open
             .drain()
-            .flat_map(|(key, stack)| stack.into_iter().map(move |o| (key.provider.clone(), o)))
+            .flat_map(|(key, stack)| stack.into_iter().map(move |o| (key.name, o)))
             .collect();
         left.sort_by_key(|(_, o)| o.ts);
-        for (provider, open) in left {
-            self.give_up(&open, &provider)?;
+        let names = std::mem::take(&mut self.interval_names);
+        for (name, open) in left {
+            self.give_up(&open, names.provider(name))?;
         }
         let mut live: Vec<(SpanKey, LiveSpan)> = self.live_spans.drain().collect();
         live.sort_by_key(|(_, l)| l.ts);
@@ -1216,11 +1423,12 @@ impl<W: Write> Converter<W> {
             lost_events,
             error: error.map(ToString::to_string),
         };
-        let mut out = self.w.out;
-        out.write_all(b"\n],\"displayTimeUnit\":\"ms\",\"otherData\":")?;
-        serde_json::to_writer(&mut out, &other)?;
-        out.write_all(b"}\n")?;
-        out.flush()?;
+        let mut w = self.w;
+        w.buf
+            .extend_from_slice(b"\n],\"displayTimeUnit\":\"ms\",\"otherData\":");
+        serde_json::to_writer(&mut w.buf, &other)?;
+        w.buf.extend_from_slice(b"}\n");
+        w.finish()?;
         Ok(self.summary)
     }
 }
@@ -1238,8 +1446,8 @@ pub fn write_chrome_trace<I: Input, W: Write>(
     let trace = reader.trace().clone();
     let mut conv = Converter::new(w, &trace)?;
     let error = loop {
-        match reader.next_event() {
-            Ok(Some(event)) => conv.event(&event)?,
+        match reader.next_event_ref() {
+            Ok(Some(event)) => conv.event_ref(&event)?,
             Ok(None) => break None,
             Err(e) => break Some(e),
         }
@@ -1251,9 +1459,193 @@ pub fn write_chrome_trace<I: Input, W: Write>(
     }
 }
 
+/// JSON written by hand for the plain instants, the bulk of most traces: byte for byte
+/// what serde_json writes for the same values through [`JsonEvent`] and [`JsonValue`]
+/// (numbers through its own formatter; strings with nothing to escape copied as they are,
+/// any other through its escaper; rare value types through [`JsonValue`] itself).
+mod json {
+    use nettrace::{EventMetadata, Value, ValueRef};
+    use serde_json::ser::{CompactFormatter, Formatter};
+
+    use super::{JsonValue, Micros, MAX_SAFE_INTEGER};
+
+    /// Whether `byte` goes into a JSON string as it is (serde_json escapes `"`, `\\` and
+    /// control characters; everything else, non-ASCII included, is copied).
+    fn plain(byte: u8) -> bool {
+        byte >= 0x20 && byte != b'"' && byte != b'\\'
+    }
+
+    /// Writes `text` as a JSON string.
+    pub(super) fn string(buf: &mut Vec<u8>, text: &str) {
+        if text.bytes().all(plain) {
+            buf.push(b'"');
+            buf.extend_from_slice(text.as_bytes());
+            buf.push(b'"');
+        } else {
+            let _ = serde_json::to_writer(buf, text);
+        }
+    }
+
+    /// `Provider/EventName` as a JSON string, without building it first.
+    pub(super) fn qualified_name(buf: &mut Vec<u8>, md: &EventMetadata) {
+        let (provider, event) = (md.provider.as_bytes(), md.display_name.as_bytes());
+        if provider.iter().chain(event).copied().all(plain) {
+            buf.push(b'"');
+            buf.extend_from_slice(provider);
+            buf.push(b'/');
+            buf.extend_from_slice(event);
+            buf.push(b'"');
+        } else {
+            string(buf, &md.qualified_name());
+        }
+    }
+
+    fn unsigned(buf: &mut Vec<u8>, n: u64) {
+        buf.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+    }
+
+    /// An instant's fields after its name: `"ph":"I"`, `ts`, `pid` and `tid`.
+    pub(super) fn instant_times(buf: &mut Vec<u8>, ts: i64, pid: u64, tid: u64) {
+        buf.extend_from_slice(b",\"ph\":\"I\",\"ts\":");
+        micros(buf, ts);
+        buf.extend_from_slice(b",\"pid\":");
+        unsigned(buf, pid);
+        buf.extend_from_slice(b",\"tid\":");
+        unsigned(buf, tid);
+    }
+
+    /// A GUID as its text, quoted (what `collect_str` makes of it).
+    fn guid(buf: &mut Vec<u8>, guid: &nettrace::Guid) {
+        let b = &guid.0;
+        buf.push(b'"');
+        hex(buf, u32::from_le_bytes([b[0], b[1], b[2], b[3]]).into(), 8);
+        buf.push(b'-');
+        hex(buf, u16::from_le_bytes([b[4], b[5]]).into(), 4);
+        buf.push(b'-');
+        hex(buf, u16::from_le_bytes([b[6], b[7]]).into(), 4);
+        buf.push(b'-');
+        for (i, byte) in b[8..].iter().enumerate() {
+            if i == 2 {
+                buf.push(b'-');
+            }
+            hex(buf, u64::from(*byte), 2);
+        }
+        buf.push(b'"');
+    }
+
+    /// A pointer as its text, `"0x…"` (lower-case hex, no leading zeros).
+    fn pointer(buf: &mut Vec<u8>, p: u64) {
+        buf.extend_from_slice(b"\"0x");
+        hex(buf, p, (16 - p.leading_zeros() as usize / 4).max(1));
+        buf.push(b'"');
+    }
+
+    /// `digits` lower-case hex digits of `value`, zero-padded.
+    fn hex(buf: &mut Vec<u8>, value: u64, digits: usize) {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        for i in (0..digits).rev() {
+            buf.push(HEX[(value >> (i * 4)) as usize & 0xf]);
+        }
+    }
+
+    /// An owned payload value as [`JsonValue`] writes it.
+    pub(super) fn owned_value(buf: &mut Vec<u8>, value: &Value) {
+        let mut number = itoa::Buffer::new();
+        let digits = match *value {
+            Value::I8(n) => number.format(n),
+            Value::U8(n) => number.format(n),
+            Value::I16(n) => number.format(n),
+            Value::U16(n) => number.format(n),
+            Value::I32(n) => number.format(n),
+            Value::U32(n) => number.format(n),
+            Value::I64(n) if n.unsigned_abs() <= MAX_SAFE_INTEGER => number.format(n),
+            Value::U64(n) if n <= MAX_SAFE_INTEGER => number.format(n),
+            Value::Bool(b) => {
+                if b {
+                    "true"
+                } else {
+                    "false"
+                }
+            }
+            Value::F64(x) if x.is_finite() => {
+                let _ = CompactFormatter.write_f64(buf, x);
+                return;
+            }
+            Value::String(ref text) => return string(buf, text),
+            Value::Guid(ref g) => return guid(buf, g),
+            Value::Pointer(p) => return pointer(buf, p),
+            _ => {
+                let _ = serde_json::to_writer(buf, &JsonValue(value));
+                return;
+            }
+        };
+        buf.extend_from_slice(digits.as_bytes());
+    }
+
+    /// A time in nanoseconds as [`Micros`] writes it.
+    pub(super) fn micros(buf: &mut Vec<u8>, ns: i64) {
+        if ns.unsigned_abs() <= MAX_SAFE_INTEGER {
+            let _ = CompactFormatter.write_f64(buf, ns as f64 / 1000.0);
+        } else {
+            let _ = serde_json::to_writer(buf, &Micros(ns));
+        }
+    }
+
+    /// A payload value as [`JsonValue`] writes its owned form.
+    pub(super) fn value(buf: &mut Vec<u8>, value: ValueRef<'_>) {
+        let mut number = itoa::Buffer::new();
+        let digits = match value {
+            ValueRef::I8(n) => number.format(n),
+            ValueRef::U8(n) => number.format(n),
+            ValueRef::I16(n) => number.format(n),
+            ValueRef::U16(n) => number.format(n),
+            ValueRef::I32(n) => number.format(n),
+            ValueRef::U32(n) => number.format(n),
+            ValueRef::I64(n) if n.unsigned_abs() <= MAX_SAFE_INTEGER => number.format(n),
+            ValueRef::U64(n) if n <= MAX_SAFE_INTEGER => number.format(n),
+            ValueRef::Bool(b) => {
+                if b {
+                    "true"
+                } else {
+                    "false"
+                }
+            }
+            ValueRef::F64(x) if x.is_finite() => {
+                let _ = CompactFormatter.write_f64(buf, x);
+                return;
+            }
+            ValueRef::Guid(g) => return guid(buf, &g),
+            ValueRef::Pointer(p) => return pointer(buf, p),
+            ValueRef::Utf16(s) => {
+                let bytes = s.as_bytes();
+                // Plain ASCII, the usual case, is its own UTF-8.
+                if bytes.len() % 2 == 0
+                    && bytes
+                        .chunks_exact(2)
+                        .all(|u| u[1] == 0 && u[0] < 0x80 && plain(u[0]))
+                {
+                    buf.push(b'"');
+                    buf.extend(bytes.chunks_exact(2).map(|u| u[0]));
+                    buf.push(b'"');
+                } else {
+                    string(buf, &s.to_string_lossy());
+                }
+                return;
+            }
+            other => {
+                let owned: Value = other.to_value();
+                let _ = serde_json::to_writer(buf, &JsonValue(&owned));
+                return;
+            }
+        };
+        buf.extend_from_slice(digits.as_bytes());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nettrace::ValueRef;
 
     #[test]
     fn program_names_come_from_the_first_word() {
@@ -1325,5 +1717,101 @@ mod tests {
             ])),
             r#"{"z":"x","a":2}"#
         );
+    }
+
+    #[test]
+    fn hand_written_json_is_what_serde_json_writes() {
+        let mut values = vec![
+            Value::Bool(true),
+            Value::Bool(false),
+            Value::I8(-128),
+            Value::U8(255),
+            Value::I16(-300),
+            Value::U16(65535),
+            Value::I32(i32::MIN),
+            Value::U32(u32::MAX),
+            Value::I64(i64::MIN),
+            Value::I64(-(1 << 53) + 1),
+            Value::U64(MAX_SAFE_INTEGER + 1),
+            Value::U64(42),
+            Value::F32(0.1),
+            Value::F64(0.1),
+            Value::F64(1e300),
+            Value::F64(-0.0),
+            Value::F64(252045.0),
+            Value::F64(f64::NAN),
+            Value::Char('x'),
+            Value::String("plain /v2/orders".into()),
+            Value::String("quote \" back \\ tab \t ctl \u{1} del \u{7f} é 😀".into()),
+            Value::String(String::new()),
+            Value::Guid(nettrace::Guid([
+                0xa5, 0x1, 0x2, 0x3, 0x4, 0x5, 0x6, 0x7, 0x8, 0x9, 0xa, 0xb, 0xc, 0xd, 0xe, 0xff,
+            ])),
+            Value::Pointer(0),
+            Value::Pointer(0x7fff_1234_abcd),
+            Value::Pointer(u64::MAX),
+            Value::Bytes(vec![0, 0xfe]),
+            Value::Array(vec![Value::U8(1)]),
+        ];
+        values.extend(
+            (0..2000u64).map(|i| Value::F64(f64::from_bits(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)))),
+        );
+        for value in &values {
+            let mut buf = Vec::new();
+            json::owned_value(&mut buf, value);
+            assert_eq!(
+                String::from_utf8(buf).unwrap(),
+                json(value.clone()),
+                "{value:?}"
+            );
+        }
+        let borrowed = [
+            ValueRef::Bool(true),
+            ValueRef::I8(-1),
+            ValueRef::U16(7),
+            ValueRef::I64(i64::MAX),
+            ValueRef::U64(MAX_SAFE_INTEGER),
+            ValueRef::F64(87281.5),
+            ValueRef::F64(f64::INFINITY),
+            ValueRef::Pointer(0xdead),
+            ValueRef::Guid(nettrace::Guid([7; 16])),
+            ValueRef::Str8(b"a\"b"),
+            ValueRef::Bytes(&[1, 2]),
+        ];
+        for value in borrowed {
+            let mut buf = Vec::new();
+            json::value(&mut buf, value);
+            assert_eq!(
+                String::from_utf8(buf).unwrap(),
+                json(value.to_value()),
+                "{value:?}"
+            );
+        }
+        for text in ["Bench-Provider/Counter", "a\"b", "tab\t", "é"] {
+            let mut buf = Vec::new();
+            json::string(&mut buf, text);
+            assert_eq!(
+                String::from_utf8(buf).unwrap(),
+                serde_json::to_string(text).unwrap()
+            );
+        }
+        for ns in [
+            0,
+            1,
+            999,
+            1_000_001,
+            -5,
+            MAX_SAFE_INTEGER as i64 + 1,
+            i64::MIN,
+        ] {
+            let mut buf = Vec::new();
+            json::instant_times(&mut buf, ns, 1, u64::MAX);
+            let expected = format!(
+                ",\"ph\":\"I\",\"ts\":{},\"pid\":1,\"tid\":{}",
+                serde_json::to_string(&Micros(ns)).unwrap(),
+                u64::MAX
+            );
+            assert_eq!(String::from_utf8(buf).unwrap(), expected);
+        }
     }
 }

@@ -138,11 +138,16 @@ pub enum Role<'a> {
 
 /// The event's opcode: stated, or implied by a name ending in Start/Stop.
 pub fn opcode(md: &EventMetadata) -> u8 {
+    // Compared in place, not lower-cased into a new string: this runs for every event.
+    let ends_with = |suffix: &str| {
+        let name = md.event_name.as_bytes();
+        name.len() >= suffix.len()
+            && name[name.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
+    };
     md.opcode.unwrap_or_else(|| {
-        let lower = md.event_name.to_ascii_lowercase();
-        if lower.ends_with("start") {
+        if ends_with("start") {
             1
-        } else if lower.ends_with("stop") {
+        } else if ends_with("stop") {
             2
         } else {
             0

@@ -10,8 +10,12 @@
 //! [`OrderCheck`] says whether sorted output would go back in time and how many events it
 //! would yield. [`FileOrderPass::into_report`] combines both into a [`TraceReport`].
 //!
-//! Neither pass prints or decides how the two are scheduled: a caller runs them on two
-//! threads (as `eptrace report` does) or one after the other. [`TraceReport`] serializes to
+//! The profile is most of the file-order pass's work, so it may be built apart:
+//! [`read_profile`] on a third reader, with [`FileOrderPass::read_tallies`] and
+//! [`FileOrderPass::into_report_with_profile`], and the report is the same.
+//!
+//! Neither pass prints or decides how they are scheduled: a caller runs them on their own
+//! threads (as `eptrace report` does: three for a mapped file) or one after the other. [`TraceReport`] serializes to
 //! the JSON `eptrace report --json` prints; its field names and order are that document's.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -297,7 +301,8 @@ pub struct TimeOrder {
 #[derive(Debug)]
 pub struct ReportBuilder {
     tally: Tally,
-    profile: ProfileBuilder,
+    /// `None` when the profile is built beside the tallies ([`read_profile`]).
+    profile: Option<ProfileBuilder>,
 }
 
 impl Default for ReportBuilder {
@@ -311,7 +316,16 @@ impl ReportBuilder {
     pub fn new() -> ReportBuilder {
         ReportBuilder {
             tally: Tally::default(),
-            profile: ProfileBuilder::new(SampleSelection::Auto),
+            profile: Some(ProfileBuilder::new(SampleSelection::Auto)),
+        }
+    }
+
+    /// The tallies alone: the report's profile is built by [`read_profile`], on another
+    /// reader of the same trace, and handed to [`ReportBuilder::finish_with_profile`].
+    pub fn without_profile() -> ReportBuilder {
+        ReportBuilder {
+            tally: Tally::default(),
+            profile: None,
         }
     }
 
@@ -323,7 +337,9 @@ impl ReportBuilder {
     /// Takes one event, in file order.
     #[inline]
     pub fn observe(&mut self, event: &Event<'_>) {
-        self.profile.observe(event);
+        if let Some(profile) = &mut self.profile {
+            profile.observe(event);
+        }
         let tally = &mut self.tally;
         tally.events += 1;
         tally.names.add(event.metadata);
@@ -368,15 +384,33 @@ impl ReportBuilder {
     /// The report: these tallies, with the reader's `trace` header and `stats` and the
     /// sorted pass's `sorted` check; `file` names the trace, which had `file_bytes` bytes.
     pub fn finish(
-        self,
+        mut self,
         trace: &TraceInfo,
         stats: &ReadStats,
         sorted: &OrderCheck,
         file_bytes: u64,
         file: &str,
     ) -> TraceReport {
-        let ReportBuilder { tally, profile } = self;
-        let profile = profile.finish();
+        let profile = self
+            .profile
+            .take()
+            .unwrap_or_else(|| ProfileBuilder::new(SampleSelection::Auto))
+            .finish();
+        self.finish_with_profile(profile, trace, stats, sorted, file_bytes, file)
+    }
+
+    /// The report, as [`ReportBuilder::finish`], with the profile built beside these
+    /// tallies ([`read_profile`]) instead of by them.
+    pub fn finish_with_profile(
+        self,
+        profile: BuiltProfile,
+        trace: &TraceInfo,
+        stats: &ReadStats,
+        sorted: &OrderCheck,
+        file_bytes: u64,
+        file: &str,
+    ) -> TraceReport {
+        let tally = self.tally;
         let mut events_by_provider = BTreeMap::new();
         let mut event_counts = BTreeMap::new();
         for row in &tally.names.rows {
@@ -470,14 +504,36 @@ impl FileOrderPass {
     /// The reader's error, when the trace does not read (a cut-off trace is one unless
     /// the reader was told otherwise, [`TraceReader::accept_truncation`]).
     pub fn read<I: Input>(
+        reader: TraceReader<I>,
+        progress: impl FnMut(u64),
+    ) -> nettrace::Result<FileOrderPass> {
+        FileOrderPass::read_with(ReportBuilder::new(), reader, progress)
+    }
+
+    /// [`FileOrderPass::read`] without the profile, which [`read_profile`] builds on
+    /// another reader of the trace (another thread); [`FileOrderPass::into_report_with_profile`]
+    /// joins the two.
+    ///
+    /// # Errors
+    /// As [`FileOrderPass::read`].
+    pub fn read_tallies<I: Input>(
+        reader: TraceReader<I>,
+        progress: impl FnMut(u64),
+    ) -> nettrace::Result<FileOrderPass> {
+        FileOrderPass::read_with(ReportBuilder::without_profile(), reader, progress)
+    }
+
+    fn read_with<I: Input>(
+        mut builder: ReportBuilder,
         mut reader: TraceReader<I>,
         mut progress: impl FnMut(u64),
     ) -> nettrace::Result<FileOrderPass> {
-        let mut builder = ReportBuilder::new();
-        while let Some(event) = reader.next_event()? {
-            builder.observe(&event);
+        // `EventRef`s made into `Event`s in place: cheaper than moving the reader's
+        // `Event` out through its `Result`.
+        while let Some(event) = reader.next_event_ref()? {
+            builder.observe(&event.to_event());
             if builder.events() % PROGRESS_EVERY == 0 {
-                progress(event.offset.0);
+                progress(event.offset().0);
             }
         }
         Ok(FileOrderPass {
@@ -498,6 +554,50 @@ impl FileOrderPass {
         self.builder
             .finish(&self.trace, &self.stats, sorted, file_bytes, file)
     }
+
+    /// The report of a pass read by [`FileOrderPass::read_tallies`], with the `profile`
+    /// [`read_profile`] built.
+    pub fn into_report_with_profile(
+        self,
+        profile: BuiltProfile,
+        sorted: &OrderCheck,
+        file_bytes: u64,
+        file: &str,
+    ) -> TraceReport {
+        self.builder.finish_with_profile(
+            profile,
+            &self.trace,
+            &self.stats,
+            sorted,
+            file_bytes,
+            file,
+        )
+    }
+}
+
+/// The report's profile, read from its own reader of the trace so that it can be built
+/// on another thread than the tallies ([`FileOrderPass::read_tallies`]): the reader is
+/// dropped as soon as the last event is read, before the profile is symbolized. `progress`
+/// is called with the current event's offset every [`PROGRESS_EVERY`] events; returning
+/// `false` stops the pass early (the caller's other pass failed).
+///
+/// # Errors
+/// As [`FileOrderPass::read`].
+pub fn read_profile<I: Input>(
+    mut reader: TraceReader<I>,
+    mut progress: impl FnMut(u64) -> bool,
+) -> nettrace::Result<BuiltProfile> {
+    let mut builder = ProfileBuilder::new(SampleSelection::Auto);
+    let mut events = 0u64;
+    while let Some(event) = reader.next_event_ref()? {
+        builder.observe(&event.to_event());
+        events += 1;
+        if events % PROGRESS_EVERY == 0 && !progress(event.offset().0) {
+            break;
+        }
+    }
+    drop(reader);
+    Ok(builder.finish())
 }
 
 /// Lost counts per thread, as rows.

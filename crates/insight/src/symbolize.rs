@@ -106,10 +106,29 @@ pub struct Symbolizer {
     debug_root: Option<PathBuf>,
     /// Resolved frames (innermost first) by (process when it has mappings, address,
     /// is_return_address).
-    cache: HashMap<(Option<u64>, u64, bool), Vec<Frame>, crate::builder::FastHash>,
+    cache: HashMap<(Option<u64>, u64, bool), Resolved, crate::builder::FastHash>,
+    /// What every address in no known code resolves to.
+    unknown: UnknownFrame,
     /// One line per binary that could not be (fully) used.
     notes: Vec<String>,
     unnamed: UnnamedAddresses,
+}
+
+/// An address in the cache. An address in no known code (every address of a trace
+/// without module rundown) shares [`UnknownFrame`] instead of holding a copy: a trace
+/// with many distinct addresses would allocate, and free, two objects for each.
+enum Resolved {
+    Unknown,
+    Frames(Vec<Frame>),
+}
+
+/// The frame of code that is in no known module: `[unknown]`.
+struct UnknownFrame([Frame; 1]);
+
+impl Default for UnknownFrame {
+    fn default() -> Self {
+        UnknownFrame([Frame::named("[unknown]", FrameKind::Unknown)])
+    }
 }
 
 impl std::fmt::Debug for Symbolizer {
@@ -363,9 +382,17 @@ impl Symbolizer {
         let key = (pid, address, is_return_address);
         if !self.cache.contains_key(&key) {
             let frames = self.resolve_uncached(pid, address, is_return_address);
-            self.cache.insert(key, frames);
+            let resolved = if frames.as_slice() == self.unknown.0.as_slice() {
+                Resolved::Unknown
+            } else {
+                Resolved::Frames(frames)
+            };
+            self.cache.insert(key, resolved);
         }
-        &self.cache[&key]
+        match &self.cache[&key] {
+            Resolved::Unknown => &self.unknown.0,
+            Resolved::Frames(frames) => frames,
+        }
     }
 
     fn resolve_uncached(
