@@ -105,9 +105,10 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::io::Write;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use nettrace::source::Input;
-use nettrace::{Event, EventMetadata, EventRef, TraceInfo, TraceReader, Value};
+use nettrace::{Event, EventMetadata, EventRef, OwnedEvent, TraceInfo, TraceReader, Value};
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 
@@ -790,6 +791,8 @@ struct Converter<W: Write> {
     field_names: FieldNames,
     qualified_names: QualifiedNames,
     live_spans: HashMap<SpanKey, LiveSpan>,
+    /// [`Converter::plain_instant`]'s answer by metadata id and row.
+    plain_rows: HashMap<(u32, usize), bool, FastHash>,
     thread_names: HashMap<(u64, u64), String>,
     process_names: HashMap<u64, String>,
     summary: ChromeSummary,
@@ -816,6 +819,7 @@ impl<W: Write> Converter<W> {
             field_names: FieldNames::default(),
             qualified_names: QualifiedNames::default(),
             live_spans: HashMap::new(),
+            plain_rows: HashMap::default(),
             thread_names: HashMap::new(),
             process_names: HashMap::new(),
             summary: ChromeSummary::default(),
@@ -1102,13 +1106,10 @@ impl<W: Write> Converter<W> {
         }
     }
 
-    /// One event from the reader: a plain instant is written straight from its borrowed
-    /// fields; every other event goes through [`Converter::event`].
-    fn event_ref(&mut self, event: &EventRef<'_>) -> Result<()> {
+    /// A plain instant ([`Converter::plain_instant`]), written straight from its borrowed
+    /// fields.
+    fn plain_event(&mut self, event: &EventRef<'_>) -> Result<()> {
         let md = event.metadata();
-        if !self.plain_instant(md) {
-            return self.event(&event.to_event());
-        }
         self.summary.events += 1;
         let pid = event.process_id().unwrap_or(self.default_pid);
         let tid = event.thread_id();
@@ -1150,10 +1151,21 @@ impl<W: Write> Converter<W> {
         w.written()
     }
 
-    /// Whether every event of `md` is an instant whose payload the converter does not look
-    /// into: not the async profiler's, not one naming a thread or process, not a span's
-    /// lifecycle, no begin or end, and no `ParentSpanId` naming a live span.
-    fn plain_instant(&self, md: &EventMetadata) -> bool {
+    /// Whether every event of `md` (metadata row `id`) is an instant whose payload the
+    /// converter does not look into: not the async profiler's, not one naming a thread or
+    /// process, not a span's lifecycle, no begin or end, and no `ParentSpanId` (which may
+    /// name a span). Decided once a row.
+    fn plain_instant(&mut self, id: u32, md: &EventMetadata) -> bool {
+        let key = (id, md as *const EventMetadata as usize);
+        if let Some(&plain) = self.plain_rows.get(&key) {
+            return plain;
+        }
+        let plain = Self::plain_row(md);
+        self.plain_rows.insert(key, plain);
+        plain
+    }
+
+    fn plain_row(md: &EventMetadata) -> bool {
         let names = match md.provider.as_str() {
             RUNDOWN_PROVIDER => md.display_name == "Thread" || md.event_name == "Thread",
             "Microsoft-DotNETCore-EventPipe" => md.display_name == "ProcessInfo",
@@ -1165,8 +1177,7 @@ impl<W: Write> Converter<W> {
         };
         let lifecycle = md.opcode.unwrap_or(0) == 0
             && (md.event_name == "SpanNew" || md.event_name == "SpanClose");
-        let refers =
-            !self.live_spans.is_empty() && md.fields.iter().any(|f| f.name == "ParentSpanId");
+        let refers = md.fields.iter().any(|f| f.name == "ParentSpanId");
         !names
             && !lifecycle
             && !refers
@@ -1445,17 +1456,83 @@ pub fn write_chrome_trace<I: Input, W: Write>(
 ) -> Result<ChromeSummary> {
     let trace = reader.trace().clone();
     let mut conv = Converter::new(w, &trace)?;
+    let mut held = HeldInOrder::default();
+    let mut sequence_points = reader.stats().sequence_points;
     let error = loop {
-        match reader.next_event_ref() {
-            Ok(Some(event)) => conv.event_ref(&event)?,
+        let event = match reader.next_event_ref() {
+            Ok(Some(event)) => event,
             Ok(None) => break None,
             Err(e) => break Some(e),
+        };
+        let header = *event.header();
+        if conv.plain_instant(header.metadata_id, event.metadata()) {
+            conv.plain_event(&event)?;
+        } else {
+            held.hold(&event);
+        }
+        let passed = reader.stats().sequence_points;
+        if passed != sequence_points {
+            // Everything before a sequence point is older than everything after it.
+            sequence_points = passed;
+            held.release(&mut conv, &trace, |_| true)?;
+        } else if header.is_sorted {
+            held.release(&mut conv, &trace, |ts| ts <= header.timestamp)?;
         }
     };
+    held.release(&mut conv, &trace, |_| true)?;
     let summary = conv.finish(&trace, reader.stats().lost_events, error.as_ref())?;
     match error {
         Some(e) => Err(e.into()),
         None => Ok(summary),
+    }
+}
+
+/// The events the converter pairs or relates (begins and ends, span lifecycles, async
+/// buffers, thread names: all but the plain instants), held and handed to it in timestamp
+/// order: a trace orders only each thread's own events, and a span may begin on one
+/// thread and end on another. Released up to each IsSorted event (nothing after it in the
+/// file is older) and at each sequence point, as a sorting reader releases them. Plain
+/// instants go straight through: their order in the output does not matter.
+#[derive(Default)]
+struct HeldInOrder {
+    events: Vec<OwnedEvent>,
+    /// Each metadata row shared once, by id and where the reader keeps it.
+    metadata: HashMap<(u32, usize), Arc<EventMetadata>>,
+}
+
+impl HeldInOrder {
+    fn hold(&mut self, event: &EventRef<'_>) {
+        let md = event.metadata();
+        let key = (
+            event.header().metadata_id,
+            md as *const EventMetadata as usize,
+        );
+        let shared = self
+            .metadata
+            .entry(key)
+            .or_insert_with(|| Arc::new(md.clone()));
+        self.events
+            .push(event.to_event().to_owned_event(Arc::clone(shared)));
+    }
+
+    fn release<W: Write>(
+        &mut self,
+        conv: &mut Converter<W>,
+        trace: &TraceInfo,
+        releasable: impl Fn(i64) -> bool,
+    ) -> Result<()> {
+        if self.events.is_empty() {
+            return Ok(());
+        }
+        let (mut ready, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.events)
+            .into_iter()
+            .partition(|e| releasable(e.header.timestamp));
+        self.events = keep;
+        // Stable: ties keep file order.
+        ready.sort_by_key(|e| e.header.timestamp);
+        ready
+            .iter()
+            .try_for_each(|e| conv.event(&e.as_event(trace)))
     }
 }
 

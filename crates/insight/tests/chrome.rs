@@ -622,8 +622,25 @@ const BIG: u32 = 13;
 /// A trace of the tracing layer's span events (`eventpipe-tracing`'s table): a span entered
 /// once (with a nested one, and a child entered on another thread), an async span entered
 /// twice, a span never entered, a span never entered nor closed, a span entered but never
-/// closed; and an event with 64-bit values above 2^53.
+/// closed; and an event with 64-bit values above 2^53. In timestamp order.
 fn tracing_layer_trace() -> Vec<u8> {
+    tracing_layer_trace_in(Order::Time)
+}
+
+/// How a trace's events lie in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Order {
+    /// By timestamp, across threads.
+    Time,
+    /// Each thread's events together, the worker's first: as the runtime's drain writes a
+    /// pass (and the .NET runtime a buffer flush). The format orders only each thread's own
+    /// events; readers sort the rest.
+    ThreadRuns,
+    /// The same, the main thread's first.
+    MainThreadFirst,
+}
+
+fn tracing_layer_trace_in(order: Order) -> Vec<u8> {
     use FieldType::{Int64, UInt64, Utf16String};
     let mut metadata = metadata();
     metadata.push(md(
@@ -683,6 +700,12 @@ fn tracing_layer_trace() -> Vec<u8> {
         (MAIN, 1_234_567_892, SPAN_STOP, id(OUTER)),
         (MAIN, 1_234_567_893, SPAN_CLOSE, id(OUTER)),
     ];
+    let mut events = events;
+    match order {
+        Order::Time => {}
+        Order::ThreadRuns => events.sort_by_key(|&(thread, ..)| thread != WORKER),
+        Order::MainThreadFirst => events.sort_by_key(|&(thread, ..)| thread != MAIN),
+    }
     TraceBuilder::new(FormatVersion::V5)
         .metadata(metadata)
         .events(events)
@@ -691,7 +714,13 @@ fn tracing_layer_trace() -> Vec<u8> {
 
 #[test]
 fn a_span_entered_once_is_one_slice_holding_its_fields() {
-    let bytes = tracing_layer_trace();
+    for order in [Order::Time, Order::ThreadRuns, Order::MainThreadFirst] {
+        a_span_entered_once_is_one_slice_holding_its_fields_in(order);
+    }
+}
+
+fn a_span_entered_once_is_one_slice_holding_its_fields_in(order: Order) {
+    let bytes = tracing_layer_trace_in(order);
     let (doc, summary) = convert(&bytes);
     let slice = |name: &str| {
         of_phase(&doc, "X")
