@@ -27,7 +27,7 @@
 //! [`report::TraceReport`].
 //!
 //! Heap snapshots are a separate path: [`heap::HeapGraphBuilder`] collects a heap's objects
-//! and references into a [`heap::HeapGraph`], and [`heap::dominators`] gives every object's
+//! and references into a [`heap::HeapGraph`], and [`heap::dominators()`] gives every object's
 //! immediate dominator and retained size.
 //!
 //! The profile converters read only [`Profile`]; the Chrome converter reads the trace itself,

@@ -1,7 +1,7 @@
 //! The diagnostics server: makes this process attachable by `eptrace` and `dotnet-trace`.
 //!
 //! [`start_server`] listens on `$TMPDIR/dotnet-diagnostic-{pid}-{key}-socket`, as a .NET
-//! runtime does; one thread reads every client's command ([`accept`]), and each whole
+//! runtime does; one thread reads every client's command (`accept`), and each whole
 //! command is answered on a thread of its own:
 //! `CollectTracing` (1–6) starts a session whose trace streams back on that connection
 //! until `StopTracing` or the client hanging up; `ProcessInfo` (1–3) describes the

@@ -704,7 +704,7 @@ fn values<K: AsRef<str>>(fields: &[(K, Value)]) -> impl Iterator<Item = &[(Strin
 }
 
 /// A runtime type name as .NET's heap tools print it: generic arity dropped, brackets as
-/// angle brackets, arrays as `[]` (`System.Collections.Generic.List`1[HeapNode]` →
+/// angle brackets, arrays as `[]` (``System.Collections.Generic.List`1[HeapNode]`` →
 /// `System.Collections.Generic.List<HeapNode>`, `System.Byte[]` stays).
 pub fn dotnet_type_name(runtime_name: &str) -> String {
     let mut out = String::with_capacity(runtime_name.len());
