@@ -188,9 +188,11 @@ pub struct ProfileBuilder {
     tick_frequency: i64,
     first_ms: Option<f64>,
     last_ms: f64,
-    /// Allocation samples not (yet) ended by a `FreeSample`: address → index in
-    /// `samples[Allocations]`.
-    unfreed: HashMap<u64, usize, FastHash>,
+    /// Allocation samples (their index in `samples[Allocations]`) and `FreeSample`s (`None`)
+    /// by address and timestamp, in file order. Matched in time order at the end: a trace
+    /// orders only each thread's own events, and memory is often freed on another thread
+    /// than the one that allocated it.
+    address_events: Vec<(u64, i64, Option<usize>)>,
     /// The `Snapshot` of the `LiveAllocation` samples kept.
     live_snapshot: u64,
     /// The async profiler's events.
@@ -242,7 +244,7 @@ impl ProfileBuilder {
             tick_frequency: 0,
             first_ms: None,
             last_ms: 0.0,
-            unfreed: HashMap::default(),
+            address_events: Vec::new(),
             live_snapshot: 0,
             async_trace: AsyncTraceBuilder::new(),
             async_stacks: true,
@@ -303,7 +305,8 @@ impl ProfileBuilder {
         }
         if md.provider == ALLOCATION_PROVIDER && md.event_name == "FreeSample" {
             if let Some(address) = AllocFields::of(event).address {
-                self.unfreed.remove(&address);
+                self.address_events
+                    .push((address, event.header.timestamp, None));
             }
             return;
         }
@@ -344,7 +347,8 @@ impl ProfileBuilder {
         if kind == Kind::Allocations {
             if let Some(address) = alloc.address {
                 let index = self.samples.get(kind).map_or(0, Vec::len);
-                self.unfreed.insert(address, index);
+                self.address_events
+                    .push((address, event.header.timestamp, Some(index)));
             }
         }
         let pid = event.process_id();
@@ -367,6 +371,22 @@ impl ProfileBuilder {
             async_ctx: cpu.async_context,
             external: kind == Kind::DotnetSamples && dotnet_sample_is_external(event),
         });
+    }
+
+    /// The allocation samples not ended by a `FreeSample`: those whose address has no later
+    /// event, in time order (a later allocation at the address means its free was missed).
+    fn unfreed(&mut self) -> Vec<usize> {
+        let mut events = std::mem::take(&mut self.address_events);
+        // Stable: equal timestamps keep file order.
+        events.sort_by_key(|&(address, ticks, _)| (address, ticks));
+        events
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &(address, _, alloc))| {
+                let last = events.get(i + 1).is_none_or(|next| next.0 != address);
+                alloc.filter(|_| last)
+            })
+            .collect()
     }
 
     fn classify(&self, event: &Event<'_>) -> (Kind, u64, AllocFields) {
@@ -492,7 +512,7 @@ impl ProfileBuilder {
             Some(Kind::LiveHeap) if !self.samples.contains_key(Kind::LiveHeap) => {
                 // No heap profile in the trace: the allocation samples never freed.
                 let allocations = self.samples.remove(Kind::Allocations).unwrap_or_default();
-                let mut live: Vec<usize> = self.unfreed.values().copied().collect();
+                let mut live = self.unfreed();
                 live.sort_unstable();
                 live.into_iter()
                     .filter_map(|i| allocations.get(i).copied())
@@ -867,6 +887,12 @@ mod tests {
 
     /// Writes `events` as the allocation profiler would and reads them back as a profile.
     fn profiles(tag: &str, events: impl FnOnce()) -> Vec<(SampleSelection, Profile)> {
+        profiles_of(&trace_of(tag, events))
+    }
+
+    /// The trace of what `events` writes, in one drain pass (at the stop): each thread's
+    /// events one run, the runs in the order of their first events.
+    fn trace_of(tag: &str, events: impl FnOnce()) -> Vec<u8> {
         let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
         let path = std::env::temp_dir().join(format!(
             "insight-alloc-{tag}-{}.nettrace",
@@ -877,13 +903,18 @@ mod tests {
                 vec![eventpipe::ProviderConfig::new(ALLOCATION_PROVIDER)],
                 Output::File(path.clone()),
             )
-            .rundown(false),
+            .rundown(false)
+            .flush_interval(std::time::Duration::from_secs(3600)),
         )
         .unwrap();
         events();
         session.stop().unwrap();
         let bytes = std::fs::read(&path).unwrap();
         std::fs::remove_file(&path).ok();
+        bytes
+    }
+
+    fn profiles_of(bytes: &[u8]) -> Vec<(SampleSelection, Profile)> {
         [
             SampleSelection::Auto,
             SampleSelection::Allocations,
@@ -1038,6 +1069,49 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_free_on_another_thread_ends_its_allocation_whatever_the_file_order() {
+        let bytes = trace_of("cross-thread-free", || {
+            let (started, wait_started) = std::sync::mpsc::channel();
+            let (allocated, wait_allocated) = std::sync::mpsc::channel::<()>();
+            // The freeing thread writes first, so its run comes first in the trace; its free
+            // of 0xE comes after the allocation in time.
+            let freer = std::thread::spawn(move || {
+                FREE.write_with(|p| p.put(&0xFFu64));
+                started.send(()).unwrap();
+                wait_allocated.recv().unwrap();
+                FREE.write_with(|p| p.put(&0xEu64));
+            });
+            wait_started.recv().unwrap();
+            sample(100, 0xE, 1);
+            sample(200, 0xB, 1);
+            allocated.send(()).unwrap();
+            freer.join().unwrap();
+        });
+        // The file has the free before the allocation it ends.
+        let mut reader = TraceReader::from_slice(&bytes).unwrap();
+        let mut order = Vec::new();
+        while let Some(e) = reader.next_event().unwrap() {
+            if e.metadata.event_name == "FreeSample" || e.metadata.event_name == "AllocationSample"
+            {
+                order.push((e.metadata.event_name.clone(), e.header.timestamp));
+            }
+        }
+        let last_free = order.iter().rposition(|(n, _)| n == "FreeSample").unwrap();
+        let first_alloc = order
+            .iter()
+            .position(|(n, _)| n == "AllocationSample")
+            .unwrap();
+        assert!(last_free < first_alloc, "{order:?}");
+        assert!(order[last_free].1 > order[first_alloc].1, "{order:?}");
+        let out = profiles_of(&bytes);
+        let (_, live) = out
+            .iter()
+            .find(|(s, _)| *s == SampleSelection::LiveHeap)
+            .unwrap();
+        assert_eq!(total(live), 200);
     }
 
     #[test]
