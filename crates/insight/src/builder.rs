@@ -922,7 +922,7 @@ mod tests {
         ]
         .into_iter()
         .map(|sel| {
-            let mut reader = TraceReader::from_slice(&bytes).unwrap();
+            let mut reader = TraceReader::from_slice(bytes).unwrap();
             let built = build_profile(&mut reader, sel.clone()).unwrap();
             (sel, built.profile)
         })
