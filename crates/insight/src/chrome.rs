@@ -108,7 +108,9 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use nettrace::source::Input;
-use nettrace::{Event, EventMetadata, EventRef, OwnedEvent, TraceInfo, TraceReader, Value};
+use nettrace::{
+    Event, EventMetadata, EventRef, OwnedEvent, TimeOrder, TraceInfo, TraceReader, Value,
+};
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 
@@ -1474,12 +1476,12 @@ pub fn write_chrome_trace<I: Input, W: Write>(
         if passed != sequence_points {
             // Everything before a sequence point is older than everything after it.
             sequence_points = passed;
-            held.release(&mut conv, &trace, |_| true)?;
+            held.release(&mut conv, &trace, None)?;
         } else if header.is_sorted {
-            held.release(&mut conv, &trace, |ts| ts <= header.timestamp)?;
+            held.release(&mut conv, &trace, Some(header.timestamp))?;
         }
     };
-    held.release(&mut conv, &trace, |_| true)?;
+    held.release(&mut conv, &trace, None)?;
     let summary = conv.finish(&trace, reader.stats().lost_events, error.as_ref())?;
     match error {
         Some(e) => Err(e.into()),
@@ -1489,13 +1491,11 @@ pub fn write_chrome_trace<I: Input, W: Write>(
 
 /// The events the converter pairs or relates (begins and ends, span lifecycles, async
 /// buffers, thread names: all but the plain instants), held and handed to it in timestamp
-/// order: a trace orders only each thread's own events, and a span may begin on one
-/// thread and end on another. Released up to each IsSorted event (nothing after it in the
-/// file is older) and at each sequence point, as a sorting reader releases them. Plain
-/// instants go straight through: their order in the output does not matter.
+/// order ([`TimeOrder`]): a span may begin on one thread and end on another. Plain instants
+/// go straight through: their order in the output does not matter.
 #[derive(Default)]
 struct HeldInOrder {
-    events: Vec<OwnedEvent>,
+    events: TimeOrder<OwnedEvent>,
     /// Each metadata row shared once, by id and where the reader keeps it.
     metadata: HashMap<(u32, usize), Arc<EventMetadata>>,
 }
@@ -1511,26 +1511,19 @@ impl HeldInOrder {
             .metadata
             .entry(key)
             .or_insert_with(|| Arc::new(md.clone()));
-        self.events
-            .push(event.to_event().to_owned_event(Arc::clone(shared)));
+        let owned = event.to_event().to_owned_event(Arc::clone(shared));
+        self.events.hold(owned.header.timestamp, owned);
     }
 
+    /// Hands the events stamped at or before `bound` (all when `None`) to `conv`.
     fn release<W: Write>(
         &mut self,
         conv: &mut Converter<W>,
         trace: &TraceInfo,
-        releasable: impl Fn(i64) -> bool,
+        bound: Option<i64>,
     ) -> Result<()> {
-        if self.events.is_empty() {
-            return Ok(());
-        }
-        let (mut ready, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.events)
-            .into_iter()
-            .partition(|e| releasable(e.header.timestamp));
-        self.events = keep;
-        // Stable: ties keep file order.
-        ready.sort_by_key(|e| e.header.timestamp);
-        ready
+        self.events
+            .release(bound)
             .iter()
             .try_for_each(|e| conv.event(&e.as_event(trace)))
     }

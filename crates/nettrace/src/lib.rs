@@ -57,5 +57,5 @@ pub use model::{
 };
 pub use payload::{ArrayIter, ArrayRef, ObjectFields, ObjectRef, Utf16Str, Value, ValueRef};
 pub use reader::{Event, EventRef, OwnedEvent, ReadStats, TraceReader, Truncation};
-pub use sorted::{check_sorted_order, OrderCheck, SortedReader};
+pub use sorted::{check_sorted_order, OrderCheck, SortedReader, TimeOrder};
 pub use time::format_unix_nanos;

@@ -16,7 +16,7 @@ use crate::source::Input;
 #[derive(Debug)]
 pub struct SortedReader<I: Input> {
     reader: TraceReader<I>,
-    pending: Vec<OwnedEvent>,
+    pending: TimeOrder<OwnedEvent>,
     ready: VecDeque<OwnedEvent>,
     current: Option<OwnedEvent>,
     peak_pending: usize,
@@ -27,7 +27,7 @@ impl<I: Input> SortedReader<I> {
     pub fn new(reader: TraceReader<I>) -> Self {
         SortedReader {
             reader,
-            pending: Vec::new(),
+            pending: TimeOrder::default(),
             ready: VecDeque::new(),
             current: None,
             peak_pending: 0,
@@ -66,18 +66,17 @@ impl<I: Input> SortedReader<I> {
                         .cloned()
                         .unwrap_or_default();
                     let owned = event.to_owned_event(metadata);
-                    if owned.header.is_sorted {
-                        let bound = owned.header.timestamp;
-                        self.pending.push(owned);
-                        self.release(|e| e.header.timestamp <= bound);
+                    let (timestamp, sorted) = (owned.header.timestamp, owned.header.is_sorted);
+                    self.pending.hold(timestamp, owned);
+                    if sorted {
+                        self.ready.extend(self.pending.release(Some(timestamp)));
                     } else {
-                        self.pending.push(owned);
                         self.peak_pending = self.peak_pending.max(self.pending.len());
                     }
                 }
-                Step::SequencePoint => self.release(|_| true),
+                Step::SequencePoint => self.ready.extend(self.pending.release(None)),
                 Step::End => {
-                    self.release(|_| true);
+                    self.ready.extend(self.pending.release(None));
                     if self.ready.is_empty() {
                         self.current = None;
                         return Ok(None);
@@ -86,13 +85,51 @@ impl<I: Input> SortedReader<I> {
             }
         }
     }
+}
 
-    /// Moves the pending events that `releasable` accepts to `ready`, in timestamp order.
-    fn release(&mut self, releasable: impl Fn(&OwnedEvent) -> bool) {
-        let (mut out, keep): (Vec<_>, Vec<_>) = self.pending.drain(..).partition(|e| releasable(e));
+/// Items held until the trace says nothing older can follow them (an IsSorted event, a
+/// sequence point, its end), then given back in timestamp order, ties in the order held:
+/// the sort a reader owes a trace, which orders only each writing thread's own events.
+/// [`SortedReader`] holds whole events in one; a consumer that needs only some of them in
+/// order (the pairs, a thread's buffers written by others) holds just those.
+#[derive(Debug)]
+pub struct TimeOrder<T> {
+    pending: Vec<(i64, T)>,
+}
+
+impl<T> Default for TimeOrder<T> {
+    fn default() -> Self {
+        TimeOrder {
+            pending: Vec::new(),
+        }
+    }
+}
+
+impl<T> TimeOrder<T> {
+    /// Holds `item`, stamped `timestamp`.
+    pub fn hold(&mut self, timestamp: i64, item: T) {
+        self.pending.push((timestamp, item));
+    }
+
+    /// The items stamped at or before `bound` (every item when `None`), in timestamp order.
+    pub fn release(&mut self, bound: Option<i64>) -> Vec<T> {
+        let (mut ready, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|&(timestamp, _)| bound.is_none_or(|b| timestamp <= b));
         self.pending = keep;
-        out.sort_by_key(|e| e.header.timestamp); // stable: ties keep file order
-        self.ready.extend(out);
+        // Stable: ties keep the order they were held in.
+        ready.sort_by_key(|&(timestamp, _)| timestamp);
+        ready.into_iter().map(|(_, item)| item).collect()
+    }
+
+    /// How many items are held.
+    pub fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
     }
 }
 
@@ -240,5 +277,23 @@ mod tests {
         let mut reader = TraceReader::from_slice(&bytes).unwrap();
         let early = check_sorted_order(&mut reader, 3, |_, _| false).unwrap();
         assert!(early.events < 8);
+    }
+}
+
+#[cfg(test)]
+mod time_order_tests {
+    use super::TimeOrder;
+
+    #[test]
+    fn releases_up_to_the_bound_in_time_order_ties_as_held() {
+        let mut held = TimeOrder::default();
+        for (ts, name) in [(30, "c"), (10, "a"), (20, "b1"), (40, "d"), (20, "b2")] {
+            held.hold(ts, name);
+        }
+        assert_eq!(held.release(Some(20)), ["a", "b1", "b2"]);
+        assert_eq!(held.len(), 2);
+        assert_eq!(held.release(Some(5)), Vec::<&str>::new());
+        assert_eq!(held.release(None), ["c", "d"]);
+        assert!(held.is_empty());
     }
 }

@@ -38,7 +38,7 @@
 
 use std::collections::BTreeMap;
 
-use nettrace::{Event, Value};
+use nettrace::{Event, TimeOrder, Value};
 
 use super::model::{
     AsyncFrame, AsyncFrameId, AsyncStackId, ClockReference, ContextId, Diagnostics,
@@ -110,8 +110,6 @@ struct ThreadState {
 /// An `AsyncBuffer` event not yet applied.
 #[derive(Debug)]
 struct WrittenBuffer {
-    /// The event's timestamp.
-    written_at: i64,
     thread: u64,
     sequence: u32,
     base_ts: i64,
@@ -122,8 +120,9 @@ struct WrittenBuffer {
 #[derive(Debug, Default)]
 pub(crate) struct Decoder {
     threads: BTreeMap<u64, ThreadState>,
-    /// Buffers read and not yet applied: up to the next IsSorted event.
-    written: Vec<WrittenBuffer>,
+    /// Buffers read and not yet applied, by their event's timestamp: up to the next IsSorted
+    /// event.
+    written: TimeOrder<WrittenBuffer>,
     pub(crate) stacks: StackTable,
     pub(crate) diagnostics: Diagnostics,
     /// The latest record timestamp seen.
@@ -226,13 +225,13 @@ impl Decoder {
                         let thread = num("OsThreadId").unwrap_or_else(|| event.thread_id());
                         // The trace's ticks are signed; a base above i64::MAX is nonsense
                         // that wraps like the deltas do.
-                        self.written.push(WrittenBuffer {
-                            written_at: event.header.timestamp,
+                        let buffer = WrittenBuffer {
                             thread,
                             sequence,
                             base_ts: base as i64,
                             records,
-                        });
+                        };
+                        self.written.hold(event.header.timestamp, buffer);
                         true
                     }
                     _ => false,
@@ -381,19 +380,9 @@ impl Decoder {
     /// exits), so events of different writers are ordered by timestamp, as a reader sorts
     /// a sequence-point region, up to the latest IsSorted event.
     fn release_written(&mut self, until: Option<i64>, out: &mut Vec<Fact>) {
-        if self.written.is_empty() {
-            return;
-        }
-        let mut written = std::mem::take(&mut self.written);
-        written.sort_by_key(|b| b.written_at);
-        let ready = until.map_or(written.len(), |t| {
-            written.partition_point(|b| b.written_at <= t)
-        });
-        let later = written.split_off(ready);
-        for b in written {
+        for b in self.written.release(until) {
             self.buffer(b.thread, b.sequence, b.base_ts, &b.records, out);
         }
-        self.written = later;
     }
 
     /// Applies the buffers still held (what they waited for is lost), then closes every
