@@ -7,6 +7,12 @@
 //!
 //! * `floor`: what any write must do at least, in the same process and run: a clock read
 //!   and a copy of a 40-byte record into the thread's own 1 MiB ring of memory, no session;
+//! * `file`: the floor of a drain: each event as the trace stores a successor (a flags
+//!   byte, the timestamp's delta as a varint, the payload) in 1 MiB buffers, 64 in all,
+//!   which one thread of its own writes to a file and hands back; a writer with none free
+//!   waits, as in Block mode. The drain does nothing per event: this is the most any design
+//!   that writes these bytes to a file can reach on this machine, the kernel's copy into
+//!   the page cache included (its CPU time per event is printed);
 //! * `block`: a nettrace file in Block mode (lossless), the default 64 MiB budget;
 //! * `drop`: the same in Drop mode: the share it lost;
 //! * `paced`: Drop mode again, each writer pacing itself to an aggregate rate, from 2 M/s up
@@ -19,7 +25,8 @@
 //!
 //! `SUSTAINED_ONLY=1` skips the criterion benches. `SUSTAINED_CASE=block/1` (a case and its
 //! writers) runs that case once and prints its figures: the form to run under
-//! `valgrind --tool=callgrind`, with `SUSTAINED_PER_WRITER` lowered. Each Block-mode run's
+//! `valgrind --tool=callgrind`, with `SUSTAINED_PER_WRITER` lowered. Several, separated by
+//! commas, run in turn in one process. Each Block-mode run's
 //! file is read back (untimed): it must hold every event.
 
 use std::hint::black_box;
@@ -48,6 +55,7 @@ const PACE_CHUNK: u64 = 1_000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Floor,
+    File,
     Block,
     Drop,
 }
@@ -56,6 +64,7 @@ impl Kind {
     fn name(self) -> &'static str {
         match self {
             Kind::Floor => "floor",
+            Kind::File => "file",
             Kind::Block => "block",
             Kind::Drop => "drop",
         }
@@ -68,6 +77,8 @@ struct Outcome {
     ns_per_event: f64,
     lost: u64,
     written: u64,
+    /// The `file` case's writing thread: its CPU time per event, in ns.
+    drain_cpu_ns: Option<f64>,
 }
 
 fn env_num(name: &str, default: u64) -> u64 {
@@ -138,7 +149,121 @@ fn floor_run(threads: u64, per_writer: u64) -> Outcome {
         ns_per_event: elapsed.as_nanos() as f64 / (threads * per_writer) as f64,
         lost: 0,
         written: threads * per_writer,
+        drain_cpu_ns: None,
     }
+}
+
+/// Bytes of each buffer of the `file` case, as the session's largest.
+const FILE_BUFFER: usize = 1 << 20;
+/// Buffers of the `file` case in all: the session's default budget.
+const FILE_BUFFERS: usize = 64;
+
+/// The `file` case (see the module docs).
+fn file_floor_run(threads: u64, per_writer: u64) -> Outcome {
+    use std::io::Write;
+    use std::sync::mpsc;
+    let path = trace_path("file");
+    let mut file = std::fs::File::create(&path).expect("create the file case's output");
+    let (full_tx, full_rx) = mpsc::sync_channel::<(usize, Vec<u8>)>(FILE_BUFFERS);
+    // Each writer sends on a clone; the original goes when they are done, ending the
+    // writing thread's loop once it has written everything.
+    let full_tx = std::sync::Mutex::new(Some(full_tx));
+    let (free_txs, free_rxs): (Vec<_>, Vec<_>) =
+        (0..threads).map(|_| mpsc::channel::<Vec<u8>>()).unzip();
+    for tx in &free_txs {
+        for _ in 0..FILE_BUFFERS / threads as usize {
+            tx.send(vec![0u8; FILE_BUFFER]).expect("fill the pool");
+        }
+    }
+    let drain = std::thread::spawn(move || {
+        let mut bytes = 0u64;
+        for (writer, mut buffer) in full_rx {
+            file.write_all(&buffer)
+                .expect("write the file case's output");
+            bytes += buffer.len() as u64;
+            buffer.resize(FILE_BUFFER, 0);
+            // A writer that has finished no longer takes its buffers back.
+            let _ = free_txs[writer].send(buffer);
+        }
+        (bytes, thread_cpu_ns())
+    });
+    let free_rxs: Vec<std::sync::Mutex<mpsc::Receiver<Vec<u8>>>> =
+        free_rxs.into_iter().map(std::sync::Mutex::new).collect();
+    let (elapsed, (bytes, drain_cpu_ns)) = timed_writers(
+        threads,
+        |t| {
+            let free = free_rxs[t as usize].lock().expect("the writer's pool");
+            let full = full_tx
+                .lock()
+                .expect("the sender")
+                .clone()
+                .expect("the sender is there until the writers are done");
+            let mut buffer = free.recv().expect("a first buffer");
+            let mut at = 0;
+            let mut previous = clock::now();
+            let base = t * per_writer;
+            for i in 0..per_writer {
+                if at + 4 + 16 > FILE_BUFFER {
+                    buffer.truncate(at);
+                    full.send((t as usize, buffer)).expect("hand a buffer on");
+                    buffer = free.recv().expect("a free buffer");
+                    at = 0;
+                }
+                let now = clock::now();
+                let delta = (now - previous) as u64;
+                previous = now;
+                let slot = &mut buffer[at..at + 4 + 16];
+                slot[0] = 0;
+                // The delta as a varint: one byte below 128 ticks, two below 16,384, else
+                // three here (a longer pause is rare enough to ignore its true length).
+                let len = if delta < 0x80 {
+                    slot[1] = delta as u8;
+                    1
+                } else if delta < 0x4000 {
+                    slot[1] = delta as u8 | 0x80;
+                    slot[2] = (delta >> 7) as u8;
+                    2
+                } else {
+                    slot[1] = 0xff;
+                    slot[2] = 0xff;
+                    slot[3] = 0x7f;
+                    3
+                };
+                let payload = &mut slot[1 + len..1 + len + 16];
+                payload[..8].copy_from_slice(&(base + i).to_le_bytes());
+                payload[8..].copy_from_slice(&black_box(2u64).to_le_bytes());
+                at += 1 + len + 16;
+            }
+            buffer.truncate(at);
+            full.send((t as usize, buffer))
+                .expect("hand the last buffer on");
+        },
+        || {
+            full_tx.lock().expect("the sender").take();
+            drain.join().expect("the file case's writing thread")
+        },
+    );
+    let _ = std::fs::remove_file(&path);
+    let events = threads * per_writer;
+    assert!(bytes >= events * 18, "the file case wrote {bytes} bytes");
+    Outcome {
+        ns_per_event: elapsed.as_nanos() as f64 / events as f64,
+        lost: 0,
+        written: events,
+        drain_cpu_ns: Some(drain_cpu_ns as f64 / events as f64),
+    }
+}
+
+/// The calling thread's CPU time so far, user and system, in nanoseconds.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant Linux knows.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn file_session(path: &Path, mode: BufferingMode) -> Session {
@@ -197,6 +322,7 @@ fn session_run(kind: Kind, threads: u64, per_writer: u64, rate: Option<u64>) -> 
         ns_per_event: elapsed.as_nanos() as f64 / (threads * per_writer) as f64,
         lost: stats.events_dropped,
         written: stats.events_written,
+        drain_cpu_ns: None,
     }
 }
 
@@ -229,6 +355,7 @@ fn check_accounting(kind: Kind, issued: u64, stats: &SessionStats) {
 fn run(kind: Kind, threads: u64, per_writer: u64) -> Outcome {
     match kind {
         Kind::Floor => floor_run(threads, per_writer),
+        Kind::File => file_floor_run(threads, per_writer),
         _ => session_run(kind, threads, per_writer, None),
     }
 }
@@ -262,34 +389,46 @@ fn spread(values: &[f64]) -> (f64, f64, f64) {
 /// Runs the sustained cases and prints their summary; `SUSTAINED_CASE` picks one.
 pub(crate) fn bench() {
     let per_writer = env_num("SUSTAINED_PER_WRITER", 10_000_000);
-    if let Ok(case) = std::env::var("SUSTAINED_CASE") {
-        let (kind, threads) = case.split_once('/').unwrap_or((case.as_str(), "1"));
-        let kind = match kind {
-            "floor" => Kind::Floor,
-            "block" => Kind::Block,
-            "drop" => Kind::Drop,
-            other => panic!("SUSTAINED_CASE: unknown case {other:?} (floor, block or drop)"),
-        };
-        let threads = threads
-            .parse()
-            .expect("SUSTAINED_CASE: writers after the /");
-        let o = run(kind, threads, per_writer);
-        println!(
-            "sustained {case}: {:.2} ns/event, {} written, {} lost",
-            o.ns_per_event, o.written, o.lost
-        );
+    if let Ok(cases) = std::env::var("SUSTAINED_CASE") {
+        // Several, comma-separated, run in turn in this one process.
+        for case in cases.split(',') {
+            let (kind, threads) = case.split_once('/').unwrap_or((case, "1"));
+            let kind = match kind {
+                "floor" => Kind::Floor,
+                "file" => Kind::File,
+                "block" => Kind::Block,
+                "drop" => Kind::Drop,
+                other => {
+                    panic!("SUSTAINED_CASE: unknown case {other:?} (floor, file, block or drop)")
+                }
+            };
+            let threads = threads
+                .parse()
+                .expect("SUSTAINED_CASE: writers after the /");
+            let o = run(kind, threads, per_writer);
+            let drain = o.drain_cpu_ns.map_or(String::new(), |ns| {
+                format!(", its writing thread {ns:.2} ns/event of CPU")
+            });
+            println!(
+                "sustained {case}: {:.2} ns/event, {} written, {} lost{drain}",
+                o.ns_per_event, o.written, o.lost
+            );
+        }
         return;
     }
     let runs = env_num("SUSTAINED_RUNS", 3);
-    let kinds = [Kind::Floor, Kind::Block, Kind::Drop];
+    let kinds = [Kind::Floor, Kind::File, Kind::Block, Kind::Drop];
     // results[kind][threads - 1] = one outcome per run.
     let mut results = vec![vec![Vec::new(); 2]; kinds.len()];
     for r in 0..runs {
         for threads in 1..=2u64 {
             for (k, &kind) in kinds.iter().enumerate() {
                 let o = run(kind, threads, per_writer);
+                let drain = o.drain_cpu_ns.map_or(String::new(), |ns| {
+                    format!(", its writing thread {ns:.2} ns/event of CPU")
+                });
                 println!(
-                    "sustained run {} {}/{threads}: {:.2} ns/event, lost {}",
+                    "sustained run {} {}/{threads}: {:.2} ns/event, lost {}{drain}",
                     r + 1,
                     kind.name(),
                     o.ns_per_event,
@@ -341,6 +480,16 @@ pub(crate) fn bench() {
             fmt(&scaling, 2),
             lost(0),
             lost(1)
+        );
+    }
+    for threads in 1..=2 {
+        let cpu: Vec<f64> = results[1][threads - 1]
+            .iter()
+            .filter_map(|o| o.drain_cpu_ns)
+            .collect();
+        let (m, lo, hi) = spread(&cpu);
+        println!(
+            "file, {threads} writer(s): its writing thread took {m:.2} ({lo:.2}-{hi:.2}) ns of CPU per event"
         );
     }
     for threads in 1..=2 {
