@@ -377,6 +377,12 @@ impl Symbolizer {
         address: u64,
         is_return_address: bool,
     ) -> &[Frame] {
+        if self.in_no_known_code(address, is_return_address) {
+            // Answered without the cache: finding that out costs less than a look-up in a
+            // table of every distinct address, which a trace without module rundown (every
+            // address unknown) would fill with millions of entries.
+            return &self.unknown.0;
+        }
         // Only traces with per-process mappings need the pid in the key.
         let pid = pid.filter(|&p| self.spaces.knows_process(p));
         let key = (pid, address, is_return_address);
@@ -393,6 +399,27 @@ impl Symbolizer {
             Resolved::Unknown => &self.unknown.0,
             Resolved::Frames(frames) => frames,
         }
+    }
+
+    /// Whether `address` lies in no code the symbolizer knows of, so that
+    /// [`Symbolizer::resolve_uncached`] would call it `[unknown]` and note nothing: no .NET
+    /// method, no process mappings, no module.
+    fn in_no_known_code(&self, address: u64, is_return_address: bool) -> bool {
+        let probe = if is_return_address {
+            address.saturating_sub(1)
+        } else {
+            address
+        };
+        self.spaces.is_empty()
+            && self
+                .methods
+                .range(..=probe)
+                .next_back()
+                .is_none_or(|(_, method)| probe >= method.end)
+            && !self
+                .modules
+                .iter()
+                .any(|m| probe >= m.base_address && probe - m.base_address < m.size)
     }
 
     fn resolve_uncached(
@@ -667,4 +694,52 @@ pub fn unnamed_frames_note(profile: &Profile) -> Option<String> {
         profile.unit.describe(),
         frames.len()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The short cut for code nobody knows must agree with the full resolution at every
+    /// edge: a module's and a method's first and last bytes, and return addresses (looked
+    /// up one byte lower) just past them.
+    #[test]
+    fn the_short_cut_for_unknown_code_agrees_with_resolving() {
+        let mut s = Symbolizer::new();
+        s.add_module(Module {
+            path: "/nonexistent/libgone.so".into(),
+            base_address: 0x1000,
+            size: 0x1000,
+            load_bias: 0x1000,
+            build_id: String::new(),
+        });
+        s.methods.insert(
+            0x8000,
+            Method {
+                end: 0x8100,
+                name: "Program.Main".into(),
+                module_id: None,
+            },
+        );
+        let edges = [0u64, 1, 0xfff, 0x1000, 0x1001, 0x1fff, 0x2000, 0x2001];
+        let addresses = edges
+            .iter()
+            .flat_map(|&a| [a, a + 0x7000])
+            .chain([u64::MAX]);
+        let mut unknown = 0;
+        for address in addresses {
+            for is_return_address in [false, true] {
+                let short_cut = s.in_no_known_code(address, is_return_address);
+                let resolved = s.resolve_uncached(None, address, is_return_address);
+                let is_unknown = resolved.as_slice() == s.unknown.0.as_slice();
+                assert_eq!(
+                    short_cut, is_unknown,
+                    "{address:#x} (return address: {is_return_address}): {resolved:?}"
+                );
+                unknown += usize::from(is_unknown);
+                assert_eq!(s.resolve(address, is_return_address), resolved.as_slice());
+            }
+        }
+        assert!(unknown > 0 && unknown < 34, "{unknown} of 34 unknown");
+    }
 }
