@@ -109,7 +109,8 @@ use std::sync::Arc;
 
 use nettrace::source::Input;
 use nettrace::{
-    Event, EventMetadata, EventRef, OwnedEvent, TimeOrder, TraceInfo, TraceReader, Value,
+    Event, EventHeader, EventMetadata, EventRef, OwnedEvent, TimeOrder, TraceInfo, TraceReader,
+    Value,
 };
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
@@ -573,14 +574,77 @@ struct Open {
     /// `Provider/EventName` of the begin, for when it ends up an instant.
     qualified: Rc<str>,
     /// The interval's name.
-    label: String,
+    label: Rc<str>,
     /// Whether `label` is the begin's `Name` field.
     named_by_field: bool,
     /// The value of the rule's `same` field, which the end must carry too.
     same: Option<Value>,
     /// The `SpanId` of a tracing-layer span the begin enters.
     span: Option<u64>,
-    args: Payload<FieldName>,
+    args: StartArgs,
+}
+
+/// A held begin's payload: decoded, or (a begin of a [`RawBegin`] row) its bytes, decoded
+/// only if an end comes. Most begins that never end are of such rows, and a trace can hold
+/// millions of them: each is written as an instant straight from its bytes.
+enum StartArgs {
+    Decoded(Payload<FieldName>),
+    Raw {
+        row: Arc<EventMetadata>,
+        bytes: Box<[u8]>,
+    },
+}
+
+impl StartArgs {
+    /// The field `name`. A raw begin's row has no field the converter looks up by name
+    /// (`Name`, `SpanId`, `ParentSpanId`: [`RawBegin::of`]), so it has none to give.
+    fn field(&self, name: &str) -> Option<&Value> {
+        match self {
+            StartArgs::Decoded(payload) => payload.field(name),
+            StartArgs::Raw { .. } => None,
+        }
+    }
+}
+
+/// A metadata row whose begins are held as bytes ([`StartArgs::Raw`]): a begin by its
+/// opcode (no pair rule) of a row with no `Name`, `SpanId` or `ParentSpanId` field, none
+/// of the rows that name threads or processes, and not the async profiler's. Every begin
+/// of such a row has the same role, made once: its label is its base name, it carries no
+/// value an end must match, and it enters no span.
+struct RawBegin {
+    /// The base name's number ([`IntervalNames`]).
+    name: u32,
+    label: Rc<str>,
+    qualified: Rc<str>,
+}
+
+impl RawBegin {
+    fn of(md: &EventMetadata, names: &mut IntervalNames) -> Option<RawBegin> {
+        let looked_up = md
+            .fields
+            .iter()
+            .any(|f| matches!(f.name.as_str(), "Name" | "SpanId" | "ParentSpanId"));
+        let special = matches!(
+            md.provider.as_str(),
+            RUNDOWN_PROVIDER
+                | "Microsoft-DotNETCore-EventPipe"
+                | "Universal.System"
+                | crate::async_trace::PROVIDER
+        );
+        if looked_up
+            || special
+            || intervals::opcode(md) != 1
+            || intervals::pair_rule(&md.provider, &md.display_name).is_some()
+        {
+            return None;
+        }
+        let base = intervals::base_name(&md.display_name, 1);
+        Some(RawBegin {
+            name: names.id(&md.provider, base),
+            label: Rc::from(base),
+            qualified: Rc::from(md.qualified_name()),
+        })
+    }
 }
 
 /// The slice of a tracing-layer span entered once so far, ended, held until the span
@@ -795,6 +859,8 @@ struct Converter<W: Write> {
     live_spans: HashMap<SpanKey, LiveSpan>,
     /// [`Converter::plain_instant`]'s answer by metadata id and row.
     plain_rows: HashMap<(u32, usize), bool, FastHash>,
+    /// [`Converter::raw_begin`]'s answer by shared row.
+    raw_begins: HashMap<usize, Option<RawBegin>, FastHash>,
     thread_names: HashMap<(u64, u64), String>,
     process_names: HashMap<u64, String>,
     summary: ChromeSummary,
@@ -822,6 +888,7 @@ impl<W: Write> Converter<W> {
             qualified_names: QualifiedNames::default(),
             live_spans: HashMap::new(),
             plain_rows: HashMap::default(),
+            raw_begins: HashMap::default(),
             thread_names: HashMap::new(),
             process_names: HashMap::new(),
             summary: ChromeSummary::default(),
@@ -963,6 +1030,14 @@ impl<W: Write> Converter<W> {
         omit: Omit,
     ) -> Result<()> {
         self.summary.complete += 1;
+        let decoded;
+        let start_args = match &start.args {
+            StartArgs::Decoded(args) => args,
+            StartArgs::Raw { row, bytes } => {
+                decoded = self.decode_raw(row, bytes);
+                &decoded
+            }
+        };
         self.w.event(&JsonEvent {
             name: &start.label,
             cat: Some(cat),
@@ -975,9 +1050,9 @@ impl<W: Write> Converter<W> {
             pid: start.pid,
             tid: start.tid,
             args: SliceArgs {
-                start: &start.args,
+                start: start_args,
                 stop,
-                named_by: start.named_by_field.then_some(start.label.as_str()),
+                named_by: start.named_by_field.then_some(&*start.label),
                 omit,
             },
         })
@@ -995,7 +1070,93 @@ impl<W: Write> Converter<W> {
     /// A Start that will never be closed.
     fn give_up(&mut self, o: &Open, cat: &str) -> Result<()> {
         self.summary.unmatched_starts += 1;
-        self.instant(&o.qualified, cat, o.ts, o.pid, o.tid, &o.args)
+        match &o.args {
+            StartArgs::Decoded(args) => self.instant(&o.qualified, cat, o.ts, o.pid, o.tid, args),
+            StartArgs::Raw { row, bytes } => {
+                self.raw_instant(&o.qualified, o.ts, o.pid, o.tid, row, bytes)
+            }
+        }
+    }
+
+    /// An instant of a payload held as bytes ([`StartArgs::Raw`]): what [`Converter::instant`]
+    /// writes for it decoded, written as [`Converter::plain_event`] writes, from the bytes.
+    fn raw_instant(
+        &mut self,
+        name: &str,
+        ts: i64,
+        pid: u64,
+        tid: u64,
+        row: &EventMetadata,
+        bytes: &[u8],
+    ) -> Result<()> {
+        self.summary.instants += 1;
+        let event = Event {
+            header: EventHeader::default(),
+            metadata: row,
+            payload: bytes,
+            stack: None,
+            thread: None,
+            capture_thread: None,
+            labels: None,
+            offset: Default::default(),
+            trace: &self.trace,
+        };
+        let w = &mut self.w;
+        w.separator();
+        let buf = &mut w.buf;
+        buf.extend_from_slice(b"{\"name\":");
+        json::string(buf, name);
+        json::instant_times(buf, ts, pid, tid);
+        let mut args = json::Args::begin(buf);
+        let decoded = event.for_each_field(|desc, value| args.field(buf, desc, value));
+        args.end(buf, decoded);
+        buf.push(b'}');
+        w.written()
+    }
+
+    /// A held payload's bytes, decoded.
+    fn decode_raw(&mut self, row: &EventMetadata, bytes: &[u8]) -> Payload<FieldName> {
+        let event = Event {
+            header: EventHeader::default(),
+            metadata: row,
+            payload: bytes,
+            stack: None,
+            thread: None,
+            capture_thread: None,
+            labels: None,
+            offset: Default::default(),
+            trace: &self.trace,
+        };
+        let payload = match event.decode_payload() {
+            Ok(fields) => Payload::Fields(fields),
+            Err(e) => Payload::Error(e.to_string()),
+        };
+        payload.into_owned(&mut self.field_names)
+    }
+
+    /// Holds `open` until its end comes; the oldest of its key's begins is given up when
+    /// there are too many.
+    fn open_begin(&mut self, key: Key, open: Open, cat: &str) -> Result<()> {
+        let stack = self.open.entry(key).or_default();
+        stack.push_back(open);
+        if stack.len() > MAX_OPEN_PER_KEY {
+            if let Some(oldest) = stack.pop_front() {
+                self.give_up(&oldest, cat)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Row `row`'s [`RawBegin`], if its begins are held as bytes; decided once a row.
+    fn raw_begin(&mut self, row: &Arc<EventMetadata>) -> Option<&RawBegin> {
+        // Keyed by the shared row's address: [`HeldInOrder`] keeps every row it shares
+        // for the whole conversion, so no other row can take the address.
+        let key = Arc::as_ptr(row) as usize;
+        let names = &mut self.interval_names;
+        self.raw_begins
+            .entry(key)
+            .or_insert_with(|| RawBegin::of(row, names))
+            .as_ref()
     }
 
     fn thread_name(&mut self, pid: u64, tid: u64, name: &str) -> Result<()> {
@@ -1128,27 +1289,9 @@ impl<W: Write> Converter<W> {
         buf.extend_from_slice(b"{\"name\":");
         json::qualified_name(buf, md);
         json::instant_times(buf, ts, pid, tid);
-        let args_at = buf.len();
-        buf.extend_from_slice(b",\"args\":{");
-        let mut first = true;
-        let decoded = event.for_each_field(|desc, value| {
-            if !std::mem::take(&mut first) {
-                buf.push(b',');
-            }
-            json::string(buf, &desc.name);
-            buf.push(b':');
-            json::value(buf, value);
-        });
-        match decoded {
-            Ok(0) => buf.truncate(args_at),
-            Ok(_) => buf.push(b'}'),
-            Err(e) => {
-                buf.truncate(args_at);
-                buf.extend_from_slice(b",\"args\":{\"decode_error\":");
-                json::string(buf, &e.to_string());
-                buf.push(b'}');
-            }
-        }
+        let mut args = json::Args::begin(buf);
+        let decoded = event.for_each_field(|desc, value| args.field(buf, desc, value));
+        args.end(buf, decoded);
         buf.push(b'}');
         w.written()
     }
@@ -1187,7 +1330,8 @@ impl<W: Write> Converter<W> {
             && !matches!(intervals::opcode(md), 1 | 2)
     }
 
-    fn event(&mut self, event: &Event<'_>) -> Result<()> {
+    /// Takes one held event; `row` is its metadata, shared.
+    fn event(&mut self, event: &Event<'_>, row: &Arc<EventMetadata>) -> Result<()> {
         self.summary.events += 1;
         let md = event.metadata;
         let pid = event.process_id().unwrap_or(self.default_pid);
@@ -1206,6 +1350,28 @@ impl<W: Write> Converter<W> {
                 return self.write_facts();
             }
             self.write_facts()?;
+        }
+        if let Some(begin) = self.raw_begin(row) {
+            let key = Key {
+                pid,
+                tid,
+                name: begin.name,
+            };
+            let open = Open {
+                ts,
+                pid,
+                tid,
+                qualified: Rc::clone(&begin.qualified),
+                label: Rc::clone(&begin.label),
+                named_by_field: false,
+                same: None,
+                span: None,
+                args: StartArgs::Raw {
+                    row: Arc::clone(row),
+                    bytes: event.payload.into(),
+                },
+            };
+            return self.open_begin(key, open, &md.provider);
         }
         let payload = match event.decode_payload() {
             Ok(fields) => Payload::Fields(fields),
@@ -1291,24 +1457,18 @@ impl<W: Write> Converter<W> {
             if let Some(ended) = again {
                 self.write_ended(&ended, &md.provider, false)?;
             }
-            let stack = self.open.entry(key).or_default();
-            stack.push_back(Open {
+            let open = Open {
                 ts,
                 pid,
                 tid,
                 qualified: self.qualified_names.get(md),
-                label,
+                label: Rc::from(label),
                 named_by_field,
                 same,
                 span,
-                args,
-            });
-            if stack.len() > MAX_OPEN_PER_KEY {
-                if let Some(oldest) = stack.pop_front() {
-                    self.give_up(&oldest, &md.provider)?;
-                }
-            }
-            return Ok(());
+                args: StartArgs::Decoded(args),
+            };
+            return self.open_begin(key, open, &md.provider);
         }
         let start = match self.open.get_mut(&key) {
             Some(stack) => {
@@ -1334,8 +1494,8 @@ impl<W: Write> Converter<W> {
                 // nesting.
                 let parent = start.args.field("ParentSpanId").and_then(Value::as_u64);
                 let omit_parent = start.span.is_some() && parent.is_some() && parent == around;
-                if !omit_parent {
-                    self.refer(start.pid, &md.provider, &start.args);
+                if let (false, StartArgs::Decoded(args)) = (omit_parent, &start.args) {
+                    self.refer(start.pid, &md.provider, args);
                 }
                 let live = start.span.and_then(|span| {
                     self.live_spans.get_mut(&SpanKey {
@@ -1511,7 +1671,17 @@ impl HeldInOrder {
             .metadata
             .entry(key)
             .or_insert_with(|| Arc::new(md.clone()));
-        let owned = event.to_event().to_owned_event(Arc::clone(shared));
+        // Everything but the stack, which no view of the timeline shows.
+        let owned = OwnedEvent {
+            header: *event.header(),
+            metadata: Arc::clone(shared),
+            payload: event.payload().to_vec(),
+            stack: None,
+            thread: event.thread().cloned(),
+            capture_thread: event.capture_thread().cloned(),
+            labels: event.labels().map(<[nettrace::Label]>::to_vec),
+            offset: event.offset(),
+        };
         self.events.hold(owned.header.timestamp, owned);
     }
 
@@ -1524,8 +1694,7 @@ impl HeldInOrder {
     ) -> Result<()> {
         self.events
             .release(bound)
-            .iter()
-            .try_for_each(|e| conv.event(&e.as_event(trace)))
+            .try_for_each(|e| conv.event(&e.as_event(trace), &e.metadata))
     }
 }
 
@@ -1534,7 +1703,7 @@ impl HeldInOrder {
 /// (numbers through its own formatter; strings with nothing to escape copied as they are,
 /// any other through its escaper; rare value types through [`JsonValue`] itself).
 mod json {
-    use nettrace::{EventMetadata, Value, ValueRef};
+    use nettrace::{EventMetadata, FieldDesc, Value, ValueRef};
     use serde_json::ser::{CompactFormatter, Formatter};
 
     use super::{JsonValue, Micros, MAX_SAFE_INTEGER};
@@ -1567,6 +1736,43 @@ mod json {
             buf.push(b'"');
         } else {
             string(buf, &md.qualified_name());
+        }
+    }
+
+    /// Writes `,"args":{...}` from the fields a payload's decoder visits: nothing when it
+    /// has none, the error's text instead when it does not decode.
+    pub(super) struct Args {
+        at: usize,
+        first: bool,
+    }
+
+    impl Args {
+        pub(super) fn begin(buf: &mut Vec<u8>) -> Args {
+            let at = buf.len();
+            buf.extend_from_slice(b",\"args\":{");
+            Args { at, first: true }
+        }
+
+        pub(super) fn field(&mut self, buf: &mut Vec<u8>, desc: &FieldDesc, value: ValueRef<'_>) {
+            if !std::mem::take(&mut self.first) {
+                buf.push(b',');
+            }
+            string(buf, &desc.name);
+            buf.push(b':');
+            super::json::value(buf, value);
+        }
+
+        pub(super) fn end(self, buf: &mut Vec<u8>, decoded: nettrace::Result<usize>) {
+            match decoded {
+                Ok(0) => buf.truncate(self.at),
+                Ok(_) => buf.push(b'}'),
+                Err(e) => {
+                    buf.truncate(self.at);
+                    buf.extend_from_slice(b",\"args\":{\"decode_error\":");
+                    string(buf, &e.to_string());
+                    buf.push(b'}');
+                }
+            }
         }
     }
 

@@ -304,6 +304,37 @@ fn endless_starts_are_bounded_and_counted() {
     assert_eq!(summary.events, starts as u64 + 1);
 }
 
+/// Begins of a row the converter never looks into by name (`RequestStart`: a `Url`, no
+/// `Name` or span id) are held as their bytes: those given up are still written with every
+/// field, in time order, and the one a Stop closes is a slice carrying the fields of both.
+#[test]
+fn endless_starts_held_as_bytes_keep_their_fields() {
+    let starts = MAX_OPEN_PER_KEY + 3;
+    let url = |i: usize| format!("/orders/{i}");
+    let mut trace = TraceBuilder::new(FormatVersion::V5).metadata(metadata());
+    for i in 0..starts {
+        trace = trace.event(1, i as i64 * 1000, REQUEST_START, utf16(&url(i)));
+    }
+    let stop = 200u32.to_le_bytes().to_vec();
+    trace = trace.event(1, starts as i64 * 1000, REQUEST_STOP, stop);
+    let (doc, summary) = convert(&trace.build());
+    let xs = of_phase(&doc, "X");
+    assert_eq!(xs.len(), 1);
+    assert_eq!(xs[0]["name"], "Request");
+    assert_eq!(
+        xs[0]["args"],
+        json!({"Url": url(starts - 1), "Status": 200})
+    );
+    let instants = of_phase(&doc, "I");
+    assert_eq!(instants.len(), starts - 1);
+    assert_eq!(summary.unmatched_starts, starts as u64 - 1);
+    for (i, instant) in instants.iter().enumerate() {
+        assert_eq!(instant["name"], "Test/Request/Start");
+        assert_eq!(instant["ts"], json!(i as f64), "given up in time order");
+        assert_eq!(instant["args"], json!({"Url": url(i)}));
+    }
+}
+
 #[test]
 fn an_unreadable_trace_still_gives_valid_json() {
     let bytes = write_trace(FormatVersion::V5);

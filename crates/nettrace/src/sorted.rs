@@ -95,12 +95,17 @@ impl<I: Input> SortedReader<I> {
 #[derive(Debug)]
 pub struct TimeOrder<T> {
     pending: Vec<(i64, T)>,
+    /// The latest release, in order, given out by [`TimeOrder::release`]'s iterator. Its
+    /// memory is the next release's: a long trace releases millions of items, and a fresh
+    /// vector each time would have the allocator map and fault in new pages over and over.
+    ready: Vec<(i64, T)>,
 }
 
 impl<T> Default for TimeOrder<T> {
     fn default() -> Self {
         TimeOrder {
             pending: Vec::new(),
+            ready: Vec::new(),
         }
     }
 }
@@ -112,14 +117,19 @@ impl<T> TimeOrder<T> {
     }
 
     /// The items stamped at or before `bound` (every item when `None`), in timestamp order.
-    pub fn release(&mut self, bound: Option<i64>) -> Vec<T> {
-        let (mut ready, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
-            .into_iter()
-            .partition(|&(timestamp, _)| bound.is_none_or(|b| timestamp <= b));
-        self.pending = keep;
+    /// Those the iterator is dropped before giving are dropped with it.
+    pub fn release(&mut self, bound: Option<i64>) -> impl Iterator<Item = T> + '_ {
+        self.ready.clear();
+        match bound {
+            None => std::mem::swap(&mut self.pending, &mut self.ready),
+            Some(bound) => self.ready.extend(
+                self.pending
+                    .extract_if(.., |&mut (timestamp, _)| timestamp <= bound),
+            ),
+        }
         // Stable: ties keep the order they were held in.
-        ready.sort_by_key(|&(timestamp, _)| timestamp);
-        ready.into_iter().map(|(_, item)| item).collect()
+        self.ready.sort_by_key(|&(timestamp, _)| timestamp);
+        self.ready.drain(..).map(|(_, item)| item)
     }
 
     /// How many items are held.
@@ -290,10 +300,17 @@ mod time_order_tests {
         for (ts, name) in [(30, "c"), (10, "a"), (20, "b1"), (40, "d"), (20, "b2")] {
             held.hold(ts, name);
         }
-        assert_eq!(held.release(Some(20)), ["a", "b1", "b2"]);
+        let released = |held: &mut TimeOrder<&'static str>, bound| -> Vec<&str> {
+            held.release(bound).collect()
+        };
+        assert_eq!(released(&mut held, Some(20)), ["a", "b1", "b2"]);
         assert_eq!(held.len(), 2);
-        assert_eq!(held.release(Some(5)), Vec::<&str>::new());
-        assert_eq!(held.release(None), ["c", "d"]);
+        assert_eq!(released(&mut held, Some(5)), Vec::<&str>::new());
+        held.hold(25, "b3");
+        // An iterator dropped early drops what it did not give.
+        assert_eq!(held.release(Some(30)).next(), Some("b3"));
+        assert_eq!(held.len(), 1);
+        assert_eq!(released(&mut held, None), ["d"]);
         assert!(held.is_empty());
     }
 }

@@ -380,7 +380,8 @@ impl Decoder {
     /// exits), so events of different writers are ordered by timestamp, as a reader sorts
     /// a sequence-point region, up to the latest IsSorted event.
     fn release_written(&mut self, until: Option<i64>, out: &mut Vec<Fact>) {
-        for b in self.written.release(until) {
+        let released: Vec<WrittenBuffer> = self.written.release(until).collect();
+        for b in released {
             self.buffer(b.thread, b.sequence, b.base_ts, &b.records, out);
         }
     }
