@@ -99,6 +99,8 @@ pub struct TimeOrder<T> {
     /// memory is the next release's: a long trace releases millions of items, and a fresh
     /// vector each time would have the allocator map and fault in new pages over and over.
     ready: Vec<(i64, T)>,
+    /// Empty; the memory of the items kept back at the next bounded release.
+    spare: Vec<(i64, T)>,
 }
 
 impl<T> Default for TimeOrder<T> {
@@ -106,6 +108,7 @@ impl<T> Default for TimeOrder<T> {
         TimeOrder {
             pending: Vec::new(),
             ready: Vec::new(),
+            spare: Vec::new(),
         }
     }
 }
@@ -122,10 +125,18 @@ impl<T> TimeOrder<T> {
         self.ready.clear();
         match bound {
             None => std::mem::swap(&mut self.pending, &mut self.ready),
-            Some(bound) => self.ready.extend(
-                self.pending
-                    .extract_if(.., |&mut (timestamp, _)| timestamp <= bound),
-            ),
+            Some(bound) => {
+                // Each side keeps the order held; the emptied vector is the next one's.
+                let mut kept = std::mem::take(&mut self.spare);
+                for (timestamp, item) in self.pending.drain(..) {
+                    if timestamp <= bound {
+                        self.ready.push((timestamp, item));
+                    } else {
+                        kept.push((timestamp, item));
+                    }
+                }
+                self.spare = std::mem::replace(&mut self.pending, kept);
+            }
         }
         // Stable: ties keep the order they were held in.
         self.ready.sort_by_key(|&(timestamp, _)| timestamp);
