@@ -19,10 +19,10 @@ use std::collections::HashMap;
 pub(crate) type FastHash = foldhash::fast::RandomState;
 
 /// Raw stack ids by the stack's bytes.
-type StackIds = HashMap<Box<[u8]>, usize, FastHash>;
+type StackIds = HashMap<Box<[u8]>, u32, FastHash>;
 
 use nettrace::source::Input;
-use nettrace::{Event, TraceReader};
+use nettrace::{Event, TraceInfo, TraceReader};
 
 use crate::async_stacks;
 use crate::async_trace::{AsyncFrameId, AsyncTrace, AsyncTraceBuilder, ContextId};
@@ -152,13 +152,15 @@ impl<T> PerKind<T> {
 }
 
 #[derive(Debug, Clone, Copy)]
+/// Kept for every sample until `finish`, millions of them: its time is kept once, as
+/// ticks, and its stack as a 32-bit index.
 struct RawSample {
     thread: u64,
-    time_ms: f64,
     /// The event's timestamp, in the trace's ticks (the async profiler's clock).
     ticks: i64,
     weight: u64,
-    stack: usize,
+    /// Index into `raw_stack_list`.
+    stack: u32,
     /// A CPU sample's `AsyncContext` (0: none, or a trace that predates the field).
     async_ctx: u64,
     /// A .NET sample taken outside managed code (`Type` External).
@@ -187,6 +189,8 @@ pub struct ProfileBuilder {
     /// The trace's ticks per second (0 until an event is seen).
     tick_frequency: i64,
     first_ms: Option<f64>,
+    /// The trace's clock (its first event's), for the samples' times in `finish`.
+    clock: Option<TraceInfo>,
     last_ms: f64,
     /// Allocation samples (their index in `samples[Allocations]`) and `FreeSample`s (`None`)
     /// by address and timestamp, in file order. Matched in time order at the end: a trace
@@ -225,7 +229,7 @@ pub struct BuiltProfile {
 
 /// A distinct symbolized stack: the raw stack, the async callstack spliced in, and whether
 /// it ends outside managed code.
-type StackKey = (usize, Option<Vec<AsyncFrameId>>, bool);
+type StackKey = (u32, Option<Vec<AsyncFrameId>>, bool);
 
 impl ProfileBuilder {
     /// A builder selecting samples by `selection`.
@@ -243,6 +247,7 @@ impl ProfileBuilder {
             cpu_interval_ns: 1_000_000,
             tick_frequency: 0,
             first_ms: None,
+            clock: None,
             last_ms: 0.0,
             address_events: Vec::new(),
             live_snapshot: 0,
@@ -270,6 +275,7 @@ impl ProfileBuilder {
         let time_ms = event.timestamp_msec();
         if self.first_ms.is_none() {
             let trace = event.trace;
+            self.clock = Some(trace.clone());
             self.tick_frequency = trace.tick_frequency;
             // The sampling interval the trace states (nanoseconds, in .NET's and
             // one-collect's traces), else 1 ms.
@@ -356,7 +362,10 @@ impl ProfileBuilder {
         let stack = match known.get(stack_bytes) {
             Some(&id) => id,
             None => {
-                let id = self.raw_stack_list.len();
+                // More distinct stacks than a u32 counts would not fit in memory anyway.
+                let Ok(id) = u32::try_from(self.raw_stack_list.len()) else {
+                    return;
+                };
                 self.raw_stack_list.push((pid, event.stack_ips().collect()));
                 known.insert(stack_bytes.into(), id);
                 id
@@ -364,7 +373,6 @@ impl ProfileBuilder {
         };
         self.samples.or_default(kind).push(RawSample {
             thread: tid,
-            time_ms,
             ticks: event.header.timestamp,
             weight,
             stack,
@@ -533,7 +541,8 @@ impl ProfileBuilder {
             Some(kind) => self.samples.remove(kind).unwrap_or_default(),
             None => self.samples.drain().flatten().collect(),
         };
-        raw.sort_by(|a, b| a.time_ms.total_cmp(&b.time_ms));
+        // Stable: samples of one tick keep the order they came in.
+        raw.sort_by_key(|s| s.ticks);
         let trim = unit == SampleUnit::Events;
         let mut profile = Profile::new(name, unit);
         if kind == Some(Kind::Cpu) {
@@ -580,12 +589,12 @@ impl ProfileBuilder {
             // Without an async callstack (most samples), the ids are found by index.
             let plain_slot = async_frames
                 .is_none()
-                .then(|| sample.stack * 2 + usize::from(sample.external));
+                .then(|| sample.stack as usize * 2 + usize::from(sample.external));
             if let Some(&Some(ids)) = plain_slot.and_then(|slot| plain_ids.get(slot)) {
                 let thread = thread_index(&mut profile, &mut thread_ids, &self, sample.thread);
                 profile.push_sample(Sample {
                     thread,
-                    time_ms: sample.time_ms - profile.start_ms,
+                    time_ms: self.time_ms(sample.ticks) - profile.start_ms,
                     weight: sample.weight,
                     stack: ids.0,
                     lines: ids.1,
@@ -596,7 +605,7 @@ impl ProfileBuilder {
             let (stack, lines) = match stack_ids.get(&key) {
                 Some(&ids) => ids,
                 None => {
-                    let mut frames = self.symbolize_stack(sample.stack, trim);
+                    let mut frames = self.symbolize_stack(sample.stack as usize, trim);
                     if sample.external {
                         frames.push(Frame::named(EXTERNAL_CODE_FRAME, FrameKind::ThreadState));
                     }
@@ -622,7 +631,7 @@ impl ProfileBuilder {
             let thread = thread_index(&mut profile, &mut thread_ids, &self, sample.thread);
             profile.push_sample(Sample {
                 thread,
-                time_ms: sample.time_ms - profile.start_ms,
+                time_ms: self.time_ms(sample.ticks) - profile.start_ms,
                 weight: sample.weight,
                 stack,
                 lines,
@@ -662,6 +671,11 @@ impl ProfileBuilder {
     }
 
     /// The root-first frames of raw stack `id`.
+    /// Milliseconds since the trace's sync time, as [`Event::timestamp_msec`] gives them.
+    fn time_ms(&self, ticks: i64) -> f64 {
+        self.clock.as_ref().map_or(0.0, |t| t.ticks_to_msec(ticks))
+    }
+
     fn symbolize_stack(&mut self, id: usize, trim_runtime: bool) -> Vec<Frame> {
         let (pid, ips) = std::mem::take(&mut self.raw_stack_list[id]);
         let mut leaf_first: Vec<Frame> = Vec::with_capacity(ips.len());
