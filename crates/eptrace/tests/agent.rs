@@ -1221,6 +1221,12 @@ headers = {{ "X-Scope-OrgID" = "tenant-7" }}
         .and_then(|p| p.trim_end_matches('%').parse().ok())
         .unwrap();
     assert!(flat > 40.0, "burn_cpu takes most of the CPU: {hot}\n{top}");
+    // pprof's first mapping is the main binary: Go's pprof names the profile after it.
+    let binary = service.file_name().unwrap().to_string_lossy();
+    assert!(
+        top.lines().any(|l| l == format!("File: {binary}")),
+        "the program's binary is the main mapping:\n{top}"
+    );
     let build_id = {
         let out = Command::new("readelf").arg("-n").arg(&service).output();
         out.ok().and_then(|o| {

@@ -651,6 +651,10 @@ impl ProfileBuilder {
             .filter(|(module, _)| named.contains(module.as_str()))
             .collect();
         profile.build_ids = build_ids;
+        profile.main_module = self
+            .symbolizer
+            .main_module()
+            .filter(|module| named.contains(module.as_str()));
         notes.extend(self.symbolizer.notes());
         notes.extend(crate::symbolize::unnamed_frames_note(&profile));
         if unplaced > 0 {

@@ -288,6 +288,32 @@ fn sample_types(unit: SampleUnit) -> (&'static [(&'static str, &'static str)], &
     }
 }
 
+/// The id of `module`'s mapping, added to `out` when it has none yet.
+fn mapping_id<'p>(
+    module: &'p str,
+    profile: &Profile,
+    ids: &mut HashMap<&'p str, u64>,
+    strings: &mut Strings,
+    out: &mut proto::Profile,
+) -> u64 {
+    if let Some(&id) = ids.get(module) {
+        return id;
+    }
+    let id = out.mapping.len() as u64 + 1;
+    out.mapping.push(proto::Mapping {
+        id,
+        filename: strings.intern(module),
+        build_id: profile
+            .build_ids
+            .get(module)
+            .map_or(0, |b| strings.intern(b)),
+        has_functions: true,
+        ..Default::default()
+    });
+    ids.insert(module, id);
+    id
+}
+
 /// Builds the pprof message for `profile` (what [`write_pprof_with`] encodes).
 ///
 /// # Errors
@@ -312,27 +338,21 @@ pub fn build_pprof(profile: &Profile, options: &PprofOptions) -> Result<proto::P
     // Mappings (per module) and functions (per frame: a frame is a function).
     let mut mapping_ids: HashMap<&str, u64> = HashMap::new();
     let mut frame_mapping: Vec<u64> = Vec::with_capacity(profile.frames.len());
+    // profile.proto: "mapping[0] will be the main binary"; `go tool pprof` names it
+    // as the profile's `File:`.
+    if let Some(main) = profile.main_module.as_deref() {
+        if profile
+            .frames
+            .iter()
+            .any(|f| f.module.as_deref() == Some(main))
+        {
+            mapping_id(main, profile, &mut mapping_ids, &mut strings, &mut out);
+        }
+    }
     for frame in &profile.frames {
         let mapping_id = match frame.module.as_deref() {
             None => 0,
-            Some(module) => match mapping_ids.get(module) {
-                Some(&id) => id,
-                None => {
-                    let id = out.mapping.len() as u64 + 1;
-                    out.mapping.push(proto::Mapping {
-                        id,
-                        filename: strings.intern(module),
-                        build_id: profile
-                            .build_ids
-                            .get(module)
-                            .map_or(0, |b| strings.intern(b)),
-                        has_functions: true,
-                        ..Default::default()
-                    });
-                    mapping_ids.insert(module, id);
-                    id
-                }
-            },
+            Some(module) => mapping_id(module, profile, &mut mapping_ids, &mut strings, &mut out),
         };
         if mapping_id != 0 {
             let m = &mut out.mapping[mapping_id as usize - 1];

@@ -190,6 +190,10 @@ pub struct Profile {
     /// in [`Frame::module`]), as the trace stated them: what a backend that symbolizes
     /// later needs to find the binary.
     pub build_ids: BTreeMap<String, String>,
+    /// The program's own binary (the file name frames give as their module), when the
+    /// trace says which it is: pprof lists its mapping first, where readers look for the
+    /// main binary.
+    pub main_module: Option<String>,
     /// Frames by their function: (function, module, file, kind).
     frame_index: HashMap<FrameKey, FrameId, FastHash>,
     stack_index: HashMap<Vec<FrameId>, StackId, FastHash>,
@@ -212,6 +216,7 @@ impl Profile {
             end_ms: 0.0,
             sampling_interval_ns: None,
             build_ids: BTreeMap::new(),
+            main_module: None,
             frame_index: HashMap::default(),
             stack_index: HashMap::default(),
             lines_index: HashMap::default(),

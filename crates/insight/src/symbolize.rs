@@ -320,6 +320,12 @@ impl Symbolizer {
         &self.modules
     }
 
+    /// The program's own binary, by the file name frames give as their module: the first
+    /// module a module rundown lists (the dynamic linker reports the program first).
+    pub fn main_module(&self) -> Option<String> {
+        self.modules.first().map(Module::file_name)
+    }
+
     /// The GNU build id of each native module the trace gave one for (rundown modules and
     /// `Universal.System` mappings), by the module's file name as frames name it.
     pub fn build_ids(&self) -> std::collections::BTreeMap<String, String> {

@@ -499,3 +499,63 @@ fn a_function_sampled_at_two_lines_is_one_function_with_a_location_per_line() {
         "{by_line:?}"
     );
 }
+
+/// profile.proto's `mapping[0]` is the main binary, and `go tool pprof` names the profile's
+/// `File:` after it: a stack that starts in libc still makes the program's binary first.
+#[test]
+fn the_program_binary_is_the_first_mapping() {
+    let mut p = Profile::new("Main binary", SampleUnit::CpuTime);
+    let frame = |function: &str, module: &str| eventpipe_insight::Frame {
+        function: function.into(),
+        module: Some(module.into()),
+        file: None,
+        line: None,
+        kind: FrameKind::Native,
+    };
+    let t = p.intern_thread(1, Some("main"), None);
+    let frames = vec![
+        p.intern_frame(frame("__libc_start_main", "libc.so.6")),
+        p.intern_frame(frame("main", "app")),
+        p.intern_frame(frame("work", "app")),
+    ];
+    let stack = p.intern_stack(frames);
+    let lines = p.intern_lines(vec![0, 0, 0]);
+    p.push_sample(Sample {
+        thread: t,
+        time_ms: 0.0,
+        weight: 1_000_000,
+        stack,
+        lines,
+    });
+    let first_mapping = |p: &Profile| {
+        let decoded = gunzip_decode(&pprof_bytes(p));
+        decoded.string_table[decoded.mapping[0].filename as usize].clone()
+    };
+    assert_eq!(
+        first_mapping(&p),
+        "libc.so.6",
+        "without a main module, first seen"
+    );
+    p.main_module = Some("app".into());
+    assert_eq!(first_mapping(&p), "app");
+
+    let Some(go) = common::go("the main binary as go tool pprof names it") else {
+        return;
+    };
+    let dir = common::scratch_dir("pprof-main-binary");
+    let file = dir.join("main.pb.gz");
+    std::fs::write(&file, pprof_bytes(&p)).unwrap();
+    let out = Command::new(go)
+        .args(["tool", "pprof", "-top", "-symbolize=none"])
+        .arg(&file)
+        .env("PPROF_TMPDIR", &dir)
+        .output()
+        .expect("run go tool pprof");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.lines().any(|l| l == "File: app"), "{text}");
+}
