@@ -451,7 +451,7 @@ fn render_async(s: &mut String, a: &AsyncProfile, top: usize) {
     if !a.pending_roots.is_empty() {
         let _ = writeln!(
             s,
-            "\nasync tasks never completed (root futures pending at the end) ({}):",
+            "\nasync tasks still pending when the trace ended (root futures not yet complete) ({}):",
             a.pending_roots.len()
         );
         for r in a.pending_roots.iter().take(top) {

@@ -1,6 +1,6 @@
 //! `eptrace report` and `eptrace convert` on a trace with async-profiler data, written here
 //! with `nettrace::write`: the report's async section (per-future counts and times, tasks
-//! never completed, a lost buffer), async-aware collapsed stacks and `--no-async-stacks`,
+//! still pending at the end, a lost buffer), async-aware collapsed stacks and `--no-async-stacks`,
 //! and poll spans in the Chrome output. The records are encoded from
 //! docs/async-profiler-format.md; native addresses are named by .NET-style method events so
 //! the stacks are exact without a binary on disk.
@@ -250,7 +250,7 @@ fn report_has_an_async_section() {
     for needle in [
         "async futures (2 instrumented sites",
         "app::serve  (src/serve.rs:10)",
-        "async tasks never completed (root futures pending at the end) (2):",
+        "async tasks still pending when the trace ended (root futures not yet complete) (2):",
         "ctx 20  app::serve",
         "1 buffer lost (tid 200: 1)",
         "async app::serve",

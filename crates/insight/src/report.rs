@@ -134,7 +134,8 @@ pub struct AsyncFrameRow {
     pub mean_poll_us: f64,
 }
 
-/// A task that never completed.
+/// A task (a root future) still pending when the trace ended: running on, or stuck; the
+/// trace cannot tell which.
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
 pub struct PendingRoot {
