@@ -14,6 +14,7 @@ use eventpipe_insight::flamegraph::Grouping;
 use eventpipe_insight::{BuiltProfile, Profile, ProfileBuilder, SampleSelection};
 
 use crate::input::{self, InputSpec, Opened};
+use crate::numbers::plural;
 use crate::progress::Progress;
 
 /// An output format.
@@ -326,12 +327,12 @@ fn write_profile(
 fn profile_summary(built: &BuiltProfile) -> String {
     let p = &built.profile;
     format!(
-        "{}: {} samples standing for {}, {} distinct stacks, {} threads",
+        "{}: {} standing for {}, {}, {}",
         p.name,
-        p.samples.len(),
+        plural(p.samples.len(), "sample"),
         p.weight_text(p.total_weight()),
-        p.stacks.len(),
-        p.threads.len()
+        plural(p.stacks.len(), "distinct stack"),
+        plural(p.threads.len(), "thread")
     )
 }
 

@@ -13,6 +13,15 @@ pub(crate) fn signed(n: i128) -> String {
     }
 }
 
+/// `n` things, in the singular for one: `1 thread`, `8 threads`.
+pub(crate) fn plural(n: usize, thing: &str) -> String {
+    if n == 1 {
+        format!("1 {thing}")
+    } else {
+        format!("{n} {thing}s")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -26,5 +35,8 @@ mod tests {
         assert_eq!(signed(-1_024), "-1,024");
         assert_eq!(signed(5), "+5");
         assert_eq!(signed(0), "0");
+        assert_eq!(plural(1, "thread"), "1 thread");
+        assert_eq!(plural(0, "thread"), "0 threads");
+        assert_eq!(plural(8, "distinct stack"), "8 distinct stacks");
     }
 }

@@ -29,6 +29,7 @@ use nettrace::source::Input;
 use nettrace::{OrderCheck, TraceReader};
 
 use crate::input::{self, InputSpec, Opened, PageRelease, PagedInput};
+use crate::numbers::plural;
 use crate::progress::Progress;
 
 /// What `report` was asked to do.
@@ -562,14 +563,6 @@ fn render_hot_spots(s: &mut String, hot: &HotSpots, top: usize) {
 }
 
 /// `n thing` or `n things`.
-fn plural(n: usize, thing: &str) -> String {
-    if n == 1 {
-        format!("1 {thing}")
-    } else {
-        format!("{n} {thing}s")
-    }
-}
-
 /// Rows of `m`, most events first, then by name.
 fn by_count(m: &BTreeMap<String, u64>) -> Vec<(&str, u64)> {
     let mut v: Vec<(&str, u64)> = m.iter().map(|(k, &n)| (k.as_str(), n)).collect();
