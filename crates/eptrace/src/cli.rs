@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 
 use clap::error::ErrorKind;
-use clap::{Args, CommandFactory, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
 use eventpipe_insight::SampleSelection;
 
@@ -480,13 +480,13 @@ struct SnapshotConvertArgs {
     /// The snapshot.
     #[arg(value_name = "FILE")]
     file: PathBuf,
-    /// Output formats (comma list): speedscope, pprof, flamegraph, collapsed.
+    /// Output formats (comma list).
     #[arg(
         short = 'f',
         long = "format",
         value_name = "FORMAT,..",
         value_delimiter = ',',
-        value_enum,
+        value_parser = profile_format(),
         default_value = "speedscope"
     )]
     formats: Vec<ConvertFormat>,
@@ -948,6 +948,19 @@ fn parse_samples(s: &str) -> SampleSelection {
         "events" => SampleSelection::EventsWithStacks,
         _ => SampleSelection::Event(s.to_owned()),
     }
+}
+
+/// The formats a snapshot converts to: every profile format, not the timeline (a heap
+/// snapshot has no time).
+fn profile_format() -> impl clap::builder::TypedValueParser<Value = ConvertFormat> {
+    use clap::builder::TypedValueParser as _;
+    let values = ConvertFormat::value_variants()
+        .iter()
+        .filter(|f| **f != ConvertFormat::Chrome)
+        .filter_map(ValueEnum::to_possible_value);
+    clap::builder::PossibleValuesParser::new(values).map(|name: String| {
+        ConvertFormat::from_str(&name, false).expect("the parser accepts only listed formats")
+    })
 }
 
 impl SnapshotConvertArgs {

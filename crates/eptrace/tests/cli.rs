@@ -408,6 +408,26 @@ fn usage_errors_exit_two() {
     assert_eq!(run(&["--help"]).status.code(), Some(0));
 }
 
+/// A heap snapshot has no time: its `convert` offers the profile formats only, in its help
+/// and in what it accepts.
+#[test]
+fn snapshot_convert_offers_no_timeline() {
+    for tool in ["heap", "gcdump"] {
+        let help = stdout(&run(&[tool, "convert", "--help"]));
+        for format in ["speedscope", "pprof", "flamegraph", "collapsed"] {
+            assert!(help.contains(&format!("- {format}:")), "{tool}: {help}");
+        }
+        assert!(!help.contains("chrome"), "{tool}: {help}");
+        let out = run(&[tool, "convert", "-f", "chrome", "x.snapshot"]);
+        assert_eq!(out.status.code(), Some(2), "{tool}");
+        assert!(
+            stderr(&out).contains("invalid value 'chrome'"),
+            "{tool}: {}",
+            stderr(&out)
+        );
+    }
+}
+
 const MANAGED_SAMPLES: &str = "only_managed_samples.nettrace";
 
 #[test]
