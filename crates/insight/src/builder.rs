@@ -543,7 +543,11 @@ impl ProfileBuilder {
         };
         // Stable: samples of one tick keep the order they came in.
         raw.sort_by_key(|s| s.ticks);
-        let trim = unit == SampleUnit::Events;
+        let trim = match unit {
+            SampleUnit::Events => Trim::Runtime,
+            SampleUnit::Bytes | SampleUnit::LiveBytes => Trim::Allocator,
+            _ => Trim::Nothing,
+        };
         let mut profile = Profile::new(name, unit);
         if kind == Some(Kind::Cpu) {
             profile.sampling_interval_ns = Some(self.cpu_interval_ns);
@@ -680,7 +684,7 @@ impl ProfileBuilder {
         self.clock.as_ref().map_or(0.0, |t| t.ticks_to_msec(ticks))
     }
 
-    fn symbolize_stack(&mut self, id: usize, trim_runtime: bool) -> Vec<Frame> {
+    fn symbolize_stack(&mut self, id: usize, trim: Trim) -> Vec<Frame> {
         let (pid, ips) = std::mem::take(&mut self.raw_stack_list[id]);
         let mut leaf_first: Vec<Frame> = Vec::with_capacity(ips.len());
         for (i, &ip) in ips.iter().enumerate() {
@@ -695,14 +699,28 @@ impl ProfileBuilder {
             leaf_first.extend(frames.iter().cloned());
         }
         self.raw_stack_list[id] = (pid, ips);
-        if trim_runtime {
-            // The stack of an ordinary event starts inside the tracing runtime that
-            // captured it; those frames say nothing about the program.
-            if let Some(last_runtime) = leaf_first.iter().rposition(is_runtime_frame) {
-                if last_runtime + 1 < leaf_first.len() {
-                    leaf_first.drain(..=last_runtime);
+        match trim {
+            Trim::Runtime => {
+                // The stack of an ordinary event starts inside the tracing runtime that
+                // captured it; those frames say nothing about the program.
+                if let Some(last_runtime) = leaf_first.iter().rposition(is_runtime_frame) {
+                    if last_runtime + 1 < leaf_first.len() {
+                        leaf_first.drain(..=last_runtime);
+                    }
                 }
             }
+            Trim::Allocator => {
+                // An allocation's stack starts in the allocator and the container code
+                // that called it; the allocation's site is the first frame past them.
+                let machinery = leaf_first
+                    .iter()
+                    .take_while(|f| is_allocator_frame(f))
+                    .count();
+                if machinery < leaf_first.len() {
+                    leaf_first.drain(..machinery);
+                }
+            }
+            Trim::Nothing => {}
         }
         // Runs of `[unknown]` say one thing: "code we cannot name"; bare addresses stay.
         leaf_first.dedup_by(|a, b| a.kind == FrameKind::Unknown && a == b);
@@ -796,6 +814,42 @@ impl CpuFields {
         }
         out
     }
+}
+
+/// The frames a profile's stacks leave out at their leaf end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trim {
+    Nothing,
+    /// The tracing runtime's, which captured an ordinary event's stack.
+    Runtime,
+    /// The allocation machinery's, between an allocation's site and the allocator.
+    Allocator,
+}
+
+/// Frames of the allocation machinery between an allocation's site and the allocator:
+/// Rust's `alloc` crate (`Vec`, `String`, `Box` and `RawVec` growing, `Global`), the global
+/// allocator's shims, `std`'s and `core`'s allocator traits, and this project's profiling
+/// allocator. An allocation profile starts at the site, as Go's heap profiles do.
+fn is_allocator_frame(frame: &Frame) -> bool {
+    const PREFIXES: &[&str] = &[
+        "alloc::",
+        "core::alloc::",
+        "std::alloc::",
+        "__rust_",
+        "__rdl_",
+        "__rg_",
+        "eventpipe_profiler::alloc::",
+    ];
+    if frame.kind != FrameKind::Native {
+        return false;
+    }
+    let name = frame.function.trim_start_matches('<');
+    let in_machinery = |name: &str| PREFIXES.iter().any(|p| name.starts_with(p));
+    // Or a trait of theirs implemented there: `<u8 as alloc::vec::..::SpecFromElem>::from_elem`.
+    in_machinery(name)
+        || name
+            .split_once(" as ")
+            .is_some_and(|(_, implemented)| in_machinery(implemented))
 }
 
 /// Frames of the machinery that captures an event's stack: the unwinder, this project's
