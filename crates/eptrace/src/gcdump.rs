@@ -20,14 +20,14 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use eventpipe_insight::gcdump::{
     diff_reports, heap_report, retention_profile, GcDump, GcDumpBuilder, GcDumpError, HeapReport,
-    DOTNET_RUNTIME, GCDUMP_KEYWORDS,
+    TypeDiff, DOTNET_RUNTIME, GCDUMP_KEYWORDS,
 };
 use eventpipe_insight::heap::dominators;
 use eventpipe_ipc::command::CollectTracing;
 use eventpipe_ipc::ProviderRequest;
 
 use crate::collect::Target;
-use crate::numbers::{signed, thousands};
+use crate::numbers::{plural, signed, thousands};
 use crate::stream_file::{CollectConfig, ConvertConfig, DiffConfig, ReportConfig, SessionReader};
 
 /// How long the type-table flush may take before the dump goes ahead anyway.
@@ -428,7 +428,10 @@ pub(crate) fn do_diff(config: &DiffConfig) -> Result<()> {
         "{:>15}  {:>15}  {:>10}  Type (largest growth in retained bytes first)",
         "Retained Δ", "Bytes Δ", "Count Δ"
     )?;
-    for row in rows.iter().take(config.top) {
+    // A diff lists what changed; the JSON keeps every type of either heap.
+    let (changed, unchanged): (Vec<&TypeDiff>, Vec<&TypeDiff>) =
+        rows.iter().partition(|row| !row.is_unchanged());
+    for row in changed.iter().take(config.top) {
         writeln!(
             out,
             "{:>15}  {:>15}  {:>10}  {}",
@@ -436,6 +439,20 @@ pub(crate) fn do_diff(config: &DiffConfig) -> Result<()> {
             signed(row.bytes_delta()),
             signed(row.count_delta()),
             row.name
+        )?;
+    }
+    if changed.len() > config.top {
+        writeln!(
+            out,
+            "  ... and {} more changed types (--top N)",
+            changed.len() - config.top
+        )?;
+    }
+    if !unchanged.is_empty() {
+        writeln!(
+            out,
+            "  {} unchanged, not listed",
+            plural(unchanged.len(), "type")
         )?;
     }
     Ok(())

@@ -16,13 +16,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use eventpipe_insight::builder::ALLOCATION_PROVIDER;
-use eventpipe_insight::live_heap::{diff_live_heaps, LiveHeap, LiveHeapBuilder};
+use eventpipe_insight::live_heap::{diff_live_heaps, LiveHeap, LiveHeapBuilder, SiteGrowth};
 use eventpipe_insight::{ProfileBuilder, SampleSelection};
 use eventpipe_ipc::command::CollectTracing;
 use eventpipe_ipc::ProviderRequest;
 
 use crate::collect::Target;
-use crate::numbers::{signed, thousands};
+use crate::numbers::{plural, signed, thousands};
 use crate::stream_file::{CollectConfig, ConvertConfig, DiffConfig, ReportConfig, SessionReader};
 
 /// What a program needs for `eptrace heap`, said when it does not answer.
@@ -275,7 +275,10 @@ pub(crate) fn do_diff(config: &DiffConfig) -> Result<()> {
         "{:>15}  {:>13}  {:>10}  Site (most growth first)",
         "Live bytes Δ", "± 95%", "Count Δ"
     )?;
-    for row in rows.iter().take(config.top) {
+    // A diff lists what changed; the JSON keeps every site of either snapshot.
+    let (changed, unchanged): (Vec<&SiteGrowth>, Vec<&SiteGrowth>) =
+        rows.iter().partition(|row| !row.is_unchanged());
+    for row in changed.iter().take(config.top) {
         writeln!(
             out,
             "{:>15}  {:>13}  {:>10}  {}",
@@ -283,6 +286,20 @@ pub(crate) fn do_diff(config: &DiffConfig) -> Result<()> {
             thousands(row.error),
             signed(i128::from(row.count.1) - i128::from(row.count.0)),
             row.site.label()
+        )?;
+    }
+    if changed.len() > config.top {
+        writeln!(
+            out,
+            "  ... and {} more changed sites (--top N)",
+            changed.len() - config.top
+        )?;
+    }
+    if !unchanged.is_empty() {
+        writeln!(
+            out,
+            "  {} unchanged, not listed",
+            plural(unchanged.len(), "site")
         )?;
     }
     Ok(())

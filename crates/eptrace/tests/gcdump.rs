@@ -132,6 +132,22 @@ fn known_heap(runtime: &str, pick: impl Fn(&Dotnet) -> &Path) {
             "{label}: HeapNode's row: {t}"
         );
 
+        // A dump against itself: nothing changed, and the diff lists nothing but says so.
+        let same = eptrace(&[
+            "gcdump",
+            "diff",
+            path.to_str().unwrap(),
+            path.to_str().unwrap(),
+        ]);
+        assert!(same.status.success(), "{label}: {}", text(&same.stderr));
+        let same = text(&same.stdout);
+        let types = json["types"].as_array().unwrap().len();
+        assert!(
+            same.contains(&format!("  {types} types unchanged, not listed")),
+            "{label}: {same}"
+        );
+        assert!(!same.contains("HeapNode"), "{label}: {same}");
+
         // The retention view opens in speedscope's format: the list's frame holds the nodes.
         let speedscope = snapshot_path(&format!("{runtime}-retention.json"));
         let conv = eptrace(&[

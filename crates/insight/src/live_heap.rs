@@ -301,6 +301,10 @@ impl SiteGrowth {
     pub fn delta(&self) -> i128 {
         i128::from(self.bytes.1) - i128::from(self.bytes.0)
     }
+    /// The same estimated bytes and count in both snapshots.
+    pub fn is_unchanged(&self) -> bool {
+        self.bytes.0 == self.bytes.1 && self.count.0 == self.count.1
+    }
 }
 
 /// Every site of either snapshot, most growth in live bytes first.

@@ -175,6 +175,12 @@ impl TypeDiff {
     pub fn count_delta(&self) -> i128 {
         i128::from(self.count.1) - i128::from(self.count.0)
     }
+    /// The same instances, bytes and retained bytes in both heaps.
+    pub fn is_unchanged(&self) -> bool {
+        self.count.0 == self.count.1
+            && self.bytes.0 == self.bytes.1
+            && self.retained.0 == self.retained.1
+    }
 }
 
 /// Every type of either heap, matched by name, largest growth in retained bytes first
@@ -255,5 +261,26 @@ mod tests {
         assert_eq!(rows[1].count_delta(), 4_900);
         assert_eq!(rows[3].count, (3, 0));
         assert_eq!(rows[3].retained_delta(), -96);
+        assert!(rows.iter().all(|r| !r.is_unchanged()));
+    }
+
+    #[test]
+    fn a_type_is_unchanged_only_when_count_bytes_and_retained_all_match() {
+        let old = report(&[
+            ("Same", 2, 64, 64),
+            ("Retains", 1, 32, 100),
+            ("Moved", 2, 64, 64),
+        ]);
+        let new = report(&[
+            ("Same", 2, 64, 64),
+            ("Retains", 1, 32, 200),
+            ("Moved", 3, 64, 64),
+        ]);
+        let unchanged: Vec<String> = diff_reports(&old, &new)
+            .into_iter()
+            .filter(TypeDiff::is_unchanged)
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(unchanged, ["Same"]);
     }
 }
