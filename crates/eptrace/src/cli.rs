@@ -131,14 +131,14 @@ struct AgentArgs {
     #[arg(long, value_name = "ADDR")]
     listen: Option<String>,
     /// Profile every target continuously and push each period's profiles to this Grafana
-    /// Pyroscope server (http[s]://HOST:PORT; the config's [profiling] says more).
+    /// Pyroscope server (`http[s]://HOST:PORT`; the config's `[profiling]` says more).
     #[arg(long, value_name = "URL")]
     pyroscope: Option<String>,
     /// The length of one continuous profile [default: 10s].
     #[arg(long, value_name = "TIME", value_parser = parse_duration)]
     profile_period: Option<std::time::Duration>,
     /// Export every target's spans, events and counters to this OpenTelemetry collector
-    /// (OTLP/HTTP base URL, e.g. http://127.0.0.1:4318); the config's [otlp] table sets the
+    /// (OTLP/HTTP base URL, e.g. `http://127.0.0.1:4318`); the config's `[otlp]` table sets the
     /// rest.
     #[arg(long, value_name = "URL")]
     otlp: Option<String>,
@@ -165,7 +165,7 @@ struct CollectArgs {
     /// The name of the process to attach to (as `eptrace ps` shows it).
     #[arg(short = 'n', long, value_name = "NAME")]
     name: Option<String>,
-    /// Providers: Name[:Keywords[:Level[:FilterArgs]]],... (keywords hex or `*`, level
+    /// Providers: `Name[:Keywords[:Level[:FilterArgs]]],...` (keywords hex or `*`, level
     /// 0-5 or a name). `*` as a Rust provider name stands for every provider.
     #[arg(long, value_name = "SPEC,..", value_delimiter = ',')]
     providers: Vec<String>,
@@ -185,7 +185,7 @@ struct CollectArgs {
     /// or when the process ends.
     #[arg(long, value_name = "TIME", value_parser = parse_duration)]
     duration: Option<std::time::Duration>,
-    /// Ask for rundown (module and method lists) at the end [default].
+    /// Ask for rundown (module and method lists) at the end (the default).
     #[arg(long, overrides_with = "no_rundown")]
     rundown: bool,
     /// Do not ask for rundown.

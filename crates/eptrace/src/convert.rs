@@ -18,6 +18,8 @@ use crate::numbers::plural;
 use crate::progress::Progress;
 
 /// An output format.
+// The variants' docs are `--help`'s text, which shows a URL as written.
+#[allow(rustdoc::bare_urls)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum ConvertFormat {
     /// speedscope JSON (https://www.speedscope.app): sampled profiles per thread.
