@@ -241,7 +241,7 @@ pub unsafe fn write_header(base: NonNull<u8>, at: usize, header: [u64; 3]) {
     }
 }
 
-/// Copies `src` into `dst`, which is as long: [`copy_small`] for a payload in a record.
+/// Copies `src` into `dst`, which is as long: `copy_small` for a payload in a record.
 #[cfg(not(eventpipe_loom))]
 #[inline(always)]
 pub fn copy_payload(dst: &mut [u8], src: &[u8]) {

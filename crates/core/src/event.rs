@@ -295,7 +295,7 @@ impl FieldKind {
 
 /// Declares a provider's event as a `static` [`Event`], whose fields have the types given.
 ///
-/// The provider is a path to a `static` [`Provider`] (`APP`, `crate::telemetry::APP`).
+/// The provider is a path to a `static` [`Provider`](crate::Provider) (`APP`, `crate::telemetry::APP`).
 /// Field types are those of [`FieldType`](crate::FieldType): integers, floats, `bool`,
 /// [`Guid`](crate::Guid), `&str` and slices (`&[u8]`, `&[u32]`, `&[u64]`, `&[i64]`,
 /// `&[f64]`).

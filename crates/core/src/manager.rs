@@ -1,6 +1,6 @@
 //! A session's buffer manager: its one lock, the memory budget, and Block-mode parking.
 //!
-//! The lock (`BufferManager::state`) guards [`Manager`]: the thread table (`threads.rs`:
+//! The lock (`BufferManager::state`) guards `Manager`: the thread table (`threads.rs`:
 //! each thread's state and buffer list), the bytes and buffers drawn on the budget, and
 //! `aborted`. There is no per-thread lock. A writer takes it to get a buffer; the drain
 //! takes it to snapshot the thread table and again to free what it drained; stopping takes

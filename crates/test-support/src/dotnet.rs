@@ -47,7 +47,7 @@ const MIN_ITERATIONS: usize = 300;
 /// runtimes here collect gen0 every 200-250 iterations) to happen in it.
 const SESSION_ITERATIONS: i64 = 600;
 /// The longest a session waits for the app's work. The app does ~800 iterations a second
-/// here; a session that sees fewer than [`SESSION_ITERATIONS`] in this long means the app
+/// here; a session that sees fewer than `SESSION_ITERATIONS` in this long means the app
 /// was all but stopped.
 pub const MAX_SESSION: Duration = Duration::from_secs(45);
 /// The shortest session on an app already running (attach): sessions run on until the app
@@ -212,7 +212,7 @@ impl Progress {
     }
 
     /// Waits until a session started at `started`, when the app had reported iteration
-    /// `from`, has lasted `at_least` and the app has done [`SESSION_ITERATIONS`] more: the
+    /// `from`, has lasted `at_least` and the app has done `SESSION_ITERATIONS` more: the
     /// session covers a fixed amount of the app's work however slowly a loaded machine runs
     /// it, and at least `at_least` of time where it runs fast. Panics when that takes
     /// [`MAX_SESSION`].
