@@ -584,6 +584,31 @@ struct Open {
     args: StartArgs,
 }
 
+/// What every plain instant of a metadata row starts with, `{"name":"Provider/Event"`, and
+/// its top-level fields' keys, `"Field":`, in order: written once a row, copied per event.
+struct RowJson {
+    head: Vec<u8>,
+    keys: Vec<Vec<u8>>,
+}
+
+impl RowJson {
+    fn of(md: &EventMetadata) -> RowJson {
+        let mut head = b"{\"name\":".to_vec();
+        json::qualified_name(&mut head, md);
+        let keys = md
+            .fields
+            .iter()
+            .map(|f| {
+                let mut key = Vec::with_capacity(f.name.len() + 3);
+                json::string(&mut key, &f.name);
+                key.push(b':');
+                key
+            })
+            .collect();
+        RowJson { head, keys }
+    }
+}
+
 /// A held begin's payload: decoded, or (a begin of a [`RawBegin`] row) its bytes, decoded
 /// only if an end comes. Most begins that never end are of such rows, and a trace can hold
 /// millions of them: each is written as an instant straight from its bytes.
@@ -857,8 +882,11 @@ struct Converter<W: Write> {
     field_names: FieldNames,
     qualified_names: QualifiedNames,
     live_spans: HashMap<SpanKey, LiveSpan>,
-    /// [`Converter::plain_instant`]'s answer by metadata id and row.
-    plain_rows: HashMap<(u32, usize), bool, FastHash>,
+    /// [`Converter::plain_instant`]'s answer by metadata id and row: the row's index in
+    /// `plain_json`, or `None` when its events are not plain instants.
+    plain_rows: HashMap<(u32, usize), Option<usize>, FastHash>,
+    /// The JSON every plain instant of a row starts with, and its fields' keys.
+    plain_json: Vec<RowJson>,
     /// [`Converter::raw_begin`]'s answer by shared row.
     raw_begins: HashMap<usize, Option<RawBegin>, FastHash>,
     thread_names: HashMap<(u64, u64), String>,
@@ -888,6 +916,7 @@ impl<W: Write> Converter<W> {
             qualified_names: QualifiedNames::default(),
             live_spans: HashMap::new(),
             plain_rows: HashMap::default(),
+            plain_json: Vec::new(),
             raw_begins: HashMap::default(),
             thread_names: HashMap::new(),
             process_names: HashMap::new(),
@@ -1271,8 +1300,7 @@ impl<W: Write> Converter<W> {
 
     /// A plain instant ([`Converter::plain_instant`]), written straight from its borrowed
     /// fields.
-    fn plain_event(&mut self, event: &EventRef<'_>) -> Result<()> {
-        let md = event.metadata();
+    fn plain_event(&mut self, event: &EventRef<'_>, row: usize) -> Result<()> {
         self.summary.events += 1;
         let pid = event.process_id().unwrap_or(self.default_pid);
         let tid = event.thread_id();
@@ -1283,14 +1311,21 @@ impl<W: Write> Converter<W> {
             self.thread_name(pid, tid, name)?;
         }
         self.summary.instants += 1;
+        let row = &self.plain_json[row];
         let w = &mut self.w;
         w.separator();
         let buf = &mut w.buf;
-        buf.extend_from_slice(b"{\"name\":");
-        json::qualified_name(buf, md);
+        buf.extend_from_slice(&row.head);
         json::instant_times(buf, ts, pid, tid);
         let mut args = json::Args::begin(buf);
-        let decoded = event.for_each_field(|desc, value| args.field(buf, desc, value));
+        let mut at = 0;
+        let decoded = event.for_each_field(|desc, value| {
+            match row.keys.get(at) {
+                Some(key) => args.field_with_key(buf, key, value),
+                None => args.field(buf, desc, value),
+            }
+            at += 1;
+        });
         args.end(buf, decoded);
         buf.push(b'}');
         w.written()
@@ -1300,12 +1335,15 @@ impl<W: Write> Converter<W> {
     /// converter does not look into: not the async profiler's, not one naming a thread or
     /// process, not a span's lifecycle, no begin or end, and no `ParentSpanId` (which may
     /// name a span). Decided once a row.
-    fn plain_instant(&mut self, id: u32, md: &EventMetadata) -> bool {
+    fn plain_instant(&mut self, id: u32, md: &EventMetadata) -> Option<usize> {
         let key = (id, md as *const EventMetadata as usize);
         if let Some(&plain) = self.plain_rows.get(&key) {
             return plain;
         }
-        let plain = Self::plain_row(md);
+        let plain = Self::plain_row(md).then(|| {
+            self.plain_json.push(RowJson::of(md));
+            self.plain_json.len() - 1
+        });
         self.plain_rows.insert(key, plain);
         plain
     }
@@ -1627,8 +1665,8 @@ pub fn write_chrome_trace<I: Input, W: Write>(
             Err(e) => break Some(e),
         };
         let header = *event.header();
-        if conv.plain_instant(header.metadata_id, event.metadata()) {
-            conv.plain_event(&event)?;
+        if let Some(row) = conv.plain_instant(header.metadata_id, event.metadata()) {
+            conv.plain_event(&event, row)?;
         } else {
             held.hold(&event);
         }
@@ -1762,6 +1800,20 @@ mod json {
             super::json::value(buf, value);
         }
 
+        /// A field whose key, `"Name":`, is written already.
+        pub(super) fn field_with_key(
+            &mut self,
+            buf: &mut Vec<u8>,
+            key: &[u8],
+            value: ValueRef<'_>,
+        ) {
+            if !std::mem::take(&mut self.first) {
+                buf.push(b',');
+            }
+            buf.extend_from_slice(key);
+            super::json::value(buf, value);
+        }
+
         pub(super) fn end(self, buf: &mut Vec<u8>, decoded: nettrace::Result<usize>) {
             match decoded {
                 Ok(0) => buf.truncate(self.at),
@@ -1860,7 +1912,29 @@ mod json {
 
     /// A time in nanoseconds as [`Micros`] writes it.
     pub(super) fn micros(buf: &mut Vec<u8>, ns: i64) {
-        if ns.unsigned_abs() <= MAX_SAFE_INTEGER {
+        // Below 10^15 ns, `ns / 1000` has at most 15 significant digits, so it is the
+        // shortest decimal that reads back as the double nearest to it: what serde_json's
+        // formatter (Ryū) writes for `ns as f64 / 1000.0`, here with no float arithmetic.
+        // Its style: `1.0` for whole numbers, no exponent below 10^16.
+        const EXACT_BELOW: u64 = 1_000_000_000_000_000;
+        let magnitude = ns.unsigned_abs();
+        if magnitude < EXACT_BELOW {
+            if ns < 0 {
+                buf.push(b'-');
+            }
+            buf.extend_from_slice(itoa::Buffer::new().format(magnitude / 1000).as_bytes());
+            let thousandths = (magnitude % 1000) as usize;
+            let digits = [
+                b'0' + (thousandths / 100) as u8,
+                b'0' + (thousandths / 10 % 10) as u8,
+                b'0' + (thousandths % 10) as u8,
+            ];
+            let kept = 3 - digits.iter().rev().take_while(|&&d| d == b'0').count();
+            buf.push(b'.');
+            buf.extend_from_slice(&digits[..kept.max(1)]);
+            return;
+        }
+        if magnitude <= MAX_SAFE_INTEGER {
             let _ = CompactFormatter.write_f64(buf, ns as f64 / 1000.0);
         } else {
             let _ = serde_json::to_writer(buf, &Micros(ns));
@@ -1963,6 +2037,50 @@ mod tests {
         let d: f64 = text.parse().unwrap();
         assert_eq!(2004.698 + d, 2044.973);
         assert_eq!(2004.698 + 40.275, 2044.9730000000002);
+    }
+
+    /// `json::micros` writes what serde_json writes for the same time as a double, across
+    /// the digit counts, the signs, trailing zeros and the edge of its integer path.
+    #[test]
+    fn micros_are_what_serde_json_writes_for_the_double() {
+        let mut times: Vec<i64> = vec![
+            0,
+            1,
+            -1,
+            5,
+            50,
+            500,
+            1_000,
+            1_050,
+            -1_500,
+            13_720_846,
+            999_999_999_999_999,
+            -999_999_999_999_999,
+            1_000_000_000_000_000,
+            MAX_SAFE_INTEGER as i64,
+            i64::MAX,
+            i64::MIN,
+        ];
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Every magnitude from 1 to 10^18, both signs.
+            let digits = x % 19;
+            let value = (x >> 8) % 10u64.pow(digits as u32).max(1);
+            times.push(if x & 1 == 0 {
+                value as i64
+            } else {
+                -(value as i64)
+            });
+        }
+        for ns in times {
+            let mut ours = Vec::new();
+            json::micros(&mut ours, ns);
+            let expected = serde_json::to_string(&Micros(ns)).unwrap();
+            assert_eq!(String::from_utf8(ours).unwrap(), expected, "{ns} ns");
+        }
     }
 
     fn json(v: Value) -> String {
