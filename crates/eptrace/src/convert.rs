@@ -198,8 +198,15 @@ fn convert_bytes(
                     crate::input::paged_reader(data)
                         .with_context(|| format!("cannot read {name}"))?,
                 );
-                let s = eventpipe_insight::write_chrome_trace(&mut reader, &mut out)
-                    .with_context(|| format!("cannot convert {name} to Chrome JSON"))?;
+                // The trace is in memory: its kinds of event are read first, so begins
+                // that nothing in it can end go out as instants at once.
+                let rows = nettrace::scan_metadata(data);
+                let s = eventpipe_insight::write_chrome_trace_knowing_rows(
+                    &mut reader,
+                    &mut out,
+                    &rows,
+                )
+                .with_context(|| format!("cannot convert {name} to Chrome JSON"))?;
                 let stats = reader.stats();
                 truncation = truncation.or(stats.truncation.map(|t| (t, stats.events)));
                 let polls = if s.poll_spans > 0 {

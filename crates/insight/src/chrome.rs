@@ -589,6 +589,33 @@ struct Open {
 struct RowJson {
     head: Vec<u8>,
     keys: Vec<Vec<u8>>,
+    /// The row's events are begins that nothing in the trace can end ([`Ends`]).
+    endless_begins: bool,
+}
+
+/// The (provider, base name) of every end the trace's metadata rows define: a begin whose
+/// pair is not among them can never end, whatever follows it.
+struct Ends(std::collections::HashSet<(String, String)>);
+
+impl Ends {
+    fn of(rows: &[EventMetadata]) -> Ends {
+        let ends = rows.iter().filter_map(|md| {
+            let base = match intervals::pair_rule(&md.provider, &md.display_name) {
+                Some((rule, false)) => rule.name,
+                Some((_, true)) => return None,
+                None if intervals::opcode(md) == 2 => intervals::base_name(&md.display_name, 2),
+                None => return None,
+            };
+            Some((md.provider.clone(), base.to_owned()))
+        });
+        Ends(ends.collect())
+    }
+
+    /// Whether the begins of `md`, held as bytes ([`RawBegin`]), can never end.
+    fn never_end(&self, md: &EventMetadata) -> bool {
+        let base = intervals::base_name(&md.display_name, 1);
+        !self.0.contains(&(md.provider.clone(), base.to_owned()))
+    }
 }
 
 impl RowJson {
@@ -605,7 +632,11 @@ impl RowJson {
                 key
             })
             .collect();
-        RowJson { head, keys }
+        RowJson {
+            head,
+            keys,
+            endless_begins: false,
+        }
     }
 }
 
@@ -887,6 +918,8 @@ struct Converter<W: Write> {
     plain_rows: HashMap<(u32, usize), Option<usize>, FastHash>,
     /// The JSON every plain instant of a row starts with, and its fields' keys.
     plain_json: Vec<RowJson>,
+    /// The ends the trace defines, when told its rows up front.
+    ends: Option<Ends>,
     /// [`Converter::raw_begin`]'s answer by shared row.
     raw_begins: HashMap<usize, Option<RawBegin>, FastHash>,
     thread_names: HashMap<(u64, u64), String>,
@@ -917,6 +950,7 @@ impl<W: Write> Converter<W> {
             live_spans: HashMap::new(),
             plain_rows: HashMap::default(),
             plain_json: Vec::new(),
+            ends: None,
             raw_begins: HashMap::default(),
             thread_names: HashMap::new(),
             process_names: HashMap::new(),
@@ -1312,6 +1346,7 @@ impl<W: Write> Converter<W> {
         }
         self.summary.instants += 1;
         let row = &self.plain_json[row];
+        self.summary.unmatched_starts += u64::from(row.endless_begins);
         let w = &mut self.w;
         w.separator();
         let buf = &mut w.buf;
@@ -1340,8 +1375,14 @@ impl<W: Write> Converter<W> {
         if let Some(&plain) = self.plain_rows.get(&key) {
             return plain;
         }
-        let plain = Self::plain_row(md).then(|| {
-            self.plain_json.push(RowJson::of(md));
+        // A begin that can never end is an instant from the start.
+        let endless = self.ends.as_ref().is_some_and(|ends| {
+            RawBegin::of(md, &mut self.interval_names).is_some() && ends.never_end(md)
+        });
+        let plain = (Self::plain_row(md) || endless).then(|| {
+            let mut row = RowJson::of(md);
+            row.endless_begins = endless;
+            self.plain_json.push(row);
             self.plain_json.len() - 1
         });
         self.plain_rows.insert(key, plain);
@@ -1654,8 +1695,32 @@ pub fn write_chrome_trace<I: Input, W: Write>(
     reader: &mut TraceReader<I>,
     w: W,
 ) -> Result<ChromeSummary> {
+    convert(reader, w, None)
+}
+
+/// [`write_chrome_trace`], told every metadata row of the trace first
+/// ([`nettrace::scan_metadata`] of a trace in memory): a begin that no row of the trace can
+/// end is then written as an instant at once, where it would otherwise be held until given
+/// up. The same events, in another order in the array.
+///
+/// # Errors
+/// As [`write_chrome_trace`].
+pub fn write_chrome_trace_knowing_rows<I: Input, W: Write>(
+    reader: &mut TraceReader<I>,
+    w: W,
+    rows: &[EventMetadata],
+) -> Result<ChromeSummary> {
+    convert(reader, w, Some(Ends::of(rows)))
+}
+
+fn convert<I: Input, W: Write>(
+    reader: &mut TraceReader<I>,
+    w: W,
+    ends: Option<Ends>,
+) -> Result<ChromeSummary> {
     let trace = reader.trace().clone();
     let mut conv = Converter::new(w, &trace)?;
+    conv.ends = ends;
     let mut held = HeldInOrder::default();
     let mut sequence_points = reader.stats().sequence_points;
     let error = loop {

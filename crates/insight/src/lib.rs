@@ -58,7 +58,7 @@ pub use async_trace::{read_async_trace, AsyncTrace, AsyncTraceBuilder};
 pub use builder::{
     build_profile, BuiltProfile, ProfileBuilder, SampleSelection, EXTERNAL_CODE_FRAME,
 };
-pub use chrome::{write_chrome_trace, ChromeSummary};
+pub use chrome::{write_chrome_trace, write_chrome_trace_knowing_rows, ChromeSummary};
 pub use error::{Error, Result};
 pub use flamegraph::{collapsed_stacks, write_collapsed, write_flamegraph, Grouping};
 pub use pprof::{build_pprof, write_pprof, write_pprof_with, PprofOptions};

@@ -9,12 +9,15 @@ mod common;
 use std::collections::BTreeMap;
 
 use eventpipe_insight::chrome::MAX_OPEN_PER_KEY;
-use eventpipe_insight::{write_chrome_trace, ChromeSummary, Error};
+use eventpipe_insight::{
+    write_chrome_trace, write_chrome_trace_knowing_rows, ChromeSummary, Error,
+};
 use eventpipe_test_support::trace::{
     async_buffer, async_frame, async_profiler_metadata, async_profiler_rows, md, utf16,
     MetadataExt, TraceBuilder,
 };
-use nettrace::{EventMetadata, FieldType, FormatVersion, TraceReader};
+use nettrace::write::{EventBlockBuilder, TraceWriter};
+use nettrace::{EventHeader, EventMetadata, FieldType, FormatVersion, TraceInfo, TraceReader};
 use serde_json::{json, Value};
 
 const PID: u64 = 4242;
@@ -333,6 +336,90 @@ fn endless_starts_held_as_bytes_keep_their_fields() {
         assert_eq!(instant["ts"], json!(i as f64), "given up in time order");
         assert_eq!(instant["args"], json!({"Url": url(i)}));
     }
+}
+
+fn convert_knowing_rows(bytes: &[u8]) -> (Value, ChromeSummary) {
+    let mut reader = TraceReader::from_slice(bytes).unwrap();
+    let mut out = Vec::new();
+    let rows = nettrace::scan_metadata(bytes);
+    let summary = write_chrome_trace_knowing_rows(&mut reader, &mut out, &rows).unwrap();
+    (serde_json::from_slice(&out).expect("valid JSON"), summary)
+}
+
+/// A V5 trace written in two parts, each a metadata block and then an event block:
+/// `RequestStart` defined and written first, `RequestStop` (when `stop`) only after.
+fn starts_then_a_late_stop(starts: usize, stop: bool) -> Vec<u8> {
+    let rows = metadata();
+    let row = |id: u32| rows.iter().find(|r| r.metadata_id == id).unwrap().clone();
+    let mut w = TraceWriter::new(Vec::new(), &TraceInfo::new(FormatVersion::V5, 8)).unwrap();
+    let header = |id: u32, seq: usize| EventHeader {
+        metadata_id: id,
+        sequence_number: seq as u32,
+        thread: 1,
+        capture_thread: 1,
+        timestamp: seq as i64 * 1000,
+        ..EventHeader::default()
+    };
+    w.write_metadata_block(&[row(REQUEST_START), row(TICK)])
+        .unwrap();
+    let mut block = EventBlockBuilder::new(FormatVersion::V5);
+    for i in 0..starts {
+        block.push(
+            &header(REQUEST_START, i + 1),
+            &utf16(&format!("/orders/{i}")),
+        );
+    }
+    block.push(&header(TICK, starts + 1), &7u32.to_le_bytes());
+    w.write_event_block(&mut block).unwrap();
+    if stop {
+        w.write_metadata_block(&[row(REQUEST_STOP)]).unwrap();
+        let mut block = EventBlockBuilder::new(FormatVersion::V5);
+        block.push(&header(REQUEST_STOP, starts + 2), &200u32.to_le_bytes());
+        w.write_event_block(&mut block).unwrap();
+    }
+    w.finish().unwrap()
+}
+
+/// Told the trace's rows up front, the converter writes a begin that nothing in the trace
+/// can end as an instant at once: the same events as holding it, each with its fields,
+/// counted as unmatched. A Stop defined only later in the file still ends its Start.
+#[test]
+fn begins_nothing_can_end_are_instants_at_once_and_a_late_end_still_pairs() {
+    let starts = 10;
+    let (doc, summary) = convert_knowing_rows(&starts_then_a_late_stop(starts, false));
+    let instants = of_phase(&doc, "I");
+    assert_eq!(instants.len(), starts + 1);
+    assert_eq!(summary.unmatched_starts, starts as u64);
+    // Written as read, before the Tick that follows them (held, they would come at the end).
+    assert_eq!(instants[starts]["name"], "Test/Tick", "{doc:#}");
+    let mut urls: Vec<&str> = instants[..starts]
+        .iter()
+        .map(|e| e["args"]["Url"].as_str().unwrap())
+        .collect();
+    urls.sort_unstable();
+    let mut expected: Vec<String> = (0..starts).map(|i| format!("/orders/{i}")).collect();
+    expected.sort_unstable();
+    assert_eq!(urls, expected);
+    // The same events as the converter that holds them until the end gives them up.
+    let (held, held_summary) = convert(&starts_then_a_late_stop(starts, false));
+    let sorted = |doc: &Value| {
+        let mut events: Vec<String> = doc["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(Value::to_string)
+            .collect();
+        events.sort();
+        events
+    };
+    assert_eq!(sorted(&doc), sorted(&held));
+    assert_eq!(summary, held_summary);
+
+    let (doc, summary) = convert_knowing_rows(&starts_then_a_late_stop(starts, true));
+    let xs = of_phase(&doc, "X");
+    assert_eq!(xs.len(), 1, "the late Stop ends the newest Start");
+    assert_eq!(xs[0]["args"], json!({"Url": "/orders/9", "Status": 200}));
+    assert_eq!(summary.unmatched_starts, starts as u64 - 1);
 }
 
 #[test]

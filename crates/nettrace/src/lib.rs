@@ -56,6 +56,6 @@ pub use model::{
     SystemTime, ThreadInfo, TraceInfo,
 };
 pub use payload::{ArrayIter, ArrayRef, ObjectFields, ObjectRef, Utf16Str, Value, ValueRef};
-pub use reader::{Event, EventRef, OwnedEvent, ReadStats, TraceReader, Truncation};
+pub use reader::{scan_metadata, Event, EventRef, OwnedEvent, ReadStats, TraceReader, Truncation};
 pub use sorted::{check_sorted_order, OrderCheck, SortedReader, TimeOrder};
 pub use time::format_unix_nanos;

@@ -959,33 +959,8 @@ impl<I: Input> TraceReader<I> {
     }
 
     fn read_metadata_block(&mut self, offset: u64) -> Result<()> {
-        let v6 = self.trace().version == FormatVersion::V6;
-        let data = self.blocks.input().block();
-        let mut c = Cursor::new(data, offset);
-        let mut rows = Vec::new();
-        let mut saw_tags = false;
-        if v6 {
-            let header = usize::from(c.u16("metadata block header size")?);
-            c.skip(header, "metadata block header")?;
-            while !c.is_empty() {
-                let size = usize::from(c.u16("metadata row size")?);
-                let mut row = c.sub(size, "metadata row")?;
-                rows.push(metadata::parse_v6(&mut row)?);
-            }
-        } else {
-            let (compressed, pos) = read_block_header(&mut c)?;
-            let mut decoder = HeaderDecoder::new(compressed, false);
-            let mut c = Cursor::new(data, offset);
-            c.skip(pos, "metadata block header")?;
-            while !c.is_empty() {
-                let payload_size = decoder.decode(&mut c)?.payload_size;
-                let mut body = c.sub(payload_size as usize, "metadata payload")?;
-                decoder.finish_event(&mut c)?;
-                let (md, tags) = metadata::parse_v5(&mut body)?;
-                saw_tags |= tags;
-                rows.push(md);
-            }
-        }
+        let (rows, saw_tags) =
+            parse_metadata_block(self.blocks.input().block(), offset, self.trace().version)?;
         if saw_tags && self.trace().version == FormatVersion::V4 {
             self.blocks.trace_mut().version = FormatVersion::V5;
         }
@@ -1188,6 +1163,66 @@ fn metadata_id_zero(offset: u64) -> Error {
 
 /// Reads an event or metadata block header; returns whether events are compressed and the
 /// block-relative position of the first event.
+/// The rows of the metadata block at `offset` of `data`, and whether a V5 metadata tag was
+/// seen (which makes a trace that says V4 a V5 one).
+fn parse_metadata_block(
+    data: &[u8],
+    offset: u64,
+    version: FormatVersion,
+) -> Result<(Vec<EventMetadata>, bool)> {
+    let mut c = Cursor::new(data, offset);
+    let mut rows = Vec::new();
+    let mut saw_tags = false;
+    if version == FormatVersion::V6 {
+        let header = usize::from(c.u16("metadata block header size")?);
+        c.skip(header, "metadata block header")?;
+        while !c.is_empty() {
+            let size = usize::from(c.u16("metadata row size")?);
+            let mut row = c.sub(size, "metadata row")?;
+            rows.push(metadata::parse_v6(&mut row)?);
+        }
+    } else {
+        let (compressed, pos) = read_block_header(&mut c)?;
+        let mut decoder = HeaderDecoder::new(compressed, false);
+        let mut c = Cursor::new(data, offset);
+        c.skip(pos, "metadata block header")?;
+        while !c.is_empty() {
+            let payload_size = decoder.decode(&mut c)?.payload_size;
+            let mut body = c.sub(payload_size as usize, "metadata payload")?;
+            decoder.finish_event(&mut c)?;
+            let (md, tags) = metadata::parse_v5(&mut body)?;
+            saw_tags |= tags;
+            rows.push(md);
+        }
+    }
+    Ok((rows, saw_tags))
+}
+
+/// Every metadata row the trace in `data` defines, in file order, named as the reader names
+/// them, read block by block without decoding a single event: for a consumer that must know
+/// the whole trace's kinds of event before its first one (which begins can ever end). A
+/// trace that stops being readable gives the rows before that point.
+pub fn scan_metadata(data: &[u8]) -> Vec<EventMetadata> {
+    let mut rows = Vec::new();
+    let Ok(mut blocks) = BlockReader::new(SliceInput::new(data)) else {
+        return rows;
+    };
+    let version = blocks.trace().version;
+    while let Ok(Some(block)) = blocks.next_block() {
+        if block.kind != BlockKind::Metadata {
+            continue;
+        }
+        match parse_metadata_block(blocks.input().block(), block.offset, version) {
+            Ok((found, _)) => rows.extend(found.into_iter().map(|mut md| {
+                metadata::resolve_names(&mut md);
+                md
+            })),
+            Err(_) => break,
+        }
+    }
+    rows
+}
+
 fn read_block_header(c: &mut Cursor<'_>) -> Result<(bool, usize)> {
     let at = c.offset();
     let header_size = usize::from(c.u16("block header size")?);
