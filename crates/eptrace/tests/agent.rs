@@ -37,11 +37,33 @@ fn demo_path() -> PathBuf {
         .clone()
 }
 
-fn scratch(tag: &str) -> PathBuf {
+/// A test's own folder, emptied when made and removed when dropped.
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch(tag: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("eptrace-agent-test-{}-{tag}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
 }
 
 /// The Rust target: publishes `Demo/fixed-gauge` = 42.5 MB, tracks its heap; `spin`
@@ -156,6 +178,9 @@ impl Drop for Agent {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // Killed, the agent cannot remove its staging folder itself (a stop does).
+        let staging = std::env::temp_dir().join(format!("eptrace-agent-{}", self.child.id()));
+        let _ = std::fs::remove_dir_all(staging);
     }
 }
 

@@ -85,8 +85,16 @@ impl Program {
 
 impl Drop for Program {
     fn drop(&mut self) {
+        use eventpipe_ipc::transport;
+        // Read while the process (or its zombie) still exists.
+        let key = transport::start_time(self.child.id());
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // SIGKILL runs no exit handler: the diagnostics socket is left behind.
+        if let Some(key) = key {
+            let dir = transport::socket_dir();
+            let _ = std::fs::remove_file(transport::socket_path(&dir, self.child.id(), key));
+        }
     }
 }
 
