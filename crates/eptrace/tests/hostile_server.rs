@@ -90,7 +90,10 @@ fn collect(extra: &[&str]) -> (Output, Duration) {
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    (output, began.elapsed())
+    let took = began.elapsed();
+    // What a failed collection leaves of its file is not looked at.
+    let _ = std::fs::remove_file(&out);
+    (output, took)
 }
 
 fn stderr(o: &Output) -> String {
