@@ -172,15 +172,38 @@ impl BufferManager {
         thread: &ThreadSessionState,
         size: usize,
         seq: u32,
+        wake_drain: impl FnMut(),
+    ) -> Result<Arc<Buffer>, NoBuffer> {
+        self.acquire_buffer_at_least(thread, size, size, seq, wake_drain)
+    }
+
+    /// [`BufferManager::acquire_buffer`], content with a smaller buffer, down to `least`
+    /// bytes (a power of two, at most `wanted`), when only that much of the budget is left:
+    /// the budget is used up before a record is lost (Drop mode) or a writer waits (Block
+    /// mode).
+    pub fn acquire_buffer_at_least(
+        &self,
+        thread: &ThreadSessionState,
+        wanted: usize,
+        least: usize,
+        seq: u32,
         mut wake_drain: impl FnMut(),
     ) -> Result<Arc<Buffer>, NoBuffer> {
+        let least = least.min(wanted);
         let mut m = lock(&self.state);
         loop {
             if m.aborted || !m.threads.contains(thread.index) {
                 return Err(NoBuffer::SessionEnded);
             }
-            let fits_budget = size <= self.budget;
-            if fits_budget && m.used + size <= self.budget {
+            let fits_budget = least <= self.budget;
+            // The largest power of two left of the budget, when the size wanted is not.
+            let left = self.budget.saturating_sub(m.used);
+            let size = if wanted <= left || left == 0 {
+                wanted
+            } else {
+                wanted.min(1 << left.ilog2())
+            };
+            if fits_budget && size >= least && m.used + size <= self.budget {
                 // A reused spare leaves in use and spare together as they were: within the
                 // budget.
                 let buffer = match m.spare.take(size) {

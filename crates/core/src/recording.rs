@@ -123,9 +123,10 @@ impl SessionShared {
         seq: u32,
     ) -> Result<Arc<Buffer>, NoBuffer> {
         let grown = (FIRST_BUFFER << acquired_before.min(16)).min(self.buffer_size);
-        let size = grown.max(min_len.next_power_of_two());
+        let least = min_len.next_power_of_two().max(FIRST_BUFFER);
+        let size = grown.max(least);
         self.manager
-            .acquire_buffer(thread, size, seq, || self.wake_drain())
+            .acquire_buffer_at_least(thread, size, least, seq, || self.wake_drain())
     }
 }
 

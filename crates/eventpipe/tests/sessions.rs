@@ -374,6 +374,47 @@ fn drop_mode_counts_every_loss_and_the_trace_agrees() {
     );
 }
 
+static FILLING: Provider = Provider::new("Test-Drop-Fill");
+define_event! { static FILL = FILLING { id: 1, name: "Fill", level: Level::Informational, keywords: 0 } (n: u64, pad: &[u8]); }
+
+/// Drop mode loses events only once the budget is full: a thread whose next buffer would
+/// be larger than what is left takes a smaller one that still holds its record. With the
+/// output stalled (no buffer comes back), one thread's buffers grow 4, 8, 16, 32 KiB, then
+/// 64 KiB each (a 1 MiB budget's buffer size) up to 1020 KiB: the last 4 KiB are taken too.
+#[test]
+fn drop_mode_fills_the_whole_budget_before_it_drops() {
+    const BUDGET: usize = 1 << 20;
+    let open = Arc::new(AtomicBool::new(true));
+    let config = SessionConfig::new(
+        vec![ProviderConfig::new("Test-Drop-Fill")],
+        Output::Stream(Box::new(Gate(Arc::clone(&open), std::io::sink()))),
+    )
+    .buffer_budget(BUDGET)
+    .flush_interval(Duration::from_secs(3600));
+    let session = Session::start(config).unwrap();
+    // Closed once the trace's header is out.
+    open.store(false, Ordering::Release);
+    let pad = [0u8; 200];
+    let issued = 10_000u64;
+    std::thread::spawn(move || (0..issued).for_each(|i| write_event!(FILL, i, &pad[..])))
+        .join()
+        .unwrap();
+    let full = session.stats();
+    // Opened before any assertion: a failing one would otherwise stop the session with
+    // its drain stuck on the closed output.
+    open.store(true, Ordering::Release);
+    let stats = session.stop().unwrap();
+    assert_eq!(
+        full.buffer_bytes, BUDGET,
+        "the whole budget in use: {full:?}"
+    );
+    assert!(
+        stats.events_dropped > 0,
+        "2.4 MB cannot fit in 1 MiB: {stats:?}"
+    );
+    assert_eq!(stats.events_written + stats.events_dropped, issued);
+}
+
 static RECLAIMED: Provider = Provider::new("Test-Drop-Reclaimed");
 define_event! { static LAST_WORDS = RECLAIMED { id: 1, name: "LastWords", level: Level::Informational, keywords: 0 } (n: u64, pad: &[u8]); }
 
