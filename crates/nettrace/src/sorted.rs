@@ -49,6 +49,14 @@ impl<I: Input> SortedReader<I> {
         self.peak_pending
     }
 
+    /// Moves the events stamped at or before `bound` (all when `None`) to the ready queue.
+    /// A sorted reader lives as long as its source and may see one large burst: it keeps
+    /// no memory for the next release beyond what it holds.
+    fn release(&mut self, bound: Option<i64>) {
+        self.ready.extend(self.pending.release(bound));
+        self.pending.shrink();
+    }
+
     /// The next event in timestamp order.
     pub fn next_event(&mut self) -> Result<Option<Event<'_>>> {
         loop {
@@ -69,14 +77,14 @@ impl<I: Input> SortedReader<I> {
                     let (timestamp, sorted) = (owned.header.timestamp, owned.header.is_sorted);
                     self.pending.hold(timestamp, owned);
                     if sorted {
-                        self.ready.extend(self.pending.release(Some(timestamp)));
+                        self.release(Some(timestamp));
                     } else {
                         self.peak_pending = self.peak_pending.max(self.pending.len());
                     }
                 }
-                Step::SequencePoint => self.ready.extend(self.pending.release(None)),
+                Step::SequencePoint => self.release(None),
                 Step::End => {
-                    self.ready.extend(self.pending.release(None));
+                    self.release(None);
                     if self.ready.is_empty() {
                         self.current = None;
                         return Ok(None);
@@ -141,6 +149,17 @@ impl<T> TimeOrder<T> {
         // Stable: ties keep the order they were held in.
         self.ready.sort_by_key(|&(timestamp, _)| timestamp);
         self.ready.drain(..).map(|(_, item)| item)
+    }
+
+    /// Gives back the memory kept for the next releases (all of it once nothing is held):
+    /// for a holder that lives long and holds little between bursts, whose kept memory
+    /// would otherwise stay at its largest burst's.
+    pub fn shrink(&mut self) {
+        self.ready = Vec::new();
+        self.spare = Vec::new();
+        if self.pending.is_empty() {
+            self.pending = Vec::new();
+        }
     }
 
     /// How many items are held.
@@ -320,6 +339,9 @@ mod time_order_tests {
         held.hold(25, "b3");
         // An iterator dropped early drops what it did not give.
         assert_eq!(held.release(Some(30)).next(), Some("b3"));
+        assert_eq!(held.len(), 1);
+        // Giving back the kept memory keeps what is held.
+        held.shrink();
         assert_eq!(held.len(), 1);
         assert_eq!(released(&mut held, None), ["d"]);
         assert!(held.is_empty());
