@@ -42,8 +42,6 @@ pub(crate) enum Target {
         port: ReversePort,
         next: Option<eventpipe_ipc::Connection>,
         pid: u32,
-        /// Its start time, the key of the diagnostics socket it may listen on.
-        key: Option<u64>,
     },
 }
 
@@ -146,38 +144,26 @@ impl Target {
         }
     }
 
-    /// Ends a launched program that is still running: SIGINT, then SIGKILL after 5 s. Its
-    /// diagnostics socket goes with it: a Rust program ended by a signal runs no exit
-    /// handler to remove it (a .NET one does).
+    /// Ends a launched program that is still running: SIGINT, then SIGKILL after 5 s.
     pub(crate) fn finish(&mut self) -> Option<std::process::ExitStatus> {
-        let Target::Launched { child, key, .. } = self else {
+        let Target::Launched { child, .. } = self else {
             return None;
         };
-        let status = end_child(child);
-        if let Some(key) = *key {
-            let socket = transport::socket_path(&transport::socket_dir(), child.id(), key);
-            let _ = std::fs::remove_file(socket);
-        }
-        status
-    }
-}
-
-/// SIGINT to a launched program still running, then SIGKILL after 5 s; its exit status.
-fn end_child(child: &mut Child) -> Option<std::process::ExitStatus> {
-    if let Ok(Some(status)) = child.try_wait() {
-        return Some(status);
-    }
-    // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
         if let Ok(Some(status)) = child.try_wait() {
             return Some(status);
         }
-        std::thread::sleep(Duration::from_millis(20));
+        // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        child.wait().ok()
     }
-    let _ = child.kill();
-    child.wait().ok()
 }
 
 /// The kernel keeps a process's name (`comm`) to 15 bytes: a name that long which begins
@@ -249,8 +235,6 @@ fn launch(argv: &[OsString]) -> Result<Target> {
         .process_group(0)
         .spawn()
         .with_context(|| format!("starting {}", program.to_string_lossy()))?;
-    // Read while it surely runs: once it has exited and been reaped, nothing tells it.
-    let key = transport::start_time(child.id());
     let deadline = Instant::now() + CONNECT_TIMEOUT;
     // Wait for the first connection, noticing if the program dies first.
     loop {
@@ -268,7 +252,6 @@ fn launch(argv: &[OsString]) -> Result<Target> {
                     port,
                     next: Some(conn),
                     pid,
-                    key,
                 });
             }
             // Nobody yet: look again.
