@@ -27,7 +27,7 @@ use eventpipe_ipc::command::CollectTracing;
 use eventpipe_ipc::ProviderRequest;
 
 use crate::collect::Target;
-use crate::numbers::{plural, signed, thousands};
+use crate::numbers::{signed, thousands};
 use crate::stream_file::{CollectConfig, ConvertConfig, DiffConfig, ReportConfig, SessionReader};
 
 /// How long the type-table flush may take before the dump goes ahead anyway.
@@ -441,20 +441,13 @@ pub(crate) fn do_diff(config: &DiffConfig) -> Result<()> {
             row.name
         )?;
     }
-    if changed.len() > config.top {
-        writeln!(
-            out,
-            "  ... and {} more changed types (--top N)",
-            changed.len() - config.top
-        )?;
-    }
-    if !unchanged.is_empty() {
-        writeln!(
-            out,
-            "  {} unchanged, not listed",
-            plural(unchanged.len(), "type")
-        )?;
-    }
+    crate::stream_file::write_diff_tail(
+        &mut out,
+        changed.len(),
+        unchanged.len(),
+        config.top,
+        "type",
+    )?;
     Ok(())
 }
 

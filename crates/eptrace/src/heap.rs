@@ -22,7 +22,7 @@ use eventpipe_ipc::command::CollectTracing;
 use eventpipe_ipc::ProviderRequest;
 
 use crate::collect::Target;
-use crate::numbers::{plural, signed, thousands};
+use crate::numbers::{signed, thousands};
 use crate::stream_file::{CollectConfig, ConvertConfig, DiffConfig, ReportConfig, SessionReader};
 
 /// What a program needs for `eptrace heap`, said when it does not answer.
@@ -288,20 +288,13 @@ pub(crate) fn do_diff(config: &DiffConfig) -> Result<()> {
             row.site.label()
         )?;
     }
-    if changed.len() > config.top {
-        writeln!(
-            out,
-            "  ... and {} more changed sites (--top N)",
-            changed.len() - config.top
-        )?;
-    }
-    if !unchanged.is_empty() {
-        writeln!(
-            out,
-            "  {} unchanged, not listed",
-            plural(unchanged.len(), "site")
-        )?;
-    }
+    crate::stream_file::write_diff_tail(
+        &mut out,
+        changed.len(),
+        unchanged.len(),
+        config.top,
+        "site",
+    )?;
     Ok(())
 }
 

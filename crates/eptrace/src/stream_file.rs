@@ -296,3 +296,29 @@ pub(crate) fn read_file(
     }
     Ok(reader.stats().lost_events)
 }
+
+/// The lines under a snapshot diff's table: how many more changed rows `--top` left out,
+/// and how many rows did not change (`thing`: what a row is, singular).
+pub(crate) fn write_diff_tail(
+    out: &mut impl Write,
+    changed: usize,
+    unchanged: usize,
+    top: usize,
+    thing: &str,
+) -> std::io::Result<()> {
+    if changed > top {
+        writeln!(
+            out,
+            "  ... and {} more changed {thing}s (--top N)",
+            changed - top
+        )?;
+    }
+    if unchanged > 0 {
+        writeln!(
+            out,
+            "  {} unchanged, not listed",
+            crate::numbers::plural(unchanged, thing)
+        )?;
+    }
+    Ok(())
+}

@@ -584,6 +584,22 @@ struct Open {
     args: StartArgs,
 }
 
+/// An event of `row` with payload `bytes` and nothing else: how a payload held as bytes
+/// ([`StartArgs::Raw`]) is decoded.
+fn held_payload<'a>(trace: &'a TraceInfo, row: &'a EventMetadata, bytes: &'a [u8]) -> Event<'a> {
+    Event {
+        header: EventHeader::default(),
+        metadata: row,
+        payload: bytes,
+        stack: None,
+        thread: None,
+        capture_thread: None,
+        labels: None,
+        offset: Default::default(),
+        trace,
+    }
+}
+
 /// What every plain instant of a metadata row starts with, `{"name":"Provider/Event"`, and
 /// its top-level fields' keys, `"Field":`, in order: written once a row, copied per event.
 struct RowJson {
@@ -1153,17 +1169,7 @@ impl<W: Write> Converter<W> {
         bytes: &[u8],
     ) -> Result<()> {
         self.summary.instants += 1;
-        let event = Event {
-            header: EventHeader::default(),
-            metadata: row,
-            payload: bytes,
-            stack: None,
-            thread: None,
-            capture_thread: None,
-            labels: None,
-            offset: Default::default(),
-            trace: &self.trace,
-        };
+        let event = held_payload(&self.trace, row, bytes);
         let w = &mut self.w;
         w.separator();
         let buf = &mut w.buf;
@@ -1179,17 +1185,7 @@ impl<W: Write> Converter<W> {
 
     /// A held payload's bytes, decoded.
     fn decode_raw(&mut self, row: &EventMetadata, bytes: &[u8]) -> Payload<FieldName> {
-        let event = Event {
-            header: EventHeader::default(),
-            metadata: row,
-            payload: bytes,
-            stack: None,
-            thread: None,
-            capture_thread: None,
-            labels: None,
-            offset: Default::default(),
-            trace: &self.trace,
-        };
+        let event = held_payload(&self.trace, row, bytes);
         let payload = match event.decode_payload() {
             Ok(fields) => Payload::Fields(fields),
             Err(e) => Payload::Error(e.to_string()),
