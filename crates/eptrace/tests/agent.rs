@@ -980,6 +980,42 @@ fn sigterm_finishes_a_running_trace_and_leaves_a_whole_file() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn a_target_that_exits_and_a_clean_stop_are_not_broken_streams() {
+    let _one = serial();
+    let dir = scratch("clean-ends");
+    let agent = Agent::start(&dir, "[metrics]\ninterval_seconds = 1\n");
+    // Killed while its counters stream runs (mid-block, as an exit cuts it): the agent
+    // says the process is gone, not that a stream broke.
+    let mut killed = start_demo();
+    agent.wait_for_process(killed.pid);
+    std::thread::sleep(Duration::from_secs(2));
+    let _ = killed.child.kill();
+    let _ = killed.child.wait();
+    wait_for("the agent to see the process gone", 30, || {
+        agent
+            .logged(&format!("process {} is gone", killed.pid))
+            .then_some(())
+    });
+    // A target still running when the agent stops on SIGINT.
+    let running = start_demo();
+    agent.wait_for_process(running.pid);
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
+    unsafe { libc::kill(agent.child.id() as i32, libc::SIGINT) };
+    wait_for("the agent to stop", 30, || {
+        agent.logged("stopped").then_some(())
+    });
+    let lines = agent.log.lock().unwrap().clone();
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.contains("broke") || l.contains("counters of")),
+        "{lines:#?}"
+    );
+    drop(running);
+}
+
 // ---------------------------------------------------------------------------------------
 // Continuous profiling to Pyroscope
 
@@ -1235,6 +1271,10 @@ headers = {{ "X-Scope-OrgID" = "tenant-7" }}
     let raw = go_pprof(&go, cpu, &["-raw", "-symbolize=none"]);
     assert!(raw.contains("samples/count cpu/nanoseconds"), "{raw}");
     assert!(raw.contains("Period: 10000000"), "100 Hz: {raw}");
+    // Pyroscope makes a series of every string sample label: the samples carry the
+    // numeric thread id only, not a `thread` string that grows with thread ids.
+    assert!(raw.contains("thread_id:["), "{raw}");
+    assert!(!raw.contains("thread:["), "{raw}");
     let top = go_pprof(&go, cpu, &["-top", "-sample_index=cpu", "-symbolize=none"]);
     let hot = top
         .lines()
@@ -1834,12 +1874,12 @@ queue_folder = "{}"
     }
     let file = dir.join("dotnet.pb.gz");
     std::fs::write(&file, &push.body).unwrap();
-    // .NET's samples are thread time, and say so; the managed frames have their names.
+    // .NET's samples are thread time, stored as Pyroscope's own .NET profiler stores its
+    // wall time (`wall:wall:nanoseconds:cpu:nanoseconds`); the managed frames have their
+    // names.
     let raw = go_pprof(&go, &file, &["-raw", "-symbolize=none"]);
-    assert!(
-        raw.contains("samples/count thread_time/nanoseconds"),
-        "{raw}"
-    );
+    assert!(raw.contains("samples/count wall/nanoseconds"), "{raw}");
+    assert!(raw.contains("PeriodType: cpu nanoseconds"), "{raw}");
     let top = go_pprof(&go, &file, &["-top", "-symbolize=none", "-nodecount=200"]);
     assert!(
         top.contains("TestApp") || top.contains("Program.Main"),

@@ -6,10 +6,25 @@
 //! CPU time; .NET's sample profiler: `wall`, thread time, since its samples stand for
 //! waiting too) and allocations (`memory`, bytes allocated, when the program installed
 //! the profiled allocator). A period with no samples of a kind yields no profile of it.
+//!
+//! The profiles are made for Pyroscope's series model:
+//!
+//! * Pyroscope makes every string sample label a series label
+//!   (`pkg/model/pprofsplit/pprof_split.go`, `addSampleLabelsToLabelsBuilder`; numeric
+//!   labels are skipped), so a label whose values grow with thread ids mints series until
+//!   the tenant's limit (5,000 by default) refuses everything. [`Period::thread_labels`]
+//!   says what the samples carry: by default the numeric `thread_id` alone.
+//! * .NET thread time is the sample type `wall` in nanoseconds with the period type
+//!   `cpu`/`nanoseconds`, as Pyroscope's own .NET profiler writes it
+//!   (grafana/pyroscope-dotnet, `SampleValueTypeProvider.cpp`, `PprofBuilder.cpp`): over
+//!   push the profile type is `wall:wall:nanoseconds:cpu:nanoseconds`, and over `/ingest`,
+//!   where the server names a profile from its sample types and takes `wall` first
+//!   (`pkg/og/convert/pprof/profile.go`, `metricName`), the same.
 
 use std::io::Write;
 
-use eventpipe_insight::{BinaryCache, ProfileBuilder, SampleSelection, SampleUnit};
+use eventpipe_insight::pprof::proto;
+use eventpipe_insight::{BinaryCache, ProfileBuilder, SampleSelection, SampleUnit, ThreadLabels};
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use nettrace::TraceReader;
@@ -46,6 +61,10 @@ pub struct Period {
     pub sample_rate: u32,
     /// The target is a .NET process: its sample profiler's samples are thread time.
     pub dotnet: bool,
+    /// The string label naming each sample's thread ([`ThreadLabels::None`] for a backend
+    /// that makes a series of every string label; `NameOnly` for a per-thread-name view
+    /// at one series per distinct name).
+    pub thread_labels: ThreadLabels,
 }
 
 /// The profiles of one period's trace, each with the build ids it names, and notes on
@@ -106,8 +125,12 @@ pub fn period_profiles(
         notes.extend(built.notes.iter().cloned());
         let options = eventpipe_insight::PprofOptions {
             trace_start_unix_nanos: start,
+            thread_labels: period.thread_labels,
         };
         let mut message = eventpipe_insight::build_pprof(profile, &options)?;
+        if profile.unit == SampleUnit::ThreadTime {
+            as_wall(&mut message);
+        }
         // The profile covers the period, not just from its first sample to its last.
         message.time_nanos = i64::try_from(period.from_unix_nanos).unwrap_or(0);
         message.duration_nanos =
@@ -133,4 +156,34 @@ pub fn period_profiles(
     notes.sort();
     notes.dedup();
     Ok((profiles, notes))
+}
+
+/// Names a thread-time profile's time `wall` and its period type `cpu`/`nanoseconds`, as
+/// Pyroscope's .NET profiler does, so Grafana shows it as the standard wall profile type.
+fn as_wall(message: &mut proto::Profile) {
+    let intern = |message: &mut proto::Profile, text: &str| -> i64 {
+        match message.string_table.iter().position(|s| s == text) {
+            Some(i) => i as i64,
+            None => {
+                message.string_table.push(text.to_owned());
+                message.string_table.len() as i64 - 1
+            }
+        }
+    };
+    let wall = intern(message, "wall");
+    let cpu = intern(message, "cpu");
+    let nanoseconds = intern(message, "nanoseconds");
+    for ty in &mut message.sample_type {
+        if message.string_table[ty.r#type as usize] == "thread_time" {
+            ty.r#type = wall;
+        }
+    }
+    message.default_sample_type = wall;
+    message.period_type = Some(proto::ValueType {
+        r#type: cpu,
+        unit: nanoseconds,
+    });
+    if message.period <= 0 {
+        message.period = 1;
+    }
 }

@@ -10,8 +10,15 @@
 //!   (within the same bound). Any other status ≥ 300 is the backend refusing that
 //!   request for good: it is dropped, counted as rejected, and its status and the start
 //!   of the answer are logged.
+//! * Delivery is **at least once**. A request whose body was sent whole but whose answer
+//!   did not come in time may have been stored: retried, it may be stored twice. Where a
+//!   second copy is worse than a gap (a profile counted twice doubles that period's
+//!   samples), [`Options::retry_unanswered`] off drops it instead, counted as unconfirmed.
+//! * A request past its [`Request::expires`] (the backend would refuse it as too old) is
+//!   dropped when it reaches the head, unsent, and counted as expired.
 //! * The log gets one line when the backend stops answering (not one per retry), one when
-//!   it answers again, and one per rejected request.
+//!   it answers again, one per rejected request, and one when requests start to expire or
+//!   go unconfirmed (not one per request).
 //! * On disk, each request is one file written to a temporary name and renamed, so a crash
 //!   leaves whole requests or none; requests left by an earlier run are sent first.
 
@@ -22,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// One HTTP POST.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +44,8 @@ pub struct Request {
     pub body: Vec<u8>,
     /// What it holds, for the log (`cpu profile of app (4242), 10:00:00-10:00:10`).
     pub what: String,
+    /// From this time on the backend would refuse it (too old): it is dropped unsent.
+    pub expires: Option<SystemTime>,
 }
 
 impl Request {
@@ -73,12 +82,17 @@ pub struct Options {
     pub max_bytes: u64,
     /// At most this many requests waiting; beyond it the oldest are dropped.
     pub max_requests: usize,
-    /// Each attempt's limit, connecting, sending and reading the answer.
+    /// The limit of each phase of an attempt: connecting, sending the request, waiting
+    /// for the answer, reading it.
     pub timeout: Duration,
     /// The first wait after a failed attempt; it doubles with each failure after it.
     pub min_backoff: Duration,
     /// The longest wait between two attempts.
     pub max_backoff: Duration,
+    /// Whether a request sent whole whose answer did not come within the timeout is sent
+    /// again (it may be stored twice) or dropped and counted as unconfirmed (it may be
+    /// lost). On by default.
+    pub retry_unanswered: bool,
 }
 
 impl Options {
@@ -92,6 +106,7 @@ impl Options {
             timeout: Duration::from_secs(10),
             min_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(60),
+            retry_unanswered: true,
         }
     }
 }
@@ -110,6 +125,11 @@ pub struct Stats {
     pub dropped: u64,
     /// Requests the backend refused for good (a status other than 408, 429, 5xx).
     pub rejected: u64,
+    /// Requests dropped unsent because they were past their expiry.
+    pub expired: u64,
+    /// Requests sent whole that got no answer in time and were not sent again
+    /// ([`Options::retry_unanswered`] off): the backend may or may not have them.
+    pub unconfirmed: u64,
     /// Requests waiting now.
     pub queued: u64,
     /// Their bytes.
@@ -178,7 +198,12 @@ struct Shared {
     retries: AtomicU64,
     dropped: AtomicU64,
     rejected: AtomicU64,
+    expired: AtomicU64,
+    unconfirmed: AtomicU64,
     failing: AtomicBool,
+    /// Whether expiring (unconfirmed) requests were logged since the last one sent.
+    said_expired: AtomicBool,
+    said_unconfirmed: AtomicBool,
     last_error: Mutex<Option<String>>,
     log: Log,
 }
@@ -234,7 +259,11 @@ impl Delivery {
             retries: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
+            expired: AtomicU64::new(0),
+            unconfirmed: AtomicU64::new(0),
             failing: AtomicBool::new(false),
+            said_expired: AtomicBool::new(false),
+            said_unconfirmed: AtomicBool::new(false),
             last_error: Mutex::new(None),
             log: Arc::new(log),
         });
@@ -302,6 +331,8 @@ impl Delivery {
             retries: s.retries.load(Ordering::Relaxed),
             dropped: s.dropped.load(Ordering::Relaxed),
             rejected: s.rejected.load(Ordering::Relaxed),
+            expired: s.expired.load(Ordering::Relaxed),
+            unconfirmed: s.unconfirmed.load(Ordering::Relaxed),
             queued,
             queued_bytes,
             failing: s.failing.load(Ordering::Relaxed),
@@ -359,6 +390,8 @@ enum Outcome {
     /// Try again, after at least this long when the backend said so.
     Later(String, Option<Duration>),
     Refused(String),
+    /// Sent whole, no answer in time, and not to be sent again.
+    Unanswered(String),
 }
 
 impl Shared {
@@ -394,8 +427,16 @@ impl Shared {
     fn run(&self) {
         // One client for the thread's life: its connections are kept alive between
         // requests, and its TLS settings are built once.
+        // A limit per phase rather than one for the whole call: a timeout then says
+        // whether the request had been sent whole (`RecvResponse`) when it struck.
+        let limit = Some(self.options.timeout);
         let client: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_global(Some(self.options.timeout))
+            .timeout_resolve(limit)
+            .timeout_connect(limit)
+            .timeout_send_request(limit)
+            .timeout_send_body(limit)
+            .timeout_recv_response(limit)
+            .timeout_recv_body(limit)
             .http_status_as_error(false)
             .build()
             .into();
@@ -430,6 +471,20 @@ impl Shared {
                     continue;
                 }
             };
+            if request.expires.is_some_and(|at| SystemTime::now() >= at) {
+                self.expired.fetch_add(1, Ordering::Relaxed);
+                if !self.said_expired.swap(true, Ordering::Relaxed) {
+                    (self.log)(&format!(
+                        "{}: {} waited past what {} takes; dropped unsent, as are the \
+                         others that expire while it is away (counted as expired)",
+                        self.options.name,
+                        request.what,
+                        host_of(&request.url)
+                    ));
+                }
+                self.pop_head_if(path.as_deref(), &request);
+                continue;
+            }
             match self.attempt(&client, &request) {
                 Outcome::Sent => {
                     self.sent.fetch_add(1, Ordering::Relaxed);
@@ -443,6 +498,22 @@ impl Shared {
                         ));
                     }
                     backoff = self.options.min_backoff;
+                    self.said_expired.store(false, Ordering::Relaxed);
+                    self.said_unconfirmed.store(false, Ordering::Relaxed);
+                    self.pop_head_if(path.as_deref(), &request);
+                }
+                Outcome::Unanswered(why) => {
+                    self.unconfirmed.fetch_add(1, Ordering::Relaxed);
+                    if !self.said_unconfirmed.swap(true, Ordering::Relaxed) {
+                        (self.log)(&format!(
+                            "{}: {} did not answer for {} ({why}); not sent again, since it \
+                             may have stored it (counted as unconfirmed)",
+                            self.options.name,
+                            host_of(&request.url),
+                            request.what
+                        ));
+                    }
+                    *lock(&self.last_error) = Some(why);
                     self.pop_head_if(path.as_deref(), &request);
                 }
                 Outcome::Refused(why) => {
@@ -516,6 +587,14 @@ impl Shared {
             call = call.header(k, v);
         }
         match call.send(&request.body[..]) {
+            Err(ureq::Error::Timeout(ureq::Timeout::RecvResponse))
+                if !self.options.retry_unanswered =>
+            {
+                Outcome::Unanswered(format!(
+                    "no answer within {:?} of sending",
+                    self.options.timeout
+                ))
+            }
             Err(e) => Outcome::Later(e.to_string(), None),
             Ok(mut answer) => {
                 let status = answer.status().as_u16();
@@ -564,7 +643,9 @@ fn host_of(url: &str) -> String {
     }
 }
 
-const MAGIC: &[u8; 8] = b"EPXREQ1\n";
+/// A queued request's file: this header, then the fields; version 1 had no expiry.
+const MAGIC: &[u8; 8] = b"EPXREQ2\n";
+const MAGIC_V1: &[u8; 8] = b"EPXREQ1\n";
 
 fn put(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
@@ -583,6 +664,13 @@ fn encode(request: &Request) -> Vec<u8> {
         put(&mut out, v.as_bytes());
     }
     put(&mut out, &request.body);
+    // Milliseconds since the Unix epoch; 0: none.
+    let expires = request.expires.map_or(0, |at| {
+        at.duration_since(UNIX_EPOCH).map_or(1, |d| {
+            u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+        })
+    });
+    out.extend_from_slice(&expires.to_le_bytes());
     out
 }
 
@@ -616,7 +704,11 @@ fn take_text(rest: &mut &[u8]) -> io::Result<String> {
 }
 
 fn decode(bytes: &[u8]) -> io::Result<Request> {
-    let mut rest = bytes.strip_prefix(MAGIC).ok_or_else(|| bad("no header"))?;
+    let (mut rest, with_expiry) = match (bytes.strip_prefix(MAGIC), bytes.strip_prefix(MAGIC_V1)) {
+        (Some(rest), _) => (rest, true),
+        (None, Some(rest)) => (rest, false),
+        (None, None) => return Err(bad("no header")),
+    };
     let url = take_text(&mut rest)?;
     let content_type = take_text(&mut rest)?;
     let what = take_text(&mut rest)?;
@@ -631,6 +723,13 @@ fn decode(bytes: &[u8]) -> io::Result<Request> {
         headers.push((k, v));
     }
     let body = take(&mut rest)?;
+    let expires = match with_expiry {
+        true => match number(&mut rest)? {
+            0 => None,
+            ms => Some(UNIX_EPOCH + Duration::from_millis(ms)),
+        },
+        false => None,
+    };
     if !rest.is_empty() {
         return Err(bad("trailing bytes"));
     }
@@ -640,6 +739,7 @@ fn decode(bytes: &[u8]) -> io::Result<Request> {
         headers,
         body,
         what,
+        expires,
     })
 }
 

@@ -10,10 +10,23 @@
 //! * **Ingest** (`POST {url}/ingest?name=SERVICE{labels}&from=&until=&format=pprof&…`): the
 //!   gzip-compressed pprof as the body; the profile type comes from its sample types.
 //!
-//! The sample's ID is derived from the labels and the period, so a request retried after
-//! an answer that was lost is the same sample, not a second one.
+//! What the server accepts, read from grafana/pyroscope's source:
+//!
+//! * The service name in `/ingest`'s `name` may hold only `[A-Za-z0-9_.\-/]`
+//!   (`api/model/labelset/validate.go`, `IsServiceNameRuneAllowed`); anything else is a 400
+//!   on every period. [`service_name`] maps a process name into that set, and push uses the
+//!   same name, so one service is one service whichever API carries it.
+//! * A profile whose time is more than an hour old is refused (`pkg/validation`,
+//!   `validation.reject-older-than`, 1 h by default): [`PeriodProfile::request`] gives each
+//!   request an expiry, after which the queue drops it unsent.
+//! * The server gives every stored profile an ID of its own (`pkg/distributor`,
+//!   `series.ID = uuid.NewString()`): the sample ID sent is not a deduplication key, and a
+//!   push stored whose answer was lost is stored again if retried. Delivery is at least
+//!   once; the agent's queue does not retry a push the server may have stored
+//!   ([`crate::delivery::Options::retry_unanswered`]).
 
 use std::hash::{Hash, Hasher};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prost::Message;
 
@@ -66,6 +79,31 @@ pub mod proto {
 /// The push API's path below the server's URL.
 pub const PUSH_PATH: &str = "/push.v1.PusherService/Push";
 
+/// How old a profile Pyroscope takes by default (`validation.reject-older-than`).
+pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(3600);
+
+/// `name` as a service name every Pyroscope API accepts: each character outside
+/// `[A-Za-z0-9_.\-/]` becomes `_` (`Web Content` → `Web_Content`, `my:svc` → `my_svc`); an
+/// empty name is `unknown`.
+pub fn service_name(name: &str) -> String {
+    let mapped: String = name
+        .trim()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | '/') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if mapped.is_empty() {
+        "unknown".to_owned()
+    } else {
+        mapped
+    }
+}
+
 /// Which of Pyroscope's endpoints takes the profiles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Api {
@@ -85,6 +123,9 @@ pub struct Server {
     pub api: Api,
     /// Headers every request carries (`Authorization`, `X-Scope-OrgID`).
     pub headers: Vec<(String, String)>,
+    /// How old a profile the server takes (its `validation.reject-older-than`); an older
+    /// one is dropped before it is sent. `None`: no limit.
+    pub max_age: Option<Duration>,
 }
 
 /// One period's profile of one process.
@@ -92,7 +133,7 @@ pub struct Server {
 pub struct PeriodProfile {
     /// The profile type (`process_cpu`, `wall`, `memory`): the `__name__` label.
     pub profile_type: String,
-    /// The service (`service_name`): the process's name.
+    /// The service: the process's name (sent as [`service_name`] maps it).
     pub service_name: String,
     /// Further labels (`pid`, `host`, `runtime`).
     pub labels: Vec<(String, String)>,
@@ -120,7 +161,7 @@ impl PeriodProfile {
     pub fn series_labels(&self) -> Vec<(String, String)> {
         let mut labels: Vec<(String, String)> = vec![
             ("__name__".into(), self.profile_type.clone()),
-            ("service_name".into(), self.service_name.clone()),
+            ("service_name".into(), service_name(&self.service_name)),
         ];
         labels.extend(
             self.labels
@@ -133,7 +174,8 @@ impl PeriodProfile {
         labels
     }
 
-    /// A UUID (version 4 layout) derived from the series and the period.
+    /// A UUID (version 4 layout) derived from the series and the period. The server
+    /// replaces it with one of its own: it names the sample in the client's logs only.
     pub fn sample_id(&self) -> String {
         let mut bytes = [0u8; 16];
         for (half, seed) in bytes.chunks_mut(8).zip([0x5eed_u64, 0xfeed]) {
@@ -183,7 +225,20 @@ impl PeriodProfile {
             .filter(|(k, _)| k != "__name__" && k != "service_name")
             .map(|(k, v)| format!("{k}={}", v.replace([',', '{', '}', '='], "_")))
             .collect();
-        format!("{}{{{}}}", self.service_name, labels.join(","))
+        format!(
+            "{}{{{}}}",
+            service_name(&self.service_name),
+            labels.join(",")
+        )
+    }
+
+    /// When the server stops taking this profile: `max_age` after the period's start (the
+    /// profile's time), less a minute for the clocks' difference and the sending.
+    pub fn expires_at(&self, max_age: Duration) -> SystemTime {
+        let start = u64::try_from(self.from_unix_nanos).unwrap_or(0);
+        (UNIX_EPOCH + Duration::from_nanos(start) + max_age)
+            .checked_sub(Duration::from_secs(60))
+            .unwrap_or(UNIX_EPOCH)
     }
 
     /// The request for `server`; `what` names it in the log.
@@ -195,6 +250,7 @@ impl PeriodProfile {
             self.service_name,
             (self.until_unix_nanos - self.from_unix_nanos) / 1_000_000_000
         );
+        let expires = server.max_age.map(|age| self.expires_at(age));
         match server.api {
             Api::Push => Request {
                 url: format!("{base}{PUSH_PATH}"),
@@ -202,6 +258,7 @@ impl PeriodProfile {
                 headers: with(&server.headers, ("Connect-Protocol-Version", "1")),
                 body: self.push_request().encode_to_vec(),
                 what,
+                expires,
             },
             Api::Ingest => {
                 let query = [
@@ -222,6 +279,7 @@ impl PeriodProfile {
                     headers: server.headers.clone(),
                     body: self.pprof_gz.clone(),
                     what,
+                    expires,
                 }
             }
         }
@@ -297,6 +355,7 @@ mod tests {
             url: "http://p:4040/".into(),
             api: Api::Push,
             headers: vec![("X-Scope-OrgID".into(), "t1".into())],
+            max_age: Some(DEFAULT_MAX_AGE),
         };
         let push = period().request(&server);
         assert_eq!(push.url, "http://p:4040/push.v1.PusherService/Push");
@@ -317,5 +376,81 @@ mod tests {
              &until=1700000010&format=pprof&sampleRate=100&spyName=eventpipe-rs"
         );
         assert_eq!(ingest.body, period().pprof_gz);
+        // Both expire a minute before the server's hour is up.
+        let expected = UNIX_EPOCH + Duration::from_secs(1_700_000_000 + 3600 - 60);
+        assert_eq!(
+            (push.expires, ingest.expires),
+            (Some(expected), Some(expected))
+        );
+    }
+
+    /// `/ingest`'s `name`, parsed and validated as grafana/pyroscope parses it
+    /// (`api/model/labelset/labelset.go`, `Parse`; `validate.go`,
+    /// `IsServiceNameRuneAllowed` and `IsLabelNameRuneAllowed`), restated: the service name
+    /// up to `{` (trimmed) of `[A-Za-z0-9_.\-/]`; then `key=value` pairs, a key (trimmed) of
+    /// `[A-Za-z0-9_.]`, a value running to `,` or `}`.
+    fn server_parses_ingest_name(name: &str) -> Result<(String, Vec<(String, String)>), String> {
+        let label_rune = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '.';
+        let service_rune = |c: char| c == '-' || c == '.' || c == '/' || label_rune(c);
+        let (service, rest) = name.split_once('{').unwrap_or((name, ""));
+        let service = service.trim();
+        if service.is_empty() {
+            return Err("service name is required".into());
+        }
+        if let Some(c) = service.chars().find(|&c| !service_rune(c)) {
+            return Err(format!("invalid service name: {service}: {c:?}"));
+        }
+        let mut labels = Vec::new();
+        let mut rest = rest;
+        while let Some((key, tail)) = rest.split_once('=') {
+            let end = tail.find([',', '}']).unwrap_or(tail.len());
+            let key = key.trim();
+            if let Some(c) = key.chars().find(|&c| !label_rune(c)) {
+                return Err(format!("invalid label name: {key}: {c:?}"));
+            }
+            labels.push((key.to_owned(), tail[..end].to_owned()));
+            if tail[end..].starts_with('}') || end == tail.len() {
+                break;
+            }
+            rest = &tail[end + 1..];
+        }
+        Ok((service.to_owned(), labels))
+    }
+
+    #[test]
+    fn every_process_name_is_a_service_name_both_apis_accept_alike() {
+        for (process, service) in [
+            ("Web Content", "Web_Content"),
+            ("my:svc", "my_svc"),
+            ("worker (7)", "worker__7_"),
+            ("dotnet", "dotnet"),
+            ("a.b-c/d_e", "a.b-c/d_e"),
+            ("ünïcode", "_n_code"),
+            ("  ", "unknown"),
+            ("x{y}=z,w", "x_y__z_w"),
+        ] {
+            let mut p = period();
+            p.service_name = process.into();
+            p.labels.push(("comm".into(), "a,b}c{d=e".into()));
+            let (parsed, labels) = server_parses_ingest_name(&p.ingest_name())
+                .unwrap_or_else(|e| panic!("{process:?}: the server refuses it: {e}"));
+            assert_eq!(parsed, service, "{process:?}");
+            assert!(labels.contains(&("pid".into(), "42".into())), "{labels:?}");
+            assert!(
+                labels.contains(&("comm".into(), "a_b_c_d_e".into())),
+                "{labels:?}"
+            );
+            let push = p.push_request();
+            let pushed = push.series[0]
+                .labels
+                .iter()
+                .find(|l| l.name == "service_name")
+                .map(|l| l.value.clone());
+            assert_eq!(pushed.as_deref(), Some(service), "the same name over push");
+        }
+        // The restated parser refuses what the server refuses.
+        assert!(server_parses_ingest_name("Web Content{}").is_err());
+        assert!(server_parses_ingest_name("my:svc{}").is_err());
+        assert!(server_parses_ingest_name("ok{bad-key=1}").is_err());
     }
 }

@@ -61,7 +61,7 @@ pub use builder::{
 pub use chrome::{write_chrome_trace, write_chrome_trace_knowing_rows, ChromeSummary};
 pub use error::{Error, Result};
 pub use flamegraph::{collapsed_stacks, write_collapsed, write_flamegraph, Grouping};
-pub use pprof::{build_pprof, write_pprof, write_pprof_with, PprofOptions};
+pub use pprof::{build_pprof, write_pprof, write_pprof_with, PprofOptions, ThreadLabels};
 pub use profile::{
     thousands, Frame, FrameId, FrameKind, LinesId, Profile, Sample, SampleUnit, StackId, Thread,
 };

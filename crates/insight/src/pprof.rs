@@ -12,7 +12,8 @@
 //!   marked as having functions so pprof does not try to symbolize it again;
 //! * one `Sample` per distinct (thread, stack, lines), its values summed over the
 //!   profile's samples, its location ids leaf first (pprof's order, the reverse of
-//!   [`Profile::stacks`]), labelled `thread` (the thread's label) and `thread_id` (numeric);
+//!   [`Profile::stacks`]), labelled `thread` (the thread's label, or its name alone, or
+//!   not at all: [`ThreadLabels`]) and `thread_id` (numeric);
 //! * sample types by [`SampleUnit`], the first always the number of captures: CPU time
 //!   `samples/count` and `cpu/nanoseconds`; thread time (.NET) `samples/count` and
 //!   `thread_time/nanoseconds` (not `cpu`: a thread-time sample may stand for waiting); with
@@ -223,6 +224,26 @@ pub struct PprofOptions {
     /// `TraceInfo::ticks_to_unix_nanos(trace.sync_time_ticks)`. `time_nanos` is 0
     /// (unknown) without it.
     pub trace_start_unix_nanos: Option<i128>,
+    /// What each sample's string `thread` label holds.
+    pub thread_labels: ThreadLabels,
+}
+
+/// The string label naming each sample's thread. Every choice keeps the numeric
+/// `thread_id` label.
+///
+/// A file for `go tool pprof` wants the thread's whole label; a backend that makes a series
+/// of every distinct string label (Grafana Pyroscope does) wants no value that grows with
+/// thread ids.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ThreadLabels {
+    /// `thread="name (tid)"` (or `"Thread tid"`): one value per thread.
+    #[default]
+    NameAndId,
+    /// `thread="name"`, the id left out; an unnamed thread has no `thread` label. As many
+    /// values as the program has thread names.
+    NameOnly,
+    /// No `thread` label.
+    None,
 }
 
 /// The string table: `""` at 0, each string once.
@@ -383,10 +404,18 @@ pub fn build_pprof(profile: &Profile, options: &PprofOptions) -> Result<proto::P
     }
     let thread_key = strings.intern("thread");
     let thread_id_key = strings.intern("thread_id");
-    let thread_labels: Vec<i64> = profile
+    let thread_labels: Vec<Option<i64>> = profile
         .threads
         .iter()
-        .map(|t| strings.intern(&t.label()))
+        .map(|t| match options.thread_labels {
+            ThreadLabels::NameAndId => Some(strings.intern(&t.label())),
+            ThreadLabels::NameOnly => t
+                .name
+                .as_deref()
+                .filter(|name| !name.is_empty())
+                .map(|name| strings.intern(name)),
+            ThreadLabels::None => None,
+        })
         .collect();
     // Locations: one per (frame, line), where pprof keeps lines (`go tool pprof -lines`).
     let mut location_ids: HashMap<(FrameId, u32), u64> = HashMap::new();
@@ -400,11 +429,14 @@ pub fn build_pprof(profile: &Profile, options: &PprofOptions) -> Result<proto::P
             }
             SampleUnit::Events => vec![to_i64("event weight", weight)?],
         };
-        let mut label = vec![proto::Label {
-            key: thread_key,
-            str: thread_labels[thread],
-            ..Default::default()
-        }];
+        let mut label = Vec::with_capacity(2);
+        if let Some(name) = thread_labels[thread] {
+            label.push(proto::Label {
+                key: thread_key,
+                str: name,
+                ..Default::default()
+            });
+        }
         if let Ok(tid) = i64::try_from(profile.threads[thread].id) {
             label.push(proto::Label {
                 key: thread_id_key,

@@ -13,7 +13,7 @@ use std::process::Command;
 use eventpipe_insight::pprof::proto;
 use eventpipe_insight::{
     build_pprof, write_pprof, write_pprof_with, Error, FrameKind, PprofOptions, Profile, Sample,
-    SampleUnit,
+    SampleUnit, ThreadLabels,
 };
 use prost::Message;
 
@@ -25,6 +25,7 @@ fn pprof_bytes(profile: &Profile) -> Vec<u8> {
         profile,
         &PprofOptions {
             trace_start_unix_nanos: Some(TRACE_START),
+            ..Default::default()
         },
         &mut out,
     )
@@ -170,10 +171,59 @@ fn decoded_profile_has_the_table_values_leaf_last_reversed() {
             &profile,
             &PprofOptions {
                 trace_start_unix_nanos: Some(TRACE_START),
+                ..Default::default()
             },
         )
         .unwrap();
         assert_eq!(p, built);
+    }
+}
+
+#[test]
+fn thread_labels_hold_the_whole_label_the_name_alone_or_nothing() {
+    let profile = common::cpu_workload();
+    for mode in [
+        ThreadLabels::NameAndId,
+        ThreadLabels::NameOnly,
+        ThreadLabels::None,
+    ] {
+        let options = PprofOptions {
+            thread_labels: mode,
+            ..Default::default()
+        };
+        let p = build_pprof(&profile, &options).unwrap();
+        let s = |i: i64| p.string_table[usize::try_from(i).unwrap()].as_str();
+        let mut seen = BTreeSet::new();
+        for sample in &p.sample {
+            let tid = sample
+                .label
+                .iter()
+                .find(|l| s(l.key) == "thread_id")
+                .map(|l| l.num as u64)
+                .expect("every mode keeps the numeric thread id");
+            let strings: Vec<(&str, &str)> = sample
+                .label
+                .iter()
+                .filter(|l| l.str != 0)
+                .map(|l| (s(l.key), s(l.str)))
+                .collect();
+            let name = common::WORKLOAD_THREADS
+                .iter()
+                .find(|t| t.0 == tid)
+                .and_then(|t| t.1);
+            let expected: Vec<(&str, String)> = match (mode, name) {
+                (ThreadLabels::NameAndId, _) => vec![("thread", thread_label(tid))],
+                (ThreadLabels::NameOnly, Some(name)) => vec![("thread", name.to_owned())],
+                (ThreadLabels::NameOnly, None) | (ThreadLabels::None, _) => vec![],
+            };
+            let strings: Vec<(&str, String)> = strings
+                .into_iter()
+                .map(|(k, v)| (k, v.to_owned()))
+                .collect();
+            assert_eq!(strings, expected, "{mode:?}, thread {tid}");
+            seen.insert(tid);
+        }
+        assert_eq!(seen.len(), common::WORKLOAD_THREADS.len(), "{mode:?}");
     }
 }
 

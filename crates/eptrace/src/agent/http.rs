@@ -844,8 +844,8 @@ impl crate::counters::Sink for LineSink {
     fn tick(&mut self) -> Result<bool> {
         Ok(!self.tx.is_closed() && !self.cancel.load(Ordering::Relaxed))
     }
-    fn ended(&mut self, why: &str) -> Result<()> {
-        self.send(serde_json::json!({ "ended": why }))
+    fn ended(&mut self, why: &crate::counters::SessionEnd) -> Result<()> {
+        self.send(serde_json::json!({ "ended": why.to_string() }))
     }
 }
 

@@ -23,7 +23,7 @@ use anyhow::{Context, Result};
 use eventpipe_export::continuous::{period_profiles, Period};
 use eventpipe_export::delivery::{Delivery, Options, Store};
 use eventpipe_export::pyroscope::{Api, Server};
-use eventpipe_insight::BinaryCache;
+use eventpipe_insight::{BinaryCache, ThreadLabels};
 
 use super::processes::Process;
 use super::sessions::{self, TraceAsk};
@@ -84,11 +84,16 @@ impl Profiling {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
+            max_age: settings.max_profile_age(),
         };
         let options = Options {
             store: Store::Disk(settings.queue_folder()),
             max_bytes: settings.queue_max_mb << 20,
             max_requests: settings.queue_max_profiles,
+            // Pyroscope gives every push an ID of its own: one it stored whose answer was
+            // lost would be stored twice if sent again, doubling that period's samples.
+            // A gap is the better loss.
+            retry_unanswered: false,
             ..Options::new("pyroscope")
         };
         let delivery = Delivery::start(options, log).context("starting the Pyroscope queue")?;
@@ -349,6 +354,11 @@ fn profile_loop(agent: &Arc<Agent>, process: &Process, stop: &AtomicBool) {
                 until_unix_nanos: unix_nanos(until),
                 sample_rate: settings.rate_hz,
                 dotnet: process.kind == Some(RuntimeKind::Dotnet),
+                thread_labels: if settings.thread_names {
+                    ThreadLabels::NameOnly
+                } else {
+                    ThreadLabels::None
+                },
             };
             let jobs = lock(&profiling.jobs).clone();
             if let Some(jobs) = jobs {

@@ -173,7 +173,7 @@ pub(crate) fn deliveries(out: &mut String, backends: &[(&str, eventpipe_export::
         return;
     }
     type Pick = fn(&eventpipe_export::delivery::Stats) -> f64;
-    let families: [(&str, &str, &str, Pick); 7] = [
+    let families: [(&str, &str, &str, Pick); 9] = [
         (
             "eptrace_agent_export_sent_total",
             "counter",
@@ -197,6 +197,18 @@ pub(crate) fn deliveries(out: &mut String, backends: &[(&str, eventpipe_export::
             "counter",
             "Requests the backend refused for good (the agent's log says why)",
             |s| s.rejected as f64,
+        ),
+        (
+            "eptrace_agent_export_expired_total",
+            "counter",
+            "Requests dropped unsent: older than the backend takes",
+            |s| s.expired as f64,
+        ),
+        (
+            "eptrace_agent_export_unconfirmed_total",
+            "counter",
+            "Requests sent whole that got no answer in time and were not sent again (the backend may have stored them)",
+            |s| s.unconfirmed as f64,
         ),
         (
             "eptrace_agent_export_queued",
@@ -383,17 +395,22 @@ mod tests {
             failing: true,
             ..Default::default()
         };
+        let pyroscope = eventpipe_export::delivery::Stats {
+            expired: 4,
+            unconfirmed: 1,
+            ..Default::default()
+        };
         let mut out = String::new();
-        deliveries(
-            &mut out,
-            &[("otlp", otlp), ("pyroscope", Default::default())],
-        );
+        deliveries(&mut out, &[("otlp", otlp), ("pyroscope", pyroscope)]);
         for line in [
             "# TYPE eptrace_agent_export_dropped_total counter",
             r#"eptrace_agent_export_sent_total{backend="otlp"} 3"#,
             r#"eptrace_agent_export_dropped_total{backend="otlp"} 2"#,
             r#"eptrace_agent_export_failing{backend="otlp"} 1"#,
             r#"eptrace_agent_export_sent_total{backend="pyroscope"} 0"#,
+            r#"eptrace_agent_export_expired_total{backend="pyroscope"} 4"#,
+            r#"eptrace_agent_export_unconfirmed_total{backend="pyroscope"} 1"#,
+            r#"eptrace_agent_export_expired_total{backend="otlp"} 0"#,
         ] {
             assert!(out.lines().any(|l| l == line), "{line} not in\n{out}");
         }

@@ -270,8 +270,11 @@ impl crate::counters::Sink for ListenerSink<'_> {
     fn tick_interval(&self) -> Duration {
         CANCEL_CHECK
     }
-    fn ended(&mut self, why: &str) -> Result<()> {
-        self.listener.problem(why);
+    fn ended(&mut self, why: &crate::counters::SessionEnd) -> Result<()> {
+        // An exited target is the scanner's news ("process N is gone"), not a problem.
+        if !matches!(why, crate::counters::SessionEnd::Exited { .. }) {
+            self.listener.problem(&why.to_string());
+        }
         Ok(())
     }
 }

@@ -104,6 +104,16 @@ pub(crate) struct ProfilingSettings {
     /// At most this many profiles wait; beyond it the oldest are dropped (and counted).
     #[serde(default = "queue_profiles")]
     pub(crate) queue_max_profiles: usize,
+    /// Whether samples carry their thread's name as the string label `thread` (one
+    /// Pyroscope series per distinct name); off: only the numeric `thread_id`, which
+    /// Pyroscope keeps in the profile without making series of it.
+    #[serde(default)]
+    pub(crate) thread_names: bool,
+    /// How old a profile the server takes, in minutes (Pyroscope's
+    /// `validation.reject-older-than`, 60 by default); older queued profiles are dropped
+    /// unsent. 0: no limit.
+    #[serde(default = "sixty")]
+    pub(crate) max_profile_age_minutes: u64,
 }
 
 impl Default for ProfilingSettings {
@@ -120,6 +130,8 @@ impl Default for ProfilingSettings {
             queue_folder: None,
             queue_max_mb: 256,
             queue_max_profiles: 100_000,
+            thread_names: false,
+            max_profile_age_minutes: sixty(),
         }
     }
 }
@@ -176,6 +188,10 @@ impl Default for OtlpSettings {
     }
 }
 
+fn sixty() -> u64 {
+    60
+}
+
 impl ProfilingSettings {
     /// The queue's folder: as set, else one per user in the temporary folder (kept across
     /// the agent's restarts).
@@ -186,6 +202,12 @@ impl ProfilingSettings {
                 .unwrap_or(0);
             std::env::temp_dir().join(format!("eptrace-agent-{uid}-pyroscope-queue"))
         })
+    }
+
+    /// How old a profile the server takes, if it has a limit.
+    pub(crate) fn max_profile_age(&self) -> Option<std::time::Duration> {
+        (self.max_profile_age_minutes > 0)
+            .then(|| std::time::Duration::from_secs(self.max_profile_age_minutes * 60))
     }
 }
 
@@ -626,6 +648,11 @@ mod tests {
         ));
         // Without [profiling]: off, with its defaults.
         assert!(s.profiling.pyroscope.is_none());
+        assert!(!s.profiling.thread_names);
+        assert_eq!(
+            s.profiling.max_profile_age(),
+            Some(std::time::Duration::from_secs(3600))
+        );
         assert_eq!(
             (s.profiling.period_seconds, s.profiling.rate_hz),
             (10.0, 100)
@@ -647,10 +674,14 @@ mod tests {
             queue_folder = "/var/lib/q"
             queue_max_mb = 8
             queue_max_profiles = 10
+            thread_names = true
+            max_profile_age_minutes = 0
             "#,
         )
         .unwrap();
         let p = &s.profiling;
+        assert!(p.thread_names);
+        assert_eq!(p.max_profile_age(), None);
         assert_eq!(p.api, PyroscopeApi::Ingest);
         assert_eq!(p.headers["X-Scope-OrgID"], "team-a");
         assert_eq!(

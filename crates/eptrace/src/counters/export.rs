@@ -169,7 +169,7 @@ impl super::Sink for Writer {
     fn tick(&mut self) -> Result<bool> {
         Ok(true)
     }
-    fn ended(&mut self, why: &str) -> Result<()> {
+    fn ended(&mut self, why: &super::SessionEnd) -> Result<()> {
         let _ = writeln!(std::io::stderr().lock(), "{why}");
         Ok(())
     }

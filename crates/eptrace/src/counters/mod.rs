@@ -293,7 +293,61 @@ pub(crate) trait Sink {
     fn tick_interval(&self) -> Duration {
         Duration::from_millis(50)
     }
-    fn ended(&mut self, why: &str) -> Result<()>;
+    fn ended(&mut self, why: &SessionEnd) -> Result<()>;
+}
+
+/// How a session ended that neither the caller nor its duration stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SessionEnd {
+    /// The target exited (its stream stops wherever it was when it did).
+    Exited { name: String, pid: u32 },
+    /// The target lives, but its stream ended or broke.
+    Broke {
+        name: String,
+        pid: u32,
+        problem: Option<String>,
+    },
+}
+
+impl std::fmt::Display for SessionEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SessionEnd::Exited { name, pid } => {
+                write!(f, "{name} ({pid}) ended the session: it exited")
+            }
+            SessionEnd::Broke {
+                name,
+                pid,
+                problem: Some(problem),
+            } => write!(f, "the stream from {name} ({pid}) broke: {problem}"),
+            SessionEnd::Broke { name, pid, .. } => {
+                write!(f, "{name} ({pid}) ended the session")
+            }
+        }
+    }
+}
+
+/// Whether process `pid` has exited (or is exiting), waiting up to `patience` for it: a
+/// process's sockets close as it exits, a moment before it leaves the process table.
+fn has_exited(pid: u32, patience: Duration) -> bool {
+    let gone = || match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command's closing parenthesis: Z (zombie), X (dead).
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X"),
+        Err(_) => true,
+    };
+    let deadline = Instant::now() + patience;
+    loop {
+        if gone() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Runs a session until the duration passes, the sink or the user ends it, or the process
@@ -350,13 +404,19 @@ pub(crate) fn run(config: &SessionConfig, sink: &mut dyn Sink, stop: &AtomicBool
         }
     };
     match outcome {
-        Some(why) => {
+        // Stopped while the stream was ending: the stop is why it ended.
+        Some(_) if stop.load(Ordering::Relaxed) => {
+            live.stop();
+            Ok(())
+        }
+        Some(problem) => {
             let name = live.name.clone();
             let pid = live.target.pid();
             live.stop();
-            sink.ended(&match why {
-                Some(problem) => format!("the stream from {name} ({pid}) broke: {problem}"),
-                None => format!("{name} ({pid}) ended the session (it exited?)"),
+            sink.ended(&if has_exited(pid, Duration::from_secs(1)) {
+                SessionEnd::Exited { name, pid }
+            } else {
+                SessionEnd::Broke { name, pid, problem }
             })
         }
         None => {

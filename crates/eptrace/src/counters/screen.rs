@@ -223,7 +223,7 @@ impl super::Sink for Screen {
         Ok(!self.quit)
     }
 
-    fn ended(&mut self, why: &str) -> Result<()> {
+    fn ended(&mut self, why: &super::SessionEnd) -> Result<()> {
         self.status = Some(format!("Stopped: {why}"));
         self.draw()
     }

@@ -19,6 +19,7 @@ fn request(url: &str, n: u8) -> Request {
         headers: vec![("Content-Encoding".into(), "gzip".into())],
         body: vec![n; 100],
         what: format!("request {n}"),
+        expires: None,
     }
 }
 
@@ -281,4 +282,179 @@ fn a_backend_slower_than_the_timeout_is_retried_and_submit_never_waits_for_it() 
     assert!(stats.retries >= 2, "{stats:?}");
     assert_eq!(stats.dropped, 0);
     assert!(lock(&lines).iter().any(|l| l.contains("does not take")));
+}
+
+/// A loopback server that reads each request whole (headers and `Content-Length` bytes
+/// of body), keeps its body's first byte, and answers 200 only to connections after the
+/// first `silent`; those it holds open without a word.
+fn reads_whole_then_silent(silent: usize) -> (String, Arc<Mutex<Vec<u8>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for (n, stream) in listener.incoming().enumerate() {
+            let Ok(mut stream) = stream else { return };
+            let record = Arc::clone(&record);
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                let body = loop {
+                    let Ok(k) = stream.read(&mut buf) else { return };
+                    if k == 0 {
+                        return;
+                    }
+                    got.extend_from_slice(&buf[..k]);
+                    let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    if got.len() >= end + 4 + length {
+                        break got[end + 4..end + 4 + length].to_vec();
+                    }
+                };
+                lock(&record).push(body[0]);
+                if n < silent {
+                    std::thread::sleep(Duration::from_secs(3));
+                    return;
+                }
+                let _ = stream.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
+            });
+        }
+    });
+    (url, seen)
+}
+
+#[test]
+fn a_request_sent_whole_and_unanswered_is_not_sent_twice_when_retries_are_off() {
+    let (url, seen) = reads_whole_then_silent(1);
+    let (log, lines) = logger();
+    let delivery = Delivery::start(
+        Options {
+            timeout: Duration::from_millis(300),
+            retry_unanswered: false,
+            ..fast("test")
+        },
+        log,
+    )
+    .unwrap();
+    delivery.submit(request(&url, 1));
+    delivery.submit(request(&url, 2));
+    let stats = wait_for(&delivery, |s| s.sent == 1 && s.queued == 0);
+    assert_eq!((stats.unconfirmed, stats.retries, stats.dropped), (1, 0, 0));
+    // The server got request 1 once: it may have stored it, so it is not sent again.
+    assert_eq!(*lock(&seen), vec![1, 2]);
+    let lines = lock(&lines).clone();
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("unconfirmed")).count(),
+        1,
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn a_request_sent_whole_and_unanswered_is_sent_again_by_default() {
+    let (url, seen) = reads_whole_then_silent(1);
+    let (log, _) = logger();
+    let delivery = Delivery::start(
+        Options {
+            timeout: Duration::from_millis(300),
+            ..fast("test")
+        },
+        log,
+    )
+    .unwrap();
+    delivery.submit(request(&url, 1));
+    let stats = wait_for(&delivery, |s| s.sent == 1);
+    assert_eq!((stats.unconfirmed, stats.retries), (0, 1));
+    assert_eq!(
+        *lock(&seen),
+        vec![1, 1],
+        "at least once: the server has it twice"
+    );
+}
+
+#[test]
+fn a_request_that_cannot_connect_is_retried_even_with_retries_of_the_unanswered_off() {
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let url = format!("http://127.0.0.1:{port}");
+    let (log, _) = logger();
+    let delivery = Delivery::start(
+        Options {
+            retry_unanswered: false,
+            ..fast("test")
+        },
+        log,
+    )
+    .unwrap();
+    delivery.submit(request(&url, 4));
+    wait_for(&delivery, |s| s.retries >= 2);
+    let server = ScriptedServer::start(port, vec![], |_| "ok".into());
+    let stats = wait_for(&delivery, |s| s.sent == 1);
+    assert_eq!(stats.unconfirmed, 0);
+    assert_eq!(server.received().len(), 1);
+}
+
+#[test]
+fn expired_requests_are_dropped_unsent_counted_and_logged_once() {
+    let dir = std::env::temp_dir().join(format!("epx-expired-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    let server = backend(vec![]);
+    let url = server.url();
+    let past = SystemTime::now() - Duration::from_secs(1);
+    let future = SystemTime::now() + Duration::from_secs(3600);
+    // Left on disk by an earlier run: two expired, then one still good.
+    fs::create_dir_all(&dir).unwrap();
+    for (n, expires) in [(1u8, past), (2, past), (3, future)] {
+        let r = Request {
+            expires: Some(expires),
+            ..request(&url, n)
+        };
+        fs::write(dir.join(file_name(u64::from(n))), encode(&r)).unwrap();
+    }
+    let (log, lines) = logger();
+    let delivery = Delivery::start(
+        Options {
+            store: Store::Disk(dir.clone()),
+            ..fast("test")
+        },
+        log,
+    )
+    .unwrap();
+    let stats = wait_for(&delivery, |s| s.queued == 0);
+    assert_eq!((stats.expired, stats.sent, stats.dropped), (2, 1, 0));
+    let bodies: Vec<u8> = server.received().iter().map(|s| s.body[0]).collect();
+    assert_eq!(bodies, vec![3], "the expired ones are never sent");
+    let lines = lock(&lines).clone();
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("expire")).count(),
+        1,
+        "{lines:?}"
+    );
+    drop(delivery);
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_request_queued_by_the_previous_format_still_reads() {
+    let r = Request {
+        expires: Some(UNIX_EPOCH + Duration::from_millis(1_700_000_000_123)),
+        ..request("http://x", 5)
+    };
+    assert_eq!(decode(&encode(&r)).unwrap(), r);
+    // Version 1: the same fields, no expiry.
+    let mut v1 = encode(&request("http://x", 5));
+    v1.truncate(v1.len() - 8);
+    v1[..8].copy_from_slice(MAGIC_V1);
+    assert_eq!(decode(&v1).unwrap(), request("http://x", 5));
 }

@@ -204,6 +204,7 @@ impl Endpoint {
             headers: self.headers.clone(),
             body,
             what,
+            expires: None,
         }
     }
 }
