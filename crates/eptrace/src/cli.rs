@@ -169,10 +169,10 @@ struct CollectArgs {
     /// 0-5 or a name). `*` as a Rust provider name stands for every provider.
     #[arg(long, value_name = "SPEC,..", value_delimiter = ',')]
     providers: Vec<String>,
-    /// A preset of providers, merged before --providers [default: default, when no
-    /// --providers are given].
-    #[arg(long, value_enum)]
-    profile: Option<Profile>,
+    /// Presets of providers, merged before --providers (`cpu-sampling,tracing`)
+    /// [default: default, when no --providers are given].
+    #[arg(long, value_enum, value_name = "PROFILE,..", value_delimiter = ',')]
+    profile: Vec<Profile>,
     /// Drop (bounded memory, losses counted) or block (lossless; needs an eventpipe-rs
     /// process or .NET 11+).
     #[arg(long, value_name = "MODE", default_value = "drop", value_parser = ["drop", "block"])]

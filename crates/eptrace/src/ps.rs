@@ -68,6 +68,30 @@ impl std::fmt::Display for Runtime {
     }
 }
 
+/// The kernel keeps a process's name (`comm`) to 15 bytes: a name that long which begins
+/// the executable's file name is that name cut, and the file name is the one to show.
+pub(crate) fn untruncated_name(comm: &str, exe_name: Option<&str>) -> String {
+    const COMM_MAX: usize = 15;
+    match exe_name {
+        Some(exe) if comm.len() == COMM_MAX && exe.len() > COMM_MAX && exe.starts_with(comm) => {
+            exe.to_string()
+        }
+        _ => comm.to_string(),
+    }
+}
+
+/// Process `pid`'s name: its `comm`, or its executable's file name where the kernel cut
+/// `comm` short (`mini-redis-serv` → `mini-redis-server`). `None` when it is gone.
+pub(crate) fn process_name(pid: u32) -> Option<String> {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    let exe_name = exe
+        .as_ref()
+        .and_then(|p| p.file_name())
+        .map(|n| n.to_string_lossy().into_owned());
+    Some(untruncated_name(comm.trim(), exe_name.as_deref()))
+}
+
 fn proc_text(pid: u32, file: &str) -> Option<String> {
     let raw = std::fs::read(format!("/proc/{pid}/{file}")).ok()?;
     let text = String::from_utf8_lossy(&raw);
@@ -119,7 +143,7 @@ pub(crate) fn examine(endpoint: &transport::Endpoint) -> std::result::Result<Exa
     };
     Ok(Examined {
         pid: endpoint.pid,
-        name: proc_text(endpoint.pid, "comm").unwrap_or_else(|| "?".into()),
+        name: process_name(endpoint.pid).unwrap_or_else(|| "?".into()),
         command_line,
         runtime,
     })
@@ -142,7 +166,7 @@ pub(crate) fn list() -> Result<Vec<Row>> {
             },
             Err(why) => Row {
                 pid: e.pid,
-                name: proc_text(e.pid, "comm").unwrap_or_else(|| "?".into()),
+                name: process_name(e.pid).unwrap_or_else(|| "?".into()),
                 runtime: format!("unknown: {why}"),
                 command_line: proc_text(e.pid, "cmdline").unwrap_or_default(),
             },
@@ -185,4 +209,28 @@ pub(crate) fn do_ps(config: &Config) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::untruncated_name;
+
+    #[test]
+    fn a_name_the_kernel_cut_is_shown_whole() {
+        assert_eq!(
+            untruncated_name("profiled-servic", Some("profiled-service")),
+            "profiled-service"
+        );
+        // Short names, and a comm the program set to something else, stay as they are.
+        assert_eq!(
+            untruncated_name("traced-app", Some("traced-app")),
+            "traced-app"
+        );
+        assert_eq!(untruncated_name("dotnet", Some("dotnet")), "dotnet");
+        assert_eq!(
+            untruncated_name("worker-pool-thr", Some("my-service-binary")),
+            "worker-pool-thr"
+        );
+        assert_eq!(untruncated_name("profiled-servic", None), "profiled-servic");
+    }
 }

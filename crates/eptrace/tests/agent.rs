@@ -1251,7 +1251,7 @@ headers = {{ "X-Scope-OrgID" = "tenant-7" }}
                 .find(|(n, _)| n == k)
                 .map(|(_, v)| v.clone())
         };
-        assert_eq!(label("service_name").as_deref(), Some("profiled-servic"));
+        assert_eq!(label("service_name").as_deref(), Some("profiled-service"));
         assert_eq!(label("pid"), Some(program.pid.to_string()));
         assert_eq!(label("runtime").as_deref(), Some("rust"));
         assert!(label("host").is_some_and(|h| !h.is_empty()));

@@ -177,3 +177,30 @@ fn counters_of_a_program_started_by_eptrace_and_named_by_name() {
     drop(running);
     std::fs::remove_file(&path).ok();
 }
+
+#[test]
+fn monitor_on_a_terminal_without_a_size_prints_lines() {
+    if Command::new("script").arg("--version").output().is_err() {
+        println!("skipping: util-linux `script` is not installed");
+        return;
+    }
+    let demo = start_demo();
+    let command = format!(
+        "stty cols 0 rows 0; exec {} counters monitor -p {} --counters Demo --duration 2500ms",
+        env!("CARGO_BIN_EXE_eptrace"),
+        demo.pid
+    );
+    let out = Command::new("script")
+        .args(["-qfec", &command, "/dev/null"])
+        .env("TERM", "xterm-256color")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{shown}");
+    assert!(!shown.contains("columns wide"), "{shown}");
+    assert!(
+        shown.contains("fixed-gauge (MB)") && shown.contains("42.5"),
+        "the values, as lines: {shown}"
+    );
+}

@@ -5,7 +5,9 @@
 //!   .NET writes it;
 //! * `EventPipeRs-Rundown/Module`: every loaded ELF object (path, base address, size, load
 //!   bias, GNU build id), so a symbolizer can map instruction pointers back to files on disk;
-//! * `EventPipeRs-Rundown/Thread`: the names of the threads that wrote to the session, so
+//! * `EventPipeRs-Rundown/Thread`: the names of the threads that wrote to the session (as
+//!   the program named them) and of the threads events were about (the CPU sampler's
+//!   sampled threads, which may never write: the kernel's name, read when first seen), so
 //!   V5 traces (whose events carry only a thread id) can show them.
 //!
 //! The events are written by the drain thread directly into the trace, not through the

@@ -162,6 +162,60 @@ fn a_three_to_one_split_of_work_shows_as_three_to_one() {
 }
 
 #[test]
+fn threads_that_are_only_sampled_are_named_in_both_formats() {
+    let _one = one_session();
+    cpu::register().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let worker = {
+        let stop = Arc::clone(&stop);
+        std::thread::Builder::new()
+            .name("only-sampled".into())
+            .spawn(move || {
+                // SAFETY: gettid has no preconditions.
+                tx.send(unsafe { libc::gettid() } as u64).unwrap();
+                let mut x = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    x = busy_one_part(x);
+                }
+                std::hint::black_box(x);
+            })
+            .unwrap()
+    };
+    let tid = rx.recv().unwrap();
+    for format in [nettrace::FormatVersion::V5, nettrace::FormatVersion::V6] {
+        let path = trace_path(&format!("named-{format:?}"));
+        let session = Session::start(
+            SessionConfig::new(
+                vec![ProviderConfig::parse("EventPipeRs-CpuSampler:0:5:Rate=250").unwrap()],
+                Output::File(path.clone()),
+            )
+            .format(format),
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        session.stop().unwrap();
+        let bytes = take_trace(&path);
+        let mut reader = TraceReader::from_slice(&bytes).unwrap();
+        let built = build_profile(&mut reader, SampleSelection::Cpu).unwrap();
+        let p = &built.profile;
+        let thread = p
+            .threads
+            .iter()
+            .position(|t| t.id == tid)
+            .unwrap_or_else(|| panic!("{format:?}: no samples of the worker"));
+        assert!(p.samples.iter().any(|s| s.thread == thread));
+        assert_eq!(
+            p.threads[thread].name.as_deref(),
+            Some("only-sampled"),
+            "{format:?}: the sampled thread, which wrote no event, is named"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    worker.join().unwrap();
+}
+
+#[test]
 fn a_sleeping_thread_is_reported_blocked_not_running() {
     let _one = one_session();
     cpu::register().unwrap();

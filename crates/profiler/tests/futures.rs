@@ -73,6 +73,56 @@ fn names(
         .collect()
 }
 
+struct Handler;
+
+impl Handler {
+    #[profiled]
+    async fn run(&self) -> u32 {
+        yield_once().await;
+        1
+    }
+}
+
+trait Serve {
+    async fn serve(&self) -> u32;
+}
+
+impl Serve for Handler {
+    #[profiled]
+    async fn serve(&self) -> u32 {
+        2
+    }
+}
+
+/// A free fn named as the method is: the two must not share a name.
+#[profiled]
+async fn run() -> u32 {
+    3
+}
+
+#[test]
+fn methods_are_named_with_their_type_as_the_symbolizer_names_them() {
+    let _one = one_at_a_time();
+    let (session, path) = start("methods", "");
+    let h = Handler;
+    let (sum, _) = block_on(async { h.run().await + h.serve().await + run().await });
+    assert_eq!(sum, 6);
+    session.stop().unwrap();
+    let trace = common::read_clean_async_file(&path);
+    let names: std::collections::BTreeSet<String> = trace
+        .frames
+        .keys()
+        .map(|&f| trace.frame_name(f).into_owned())
+        .collect();
+    for expected in [
+        "futures::Handler::run",
+        "<futures::Handler as futures::Serve>::serve",
+        "futures::run",
+    ] {
+        assert!(names.contains(expected), "{expected} not in {names:?}");
+    }
+}
+
 #[test]
 fn a_known_future_tree_records_its_life_and_callstacks() {
     let _one = one_at_a_time();

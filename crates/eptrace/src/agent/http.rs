@@ -446,7 +446,8 @@ async fn trace_get(State(agent): State<Arc<Agent>>, query: Params) -> Reply {
         .get("profile")
         .map(|p| super::settings::parse_profile(p))
         .transpose()
-        .map_err(|e| Problem::bad(format!("{e:#}")))?;
+        .map_err(|e| Problem::bad(format!("{e:#}")))?
+        .unwrap_or_default();
     let ask = TraceAsk {
         profile,
         providers: Vec::new(),
@@ -565,8 +566,9 @@ async fn trace_post(
         .as_deref()
         .map(super::settings::parse_profile)
         .transpose()
-        .map_err(|e| Problem::bad(format!("{e:#}")))?;
-    if providers.is_empty() && profile.is_none() {
+        .map_err(|e| Problem::bad(format!("{e:#}")))?
+        .unwrap_or_default();
+    if providers.is_empty() && profile.is_empty() {
         return Err(Problem::bad("the body names no provider and no profile"));
     }
     let ask = TraceAsk {

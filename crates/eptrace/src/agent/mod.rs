@@ -565,7 +565,8 @@ fn act(agent: &Arc<Agent>, process: &Process, firing: &Firing) {
                 .as_deref()
                 .map(settings::parse_profile)
                 .transpose()
-                .unwrap_or(None),
+                .unwrap_or(None)
+                .unwrap_or_default(),
             providers: providers.clone(),
             duration: Duration::from_secs_f64(*duration_seconds),
             buffer_mb: 256,

@@ -269,7 +269,7 @@ fn stream_events(
     target: &Target,
 ) -> Result<()> {
     let ask = sessions::TraceAsk {
-        profile: None,
+        profile: Vec::new(),
         providers: providers.to_vec(),
         // Standing: until stopped.
         duration: Duration::from_secs(100 * 365 * 24 * 3600),

@@ -295,7 +295,7 @@ fn profile_loop(agent: &Arc<Agent>, process: &Process, stop: &AtomicBool) {
     };
     let settings = &profiling.settings;
     let ask = TraceAsk {
-        profile: None,
+        profile: Vec::new(),
         providers: providers(settings, process.kind),
         duration: Duration::from_secs_f64(settings.period_seconds),
         buffer_mb: 32,

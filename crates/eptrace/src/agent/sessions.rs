@@ -29,7 +29,7 @@ const CANCEL_CHECK: Duration = Duration::from_millis(500);
 /// What a trace asks for.
 #[derive(Debug, Clone)]
 pub(crate) struct TraceAsk {
-    pub(crate) profile: Option<Profile>,
+    pub(crate) profile: Vec<Profile>,
     pub(crate) providers: Vec<String>,
     pub(crate) duration: Duration,
     pub(crate) buffer_mb: u32,
@@ -42,7 +42,7 @@ pub(crate) fn trace_request(process: &Process, ask: &TraceAsk) -> Result<Collect
     let config = crate::collect::Config {
         target: TargetSpec::Pid(process.pid),
         providers: ask.providers.clone(),
-        profile: ask.profile,
+        profile: ask.profile.clone(),
         block: false,
         buffer_mb: ask.buffer_mb,
         duration: Some(ask.duration),

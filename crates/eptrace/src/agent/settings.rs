@@ -606,14 +606,23 @@ pub(crate) fn otlp_endpoint(o: &OtlpSettings) -> Result<Option<eventpipe_export:
 }
 
 /// A profile by the name `eptrace collect --profile` takes.
-pub(crate) fn parse_profile(name: &str) -> Result<Profile> {
-    <Profile as clap::ValueEnum>::from_str(name, true).map_err(|_| {
-        let known: Vec<String> = <Profile as clap::ValueEnum>::value_variants()
-            .iter()
-            .filter_map(|p| clap::ValueEnum::to_possible_value(p).map(|v| v.get_name().to_owned()))
-            .collect();
-        anyhow::anyhow!("unknown profile `{name}` (known: {})", known.join(", "))
-    })
+/// A profile, or several separated by commas (`cpu-sampling,tracing`).
+pub(crate) fn parse_profile(names: &str) -> Result<Vec<Profile>> {
+    names
+        .split(',')
+        .map(|name| {
+            let name = name.trim();
+            <Profile as clap::ValueEnum>::from_str(name, true).map_err(|_| {
+                let known: Vec<String> = <Profile as clap::ValueEnum>::value_variants()
+                    .iter()
+                    .filter_map(|p| {
+                        clap::ValueEnum::to_possible_value(p).map(|v| v.get_name().to_owned())
+                    })
+                    .collect();
+                anyhow::anyhow!("unknown profile `{name}` (known: {})", known.join(", "))
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -29,7 +29,8 @@ pub(crate) struct Config {
     pub(crate) target: TargetSpec,
     /// Provider specs (`Name[:Keywords[:Level[:FilterArgs]]]`).
     pub(crate) providers: Vec<String>,
-    pub(crate) profile: Option<Profile>,
+    /// Presets merged before `providers` (none and no providers: the default preset).
+    pub(crate) profile: Vec<Profile>,
     pub(crate) block: bool,
     pub(crate) buffer_mb: u32,
     pub(crate) duration: Option<Duration>,

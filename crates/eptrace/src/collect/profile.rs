@@ -7,9 +7,14 @@ use eventpipe_ipc::ProviderRequest;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Profile {
     /// .NET: the sample profiler plus the runtime's default keywords (dotnet-trace's
-    /// default). Rust: the CPU sampler (`EventPipeRs-CpuSampler`, 1 kHz; the program calls
-    /// `eventpipe_profiler::cpu::register()`) plus every provider at Informational.
+    /// default). Rust: the CPU sampler alone (`EventPipeRs-CpuSampler`, 1 kHz; the program
+    /// calls `eventpipe_profiler::cpu::register()`), with the rundown that names its code
+    /// and threads; add `tracing` for spans.
     CpuSampling,
+    /// Rust: every provider the program declares (its `tracing` spans and events among
+    /// them) at Informational, all keywords; this project's profilers are not included.
+    /// .NET: not available (name EventSources with --providers).
+    Tracing,
     /// .NET: garbage collections and allocations (runtime GC keyword, verbose).
     Gc,
     /// Rust: every provider the program declares, all keywords, verbose. .NET: as
@@ -40,10 +45,11 @@ fn specs(profile: Profile, is_rust: bool) -> Result<Vec<&'static str>> {
             "Microsoft-Windows-DotNETRuntime:0x14C14FCCBD:Informational",
         ],
         (Profile::Gc, false) => vec!["Microsoft-Windows-DotNETRuntime:0x1:Verbose"],
-        (Profile::CpuSampling, true) => vec![
-            "EventPipeRs-CpuSampler:0:Informational",
-            "*:0xFFFFFFFFFFFFFFFF:Informational",
-        ],
+        (Profile::CpuSampling, true) => vec!["EventPipeRs-CpuSampler:0:Informational"],
+        (Profile::Tracing, true) => vec!["*:0xFFFFFFFFFFFFFFFF:Informational"],
+        (Profile::Tracing, false) => {
+            bail!("the tracing profile is for Rust processes; name a .NET EventSource with --providers")
+        }
         (Profile::Gc, true) => {
             bail!("the gc profile is for .NET processes; Rust processes have no {DOTNET_RUNTIME}")
         }
@@ -105,15 +111,14 @@ pub(crate) fn silent_profilers(
 /// The providers for `config`: the profile's (or the default one when no provider is
 /// named), then each `--providers` spec, a later spec replacing an earlier one's entry.
 pub(crate) fn providers(config: &super::Config, is_rust: bool) -> Result<Vec<ProviderRequest>> {
-    let profile = match (config.profile, config.providers.is_empty()) {
-        (Some(p), _) => Some(p),
-        (None, true) => Some(Profile::Default),
-        (None, false) => None,
+    let profiles = match (config.profile.is_empty(), config.providers.is_empty()) {
+        (true, true) => vec![Profile::Default],
+        _ => config.profile.clone(),
     };
-    let mut all: Vec<String> = match profile {
-        Some(p) => specs(p, is_rust)?.into_iter().map(String::from).collect(),
-        None => Vec::new(),
-    };
+    let mut all: Vec<String> = Vec::new();
+    for p in profiles {
+        all.extend(specs(p, is_rust)?.into_iter().map(String::from));
+    }
     all.extend(config.providers.iter().cloned());
     let mut out: Vec<ProviderRequest> = Vec::new();
     for spec in &all {
@@ -145,7 +150,7 @@ mod tests {
         Config {
             target: TargetSpec::Pid(1),
             providers: providers.iter().map(|s| s.to_string()).collect(),
-            profile,
+            profile: profile.into_iter().collect(),
             block: false,
             buffer_mb: 256,
             duration: None,
@@ -192,5 +197,39 @@ mod tests {
 
         let err = providers(&config(Some(Profile::Alloc), &[]), false).unwrap_err();
         assert!(err.to_string().contains("Rust processes"), "{err}");
+    }
+
+    #[test]
+    fn cpu_sampling_is_the_sampler_alone_and_tracing_adds_the_spans() {
+        let names = |profiles: Vec<Profile>, is_rust| -> Vec<(String, u32)> {
+            let mut c = config(None, &[]);
+            c.profile = profiles;
+            providers(&c, is_rust)
+                .unwrap()
+                .into_iter()
+                .map(|r| (r.name, r.level))
+                .collect()
+        };
+        assert_eq!(
+            names(vec![Profile::CpuSampling], true),
+            [("EventPipeRs-CpuSampler".to_owned(), 4)]
+        );
+        assert_eq!(
+            names(vec![Profile::CpuSampling, Profile::Tracing], true),
+            [
+                ("EventPipeRs-CpuSampler".to_owned(), 4),
+                ("*".to_owned(), 4)
+            ]
+        );
+        // .NET's cpu-sampling is dotnet-trace's: the sample profiler and the runtime.
+        assert_eq!(names(vec![Profile::CpuSampling], false).len(), 2);
+        let mut c = config(Some(Profile::Tracing), &[]);
+        assert!(providers(&c, false).is_err());
+        c.profile.clear();
+        assert_eq!(
+            providers(&c, true).unwrap()[0].level,
+            5,
+            "the default profile"
+        );
     }
 }

@@ -75,15 +75,7 @@ impl Target {
     /// A short name for messages and the default file name.
     pub(crate) fn name(&self) -> String {
         let pid = self.pid();
-        let Ok(comm) = std::fs::read_to_string(format!("/proc/{pid}/comm")) else {
-            return format!("pid{pid}");
-        };
-        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
-        let exe_name = exe
-            .as_ref()
-            .and_then(|p| p.file_name())
-            .map(|n| n.to_string_lossy().into_owned());
-        untruncated_name(comm.trim(), exe_name.as_deref())
+        crate::ps::process_name(pid).unwrap_or_else(|| format!("pid{pid}"))
     }
 
     fn connection(&mut self) -> Result<eventpipe_ipc::Connection> {
@@ -163,18 +155,6 @@ impl Target {
         }
         let _ = child.kill();
         child.wait().ok()
-    }
-}
-
-/// The kernel keeps a process's name (`comm`) to 15 bytes: a name that long which begins
-/// the executable's file name is that name cut, and the file name is the one to show.
-fn untruncated_name(comm: &str, exe_name: Option<&str>) -> String {
-    const COMM_MAX: usize = 15;
-    match exe_name {
-        Some(exe) if comm.len() == COMM_MAX && exe.len() > COMM_MAX && exe.starts_with(comm) => {
-            exe.to_string()
-        }
-        _ => comm.to_string(),
     }
 }
 
@@ -278,29 +258,5 @@ fn launch(argv: &[OsString]) -> Result<Target> {
                 program.to_string_lossy()
             );
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::untruncated_name;
-
-    #[test]
-    fn a_name_the_kernel_cut_is_shown_whole() {
-        assert_eq!(
-            untruncated_name("profiled-servic", Some("profiled-service")),
-            "profiled-service"
-        );
-        // Short names, and a comm the program set to something else, stay as they are.
-        assert_eq!(
-            untruncated_name("traced-app", Some("traced-app")),
-            "traced-app"
-        );
-        assert_eq!(untruncated_name("dotnet", Some("dotnet")), "dotnet");
-        assert_eq!(
-            untruncated_name("worker-pool-thr", Some("my-service-binary")),
-            "worker-pool-thr"
-        );
-        assert_eq!(untruncated_name("profiled-servic", None), "profiled-servic");
     }
 }

@@ -4,8 +4,8 @@
 //!
 //! On a terminal the screen is redrawn whole (the terminal in raw mode, so `p` pauses, `r`
 //! resumes and `q` or Ctrl-C quits without Enter); a terminal too narrow for the table
-//! says so instead of wrapping it. Anywhere else (a pipe, a file) each refresh prints the
-//! table as plain lines.
+//! says so instead of wrapping it. Anywhere else (a pipe, a file, or a terminal that has
+//! no size, as `script` gives one) each refresh prints the table as plain lines.
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
@@ -36,7 +36,10 @@ pub(crate) struct Screen {
 
 impl Screen {
     pub(crate) fn new(refresh_sec: f64) -> Result<Screen> {
-        let interactive = std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
+        // A terminal that reports no size (0 × 0, as `script` makes) cannot be drawn on.
+        let sized = matches!(terminal::size(), Ok((cols, rows)) if cols > 0 && rows > 0);
+        let interactive =
+            std::io::stdout().is_terminal() && std::io::stdin().is_terminal() && sized;
         if interactive {
             terminal::enable_raw_mode()?;
             execute!(

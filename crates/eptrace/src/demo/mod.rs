@@ -48,7 +48,7 @@ pub(crate) fn do_demo(config: &Config) -> Result<()> {
         ]),
         // The async profiler too: the workload's async worker is instrumented for it.
         providers: vec!["EventPipeRs-AsyncProfiler:0:Informational".into()],
-        profile: Some(collect::Profile::CpuSampling),
+        profile: vec![collect::Profile::CpuSampling, collect::Profile::Tracing],
         block: false,
         buffer_mb: 64,
         duration: Some(Duration::from_secs_f64(config.seconds)),

@@ -224,6 +224,9 @@ pub(super) struct Encoder {
     new_threads: Vec<ThreadInfo>,
     /// V6: the thread-table index of each OS thread a sample was about.
     thread_index_by_tid: HashMap<u64, u64>,
+    /// Every OS thread an event was about (a sampled thread that may never write), with
+    /// the kernel's name for it when it was first seen: the rundown names them all.
+    subjects: HashMap<u64, Option<String>>,
 }
 
 impl Encoder {
@@ -248,7 +251,30 @@ impl Encoder {
             first_new_label: 1,
             new_threads: Vec::new(),
             thread_index_by_tid: HashMap::new(),
+            subjects: HashMap::new(),
         }
+    }
+
+    /// The threads events were about so far, each with its kernel name when it has one,
+    /// for the rundown.
+    pub(super) fn subject_names(&self) -> impl Iterator<Item = (u64, &str)> + '_ {
+        self.subjects
+            .iter()
+            .filter_map(|(tid, name)| Some((*tid, name.as_deref()?)))
+    }
+
+    /// Notes a thread an event was about: its name is read once, the first time (a
+    /// sampled thread may be gone by the rundown). Returns that name.
+    fn note_subject(&mut self, tid: u64) -> Option<String> {
+        if let Some(name) = self.subjects.get(&tid) {
+            return name.clone();
+        }
+        if self.subjects.len() >= MAX_SUBJECT_THREADS {
+            return None;
+        }
+        let name = rundown::kernel_thread_name(tid);
+        self.subjects.insert(tid, name.clone());
+        name
     }
 
     /// A thread that writes to the session, described before its first event (V6).
@@ -408,7 +434,10 @@ impl Encoder {
         let capture_thread = if v6 { thread.index } else { thread.os_tid };
         let event_thread = match subject {
             None => capture_thread,
-            Some(tid) if !v6 => tid,
+            Some(tid) if !v6 => {
+                self.note_subject(tid);
+                tid
+            }
             Some(tid) => self.subject_index(tid).unwrap_or(capture_thread),
         };
         // One header, updated field by field: built afresh, its zeroed ids were read back
@@ -487,9 +516,10 @@ impl Encoder {
         }
         let index = SUBJECT_THREAD_INDEX_BASE | tid;
         self.thread_index_by_tid.insert(tid, index);
+        let name = self.note_subject(tid);
         self.new_threads.push(ThreadInfo {
             index,
-            name: rundown::kernel_thread_name(tid),
+            name,
             process_id: Some(u64::from(std::process::id())),
             thread_id: Some(tid),
             key_values: Vec::new(),

@@ -395,7 +395,15 @@ impl Drain {
         let tid = crate::writer::current_os_tid();
         let version = self.version;
         let v6 = version == FormatVersion::V6;
-        let thread_names = std::mem::take(&mut self.thread_names);
+        let mut thread_names = std::mem::take(&mut self.thread_names);
+        // The threads events were about (sampled threads that may never have written) by
+        // the kernel's name; a name the program gave a writing thread comes first.
+        for (tid, name) in self.encoder.subject_names() {
+            if thread_names.len() >= MAX_RUNDOWN_THREAD_NAMES {
+                break;
+            }
+            thread_names.entry(tid).or_insert_with(|| name.to_owned());
+        }
         let writer = self.writer()?;
         writer
             .write_metadata_block(&rundown::all_metadata())

@@ -11,13 +11,17 @@ use crate::sync::{AtomicU32, Ordering};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::panic::Location;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 /// One instrumented site. Declared as a `static` by the attribute macro; built and leaked once
 /// per (name, call site) by [`FutureExt::profiled`](super::FutureExt::profiled).
 #[derive(Debug)]
 pub struct Site {
     name: &'static str,
+    /// For `#[profiled]`: the type name of a marker item declared in the instrumented fn,
+    /// whose path is the fn's own, impl type included; the name is made from it once.
+    path_of: Option<fn() -> &'static str>,
+    resolved: OnceLock<&'static str>,
     file: &'static str,
     line: u32,
     /// 0 until the site is first recorded.
@@ -31,6 +35,24 @@ impl Site {
     pub const fn new(name: &'static str, file: &'static str, line: u32) -> Site {
         Site {
             name,
+            path_of: None,
+            resolved: OnceLock::new(),
+            file,
+            line,
+            id: AtomicU32::new(0),
+        }
+    }
+
+    /// The site of the fn that declares the item whose type name `path_of` returns
+    /// (`#[profiled]` declares one in each fn it instruments): named by that fn's path, as
+    /// the symbolizer names it (`crate::module::Type::method`,
+    /// `<crate::Type as crate::Trait>::method`).
+    #[doc(hidden)]
+    pub const fn of_fn(path_of: fn() -> &'static str, file: &'static str, line: u32) -> Site {
+        Site {
+            name: "",
+            path_of: Some(path_of),
+            resolved: OnceLock::new(),
             file,
             line,
             id: AtomicU32::new(0),
@@ -39,7 +61,10 @@ impl Site {
 
     /// The site's name.
     pub fn name(&self) -> &'static str {
-        self.name
+        match self.path_of {
+            None => self.name,
+            Some(path_of) => self.resolved.get_or_init(|| fn_path(path_of())),
+        }
     }
 
     /// The site's frame id, assigned on first use.
@@ -74,6 +99,17 @@ impl Site {
     pub(crate) fn line(&self) -> u32 {
         self.line
     }
+}
+
+/// The path of the fn a marker item is declared in, from the marker's type name: the
+/// marker's own name dropped, and the `{{closure}}` an async fn's body adds. Made once per
+/// site, so kept for good.
+fn fn_path(marker_type_name: &str) -> &'static str {
+    let path = marker_type_name
+        .rsplit_once("::")
+        .map_or(marker_type_name, |(fn_path, _marker)| fn_path);
+    let path = path.replace("::{{closure}}", "");
+    Box::leak(path.into_boxed_str())
 }
 
 /// Calls `f` with every known site and its id, under the lock that orders announcements.
@@ -146,5 +182,18 @@ mod tests {
         assert!(id > 0);
         assert_eq!(sites[0].id(), id);
         assert_ne!(other_line.id(), id);
+    }
+
+    #[test]
+    fn a_fn_site_is_named_by_the_fn_path_without_closures() {
+        assert_eq!(
+            fn_path("app::server::Handler::run::{{closure}}::__EventpipeProfiledFn"),
+            "app::server::Handler::run"
+        );
+        assert_eq!(
+            fn_path("<app::Handler as app::Run>::go::{{closure}}::M"),
+            "<app::Handler as app::Run>::go"
+        );
+        assert_eq!(fn_path("app::run::M"), "app::run");
     }
 }
