@@ -261,6 +261,7 @@ pub(crate) fn do_collect(config: &Config) -> Result<()> {
     }
     if is_rust {
         notes.extend(profile::silent_profilers(&requested, &summary.by_provider));
+        notes.extend(profile::silent_providers(&requested, &summary.by_provider));
     }
     if !summary.complete {
         let why = summary

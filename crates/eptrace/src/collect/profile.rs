@@ -108,6 +108,56 @@ pub(crate) fn silent_profilers(
         .collect()
 }
 
+/// Providers a session gets whatever it asks for: the rundown's, and this project's
+/// profilers' (named apart).
+fn is_rundown_or_profiler(provider: &str) -> bool {
+    provider.starts_with("EventPipeRs-") || provider == "Microsoft-DotNETCore-EventPipe"
+}
+
+/// What a `tracing` user most often misses when a provider stays silent.
+const GLOBAL_FILTER_HINT: &str = "if it is a `tracing` target (`my_app::db` is the provider \
+     `my_app-db`), a filter added to the subscriber as a layer of its own \
+     (`registry().with(EnvFilter…)`) is global and disables its callsites before \
+     EventPipeLayer sees them: give the filter to the layer it is for \
+     (`fmt::layer().with_filter(EnvFilter…)`), as the guide's instrumentation page shows";
+
+/// A note when providers the session named (a Rust program's own, not the profilers)
+/// wrote nothing: the name may be wrong, or a global `tracing` filter drops them. With
+/// `*`, when none of the program's own providers wrote anything.
+pub(crate) fn silent_providers(
+    requested: &[String],
+    events_by_provider: &std::collections::BTreeMap<String, u64>,
+) -> Option<String> {
+    let wrote = |name: &str| {
+        events_by_provider
+            .iter()
+            .any(|(p, n)| *n > 0 && p.eq_ignore_ascii_case(name))
+    };
+    if requested.iter().any(|r| r == "*") {
+        let own = events_by_provider
+            .iter()
+            .any(|(p, n)| *n > 0 && !is_rundown_or_profiler(p));
+        return (!own).then(|| {
+            format!(
+                "none of the program's own providers wrote events (`*` asked for all of \
+                 them): it wrote none in the session, or {GLOBAL_FILTER_HINT}"
+            )
+        });
+    }
+    let silent: Vec<&str> = requested
+        .iter()
+        .filter(|r| !is_rundown_or_profiler(r) && !wrote(r))
+        .map(String::as_str)
+        .collect();
+    (!silent.is_empty()).then(|| {
+        format!(
+            "{} wrote no events: check the name (`--providers '*'` records every provider \
+             the program declares, and `report` lists them), or {GLOBAL_FILTER_HINT}",
+            silent.join(", ")
+        )
+    })
+}
+
 /// The providers for `config`: the profile's (or the default one when no provider is
 /// named), then each `--providers` spec, a later spec replacing an earlier one's entry.
 pub(crate) fn providers(config: &super::Config, is_rust: bool) -> Result<Vec<ProviderRequest>> {
@@ -230,6 +280,45 @@ mod tests {
             providers(&c, true).unwrap()[0].level,
             5,
             "the default profile"
+        );
+    }
+
+    #[test]
+    fn silent_named_providers_are_said_with_the_global_filter_hint() {
+        let counts = |pairs: &[(&str, u64)]| -> std::collections::BTreeMap<String, u64> {
+            pairs.iter().map(|(p, n)| (p.to_string(), *n)).collect()
+        };
+        let rundown_only = counts(&[
+            ("EventPipeRs-Rundown", 5),
+            ("Microsoft-DotNETCore-EventPipe", 1),
+        ]);
+        let star = silent_providers(&["*".into()], &rundown_only).unwrap();
+        assert!(star.contains("with_filter"), "{star}");
+        let named = silent_providers(
+            &[
+                "mini_redis-server".into(),
+                "Other".into(),
+                "EventPipeRs-CpuSampler".into(),
+            ],
+            &counts(&[("Other", 3)]),
+        )
+        .unwrap();
+        assert!(
+            named.starts_with("mini_redis-server wrote no events"),
+            "{named}"
+        );
+        assert!(
+            !named.contains("Other") && !named.contains("CpuSampler"),
+            "{named}"
+        );
+        // Providers that wrote say nothing.
+        assert_eq!(
+            silent_providers(&["*".into()], &counts(&[("my_app-db", 2)])),
+            None
+        );
+        assert_eq!(
+            silent_providers(&["other".into()], &counts(&[("Other", 2)])),
+            None
         );
     }
 }
