@@ -455,6 +455,10 @@ struct HeapReportArgs {
     /// Sites shown (JSON has all of them).
     #[arg(long, value_name = "N", default_value_t = 30)]
     top: usize,
+    /// Sum the rows by `site` (the function that asked for memory) or by `caller` (the
+    /// first frame in the program's own code on the way to it).
+    #[arg(long, value_name = "WHAT", default_value = "site", value_parser = ["site", "caller"])]
+    by: String,
 }
 
 #[derive(Debug, Args)]
@@ -872,6 +876,7 @@ impl Cli {
                     json: r.format.json,
                     top: r.top,
                     allow_partial: false,
+                    by_caller: r.by == "caller",
                 }),
                 Some(HeapCommand::Diff(d)) => Action::HeapDiff(stream_file::DiffConfig {
                     old: d.snapshots.old,
@@ -905,6 +910,7 @@ impl Cli {
                     json: r.format.json,
                     top: r.top,
                     allow_partial: r.allow_partial,
+                    by_caller: false,
                 }),
                 Some(GcdumpCommand::Diff(d)) => Action::GcdumpDiff(stream_file::DiffConfig {
                     old: d.snapshots.old,

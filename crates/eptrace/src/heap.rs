@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use eventpipe_insight::builder::ALLOCATION_PROVIDER;
-use eventpipe_insight::live_heap::{diff_live_heaps, LiveHeap, LiveHeapBuilder, SiteGrowth};
+use eventpipe_insight::live_heap::{
+    diff_live_heaps, Grouping, LiveHeap, LiveHeapBuilder, SiteGrowth,
+};
 use eventpipe_insight::{ProfileBuilder, SampleSelection};
 use eventpipe_ipc::command::CollectTracing;
 use eventpipe_ipc::ProviderRequest;
@@ -190,8 +192,8 @@ fn read_snapshot(
 }
 
 /// Reads a snapshot file.
-fn load(path: &Path) -> Result<LiveHeap> {
-    let mut builder = LiveHeapBuilder::new();
+fn load(path: &Path, grouping: Grouping) -> Result<LiveHeap> {
+    let mut builder = LiveHeapBuilder::new().grouping(grouping);
     let lost = crate::stream_file::read_file(path, |event| {
         builder.observe(event);
         Ok(())
@@ -208,7 +210,12 @@ fn load(path: &Path) -> Result<LiveHeap> {
 }
 
 pub(crate) fn do_report(config: &ReportConfig) -> Result<()> {
-    let heap = load(&config.file)?;
+    let grouping = if config.by_caller {
+        Grouping::Caller
+    } else {
+        Grouping::Site
+    };
+    let heap = load(&config.file, grouping)?;
     if config.json {
         return crate::print_json(&heap);
     }
@@ -227,13 +234,26 @@ pub(crate) fn do_report(config: &ReportConfig) -> Result<()> {
     writeln!(out)?;
     writeln!(
         out,
-        "{:>15}  {:>13}  {:>10}  {:>7}  Site",
-        "Live bytes", "± 95%", "Count", "Samples"
+        "{:>15}  {:>13}  {:>10}  {:>7}  {}",
+        "Live bytes",
+        "± 95%",
+        "Count",
+        "Samples",
+        if config.by_caller {
+            "Caller in the program (its site when the program allocated itself)"
+        } else {
+            "Site  <- its caller in the program, when the site is a library's"
+        }
     )?;
     for row in heap.sites.iter().take(config.top) {
+        let caller = row
+            .caller
+            .as_ref()
+            .map(|c| format!("  <- {}", c.label()))
+            .unwrap_or_default();
         writeln!(
             out,
-            "{:>15}  {:>13}  {:>10}  {:>7}  {}",
+            "{:>15}  {:>13}  {:>10}  {:>7}  {}{caller}",
             thousands(row.bytes),
             thousands(row.bytes_error),
             thousands(row.count),
@@ -255,8 +275,8 @@ pub(crate) fn do_report(config: &ReportConfig) -> Result<()> {
 }
 
 pub(crate) fn do_diff(config: &DiffConfig) -> Result<()> {
-    let old = load(&config.old)?;
-    let new = load(&config.new)?;
+    let old = load(&config.old, Grouping::Site)?;
+    let new = load(&config.new, Grouping::Site)?;
     let rows = diff_live_heaps(&old, &new);
     if config.json {
         return crate::print_json(&rows);

@@ -40,6 +40,8 @@ pub(crate) struct ReportConfig {
     /// Read a snapshot that lost part of the heap, marked incomplete (`gcdump --allow-partial`;
     /// a `heap` snapshot is whole or refused, so `heap` leaves this false).
     pub(crate) allow_partial: bool,
+    /// `heap report --by caller`: rows by the program's own frame, not the site.
+    pub(crate) by_caller: bool,
 }
 
 /// `eptrace gcdump diff`, `eptrace heap diff`.

@@ -182,3 +182,81 @@ fn snapshots_through_a_small_budget_lose_nothing_and_the_diff_finds_the_leak() {
     std::fs::remove_file(&before).ok();
     std::fs::remove_file(&after).ok();
 }
+
+#[test]
+fn a_librarys_site_names_the_programs_caller_and_rows_sum_by_it() {
+    let mut app = start_app(256);
+    let path = snapshot(app.pid, "callers");
+    app.send("quit");
+    let report = |args: &[&str]| -> serde_json::Value {
+        let mut all = vec!["heap", "report", "--json"];
+        all.extend_from_slice(args);
+        all.push(path.to_str().unwrap());
+        let out = eptrace(&all);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let by_site = report(&[]);
+    let rows = by_site["sites"].as_array().unwrap();
+    // The backtrace crate allocated the frames; the program asked in keep_backtraces.
+    let library: Vec<&serde_json::Value> = rows
+        .iter()
+        .filter(|r| {
+            r["site"]["function"]
+                .as_str()
+                .unwrap()
+                .starts_with("backtrace::")
+        })
+        .collect();
+    assert!(
+        !library.is_empty(),
+        "no site in the backtrace crate: {by_site:#}"
+    );
+    let library_bytes: f64 = library.iter().map(|r| r["bytes"].as_f64().unwrap()).sum();
+    for row in &library {
+        let caller = row["caller"]["function"].as_str().unwrap_or_default();
+        assert!(caller.contains("keep_backtraces"), "{row:#}");
+    }
+    // The program's own sites have no caller of their own.
+    let own = rows
+        .iter()
+        .find(|r| {
+            r["site"]["function"]
+                .as_str()
+                .unwrap()
+                .ends_with("keep_live_set")
+        })
+        .unwrap();
+    assert!(own.get("caller").is_none(), "{own:#}");
+
+    // By caller: the library's rows are summed under the program's function.
+    let by_caller = report(&["--by", "caller"]);
+    let rows = by_caller["sites"].as_array().unwrap();
+    let keep = rows
+        .iter()
+        .find(|r| {
+            r["site"]["function"]
+                .as_str()
+                .unwrap()
+                .contains("keep_backtraces")
+        })
+        .unwrap_or_else(|| panic!("no keep_backtraces row: {by_caller:#}"));
+    assert!(keep["bytes"].as_f64().unwrap() >= library_bytes, "{keep:#}");
+    assert!(!rows.iter().any(|r| r["site"]["function"]
+        .as_str()
+        .unwrap()
+        .starts_with("backtrace::")));
+    assert_eq!(
+        by_caller["bytes"], by_site["bytes"],
+        "the same heap, summed otherwise"
+    );
+    // The table shows the caller beside the site.
+    let table = text(&eptrace(&["heap", "report", path.to_str().unwrap()]).stdout);
+    assert!(
+        table.lines().any(|l| l.contains("backtrace::")
+            && l.contains("<- ")
+            && l.contains("keep_backtraces")),
+        "{table}"
+    );
+    std::fs::remove_file(&path).ok();
+}

@@ -10,7 +10,14 @@
 //!
 //! A site is the first frame of the allocating stack, from the leaf, that is not allocation
 //! machinery (the global allocator, `alloc::`, `core::`, the profiler): the function that
-//! asked for memory, with its file and line.
+//! asked for memory, with its file and line. When that is a library's function
+//! (`bytes::Bytes::copy_from_slice`), the row also names its **caller**: the first frame
+//! from the leaf in the program's own code, which is the code of the crate whose `main` the
+//! program runs (the binary's crate, named after the program's file), a library crate of
+//! the same package (a crate whose name begins the binary's: `mini_redis` for
+//! `mini_redis_server`), or any code whose source lies outside cargo's registry and git
+//! checkouts (`…/registry/src/`, `…/git/checkouts/`), the standard library and `/usr` (the
+//! program's workspace). [`Grouping::Caller`] sums by it.
 
 use std::collections::HashMap;
 
@@ -40,11 +47,27 @@ impl Site {
     }
 }
 
+/// What a live heap's rows are summed by.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Grouping {
+    /// The allocation site (the leaf's first frame that is not allocation machinery).
+    #[default]
+    Site,
+    /// The site's caller in the program's own code (the site itself when it is the
+    /// program's, or when no frame is).
+    Caller,
+}
+
 /// One site's live memory.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SiteRow {
-    /// The site.
+    /// The site (with [`Grouping::Caller`], the caller).
     pub site: Site,
+    /// The first frame in the program's own code that led to the site, when the site is
+    /// not (the one holding most of the row's bytes when there are several; with
+    /// [`Grouping::Caller`] always `None`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub caller: Option<Site>,
     /// Estimated live bytes.
     pub bytes: u64,
     /// Half the width of the 95 % interval of `bytes`.
@@ -96,12 +119,19 @@ pub struct LiveHeapBuilder {
     stack_index: HashMap<Vec<u64>, usize>,
     /// The end marker of `snapshot`: (allocations it says were written, interval).
     end: Option<(u64, u64)>,
+    grouping: Grouping,
 }
 
 impl LiveHeapBuilder {
     /// An empty builder.
     pub fn new() -> LiveHeapBuilder {
         LiveHeapBuilder::default()
+    }
+
+    /// Sums the rows by `grouping` (by site unless told).
+    pub fn grouping(mut self, grouping: Grouping) -> LiveHeapBuilder {
+        self.grouping = grouping;
+        self
     }
 
     /// Whether the snapshot's end marker (`HeapSnapshot`) has been read.
@@ -173,24 +203,34 @@ impl LiveHeapBuilder {
 
     /// Symbolizes and sums the snapshot per site.
     pub fn finish(mut self) -> LiveHeap {
-        let mut site_of_stack: Vec<Option<Site>> = vec![None; self.stacks.len()];
+        let own = OwnCode::of_program(self.symbolizer.main_module().as_deref());
+        let mut site_of_stack: Vec<Option<(Site, Option<Site>)>> = vec![None; self.stacks.len()];
         #[derive(Default)]
         struct Sum {
             bytes: u64,
             variance: f64,
             count: f64,
             samples: u64,
+            callers: HashMap<Site, u64>,
         }
         let mut sums: HashMap<Site, Sum> = HashMap::new();
         let mut total = Sum::default();
         for s in std::mem::take(&mut self.samples) {
             if site_of_stack[s.stack].is_none() {
-                site_of_stack[s.stack] = Some(self.site(s.stack));
+                site_of_stack[s.stack] = Some(self.site(s.stack, &own));
             }
-            let site = site_of_stack[s.stack].clone().expect("just set");
+            let (site, caller) = site_of_stack[s.stack].clone().expect("just set");
+            let (key, caller) = match (self.grouping, caller) {
+                (Grouping::Caller, Some(caller)) => (caller, None),
+                (_, caller) => (site, caller),
+            };
             let variance = s.weight as f64 * (s.weight - s.size) as f64;
             let count = s.weight as f64 / s.size as f64;
-            for sum in [sums.entry(site).or_default(), &mut total] {
+            let row = sums.entry(key).or_default();
+            if let Some(caller) = caller {
+                *row.callers.entry(caller).or_default() += s.weight;
+            }
+            for sum in [row, &mut total] {
                 sum.bytes = sum.bytes.saturating_add(s.weight);
                 sum.variance += variance;
                 sum.count += count;
@@ -202,6 +242,11 @@ impl LiveHeapBuilder {
             .into_iter()
             .map(|(site, sum)| SiteRow {
                 site,
+                caller: sum
+                    .callers
+                    .into_iter()
+                    .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0)))
+                    .map(|(caller, _)| caller),
                 bytes: sum.bytes,
                 bytes_error: error(sum.variance),
                 count: sum.count.round() as u64,
@@ -226,17 +271,23 @@ impl LiveHeapBuilder {
         }
     }
 
-    /// The site of raw stack `id`: its first frame, from the leaf, that is not allocation
-    /// machinery.
-    fn site(&mut self, id: usize) -> Site {
+    /// The site of raw stack `id` (its first frame, from the leaf, that is not allocation
+    /// machinery) and, when that is not the program's own code, the first frame that is.
+    fn site(&mut self, id: usize, own: &OwnCode) -> (Site, Option<Site>) {
         let ips = std::mem::take(&mut self.stacks[id]);
-        let mut site = None;
+        let mut site: Option<Frame> = None;
+        let mut caller = None;
         let mut first = None;
         'frames: for (i, &ip) in ips.iter().enumerate() {
             for frame in self.symbolizer.resolve(ip, i > 0) {
                 first.get_or_insert_with(|| frame.clone());
-                if !is_allocation_machinery(frame) {
+                if site.is_none() && !is_allocation_machinery(frame) {
                     site = Some(frame.clone());
+                    if own.holds(frame) {
+                        break 'frames;
+                    }
+                } else if site.is_some() && own.holds(frame) {
+                    caller = Some(frame.clone());
                     break 'frames;
                 }
             }
@@ -245,15 +296,64 @@ impl LiveHeapBuilder {
         let frame = site
             .or(first)
             .unwrap_or_else(|| Frame::named("[no stack]", FrameKind::Unknown));
-        let location = match (&frame.file, frame.line) {
-            (Some(file), Some(line)) => Some(format!("{file}:{line}")),
-            (Some(file), None) => Some(file.clone()),
-            _ => None,
-        };
-        Site {
-            function: frame.function,
-            location,
+        (site_of(frame), caller.map(site_of))
+    }
+}
+
+fn site_of(frame: Frame) -> Site {
+    let location = match (&frame.file, frame.line) {
+        (Some(file), Some(line)) => Some(format!("{file}:{line}")),
+        (Some(file), None) => Some(file.clone()),
+        _ => None,
+    };
+    Site {
+        function: frame.function,
+        location,
+    }
+}
+
+/// Which frames are the program's own code (module docs).
+#[derive(Debug)]
+struct OwnCode {
+    /// The binary's crate: its file name with `-` as `_`.
+    crate_name: Option<String>,
+}
+
+impl OwnCode {
+    fn of_program(main_module: Option<&str>) -> OwnCode {
+        let crate_name = main_module
+            .and_then(|path| path.rsplit('/').next())
+            .filter(|name| !name.is_empty())
+            .map(|name| name.replace('-', "_"));
+        OwnCode { crate_name }
+    }
+
+    fn holds(&self, frame: &Frame) -> bool {
+        if frame.kind == FrameKind::Unknown || is_allocation_machinery(frame) {
+            return false;
         }
+        let name = frame.function.trim_start_matches('<');
+        let krate = name.split("::").next().unwrap_or(name);
+        let by_name = self.crate_name.as_deref().is_some_and(|program| {
+            program == krate
+                || program
+                    .strip_prefix(krate)
+                    .is_some_and(|rest| rest.starts_with('_'))
+        });
+        // Source outside the registry, git checkouts and the standard library is the
+        // program's workspace.
+        let by_source = frame.file.as_deref().is_some_and(|file| {
+            !(file.contains("/registry/src/")
+                || file.contains("/git/checkouts/")
+                || file.starts_with("/rustc/")
+                || file.contains("/rustlib/src/")
+                || file.starts_with("/usr/"))
+        });
+        by_name
+            || (by_source
+                && !["std::", "core::", "alloc::"]
+                    .iter()
+                    .any(|p| name.starts_with(p)))
     }
 }
 
@@ -341,4 +441,41 @@ pub fn diff_live_heaps(old: &LiveHeap, new: &LiveHeap) -> Vec<SiteGrowth> {
         .collect();
     rows.sort_by(|a, b| b.delta().cmp(&a.delta()).then_with(|| a.site.cmp(&b.site)));
     rows
+}
+
+#[cfg(test)]
+mod own_code_tests {
+    use super::*;
+
+    fn frame(function: &str, file: Option<&str>) -> Frame {
+        Frame {
+            file: file.map(str::to_owned),
+            ..Frame::named(function, FrameKind::Native)
+        }
+    }
+
+    #[test]
+    fn the_programs_crates_and_workspace_are_its_own_code() {
+        let own = OwnCode::of_program(Some("/opt/bin/mini-redis-server"));
+        let registry = "/home/u/.cargo/registry/src/index.crates.io-1/bytes-1.5.0/src/bytes.rs";
+        assert!(!own.holds(&frame(
+            "bytes::bytes::Bytes::copy_from_slice",
+            Some(registry)
+        )));
+        // The package's library, from the registry too (installed from crates.io).
+        let lib = "/home/u/.cargo/registry/src/index.crates.io-1/mini-redis-0.4.1/src/frame.rs";
+        assert!(own.holds(&frame("mini_redis::frame::Frame::parse", Some(lib))));
+        assert!(own.holds(&frame(
+            "<mini_redis_server::Cli as clap::Parser>::parse",
+            None
+        )));
+        assert!(!own.holds(&frame("mini_redisx::f", None)));
+        // Workspace code, whatever its crate.
+        assert!(own.holds(&frame("helpers::f", Some("/work/app/helpers/src/lib.rs"))));
+        assert!(!own.holds(&frame(
+            "std::io::read",
+            Some("/rustc/abc/library/std/src/io.rs")
+        )));
+        assert!(!own.holds(&frame("alloc::vec::Vec::push", Some("/work/x.rs"))));
+    }
 }

@@ -6,7 +6,9 @@
 //!
 //! Stdout: `pid N`, then `ready` once the live set is built: `--blocks N` (10,000) blocks
 //! of `--block-size BYTES` (4,096) allocated in `keep_live_set` and kept, in a vector
-//! allocated there too. Stdin, one command a line:
+//! allocated there too; and 200 backtraces kept by `keep_backtraces`, whose memory the
+//! `backtrace` crate allocates (a library's site, called from the program). Stdin, one
+//! command a line:
 //! `leak N` allocates N blocks of 16,384 bytes in `leak_more` and keeps them, then prints
 //! `leaked TOTAL_BYTES`; `churn N` allocates and frees N blocks (nothing stays); `quit`.
 //!
@@ -35,6 +37,14 @@ fn keep_live_set(blocks: usize, size: usize) -> Vec<Box<[u8]>> {
         kept.push(vec![i as u8; size].into_boxed_slice());
     }
     kept
+}
+
+/// Memory a library allocates on the program's behalf: each backtrace's frames.
+#[inline(never)]
+fn keep_backtraces(n: usize) -> Vec<backtrace::Backtrace> {
+    (0..n)
+        .map(|_| backtrace::Backtrace::new_unresolved())
+        .collect()
 }
 
 #[inline(never)]
@@ -74,6 +84,7 @@ fn main() {
     let mut out = std::io::stdout().lock();
     writeln!(out, "pid {}", std::process::id()).unwrap();
     let live = keep_live_set(blocks, block_size);
+    let traces = keep_backtraces(200);
     // The leak's container is sized up front, so its growth is not a second site.
     let mut leaked: Vec<Box<[u8]>> = Vec::with_capacity(1 << 20);
     writeln!(out, "ready").unwrap();
@@ -97,5 +108,5 @@ fn main() {
         }
         out.flush().unwrap();
     }
-    std::hint::black_box((&live, &leaked));
+    std::hint::black_box((&live, &leaked, &traces));
 }
