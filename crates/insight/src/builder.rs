@@ -661,6 +661,7 @@ impl ProfileBuilder {
             .filter(|module| named.contains(module.as_str()));
         notes.extend(self.symbolizer.notes());
         notes.extend(crate::symbolize::unnamed_frames_note(&profile));
+        notes.extend(crate::symbolize::truncated_stacks_note(&profile));
         if unplaced > 0 {
             notes.push(format!(
                 "{unplaced} CPU samples name an async context none of whose polls the async \

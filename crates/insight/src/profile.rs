@@ -81,7 +81,8 @@ pub enum FrameKind {
     /// reads `async PATH` (see [`crate::async_trace`]).
     Async,
     /// Not code: what the thread was doing, at a stack's leaf (a .NET sample taken outside
-    /// managed code ends in [`crate::EXTERNAL_CODE_FRAME`]).
+    /// managed code ends in [`crate::EXTERNAL_CODE_FRAME`]), or the mark at the root end of
+    /// a stack the sampler could not finish (`[truncated]`).
     ThreadState,
     /// Not code: a type in a heap snapshot's retention view.
     HeapType,

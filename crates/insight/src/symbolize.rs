@@ -125,6 +125,19 @@ enum Resolved {
 /// The frame of code that is in no known module: `[unknown]`.
 struct UnknownFrame([Frame; 1]);
 
+/// The address a sampler puts at the root end of a stack it could not finish
+/// (`eventpipe_profiler::cpu::TRUNCATED_FRAME`): no code lives there (it is not a canonical
+/// x86_64 address). It resolves to the frame [`TRUNCATED_FRAME_NAME`].
+pub const TRUNCATED_ADDRESS: u64 = 0xFFFF_FFFF_FFFF_FFFE;
+
+/// The frame that ends a stack cut short.
+pub const TRUNCATED_FRAME_NAME: &str = "[truncated]";
+
+fn truncated_frame() -> &'static [Frame] {
+    static FRAME: std::sync::OnceLock<[Frame; 1]> = std::sync::OnceLock::new();
+    FRAME.get_or_init(|| [Frame::named(TRUNCATED_FRAME_NAME, FrameKind::ThreadState)])
+}
+
 impl Default for UnknownFrame {
     fn default() -> Self {
         UnknownFrame([Frame::named("[unknown]", FrameKind::Unknown)])
@@ -383,6 +396,9 @@ impl Symbolizer {
         address: u64,
         is_return_address: bool,
     ) -> &[Frame] {
+        if address == TRUNCATED_ADDRESS {
+            return truncated_frame();
+        }
         if self.in_no_known_code(address, is_return_address) {
             // Answered without the cache: finding that out costs less than a look-up in a
             // table of every distinct address, which a trace without module rundown (every
@@ -658,6 +674,33 @@ impl UnnamedAddresses {
             .iter()
             .map(|((what, why), n)| format!("{what}: {n} distinct addresses {why}"))
     }
+}
+
+/// A note saying what share of the samples have stacks the sampler could not finish (they
+/// end in `[truncated]`), or `None` when none has.
+pub fn truncated_stacks_note(profile: &Profile) -> Option<String> {
+    let cut = |stack: usize| {
+        profile.stacks[stack].iter().any(|&f| {
+            profile.frames[f].kind == FrameKind::ThreadState
+                && profile.frames[f].function == TRUNCATED_FRAME_NAME
+        })
+    };
+    let (mut samples, mut weight) = (0u64, 0u64);
+    for sample in profile.samples.iter().filter(|s| cut(s.stack)) {
+        samples += 1;
+        weight += sample.weight;
+    }
+    if samples == 0 {
+        return None;
+    }
+    let share = 100.0 * weight as f64 / profile.total_weight().max(1) as f64;
+    Some(format!(
+        "{samples} of {} samples ({share:.1}% of the {}) have stacks cut short: the unwinder \
+         could not go past a frame, or the stack was deeper than it keeps; they start at \
+         {TRUNCATED_FRAME_NAME}",
+        profile.samples.len(),
+        profile.unit.describe(),
+    ))
 }
 
 /// A note saying how many samples have frames that could not be named (module+offset,

@@ -215,6 +215,165 @@ fn threads_that_are_only_sampled_are_named_in_both_formats() {
     worker.join().unwrap();
 }
 
+/// The hot path of a program that does I/O: a loop over a libc call. glibc keeps no frame
+/// pointers, so only its unwind tables lead from the call back to this loop.
+#[inline(never)]
+fn write_loop(stop: &AtomicBool) -> u64 {
+    let devnull = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/null")
+        .unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&devnull);
+    let buf = [7u8; 64];
+    let mut written = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        // SAFETY: `buf` is valid for its length; `fd` is open for the loop's duration.
+        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+        written += n.max(0) as u64;
+    }
+    written
+}
+
+#[test]
+fn samples_in_libc_reach_their_callers_through_it() {
+    let _one = one_session();
+    cpu::register().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let worker = {
+        let stop = Arc::clone(&stop);
+        std::thread::Builder::new()
+            .name("write-loop".into())
+            .spawn(move || {
+                // SAFETY: gettid has no preconditions.
+                tx.send(unsafe { libc::gettid() } as u64).unwrap();
+                std::hint::black_box(write_loop(&stop));
+            })
+            .unwrap()
+    };
+    let tid = rx.recv().unwrap();
+    let (session, path) = start_sampler("libc", 250);
+    std::thread::sleep(Duration::from_secs(2));
+    session.stop().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    worker.join().unwrap();
+    let bytes = take_trace(&path);
+    let mut reader = TraceReader::from_slice(&bytes).unwrap();
+    let built = build_profile(&mut reader, SampleSelection::Cpu).unwrap();
+    let p = &built.profile;
+    let thread = p.threads.iter().position(|t| t.id == tid).unwrap();
+    let samples: Vec<_> = p.samples.iter().filter(|s| s.thread == thread).collect();
+    let in_libc = |s: &eventpipe_insight::Sample| {
+        let leaf = *p.stacks[s.stack].last().unwrap();
+        p.frames[leaf]
+            .module
+            .as_deref()
+            .is_some_and(|m| m.starts_with("libc.so"))
+    };
+    let through_libc: Vec<_> = samples.iter().copied().filter(|s| in_libc(s)).collect();
+    assert!(
+        through_libc.len() >= 50,
+        "{} of {} samples in libc",
+        through_libc.len(),
+        samples.len()
+    );
+    let reach = through_libc
+        .iter()
+        .filter(|s| {
+            p.stacks[s.stack]
+                .iter()
+                .any(|&f| p.frames[f].function.ends_with("write_loop"))
+        })
+        .count();
+    let share = reach as f64 / through_libc.len() as f64;
+    eprintln!(
+        "{reach} of {} samples in libc reach write_loop ({:.1} %)",
+        through_libc.len(),
+        share * 100.0
+    );
+    assert!(share >= 0.95, "{:.1} % reach write_loop", share * 100.0);
+    // And they end where the thread began, not cut short.
+    let whole = samples
+        .iter()
+        .filter(|s| p.frames[p.stacks[s.stack][0]].function != "[truncated]")
+        .count();
+    assert!(
+        whole * 100 >= samples.len() * 95,
+        "{whole} of {} whole",
+        samples.len()
+    );
+}
+
+/// Recurses `depth` frames deep, then spins there until `stop`.
+#[inline(never)]
+fn deep(depth: u32, stop: &AtomicBool) -> u64 {
+    if depth == 0 {
+        let mut x = 0;
+        while !stop.load(Ordering::Relaxed) {
+            x = busy_one_part(x);
+        }
+        return x;
+    }
+    // Not a tail call: each level keeps its frame.
+    std::hint::black_box(deep(depth - 1, stop)) + 1
+}
+
+#[test]
+fn a_stack_deeper_than_the_sampler_keeps_is_marked_truncated_and_counted() {
+    assert_eq!(
+        cpu::TRUNCATED_FRAME,
+        eventpipe_insight::symbolize::TRUNCATED_ADDRESS,
+        "the sampler's mark is the address readers know"
+    );
+    let _one = one_session();
+    cpu::register().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let worker = {
+        let stop = Arc::clone(&stop);
+        std::thread::Builder::new()
+            .stack_size(16 << 20)
+            .spawn(move || {
+                // SAFETY: gettid has no preconditions.
+                tx.send(unsafe { libc::gettid() } as u64).unwrap();
+                std::hint::black_box(deep(400, &stop));
+            })
+            .unwrap()
+    };
+    let tid = rx.recv().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let (session, path) = start_sampler("deep", 250);
+    std::thread::sleep(Duration::from_secs(1));
+    session.stop().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    worker.join().unwrap();
+    let bytes = take_trace(&path);
+    let mut reader = TraceReader::from_slice(&bytes).unwrap();
+    let built = build_profile(&mut reader, SampleSelection::Cpu).unwrap();
+    let p = &built.profile;
+    let thread = p.threads.iter().position(|t| t.id == tid).unwrap();
+    let samples: Vec<_> = p.samples.iter().filter(|s| s.thread == thread).collect();
+    assert!(samples.len() >= 50, "{} samples", samples.len());
+    // Root first: a cut stack starts at the mark.
+    let cut = samples
+        .iter()
+        .filter(|s| p.frames[p.stacks[s.stack][0]].function == "[truncated]")
+        .count();
+    assert!(
+        cut * 10 >= samples.len() * 9,
+        "{cut} of {} cut",
+        samples.len()
+    );
+    assert!(
+        built
+            .notes
+            .iter()
+            .any(|n| n.contains("have stacks cut short")),
+        "{:?}",
+        built.notes
+    );
+}
+
 #[test]
 fn a_sleeping_thread_is_reported_blocked_not_running() {
     let _one = one_session();

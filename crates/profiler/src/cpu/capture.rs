@@ -32,10 +32,15 @@
 //! while its own handler runs, so there is at most one producer per slot. Once the collector
 //! has moved `owner` to FREE, no handler can write the slot again until it is given out anew.
 //!
-//! The walk is the shared frame-pointer walker (`frame_walk`), reading through
+//! The stack is unwound with the loaded modules' unwind tables once the collector has
+//! published them (`unwind`, x86_64: whole stacks through code without frame pointers,
+//! glibc's among them), with the rule cache the slot owns; before that, and on other
+//! architectures, by the shared frame-pointer walker (`frame_walk`). Both read through
 //! [`CopiedStack`]: every memory read goes through `process_vm_readv` on our own process: a
-//! frame-pointer chain through code built without frame pointers holds garbage, and a read
-//! of an unmapped address must fail with an error, not fault in a signal handler.
+//! bad unwind rule or a frame-pointer chain through code built without frame pointers
+//! points at garbage, and a read of an unmapped address must fail with an error, not fault
+//! in a signal handler. The slot's rule cache is the handler's alone: it touches it only
+//! while it holds the slot (`tid|BUSY`), as it does the record it writes.
 //!
 //! Async-signal-safety: the handler uses only atomics on memory that is never freed, a
 //! const thread-local without destructor (the async context), and the system calls
@@ -45,6 +50,8 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+use super::unwind;
 use crate::frame_walk::{self, FrameMemory, Walk, WORD};
 use crate::sync::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -89,6 +96,20 @@ struct Record {
 /// A record's stack, leaf first.
 type Frames = [AtomicUsize; MAX_FRAMES];
 
+/// The handler's unwind-rule cache (x86_64), kept per slot.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+type RuleCache = unwind::RuleCache;
+/// No unwind tables here: nothing to cache.
+#[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+type RuleCache = ();
+
+fn new_rule_cache() -> RuleCache {
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    return unwind::RuleCache::new_in();
+    #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+    return ();
+}
+
 /// A thread's ring of captures (see the module docs for the protocol).
 pub(crate) struct ThreadSlot {
     /// FREE, or the owning thread's id, with BUSY while its handler writes.
@@ -100,11 +121,21 @@ pub(crate) struct ThreadSlot {
     /// Periods dropped because the ring was full; stored by the handler only.
     lost: AtomicU64,
     records: [Record; RING],
+    /// Used by the owner's handler alone, while it holds the slot (module docs).
+    rule_cache: std::cell::UnsafeCell<RuleCache>,
 }
+
+// SAFETY: every field but `rule_cache` is atomic. `rule_cache` is only touched in `push`,
+// between the owner's Acquire CAS `tid → tid|BUSY` and its Release store back: at most one
+// handler holds a slot at a time (only the owner's thread can win that CAS, and SIGPROF is
+// masked while its handler runs), so no two threads ever reach it together, and each
+// holder's accesses happen-before the next holder's through `owner`.
+unsafe impl Sync for ThreadSlot {}
 
 impl ThreadSlot {
     fn new() -> Self {
         ThreadSlot {
+            rule_cache: std::cell::UnsafeCell::new(new_rule_cache()),
             owner: AtomicU64::new(FREE),
             head: AtomicU32::new(0),
             tail: AtomicU32::new(0),
@@ -438,14 +469,14 @@ extern "C" fn on_sample_signal(
     // SAFETY: gettid has no preconditions and is async-signal-safe.
     let me = unsafe { libc::gettid() } as u32 as u64;
     let periods = 1 + u32::try_from(overrun).unwrap_or(0);
-    slot.push(me, periods, |frames| {
+    slot.push(me, periods, |frames, rule_cache| {
         // The system calls below may set errno, which belongs to the interrupted code.
         // SAFETY: __errno_location returns this thread's errno slot, valid for the thread.
         let errno = unsafe { *libc::__errno_location() };
         let in_syscall = interrupted_in_syscall(context);
         // A const thread-local without destructor and a relaxed load: async-signal-safe.
         let async_context = crate::futures::current_context();
-        let len = walk(registers_of(context), frames);
+        let len = walk(registers_of(context), frames, rule_cache);
         // SAFETY: as above.
         unsafe { *libc::__errno_location() = errno };
         Stack {
@@ -469,7 +500,12 @@ impl ThreadSlot {
     /// `capture` to fill the next record's frames when the ring has room (otherwise counts
     /// `periods` as lost), publishes the record and gives the slot back. Returns false, and
     /// does nothing, when the slot is not `me`'s. Allocates nothing.
-    fn push(&self, me: u64, periods: u32, capture: impl FnOnce(&Frames) -> Stack) -> bool {
+    fn push(
+        &self,
+        me: u64,
+        periods: u32,
+        capture: impl FnOnce(&Frames, &mut RuleCache) -> Stack,
+    ) -> bool {
         // Acquire: pairs with the Release store of `owner` in `claim` (the reset ring is
         // visible) and with the collector's Release of `tail` through it. Fails for a slot
         // that is not this thread's: a late signal after the slot was taken back.
@@ -492,7 +528,10 @@ impl ThreadSlot {
                 .store(lost + u64::from(periods), Ordering::Relaxed);
         } else {
             let r = &self.records[head as usize % RING];
-            let stack = capture(&r.frames);
+            // SAFETY: this handler holds the slot (the CAS above), so nothing else touches
+            // the cache until it gives the slot back below (see `unsafe impl Sync`).
+            let rule_cache = unsafe { &mut *self.rule_cache.get() };
+            let stack = capture(&r.frames, rule_cache);
             // Relaxed, all (and the frames `capture` stored): published by the Release store
             // of `head` below.
             r.periods.store(periods, Ordering::Relaxed);
@@ -566,10 +605,35 @@ const MAX_STACK_SPAN: usize = 64 << 20;
 /// Bytes of stack fetched per system call; most stacks' frame records lie within one or two.
 const CHUNK: usize = 4096;
 
-/// Walks the frame-pointer chain from `(pc, sp, fp)` into `frames`; returns the count.
-fn walk((pc, sp, fp): (usize, usize, usize), frames: &Frames) -> usize {
-    frames[0].store(pc, Ordering::Relaxed);
+/// Unwinds the interrupted stack from `(pc, sp, fp)` into `frames` (leaf first) with the
+/// published unwind tables, ending a stack cut short with the truncation mark; or, with no
+/// tables yet, walks its frame-pointer chain. Returns the count.
+fn walk((pc, sp, fp): (usize, usize, usize), frames: &Frames, rule_cache: &mut RuleCache) -> usize {
     let mut memory = CopiedStack::new();
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    if let Some(tables) = unwind::current() {
+        let highest = sp.saturating_add(MAX_STACK_SPAN);
+        let mut read = |address: u64| {
+            let address = usize::try_from(address).ok()?;
+            if address < sp || address >= highest || address % WORD != 0 {
+                return None;
+            }
+            memory.read_word(address).map(|w| w as u64)
+        };
+        let mut n = 0;
+        let cut = tables.unwind((pc, sp, fp), rule_cache, &mut read, MAX_FRAMES - 1, |a| {
+            // Relaxed: published by the handler's Release store of `head`.
+            frames[n].store(a, Ordering::Relaxed);
+            n += 1;
+        });
+        if cut {
+            frames[n].store(unwind::TRUNCATED_FRAME as usize, Ordering::Relaxed);
+            n += 1;
+        }
+        return n;
+    }
+    let _ = rule_cache;
+    frames[0].store(pc, Ordering::Relaxed);
     let start = Walk {
         fp,
         lowest: sp,
@@ -774,7 +838,7 @@ pub(crate) mod tests {
     /// The handler's write of capture `i`: frames `[i, i + 1, i + 2]`, context `i`.
     fn push_numbered(slot: &ThreadSlot, i: u32) -> bool {
         let me = FAKE_TID as u32 as u64;
-        slot.push(me, 1 + i % 3, |frames| {
+        slot.push(me, 1 + i % 3, |frames, _| {
             for (k, frame) in frames[..3].iter().enumerate() {
                 // Relaxed: published by `push`'s Release store of `head`, as in the handler.
                 frame.store(i as usize + k, Ordering::Relaxed);

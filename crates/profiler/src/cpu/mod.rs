@@ -41,10 +41,13 @@
 //! The price of collecting in batches: a sample's timestamp is when the collector wrote it,
 //! up to one interval (plus the tick) after the capture.
 //!
-//! Stacks follow frame pointers. The leaf (the interrupted instruction) is always exact;
-//! the frames above it are only as good as the frame-pointer chain, so build the program
-//! with `RUSTFLAGS="-C force-frame-pointers=yes"` for whole stacks (code without frame
-//! pointers ends the walk early, never crashes it: every read is checked by the kernel).
+//! Stacks are unwound with the loaded binaries' unwind tables (`unwind`, x86_64), so they are
+//! whole through code built without frame pointers (glibc's syscall wrappers, where an
+//! I/O-bound program spends its CPU); a stack the unwinder cannot finish ends in
+//! [`TRUNCATED_FRAME`]. Until the collector has published the tables, and on other
+//! architectures, the handler follows frame pointers (build with
+//! `RUSTFLAGS="-C force-frame-pointers=yes"` there). Either way a bad rule or frame pointer
+//! ends the walk, never crashes it: every read is checked by the kernel.
 //!
 //! Enabling and disabling go through the provider's enable callback: the first session
 //! starts the collector thread, the last one to stop ends it, and it deletes every timer as
@@ -66,6 +69,11 @@
 
 mod capture;
 mod threads;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod unwind;
+
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub use unwind::TRUNCATED_FRAME;
 
 use crate::sync::{AtomicU64, Ordering};
 use std::collections::{HashMap, HashSet};
@@ -242,9 +250,15 @@ fn run_collector(generation: u64, rate: u32) {
     };
     let mut listed_at: Option<Instant> = None;
     let mut count = None;
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    let mut tables = unwind::Loader::default();
     while GENERATION.load(Ordering::Relaxed) == generation {
         let now_count = threads::thread_count();
         if now_count != count || listed_at.is_none_or(|t| t.elapsed() >= THREAD_LIST_REFRESH) {
+            // Before the timers are armed, so the first samples have whole stacks; then
+            // with each listing, so a library loaded since has its table.
+            #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+            tables.refresh();
             c.track(&threads::list_threads(c.me));
             if listed_at.is_none() {
                 announce_armed(generation);
