@@ -1,0 +1,147 @@
+//! A real service's first profile, as a new user takes it: mini-redis's server (built from
+//! crates.io, instrumented as the guide says) under load from mini-redis's own client,
+//! attached to with `eptrace collect --profile cpu-sampling,tracing` (the binary in
+//! `$EPTRACE`; `ci/real-service.sh` builds it). Its CPU samples must reach the program's
+//! code through libc (which keeps no frame pointers), its threads must be named, and its
+//! `tracing` spans must arrive.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use eventpipe_insight::{build_profile, SampleSelection};
+use nettrace::TraceReader;
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        // SIGINT: mini-redis shuts down on Ctrl-C.
+        // SAFETY: kill(2) on our own child has no memory-safety preconditions.
+        unsafe { libc_kill(self.0.id() as i32, 2) };
+        let _ = self.0.wait();
+    }
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, signal: i32) -> i32;
+}
+
+#[test]
+fn mini_redis_under_load_profiles_whole_named_and_with_its_spans() {
+    let Some(eptrace) = std::env::var_os("EPTRACE").map(PathBuf::from) else {
+        println!("skipping: EPTRACE (the eptrace binary) is not set; ci/real-service.sh sets it");
+        return;
+    };
+    let mut server = Command::new(env!("CARGO_BIN_EXE_server"))
+        .args(["--port", "0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the server starts");
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    let server = Killed(server);
+    let port: u16 = loop {
+        let line = lines.next().expect("the server says its port").unwrap();
+        if let Some(p) = line.strip_prefix("listening on ") {
+            break p.trim().parse().unwrap();
+        }
+    };
+    let load = Command::new(env!("CARGO_BIN_EXE_load"))
+        .args([&port.to_string(), "6", "8"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the load starts");
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let trace = std::env::temp_dir().join(format!("mini-redis-{}.nettrace", std::process::id()));
+    let collect = Command::new(&eptrace)
+        .args(["collect", "-p", &server.0.id().to_string()])
+        .args([
+            "--profile",
+            "cpu-sampling,tracing",
+            "--duration",
+            "3s",
+            "-o",
+        ])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(
+        collect.status.success(),
+        "{}",
+        String::from_utf8_lossy(&collect.stderr)
+    );
+    let load = load.wait_with_output().unwrap();
+    let ops = String::from_utf8_lossy(&load.stdout);
+    assert!(ops.starts_with("ops "), "the load ran: {ops}");
+    drop(server);
+
+    let bytes = std::fs::read(&trace).unwrap();
+    std::fs::remove_file(&trace).ok();
+
+    // Spans and events of mini-redis's `tracing` targets, by provider and name.
+    let mut events: BTreeMap<String, u64> = BTreeMap::new();
+    let mut reader = TraceReader::from_slice(&bytes).unwrap();
+    while let Some(e) = reader.next_event().unwrap() {
+        *events.entry(e.qualified_name()).or_default() += 1;
+    }
+    // `Handler::run` (target mini_redis::server) and each command's span (mini_redis::cmd::*).
+    for name in [
+        "mini_redis-server/Span/Start",
+        "mini_redis-cmd-get/SpanNew",
+        "mini_redis-cmd-set/SpanNew",
+    ] {
+        assert!(
+            events.get(name).is_some_and(|&n| n > 0),
+            "no {name}: {events:?}"
+        );
+    }
+
+    let mut reader = TraceReader::from_slice(&bytes).unwrap();
+    let built = build_profile(&mut reader, SampleSelection::Cpu).unwrap();
+    let p = &built.profile;
+    assert!(p.samples.len() >= 200, "{} CPU samples", p.samples.len());
+    let binary = |f: usize| p.frames[f].module.as_deref() == Some("server");
+    let in_libc = |f: usize| {
+        p.frames[f]
+            .module
+            .as_deref()
+            .is_some_and(|m| m.starts_with("libc.so"))
+    };
+    let cut = |stack: usize| p.frames[p.stacks[stack][0]].function == "[truncated]";
+    let (mut libc, mut through, mut truncated) = (0usize, 0usize, 0usize);
+    for s in &p.samples {
+        let stack = &p.stacks[s.stack];
+        truncated += usize::from(cut(s.stack));
+        if in_libc(*stack.last().unwrap()) {
+            libc += 1;
+            through += usize::from(stack.iter().any(|&f| binary(f)) && !cut(s.stack));
+        }
+    }
+    println!(
+        "{} CPU samples, {libc} in libc, {through} of those reach the program; {truncated} cut",
+        p.samples.len()
+    );
+    assert!(libc >= 20, "only {libc} samples in libc");
+    assert!(
+        through * 100 >= libc * 95,
+        "{through} of {libc} samples in libc reach the program's code"
+    );
+    assert!(
+        truncated * 100 <= p.samples.len() * 5,
+        "{truncated} cut short"
+    );
+    // Every thread with samples has its name: the rundown names the sampled threads.
+    for (i, t) in p.threads.iter().enumerate() {
+        if p.samples.iter().any(|s| s.thread == i) {
+            assert!(t.name.is_some(), "thread {} has samples and no name", t.id);
+        }
+    }
+    // tokio's workers, by their name.
+    let names: Vec<_> = p.threads.iter().map(|t| t.name.clone()).collect();
+    assert!(
+        names.iter().flatten().any(|n| n.starts_with("tokio-")),
+        "{names:?}"
+    );
+}
