@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use eventpipe::{Output, ProviderConfig, Session, SessionConfig};
-use eventpipe_insight::{build_profile, SampleSelection, SampleUnit};
+use eventpipe_insight::{build_profile, FrameKind, SampleSelection, SampleUnit};
 use eventpipe_profiler::cpu;
 use nettrace::TraceReader;
 
@@ -209,6 +209,24 @@ fn threads_that_are_only_sampled_are_named_in_both_formats() {
             p.threads[thread].name.as_deref(),
             Some("only-sampled"),
             "{format:?}: the sampled thread, which wrote no event, is named"
+        );
+        // Its stacks are whole and every frame named: the unwinder finds this binary's
+        // rules where the linker put its code (lld's segments start off a page boundary).
+        let mine: Vec<_> = p.samples.iter().filter(|s| s.thread == thread).collect();
+        let clean = mine
+            .iter()
+            .filter(|s| {
+                p.stacks[s.stack].iter().all(|&f| {
+                    let frame = &p.frames[f];
+                    frame.function != "[truncated]"
+                        && !matches!(frame.kind, FrameKind::Unknown | FrameKind::ModuleOffset)
+                })
+            })
+            .count();
+        assert!(
+            clean * 100 >= mine.len() * 99,
+            "{format:?}: {clean} of {} stacks whole and named",
+            mine.len()
         );
     }
     stop.store(true, Ordering::Relaxed);

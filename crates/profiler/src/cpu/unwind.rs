@@ -110,8 +110,9 @@ struct Sections {
     eh_frame: Option<(std::ops::Range<u64>, SectionBytes)>,
     eh_frame_hdr: Option<(std::ops::Range<u64>, SectionBytes)>,
     got: Option<std::ops::Range<u64>>,
-    /// (file offset, size in the file, virtual address) of each loadable segment.
-    segments: Vec<(u64, u64, u64)>,
+    /// (file offset, size in the file, virtual address, executable) of each loadable
+    /// segment.
+    segments: Vec<(u64, u64, u64, bool)>,
 }
 
 impl Loader {
@@ -193,23 +194,30 @@ fn read_sections(path: &str) -> Option<Sections> {
             .segments()
             .map(|s| {
                 let (offset, size) = s.file_range();
-                (offset, size, s.address())
+                let executable = match s.flags() {
+                    object::SegmentFlags::Elf { p_flags, .. } => {
+                        p_flags.contains(object::elf::PF_X)
+                    }
+                    _ => false,
+                };
+                (offset, size, s.address(), executable)
             })
             .collect(),
     })
 }
 
 /// The `framehop` module of mapping `m` of a file with `sections`: its addresses as
-/// loaded, from the segment the mapping's file offset falls in.
+/// loaded, from the executable segment the mapping holds.
 fn module_of(m: &Mapping, sections: Sections) -> Option<Module<SectionBytes>> {
-    let &(seg_offset, _, seg_address) = sections
-        .segments
-        .iter()
-        .find(|&&(offset, size, _)| offset <= m.offset && m.offset < offset + size.max(1))?;
-    // Where the file's address 0 lies in memory (0 for a non-PIE executable).
+    let (seg_offset, seg_address) = mapped_segment(m.offset, &sections.segments)?;
+    // Where the file's address 0 lies in memory (0 for a non-PIE executable): the mapping
+    // puts file offset `m.offset` at `m.start`, the segment file offset `seg_offset` at
+    // `seg_address + bias`.
     let bias = m
         .start
-        .wrapping_sub(seg_address.wrapping_add(m.offset - seg_offset));
+        .wrapping_sub(m.offset)
+        .wrapping_add(seg_offset)
+        .wrapping_sub(seg_address);
     sections.eh_frame.as_ref()?;
     let (eh_frame_svma, eh_frame) = sections.eh_frame.unzip();
     let (eh_frame_hdr_svma, eh_frame_hdr) = sections.eh_frame_hdr.unzip();
@@ -229,9 +237,51 @@ fn module_of(m: &Mapping, sections: Sections) -> Option<Module<SectionBytes>> {
     ))
 }
 
+/// The (file offset, address) of the executable segment a mapping at file offset
+/// `offset` holds. A mapping starts at a page boundary, so it may start before its
+/// segment's first byte (linkers such as lld give segments offsets that are not page
+/// aligned): the segment's page-aligned start is what must match.
+fn mapped_segment(offset: u64, segments: &[(u64, u64, u64, bool)]) -> Option<(u64, u64)> {
+    const PAGE: u64 = 4096;
+    segments
+        .iter()
+        .filter(|s| s.3)
+        .find(|&&(seg_offset, size, _, _)| {
+            seg_offset & !(PAGE - 1) <= offset && offset < seg_offset + size.max(1)
+        })
+        .map(|&(seg_offset, _, address, _)| (seg_offset, address))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mapping_finds_its_executable_segment_even_when_the_segment_is_not_page_aligned() {
+        // As lld lays out a PIE: read-only data, then code at a file offset that is not
+        // page aligned, loaded a page further on.
+        let segments = [
+            (0, 0x1d3ab0, 0, false),
+            (0x1d3ab0, 0x9e2000, 0x1d4ab0, true),
+            (0xbb5ab0, 0x1000, 0xbb7ab0, false),
+        ];
+        assert_eq!(
+            mapped_segment(0x1d3000, &segments),
+            Some((0x1d3ab0, 0x1d4ab0))
+        );
+        let m = Mapping {
+            start: 0x5600_001d_4000,
+            end: 0x5600_00bb_6000,
+            offset: 0x1d3000,
+            path: "/bin/app".into(),
+        };
+        // File offset 0x1d3ab0 (address 0x1d4ab0) is at 0x5600001d4ab0: the bias is the
+        // PIE's load address.
+        let (seg_offset, seg_address) = mapped_segment(m.offset, &segments).unwrap();
+        let bias = m.start - m.offset + seg_offset - seg_address;
+        assert_eq!(bias, 0x5600_0000_0000);
+        assert_eq!(mapped_segment(0x1000, &segments), None, "not code");
+    }
 
     #[test]
     fn executable_file_mappings_are_read_from_maps() {
@@ -254,6 +304,47 @@ mod tests {
             }
         );
         assert_eq!(m[1].path, "/usr/lib/x86_64-linux-gnu/libc.so.6");
+    }
+
+    /// A function whose first instruction the next test unwinds from.
+    #[inline(never)]
+    fn probe_target(x: u64) -> u64 {
+        std::hint::black_box(x).wrapping_mul(3)
+    }
+
+    #[test]
+    fn at_a_functions_first_instruction_the_return_address_is_at_the_stack_pointer() {
+        let mut loader = Loader::default();
+        loader.refresh();
+        let tables = current().expect("published");
+        let pc = probe_target as fn(u64) -> u64 as usize;
+        let caller = at_a_functions_first_instruction_the_return_address_is_at_the_stack_pointer
+            as fn() as usize
+            + 16;
+        let decoy = this_process_gets_tables_for_itself_and_libc as fn() as usize + 16;
+        // A stack of our own: the return address at the stack pointer (as `call` left it),
+        // and a frame record at the frame pointer that leads elsewhere (the decoy): only
+        // the rule of this very function's entry reads the former.
+        let mut stack = [0u64; 16];
+        stack[0] = caller as u64;
+        stack[8] = 0;
+        stack[9] = decoy as u64;
+        let base = stack.as_ptr() as usize;
+        let (sp, fp) = (base, base + 8 * 8);
+        let mut read = |address: u64| {
+            let at = usize::try_from(address).ok()?.checked_sub(base)? / 8;
+            stack.get(at).copied()
+        };
+        let mut frames = Vec::new();
+        tables.unwind((pc, sp, fp), &mut RuleCache::new_in(), &mut read, 4, |a| {
+            frames.push(a)
+        });
+        assert_eq!(frames.first(), Some(&pc));
+        assert_eq!(
+            frames.get(1),
+            Some(&caller),
+            "the entry's rule (found at this binary's real addresses) reads the stack pointer"
+        );
     }
 
     #[test]
