@@ -679,21 +679,9 @@ impl UnnamedAddresses {
 /// A note saying what share of the samples have stacks the sampler could not finish (they
 /// end in `[truncated]`), or `None` when none has.
 pub fn truncated_stacks_note(profile: &Profile) -> Option<String> {
-    let cut = |stack: usize| {
-        profile.stacks[stack].iter().any(|&f| {
-            profile.frames[f].kind == FrameKind::ThreadState
-                && profile.frames[f].function == TRUNCATED_FRAME_NAME
-        })
-    };
-    let (mut samples, mut weight) = (0u64, 0u64);
-    for sample in profile.samples.iter().filter(|s| cut(s.stack)) {
-        samples += 1;
-        weight += sample.weight;
-    }
-    if samples == 0 {
-        return None;
-    }
-    let share = 100.0 * weight as f64 / profile.total_weight().max(1) as f64;
+    let (samples, share) = samples_with_a_frame(profile, |f| {
+        f.kind == FrameKind::ThreadState && f.function == TRUNCATED_FRAME_NAME
+    })?;
     Some(format!(
         "{samples} of {} samples ({share:.1}% of the {}) have stacks cut short: the unwinder \
          could not go past a frame, or the stack was deeper than it keeps; they start at \
@@ -701,6 +689,25 @@ pub fn truncated_stacks_note(profile: &Profile) -> Option<String> {
         profile.samples.len(),
         profile.unit.describe(),
     ))
+}
+
+/// How many samples have a frame `is` holds for, and their share (%) of the profile's
+/// weight; `None` when none has.
+fn samples_with_a_frame(profile: &Profile, is: impl Fn(&Frame) -> bool) -> Option<(u64, f64)> {
+    let (mut samples, mut weight) = (0u64, 0u64);
+    for sample in &profile.samples {
+        if profile.stacks[sample.stack]
+            .iter()
+            .any(|&f| is(&profile.frames[f]))
+        {
+            samples += 1;
+            weight += sample.weight;
+        }
+    }
+    (samples > 0).then(|| {
+        let share = 100.0 * weight as f64 / profile.total_weight().max(1) as f64;
+        (samples, share)
+    })
 }
 
 /// A note saying how many samples have frames that could not be named (module+offset,
@@ -724,17 +731,9 @@ pub fn unnamed_frames_note(profile: &Profile) -> Option<String> {
     if frames.is_empty() {
         return None;
     }
-    let (mut samples, mut weight) = (0u64, 0u64);
-    for sample in &profile.samples {
-        if profile.stacks[sample.stack].iter().any(|&f| unnamed(f)) {
-            samples += 1;
-            weight += sample.weight;
-        }
-    }
-    if samples == 0 {
-        return None;
-    }
-    let share = 100.0 * weight as f64 / profile.total_weight().max(1) as f64;
+    let (samples, share) = samples_with_a_frame(profile, |f| {
+        matches!(f.kind, FrameKind::ModuleOffset | FrameKind::Unknown)
+    })?;
     Some(format!(
         "{samples} of {} samples ({share:.1}% of the {}) have frames that could not be named; \
          their {} distinct unnamed frames are shown as module+0xOFFSET, 0xADDRESS or [unknown] \

@@ -166,23 +166,13 @@ fn threads_that_are_only_sampled_are_named_in_both_formats() {
     let _one = one_session();
     cpu::register().unwrap();
     let stop = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let worker = {
-        let stop = Arc::clone(&stop);
-        std::thread::Builder::new()
-            .name("only-sampled".into())
-            .spawn(move || {
-                // SAFETY: gettid has no preconditions.
-                tx.send(unsafe { libc::gettid() } as u64).unwrap();
-                let mut x = 0;
-                while !stop.load(Ordering::Relaxed) {
-                    x = busy_one_part(x);
-                }
-                std::hint::black_box(x);
-            })
-            .unwrap()
-    };
-    let tid = rx.recv().unwrap();
+    let (worker, tid) = worker("only-sampled", &stop, |stop| {
+        let mut x = 0;
+        while !stop.load(Ordering::Relaxed) {
+            x = busy_one_part(x);
+        }
+        std::hint::black_box(x);
+    });
     for format in [nettrace::FormatVersion::V5, nettrace::FormatVersion::V6] {
         let path = trace_path(&format!("named-{format:?}"));
         let session = Session::start(
@@ -233,6 +223,26 @@ fn threads_that_are_only_sampled_are_named_in_both_formats() {
     worker.join().unwrap();
 }
 
+/// A thread called `name` (16 MiB of stack) running `body` until `stop`; its id.
+fn worker(
+    name: &str,
+    stop: &Arc<AtomicBool>,
+    body: impl FnOnce(&AtomicBool) + Send + 'static,
+) -> (std::thread::JoinHandle<()>, u64) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stop = Arc::clone(stop);
+    let handle = std::thread::Builder::new()
+        .name(name.into())
+        .stack_size(16 << 20)
+        .spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() } as u64).unwrap();
+            body(&stop);
+        })
+        .unwrap();
+    (handle, rx.recv().unwrap())
+}
+
 /// The hot path of a program that does I/O: a loop over a libc call. glibc keeps no frame
 /// pointers, so only its unwind tables lead from the call back to this loop.
 #[inline(never)]
@@ -257,19 +267,9 @@ fn samples_in_libc_reach_their_callers_through_it() {
     let _one = one_session();
     cpu::register().unwrap();
     let stop = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let worker = {
-        let stop = Arc::clone(&stop);
-        std::thread::Builder::new()
-            .name("write-loop".into())
-            .spawn(move || {
-                // SAFETY: gettid has no preconditions.
-                tx.send(unsafe { libc::gettid() } as u64).unwrap();
-                std::hint::black_box(write_loop(&stop));
-            })
-            .unwrap()
-    };
-    let tid = rx.recv().unwrap();
+    let (worker, tid) = worker("write-loop", &stop, |stop| {
+        std::hint::black_box(write_loop(stop));
+    });
     let (session, path) = start_sampler("libc", 250);
     std::thread::sleep(Duration::from_secs(2));
     session.stop().unwrap();
@@ -346,19 +346,9 @@ fn a_stack_deeper_than_the_sampler_keeps_is_marked_truncated_and_counted() {
     let _one = one_session();
     cpu::register().unwrap();
     let stop = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let worker = {
-        let stop = Arc::clone(&stop);
-        std::thread::Builder::new()
-            .stack_size(16 << 20)
-            .spawn(move || {
-                // SAFETY: gettid has no preconditions.
-                tx.send(unsafe { libc::gettid() } as u64).unwrap();
-                std::hint::black_box(deep(400, &stop));
-            })
-            .unwrap()
-    };
-    let tid = rx.recv().unwrap();
+    let (worker, tid) = worker("deep", &stop, |stop| {
+        std::hint::black_box(deep(400, stop));
+    });
     std::thread::sleep(Duration::from_millis(100));
     let (session, path) = start_sampler("deep", 250);
     std::thread::sleep(Duration::from_secs(1));
