@@ -62,8 +62,9 @@
 //! and writes nothing; rings are never freed, so it never touches freed memory. Call
 //! [`register`] once at startup so the provider exists before any session names it.
 //!
-//! Limits: at most 1,024 threads are sampled at once (each ring is ~33 KiB with its unwind-rule cache beside it, allocated the
-//! first time a thread needs one and kept for reuse); a thread that exits and whose id is
+//! Limits: at most 1,024 threads are sampled at once (each ring is ~33 KiB, with its
+//! unwind-rule cache beside it, allocated the first time a thread needs one and kept for
+//! reuse); a thread that exits and whose id is
 //! taken by a new thread before the collector notices is caught by its CPU clock going
 //! back, and the new thread gets a timer of its own at the next listing.
 
