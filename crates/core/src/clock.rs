@@ -9,7 +9,9 @@
 //! for .NET's QueryPerformanceCounter ticks.
 //!
 //! Elsewhere (or with `EVENTPIPE_CLOCK=monotonic`), a timestamp is nanoseconds of the
-//! monotonic clock since the first call, a 1 GHz tick.
+//! monotonic clock since the first call, a 1 GHz tick: `Instant`, which is the platform's
+//! own (`clock_gettime(CLOCK_MONOTONIC)` on Linux, `mach_absolute_time` on macOS,
+//! `QueryPerformanceCounter` on Windows).
 //!
 //! Ordering: `rdtsc` is not serializing, so it may execute before an earlier store is
 //! visible to other cores. The drain's cutoff trails its clock by a margin
@@ -64,20 +66,9 @@ fn choose_source() -> Source {
     }
 }
 
-/// Whether every CPU reports an invariant TSC.
+/// Whether every CPU reports an invariant TSC (only Linux is asked).
 fn invariant_tsc() -> bool {
-    let Ok(cpuinfo) = std::fs::read_to_string("/proc/cpuinfo") else {
-        return false;
-    };
-    let mut cpus = 0;
-    for flags in cpuinfo.lines().filter(|l| l.starts_with("flags")) {
-        cpus += 1;
-        let has = |flag: &str| flags.split_whitespace().any(|f| f == flag);
-        if !(has("constant_tsc") && has("nonstop_tsc")) {
-            return false;
-        }
-    }
-    cpus > 0
+    crate::platform::invariant_tsc()
 }
 
 #[cfg(target_arch = "x86_64")]

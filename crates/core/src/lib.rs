@@ -45,6 +45,8 @@ mod guid;
 pub mod manager;
 #[cfg(not(eventpipe_loom))]
 mod payload;
+
+mod platform;
 #[cfg(not(eventpipe_loom))]
 mod provider;
 #[doc(hidden)]

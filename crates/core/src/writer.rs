@@ -116,10 +116,10 @@ thread_local! {
     static SHORT_PATH_WRITER: Cell<*const WriterThread> = const { Cell::new(std::ptr::null()) };
 }
 
-/// The calling thread's OS thread id.
+/// The calling thread's OS thread id (`gettid` on Linux, `pthread_threadid_np` on macOS,
+/// `GetCurrentThreadId` on Windows).
 pub fn current_os_tid() -> u64 {
-    // SAFETY: gettid has no preconditions and cannot fail.
-    (unsafe { libc::gettid() }) as u64
+    crate::platform::current_os_tid()
 }
 
 /// A stack the caller captured for its event (a profiler's sample), encoded as the trace

@@ -16,10 +16,14 @@
 //! The session counters add up every running session (a stopping session's totals leave
 //! the sum, which the `Sum` counters report as no increase). The allocation profiler
 //! (`eventpipe-profiler`) adds `alloc-rate` and `live-bytes` to this provider when it is
-//! installed. Linux reads `/proc/self`; elsewhere the process counters are not registered.
+//! installed. The process counters read each platform's own source (`platform`: `/proc/self`
+//! on Linux, `proc_pidinfo` on macOS, the process APIs on Windows, where `open-fds` counts
+//! handles); a platform without a port does not register them.
 
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use crate::platform;
 
 use super::{CounterInfo, Gauge, ObservedCounter};
 use crate::Provider;
@@ -57,7 +61,7 @@ static OPEN_FDS: Gauge = Gauge::observed(
     &PROVIDER,
     CounterInfo::new("open-fds")
         .display_name("Open File Descriptors")
-        .description("File descriptors the process has open"),
+        .description("File descriptors the process has open (handles on Windows)"),
     open_fds,
 );
 static SESSION_COUNT: Gauge = Gauge::observed(
@@ -104,7 +108,7 @@ pub fn register() {
     ONCE.call_once(|| {
         let quiet = super::publish::register;
         use super::Instrument as I;
-        if cfg!(target_os = "linux") {
+        if platform::PROCESS_FACTS {
             for g in [&CPU_USAGE, &WORKING_SET, &THREAD_COUNT, &OPEN_FDS] {
                 quiet(I::Gauge(g));
                 g.registration
@@ -127,72 +131,41 @@ pub fn register() {
     });
 }
 
-/// The process's CPU time (user + system) in clock ticks, from `/proc/self/stat`.
-fn cpu_ticks() -> Option<u64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // The command name (field 2) may hold spaces and parentheses: fields count from the
-    // last ')'. utime and stime are fields 14 and 15, the 12th and 13th after it.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace().skip(11);
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some(utime + stime)
-}
-
 /// CPU usage since the previous call (the first call: since the process started), in
 /// percent of all cores' time.
 fn cpu_usage() -> f64 {
-    static PREVIOUS: Mutex<Option<(Instant, u64)>> = Mutex::new(None);
-    let Some(ticks) = cpu_ticks() else {
+    static PREVIOUS: Mutex<Option<(Instant, Duration)>> = Mutex::new(None);
+    let Some(cpu) = platform::cpu_time() else {
         return 0.0;
     };
     let now = Instant::now();
-    // SAFETY: sysconf has no preconditions; it returns -1 for an unknown name.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    let hz = if hz > 0 { hz as f64 } else { 100.0 };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let mut previous = crate::sync::lock(&PREVIOUS);
     let usage = match *previous {
         Some((then, before)) => {
             let wall = now.duration_since(then).as_secs_f64();
-            let cpu = ticks.saturating_sub(before) as f64 / hz;
+            let used = cpu.saturating_sub(before).as_secs_f64();
             if wall > 0.0 {
-                100.0 * cpu / wall / cores
+                100.0 * used / wall / cores
             } else {
                 0.0
             }
         }
         None => 0.0,
     };
-    *previous = Some((now, ticks));
+    *previous = Some((now, cpu));
     usage.clamp(0.0, 100.0)
 }
 
-/// Resident set size in 10^6 bytes, from `/proc/self/statm` (its second field, in pages).
+/// The resident set (working set) in 10^6 bytes.
 fn working_set_mb() -> f64 {
-    let Ok(statm) = std::fs::read_to_string("/proc/self/statm") else {
-        return 0.0;
-    };
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    let page = if page > 0 { page as u64 } else { 4096 };
-    (pages * page) as f64 / 1e6
-}
-
-fn count_entries(dir: &str) -> Option<usize> {
-    Some(std::fs::read_dir(dir).ok()?.count())
+    platform::resident_bytes().map_or(0.0, |b| b as f64 / 1e6)
 }
 
 fn thread_count() -> f64 {
-    count_entries("/proc/self/task").unwrap_or(0) as f64
+    platform::thread_count().map_or(0.0, |n| n as f64)
 }
 
-/// Open descriptors, not counting the one reading the directory.
 fn open_fds() -> f64 {
-    count_entries("/proc/self/fd").map_or(0.0, |n| n.saturating_sub(1) as f64)
+    platform::open_descriptors().map_or(0.0, |n| n as f64)
 }
