@@ -5,14 +5,13 @@
 //! from processes that connect out to it (startup tracing).
 
 use std::io::{Read, Write};
-use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::advertise::{Advertise, ADVERTISE_LEN};
 use crate::command::{CollectTracing, Request, ServerError};
 use crate::header::{server, set, Header, HEADER_LEN};
-use crate::transport;
+use crate::transport::{self, Listener, Stream};
 use crate::Error;
 
 pub use crate::command::ProcessInfo;
@@ -47,7 +46,7 @@ impl Client {
 
     /// A fresh connection, good for one command.
     pub fn connect(&self) -> Result<Connection, Error> {
-        let stream = UnixStream::connect(&self.path)
+        let stream = transport::connect(&self.path)
             .map_err(Error::io(format!("connecting to {}", self.path.display())))?;
         Ok(Connection { stream })
     }
@@ -81,12 +80,12 @@ impl Client {
 /// One connection to a diagnostics server, consumed by the command sent on it.
 #[derive(Debug)]
 pub struct Connection {
-    stream: UnixStream,
+    stream: Stream,
 }
 
 impl Connection {
     /// Wraps a connected stream (for instance one a process opened to a reverse port).
-    pub fn new(stream: UnixStream) -> Connection {
+    pub fn new(stream: Stream) -> Connection {
         Connection { stream }
     }
 
@@ -173,7 +172,7 @@ fn session_id(payload: &[u8]) -> Result<u64, Error> {
 #[derive(Debug)]
 pub struct TraceStream {
     session_id: u64,
-    stream: UnixStream,
+    stream: Stream,
 }
 
 impl TraceStream {
@@ -208,7 +207,7 @@ impl Read for TraceStream {
 /// Cuts a [`TraceStream`] from another thread.
 #[derive(Debug)]
 pub struct StreamCloser {
-    stream: UnixStream,
+    stream: Stream,
 }
 
 impl StreamCloser {
@@ -222,7 +221,7 @@ impl StreamCloser {
 /// greeting with an advertisement and then waiting for one command.
 #[derive(Debug)]
 pub struct ReversePort {
-    listener: UnixListener,
+    listener: Listener,
     path: PathBuf,
 }
 
@@ -231,6 +230,7 @@ impl ReversePort {
     pub fn bind(path: impl Into<PathBuf>) -> Result<ReversePort, Error> {
         let path = path.into();
         let listener = transport::listen_private(&path)?;
+        #[cfg(unix)]
         listener
             .set_nonblocking(true)
             .map_err(Error::io("configuring the reverse port"))?;
@@ -244,28 +244,17 @@ impl ReversePort {
 
     /// Waits up to `timeout` for a process to connect and advertise itself.
     pub fn accept(&self, timeout: Duration) -> Result<(Advertise, Connection), Error> {
-        let deadline = Instant::now() + timeout;
-        let mut stream = loop {
-            match self.listener.accept() {
-                Ok((s, _)) => break s,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if Instant::now() >= deadline {
-                        return Err(Error::Io {
-                            what: format!(
-                                "waiting for a process to connect to {}",
-                                self.path.display()
-                            ),
-                            source: std::io::ErrorKind::TimedOut.into(),
-                        });
-                    }
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                Err(e) => return Err(Error::io("accepting on the reverse port")(e)),
-            }
-        };
+        let mut stream = transport::accept_within(&self.listener, timeout)
+            .map_err(Error::io("accepting on the reverse port"))?
+            .ok_or_else(|| Error::Io {
+                what: format!(
+                    "waiting for a process to connect to {}",
+                    self.path.display()
+                ),
+                source: std::io::ErrorKind::TimedOut.into(),
+            })?;
         stream
-            .set_nonblocking(false)
-            .and_then(|()| stream.set_read_timeout(Some(ANSWER_TIMEOUT)))
+            .set_read_timeout(Some(ANSWER_TIMEOUT))
             .map_err(Error::io("configuring the reverse connection"))?;
         let mut greeting = [0u8; ADVERTISE_LEN];
         stream
@@ -277,6 +266,9 @@ impl ReversePort {
 
 impl Drop for ReversePort {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        // A named pipe goes with its handles; a socket file stays until removed.
+        if cfg!(unix) {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! The .NET diagnostics IPC protocol, spoken by both sides.
 //!
 //! A diagnostics client (such as `eptrace` or `dotnet-trace`) connects to a process's Unix
-//! domain socket, sends one command message and reads one response; a `CollectTracing`
+//! domain socket (a named pipe on Windows), sends one command message and reads one response; a `CollectTracing`
 //! response is followed by the session's nettrace stream on the same connection. This
 //! crate holds what both ends share:
 //!
@@ -12,12 +12,14 @@
 //! - [`command`]: the commands and responses (`CollectTracing` 1–6, `StopTracing`,
 //!   `ProcessInfo` 1–3, `ResumeRuntime`) and the server's error codes;
 //! - [`advertise`]: the `ADVR_V1` greeting of reverse ("connect") diagnostic ports;
-//! - [`transport`]: socket naming (`dotnet-diagnostic-{pid}-{key}-socket`), discovery and
-//!   owner-only listening sockets;
+//! - [`transport`]: endpoint naming (`dotnet-diagnostic-{pid}-{key}-socket`, on Windows the
+//!   pipe `dotnet-diagnostic-{pid}`), discovery, owner-only listening sockets, and the
+//!   connection type of each platform;
 //! - [`client`]: a blocking client for everything above.
 //!
 //! The server side lives in the `eventpipe` crate, which owns the sessions it starts.
-#![forbid(unsafe_code)]
+// Unsafe code only where a platform call needs it (`transport::windows`, the macOS key).
+#![deny(unsafe_code)]
 
 pub mod advertise;
 pub mod client;

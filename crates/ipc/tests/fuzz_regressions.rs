@@ -1,7 +1,8 @@
 //! Every input the IPC fuzz targets keep — their seeds (`fuzz/seeds/`) and every input
 //! that once crashed them (`fuzz/regressions/`, where `ci/fuzz.sh` saves each new crash) —
 //! replayed through the same code the targets run (`fuzz/bodies/ipc.rs`), on every
-//! `cargo test`.
+//! `cargo test`. (The bodies serve over Unix sockets.)
+#![cfg(unix)]
 
 #[path = "../../../fuzz/bodies/ipc.rs"]
 mod bodies;

@@ -1,18 +1,21 @@
 //! Accepting connections and reading their commands, for every client at once.
 //!
-//! One thread polls the listening socket and every connection still sending its command
-//! (non-blocking, `poll(2)`). A connection has [`COMMAND_DEADLINE`] from its accept to
-//! send its whole command; one that does not is closed. At most [`MAX_READING`] are read
-//! at once: beyond that the oldest is closed, never the newcomer, so idle or half-sent
-//! connections cannot shut a good client out (a good client sends its command as soon as
-//! it connects, and is then served on a thread of its own). Nothing here blocks on a
-//! client.
+//! A connection has [`COMMAND_DEADLINE`] from its accept to send its whole command; one
+//! that does not is closed. At most [`MAX_READING`] are read at once: beyond that the
+//! oldest is closed, never the newcomer, so idle or half-sent connections cannot shut a
+//! good client out (a good client sends its command as soon as it connects, and is then
+//! served on a thread of its own). Nothing here blocks on a client.
+//!
+//! On Unix one thread polls the listening socket and every connection still sending its
+//! command (non-blocking, `poll(2)`). A named pipe cannot be polled, so on Windows the
+//! accepting thread hands each connection to a reader thread whose reads time out at the
+//! deadline; closing the oldest is shutting its pipe down, which ends its reader's wait.
 
 use std::collections::VecDeque;
-use std::io::{ErrorKind, Read, Write};
-use std::os::fd::AsRawFd;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::io::{ErrorKind, Write};
 use std::time::{Duration, Instant};
+
+use eventpipe_ipc::transport::{Listener, Stream};
 
 use eventpipe_ipc::command::error_response;
 use eventpipe_ipc::header::{HeaderError, HEADER_LEN};
@@ -28,7 +31,7 @@ pub(crate) const MAX_READING: usize = 128;
 
 /// A connection still sending its command.
 struct Reading {
-    stream: UnixStream,
+    stream: Stream,
     /// The header, then the payload, as they arrive.
     bytes: Vec<u8>,
     /// The header, once whole.
@@ -79,13 +82,14 @@ impl Reading {
             }
             let start = self.bytes.len();
             self.bytes.resize(wanted, 0);
-            match self.stream.read(&mut self.bytes[start..]) {
+            match std::io::Read::read(&mut self.stream, &mut self.bytes[start..]) {
                 Ok(0) => return Progress::Done,
                 Ok(n) => self.bytes.truncate(start + n),
                 Err(e) => {
                     self.bytes.truncate(start);
                     return match e.kind() {
-                        ErrorKind::WouldBlock => Progress::Waiting,
+                        // Non-blocking (Unix), or a read that timed out (Windows).
+                        ErrorKind::WouldBlock | ErrorKind::TimedOut => Progress::Waiting,
                         ErrorKind::Interrupted => continue,
                         _ => Progress::Done,
                     };
@@ -97,13 +101,15 @@ impl Reading {
 
 /// Answers a malformed header with its error code (24 bytes: the socket buffer takes
 /// them without waiting), then drops the connection.
-fn refuse(stream: &mut UnixStream, code: ServerError) -> Progress {
+fn refuse(stream: &mut Stream, code: ServerError) -> Progress {
     let _ = stream.write_all(&error_response(code));
     Progress::Done
 }
 
 /// Serves `listener` until the process ends.
-pub(crate) fn run(listener: UnixListener) {
+#[cfg(unix)]
+pub(crate) fn run(listener: Listener) {
+    use std::os::fd::AsRawFd;
     if listener.set_nonblocking(true).is_err() {
         return;
     }
@@ -157,6 +163,7 @@ pub(crate) fn run(listener: UnixListener) {
     }
 }
 
+#[cfg(unix)]
 fn pollfd(fd: i32) -> libc::pollfd {
     libc::pollfd {
         fd,
@@ -165,11 +172,12 @@ fn pollfd(fd: i32) -> libc::pollfd {
     }
 }
 
-fn accept_all(listener: &UnixListener, reading: &mut VecDeque<Reading>) {
+#[cfg(unix)]
+fn accept_all(listener: &Listener, reading: &mut VecDeque<Reading>) {
     loop {
         match listener.accept() {
             Ok((stream, _)) => {
-                if stream.set_nonblocking(true).is_err() {
+                if stream.set_nonblocking(true).is_err() || super::no_sigpipe(&stream).is_err() {
                     continue;
                 }
                 if reading.len() >= MAX_READING {
@@ -196,10 +204,75 @@ fn accept_all(listener: &UnixListener, reading: &mut VecDeque<Reading>) {
     }
 }
 
+/// Serves `listener` until the process ends.
+#[cfg(windows)]
+pub(crate) fn run(listener: Listener) {
+    use std::sync::{Arc, Mutex};
+    // The connections being read, oldest first, by a number of their own.
+    let reading: Arc<Mutex<VecDeque<(u64, Stream)>>> = Arc::default();
+    let mut next = 0u64;
+    loop {
+        let Ok(stream) = listener.accept() else {
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        };
+        let Ok(watched) = stream.try_clone() else {
+            continue;
+        };
+        next += 1;
+        let id = next;
+        {
+            let mut list = reading.lock().unwrap_or_else(|p| p.into_inner());
+            if list.len() >= MAX_READING {
+                if let Some((_, oldest)) = list.pop_front() {
+                    let _ = oldest.shutdown(std::net::Shutdown::Both);
+                }
+            }
+            list.push_back((id, watched));
+        }
+        let list = Arc::clone(&reading);
+        let spawned = std::thread::Builder::new()
+            .name("eventpipe-ipc-read".into())
+            .spawn(move || {
+                let mut r = Reading {
+                    stream,
+                    bytes: Vec::with_capacity(HEADER_LEN),
+                    header: None,
+                    deadline: Instant::now() + COMMAND_DEADLINE,
+                };
+                let progress = loop {
+                    let left = r.deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() || r.stream.set_read_timeout(Some(left)).is_err() {
+                        break Progress::Done;
+                    }
+                    match r.read_some() {
+                        Progress::Waiting => continue,
+                        done => break done,
+                    }
+                };
+                list.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .retain(|(i, _)| *i != id);
+                if let Progress::Complete = progress {
+                    let _ = r.stream.set_read_timeout(None);
+                    dispatch(r);
+                }
+            });
+        if spawned.is_err() {
+            // No thread: the connection closes, as a full list would close it.
+            reading
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|(i, _)| *i != id);
+        }
+    }
+}
+
 /// Serves a whole command on a thread of its own (a trace streams for as long as its
 /// session runs).
 fn dispatch(done: Reading) {
     let Some(header) = done.header else { return };
+    #[cfg(unix)]
     if done.stream.set_nonblocking(false).is_err() {
         return;
     }

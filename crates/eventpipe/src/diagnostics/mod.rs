@@ -1,7 +1,7 @@
 //! The diagnostics server: makes this process attachable by `eptrace` and `dotnet-trace`.
 //!
-//! [`start_server`] listens on `$TMPDIR/dotnet-diagnostic-{pid}-{key}-socket`, as a .NET
-//! runtime does; one thread reads every client's command (`accept`), and each whole
+//! [`start_server`] listens on `$TMPDIR/dotnet-diagnostic-{pid}-{key}-socket` (on Windows
+//! the named pipe `\\.\pipe\dotnet-diagnostic-{pid}`), as a .NET runtime does; one thread reads every client's command (`accept`), and each whole
 //! command is answered on a thread of its own:
 //! `CollectTracing` (1–6) starts a session whose trace streams back on that connection
 //! until `StopTracing` or the client hanging up; `ProcessInfo` (1–3) describes the
@@ -11,7 +11,8 @@
 //! [`start_server`], or its environment says so when the process starts
 //! (`EVENTPIPE_ENABLE_DIAGNOSTICS=1`, or reverse ports in `DOTNET_DiagnosticPorts`), as a
 //! .NET runtime reads its environment at start-up. The environment is read once, before
-//! `main` (a constructor in `.init_array`), so a suspend port holds the program before it
+//! `main` (a constructor: `.init_array` on Linux, `__mod_init_func` on macOS, `.CRT$XCU` on
+//! Windows), so a suspend port holds the program before it
 //! runs any of its own code. Declaring, registering or writing events never starts it.
 
 mod accept;
@@ -40,7 +41,7 @@ pub struct DiagnosticServer {
 }
 
 impl DiagnosticServer {
-    /// The socket clients connect to.
+    /// The socket (on Windows, the pipe) clients connect to.
     pub fn socket_path(&self) -> &Path {
         &self.socket
     }
@@ -89,12 +90,40 @@ fn listen() -> Result<DiagnosticServer, eventpipe_ipc::Error> {
     Ok(DiagnosticServer { socket })
 }
 
+/// Makes a write to a connection whose client has gone an error rather than a SIGPIPE
+/// that kills the host: macOS has no `MSG_NOSIGNAL`, so its sockets say so once
+/// (`SO_NOSIGPIPE`); Linux sends with `MSG_NOSIGNAL`, and Windows has no such signal.
+pub(crate) fn no_sigpipe(stream: &eventpipe_ipc::transport::Stream) -> std::io::Result<()> {
+    #[cfg(target_vendor = "apple")]
+    {
+        use std::os::fd::AsRawFd;
+        let on: libc::c_int = 1;
+        // SAFETY: the descriptor is the stream's open socket; `on` is a c_int of the
+        // size given.
+        let r = unsafe {
+            libc::setsockopt(
+                stream.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_NOSIGPIPE,
+                (&on as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    let _ = stream;
+    Ok(())
+}
+
 static SOCKET_TO_REMOVE: OnceLock<CString> = OnceLock::new();
 
 extern "C" fn at_exit() {
     // A program returning from `main` ends its IPC sessions properly, so the tools
     // reading them get complete traces.
     streaming::stop_all();
+    #[cfg(unix)]
     if let Some(path) = SOCKET_TO_REMOVE.get() {
         // SAFETY: `path` is a valid NUL-terminated string that lives for the program.
         unsafe { libc::unlink(path.as_ptr()) };
@@ -102,10 +131,11 @@ extern "C" fn at_exit() {
 }
 
 /// A normal exit ends the IPC sessions and removes the socket, as .NET does; a killed
-/// process leaves the socket behind, and discovery recognises it as stale.
+/// process leaves the socket behind, and discovery recognises it as stale. (A named pipe
+/// goes with the process.)
 fn remove_at_exit(socket: &Path) {
-    use std::os::unix::ffi::OsStrExt;
-    if let Ok(path) = CString::new(socket.as_os_str().as_bytes()) {
+    let bytes = socket.as_os_str().as_encoded_bytes();
+    if let Ok(path) = CString::new(bytes) {
         if SOCKET_TO_REMOVE.set(path).is_ok() {
             // SAFETY: `at_exit` is an extern "C" fn that cannot unwind (it only calls code
             // that reports failures as values) and uses only statics.
@@ -122,12 +152,17 @@ pub fn environment_asks() -> bool {
     enabled || ports
 }
 
-/// Runs [`start_from_environment`] when the process starts, before `main`: the dynamic
-/// loader calls every function in `.init_array` once the C library is ready (the
-/// environment is readable then). A constructor, rather than a check on some first use,
-/// so that the environment alone decides, at the same point in every program.
+/// Runs [`start_from_environment`] when the process starts, before `main`: the loader
+/// calls every function in the platform's constructor section once the C library is
+/// ready (the environment is readable then). A constructor, rather than a check on some
+/// first use, so that the environment alone decides, at the same point in every program.
 #[used]
-#[link_section = ".init_array"]
+#[cfg_attr(
+    any(target_os = "linux", target_os = "android", target_os = "freebsd"),
+    link_section = ".init_array"
+)]
+#[cfg_attr(target_vendor = "apple", link_section = "__DATA,__mod_init_func")]
+#[cfg_attr(windows, link_section = ".CRT$XCU")]
 static START_FROM_ENVIRONMENT: extern "C" fn() = start_from_environment;
 
 /// Starts the server if [`environment_asks`]. Never panics (it runs outside `main`, where a

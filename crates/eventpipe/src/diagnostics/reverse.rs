@@ -7,7 +7,6 @@
 //! so a tool that starts the program loses none of its early events.
 
 use std::io::Write;
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -141,7 +140,8 @@ fn connect_loop(port: Port, startup: &Startup) -> ! {
         process_id: u64::from(std::process::id()),
     };
     loop {
-        let connected = UnixStream::connect(&port.path).and_then(|mut s| {
+        let connected = eventpipe_ipc::transport::connect(&port.path).and_then(|mut s| {
+            super::no_sigpipe(&s)?;
             s.write_all(&advertise.encode())?;
             Ok(s)
         });

@@ -1,7 +1,6 @@
 //! Serving one command per connection.
 
 use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -10,6 +9,7 @@ use eventpipe_ipc::command::{
     FORMAT_NETTRACE_V6,
 };
 use eventpipe_ipc::header::{HeaderError, HEADER_LEN};
+use eventpipe_ipc::transport::Stream;
 use eventpipe_ipc::{Header, Request, ServerError};
 
 use super::{process, streaming};
@@ -32,7 +32,7 @@ pub(crate) enum Served {
 
 /// Reads one command from a reverse connection, waiting as long as it takes for it to
 /// start, and answers it.
-pub(crate) fn serve_reverse(mut stream: UnixStream) -> Served {
+pub(crate) fn serve_reverse(mut stream: Stream) -> Served {
     let mut head = [0u8; HEADER_LEN];
     if stream.set_read_timeout(None).is_err() || stream.read_exact(&mut head[..1]).is_err() {
         return Served::Done;
@@ -56,7 +56,7 @@ pub(crate) fn serve_reverse(mut stream: UnixStream) -> Served {
 
 /// Answers a whole command, as the .NET runtime answers it (the codes are listed in
 /// ARCHITECTURE.md, "Attaching").
-pub(crate) fn answer(stream: UnixStream, header: &Header, payload: &[u8]) -> Served {
+pub(crate) fn answer(stream: Stream, header: &Header, payload: &[u8]) -> Served {
     if stream.set_write_timeout(Some(COMMAND_TIMEOUT)).is_err() {
         return Served::Done;
     }
@@ -87,12 +87,12 @@ pub(crate) fn answer(stream: UnixStream, header: &Header, payload: &[u8]) -> Ser
     }
 }
 
-fn reply(mut stream: UnixStream, payload: &[u8]) -> Served {
+fn reply(mut stream: Stream, payload: &[u8]) -> Served {
     let _ = stream.write_all(&ok_response(payload));
     Served::Done
 }
 
-fn refuse(mut stream: UnixStream, code: ServerError) -> Served {
+fn refuse(mut stream: Stream, code: ServerError) -> Served {
     let _ = stream.write_all(&error_response(code));
     Served::Done
 }
@@ -153,7 +153,7 @@ pub(crate) fn session_config(
         .stacks(request.stackwalk))
 }
 
-fn collect(stream: UnixStream, request: &CollectTracing) {
+fn collect(stream: Stream, request: &CollectTracing) {
     let format = if request.format == FORMAT_NETTRACE_V6 {
         nettrace::FormatVersion::V6
     } else {

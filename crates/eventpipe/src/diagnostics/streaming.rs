@@ -21,13 +21,12 @@
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
-use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use eventpipe_ipc::command::ok_response;
+use eventpipe_ipc::transport::Stream;
 
 use crate::{Session, SessionStats};
 
@@ -68,7 +67,7 @@ fn sessions() -> &'static Mutex<HashMap<u64, Streaming>> {
 
 struct Streaming {
     session: Session,
-    stream: UnixStream,
+    stream: Stream,
     /// Raised when the output aborted the session for a stalled reader: the abort ends
     /// the stream itself (the rest of a block, the end marker), so a stop must not cut
     /// the connection first.
@@ -96,10 +95,10 @@ struct Gate {
     changed: Condvar,
 }
 
-/// The session's output: a socket written with `MSG_NOSIGNAL` (a vanished client is an
-/// error, not a SIGPIPE that kills the host), behind the gate.
+/// The session's output: a socket (a pipe on Windows) on which a vanished client is an
+/// error, not a SIGPIPE that kills the host (`send_within`), behind the gate.
 pub(crate) struct SocketOutput {
-    stream: UnixStream,
+    stream: Stream,
     gate: Arc<Gate>,
     stall_limit: Duration,
     format: nettrace::FormatVersion,
@@ -110,7 +109,7 @@ pub(crate) struct SocketOutput {
 
 /// Opens a [`SocketOutput`]'s gate.
 pub(crate) struct GateKey {
-    stream: UnixStream,
+    stream: Stream,
     gate: Arc<Gate>,
     stall_limit: Duration,
 }
@@ -118,7 +117,7 @@ pub(crate) struct GateKey {
 /// The output of a session streaming in `format` to `stream`, whose reader may stall for
 /// `stall_limit`.
 pub(crate) fn socket_output(
-    stream: &UnixStream,
+    stream: &Stream,
     format: nettrace::FormatVersion,
     stall_limit: Duration,
 ) -> std::io::Result<(SocketOutput, GateKey)> {
@@ -154,21 +153,21 @@ enum SendError {
 /// Sends all of `bytes`, waiting while the socket is full for at most `stall_limit` at a
 /// time: the deadline is renewed whenever the socket takes bytes, so it bounds each
 /// stall as a whole, however many partial sends it spans.
-fn send_within(stream: &UnixStream, bytes: &[u8], stall_limit: Duration) -> Result<(), SendError> {
+#[cfg(unix)]
+fn send_within(stream: &Stream, bytes: &[u8], stall_limit: Duration) -> Result<(), SendError> {
+    use std::os::fd::AsRawFd;
+    // Linux: no SIGPIPE for this send. macOS: the socket has SO_NOSIGPIPE (`no_sigpipe`).
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    const FLAGS: libc::c_int = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT;
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    const FLAGS: libc::c_int = libc::MSG_DONTWAIT;
     let mut sent = 0;
     let mut deadline = Instant::now() + stall_limit;
     while sent < bytes.len() {
         let rest = &bytes[sent..];
         // SAFETY: the fd is an open socket owned by `stream` for the duration of the
         // call, and `rest` is a valid readable slice of the given length.
-        let n = unsafe {
-            libc::send(
-                stream.as_raw_fd(),
-                rest.as_ptr().cast(),
-                rest.len(),
-                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-            )
-        };
+        let n = unsafe { libc::send(stream.as_raw_fd(), rest.as_ptr().cast(), rest.len(), FLAGS) };
         if n > 0 {
             sent += n as usize;
             deadline = Instant::now() + stall_limit;
@@ -192,6 +191,32 @@ fn send_within(stream: &UnixStream, bytes: &[u8], stall_limit: Duration) -> Resu
                 unsafe { libc::poll(&mut fd, 1, ms) };
             }
             _ => return Err(SendError::Io(e)),
+        }
+    }
+    Ok(())
+}
+
+/// Sends all of `bytes` through the pipe a chunk at a time, each chunk within what is
+/// left of the stall limit, renewed whenever a chunk is taken.
+#[cfg(windows)]
+fn send_within(stream: &Stream, bytes: &[u8], stall_limit: Duration) -> Result<(), SendError> {
+    let mut sent = 0;
+    let mut deadline = Instant::now() + stall_limit;
+    while sent < bytes.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(SendError::Stalled { sent });
+        }
+        match stream.write_within(&bytes[sent..], Some(left)) {
+            Ok(n) => {
+                sent += n;
+                deadline = Instant::now() + stall_limit;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                return Err(SendError::Stalled { sent })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(SendError::Io(e)),
         }
     }
     Ok(())
@@ -271,7 +296,7 @@ fn ending(format: nettrace::FormatVersion, offset: u64, id: u64, reason: &str) -
     out
 }
 
-fn send_all(stream: &UnixStream, bytes: &[u8], stall_limit: Duration) -> std::io::Result<()> {
+fn send_all(stream: &Stream, bytes: &[u8], stall_limit: Duration) -> std::io::Result<()> {
     send_within(stream, bytes, stall_limit).map_err(|e| match e {
         SendError::Stalled { .. } => std::io::Error::new(
             std::io::ErrorKind::TimedOut,
@@ -284,7 +309,7 @@ fn send_all(stream: &UnixStream, bytes: &[u8], stall_limit: Duration) -> std::io
 /// Ends an aborted session's stream: stops the session (writers released, memory freed;
 /// what its drain still writes is discarded), then sends `rest` (the rest of the block
 /// that stalled, and the end-of-stream marker) within another stall limit, and closes.
-fn abort(id: u64, stream: UnixStream, rest: Vec<u8>, stall_limit: Duration) {
+fn abort(id: u64, stream: Stream, rest: Vec<u8>, stall_limit: Duration) {
     let spawned = std::thread::Builder::new()
         .name(format!("eventpipe-ipc-abort-{id}"))
         .spawn(move || {
@@ -414,7 +439,7 @@ fn is_transient(e: &std::io::Error) -> bool {
 
 /// Registers a running session under `id` and watches its connection: when the client
 /// hangs up, the session is stopped and its memory freed.
-pub(crate) fn track(id: u64, session: Session, stream: UnixStream, aborted: Arc<AtomicBool>) {
+pub(crate) fn track(id: u64, session: Session, stream: Stream, aborted: Arc<AtomicBool>) {
     let watch = stream.try_clone();
     sessions().lock().unwrap_or_else(|p| p.into_inner()).insert(
         id,
@@ -483,13 +508,13 @@ pub(crate) fn running() -> usize {
     sessions().lock().unwrap_or_else(|p| p.into_inner()).len()
 }
 
-#[cfg(test)]
+#[cfg(all(test, unix))]
 mod tests {
     use super::*;
 
     #[test]
     fn the_gate_holds_a_bounded_amount_then_waits_for_the_ok() {
-        let (ours, mut client) = UnixStream::pair().unwrap();
+        let (ours, mut client) = std::os::unix::net::UnixStream::pair().unwrap();
         let (mut output, key) =
             socket_output(&ours, nettrace::FormatVersion::V5, DEFAULT_STALL_LIMIT).unwrap();
         let chunk = vec![7u8; HOLD_LIMIT / 4];
@@ -521,7 +546,7 @@ mod tests {
 
     #[test]
     fn a_gate_whose_ok_cannot_be_sent_fails_the_waiting_writer() {
-        let (ours, client) = UnixStream::pair().unwrap();
+        let (ours, client) = std::os::unix::net::UnixStream::pair().unwrap();
         let (mut output, key) =
             socket_output(&ours, nettrace::FormatVersion::V5, DEFAULT_STALL_LIMIT).unwrap();
         output.write_all(&vec![1u8; HOLD_LIMIT]).unwrap();

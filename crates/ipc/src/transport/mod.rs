@@ -1,39 +1,58 @@
-//! Where diagnostics sockets live and how they are named, found and created.
+//! Where diagnostics endpoints live, how they are named, found and created, and the
+//! connection type both ends speak over, as the .NET runtime has them:
 //!
-//! A process listens on `$TMPDIR/dotnet-diagnostic-{pid}-{key}-socket` (`/tmp` when
-//! `TMPDIR` is unset or empty), where `{key}` is the process start time in clock ticks
-//! since boot (field 22 of `/proc/{pid}/stat`). The key tells a live socket from a stale
-//! one left by a killed process whose pid was reused.
+//! | | Linux | macOS | Windows |
+//! |---|---|---|---|
+//! | endpoint | Unix domain socket | Unix domain socket | named pipe |
+//! | name | `$TMPDIR/dotnet-diagnostic-{pid}-{key}-socket` | the same | `\\.\pipe\dotnet-diagnostic-{pid}` |
+//! | `{key}` | start time, clock ticks since boot (`/proc/{pid}/stat` field 22) | start time, seconds since the epoch (`proc_pidinfo`) | none |
+//! | [`Stream`], [`Listener`] | `UnixStream`, `UnixListener` | the same | `windows::PipeStream`, `windows::PipeListener` |
+//!
+//! `$TMPDIR` falls back to `/tmp` when unset or empty. The key tells a live socket from a
+//! stale one left by a killed process whose pid was reused; a named pipe vanishes with
+//! its process, so Windows needs none. Everything above the transport (the message
+//! framing, the commands, the trace stream) is the same on every platform.
 
-use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
 use crate::Error;
 
+#[cfg(unix)]
+mod unix;
+#[cfg(unix)]
+pub use unix::{accept_within, connect, listen_private, start_time, Listener, Stream};
+
+#[cfg(windows)]
+pub mod windows;
+#[cfg(windows)]
+pub use windows::{
+    accept_within, connect, listen_private, start_time, PipeListener as Listener,
+    PipeStream as Stream,
+};
+
 const PREFIX: &str = "dotnet-diagnostic-";
 const SUFFIX: &str = "-socket";
 
-/// The directory diagnostics sockets are created in.
+/// The directory diagnostics endpoints are created in: `$TMPDIR` (else `/tmp`); on
+/// Windows the named pipe namespace, `\\.\pipe\`.
 pub fn socket_dir() -> PathBuf {
+    if cfg!(windows) {
+        return PathBuf::from(r"\\.\pipe\");
+    }
     match std::env::var_os("TMPDIR") {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir),
         _ => PathBuf::from("/tmp"),
     }
 }
 
-/// The socket path of process `pid` started at `key`, in `dir`.
+/// The endpoint of process `pid` started at `key`, in `dir` (on Windows the key is not
+/// part of the name).
 pub fn socket_path(dir: &Path, pid: u32, key: u64) -> PathBuf {
-    dir.join(format!("{PREFIX}{pid}-{key}{SUFFIX}"))
-}
-
-/// The start time of `pid` in clock ticks since boot, or `None` if it is not running.
-pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) is parenthesised and may contain anything; the fields
-    // after its last ')' start at field 3.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(22 - 3)?.parse().ok()
+    if cfg!(windows) {
+        dir.join(format!("{PREFIX}{pid}"))
+    } else {
+        dir.join(format!("{PREFIX}{pid}-{key}{SUFFIX}"))
+    }
 }
 
 /// A process's diagnostics socket, found on disk.
@@ -48,13 +67,23 @@ pub struct Endpoint {
 }
 
 fn parse_name(name: &str) -> Option<(u32, u64)> {
-    let middle = name.strip_prefix(PREFIX)?.strip_suffix(SUFFIX)?;
+    let rest = name.strip_prefix(PREFIX)?;
+    if cfg!(windows) {
+        return Some((rest.parse().ok()?, 0));
+    }
+    let middle = rest.strip_suffix(SUFFIX)?;
     let (pid, key) = middle.split_once('-')?;
     Some((pid.parse().ok()?, key.parse().ok()?))
 }
 
-/// Every live diagnostics socket in `dir`, by pid. Sockets of processes that are gone, or
-/// whose pid now belongs to a process started at another time, are skipped.
+/// Whether the endpoint named for `pid` and `key` belongs to the running process `pid`.
+fn is_live(pid: u32, key: u64) -> bool {
+    // A named pipe exists only while its server does.
+    cfg!(windows) || start_time(pid) == Some(key)
+}
+
+/// Every live diagnostics endpoint in `dir`, by pid. Sockets of processes that are gone,
+/// or whose pid now belongs to a process started at another time, are skipped.
 pub fn discover(dir: &Path) -> Result<Vec<Endpoint>, Error> {
     let entries =
         std::fs::read_dir(dir).map_err(Error::io(format!("listing {}", dir.display())))?;
@@ -62,7 +91,7 @@ pub fn discover(dir: &Path) -> Result<Vec<Endpoint>, Error> {
         .filter_map(Result::ok)
         .filter_map(|entry| {
             let (pid, key) = parse_name(entry.file_name().to_str()?)?;
-            (start_time(pid)? == key).then(|| Endpoint {
+            is_live(pid, key).then(|| Endpoint {
                 pid,
                 key,
                 path: entry.path(),
@@ -84,31 +113,10 @@ pub fn find(dir: &Path, pid: u32) -> Result<Endpoint, Error> {
         })
 }
 
-/// Listens on `path`, reachable only by this user (mode 0600). The socket is bound under
-/// a temporary name, restricted, then renamed into place, so no one else can connect in
-/// between. A stale file at `path` is replaced.
-pub fn listen_private(path: &Path) -> Result<UnixListener, Error> {
-    let mut temp = path.as_os_str().to_owned();
-    temp.push(".new");
-    let temp = PathBuf::from(temp);
-    let _ = std::fs::remove_file(&temp);
-    let listener =
-        UnixListener::bind(&temp).map_err(Error::io(format!("binding {}", temp.display())))?;
-    let restrict = std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(0o600))
-        .and_then(|()| std::fs::rename(&temp, path));
-    if let Err(e) = restrict {
-        let _ = std::fs::remove_file(&temp);
-        return Err(Error::Io {
-            what: format!("making {} private", path.display()),
-            source: e,
-        });
-    }
-    Ok(listener)
-}
-
-#[cfg(test)]
+#[cfg(all(test, unix))]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn names_parse_and_stale_sockets_are_skipped() {
