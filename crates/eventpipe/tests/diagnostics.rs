@@ -1,8 +1,8 @@
-//! The diagnostics server, driven over its real socket by the protocol crate's client.
+//! The diagnostics server, driven over its real socket (on Windows its named pipe) by the
+//! protocol crate's client.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -239,8 +239,14 @@ fn process_info_describes_this_process_in_every_version() {
     for version in 1..=3 {
         let info = client.connect().unwrap().process_info(version).unwrap();
         assert_eq!(info.process_id, u64::from(std::process::id()));
-        assert_eq!(info.os, "Linux");
-        assert!(info.command_line.starts_with('/'), "{}", info.command_line);
+        let os = if cfg!(windows) { "Windows" } else { "Linux" };
+        assert_eq!(info.os, os);
+        let exe = std::env::current_exe().unwrap();
+        assert!(
+            exe.is_absolute() && info.command_line.starts_with(&*exe.to_string_lossy()),
+            "{}",
+            info.command_line
+        );
         assert_ne!(info.runtime_cookie, [0; 16]);
         if version >= 2 {
             let v = info.runtime_version.unwrap();
@@ -254,7 +260,7 @@ fn process_info_describes_this_process_in_every_version() {
 }
 
 fn raw(client: &Client, bytes: &[u8]) -> Vec<u8> {
-    let mut s = UnixStream::connect(client.path()).unwrap();
+    let mut s = eventpipe_ipc::transport::connect(client.path()).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let _ = s.write_all(bytes);
     let mut answer = Vec::new();
@@ -313,7 +319,7 @@ fn hostile_clients_get_errors_or_closed_connections_and_others_are_served() {
     let stallers: Vec<_> = [overlong, bad[..7].to_vec()]
         .into_iter()
         .map(|bytes| {
-            let mut s = UnixStream::connect(client.path()).unwrap();
+            let mut s = eventpipe_ipc::transport::connect(client.path()).unwrap();
             s.write_all(&bytes).unwrap();
             s
         })
@@ -334,7 +340,7 @@ fn hostile_clients_get_errors_or_closed_connections_and_others_are_served() {
     }
     // A thousand connections opened and dropped, some with a byte or two.
     for i in 0..1000u32 {
-        let mut s = UnixStream::connect(client.path()).unwrap();
+        let mut s = eventpipe_ipc::transport::connect(client.path()).unwrap();
         if i % 3 == 0 {
             let _ = s.write_all(&b"DOTNET"[..(i % 6) as usize]);
         }
@@ -486,7 +492,7 @@ fn idle_and_half_sent_connections_never_delay_a_good_client() {
     };
     let header = Header::new(set::PROCESS, 0, 0).unwrap().encode();
     for i in 0..300 {
-        let mut s = UnixStream::connect(client.path()).unwrap();
+        let mut s = eventpipe_ipc::transport::connect(client.path()).unwrap();
         match i % 3 {
             0 => {}
             1 => s.write_all(&header[..7]).unwrap(),

@@ -128,6 +128,10 @@ impl Dotnet {
     /// the runtimes are not installed or are to be skipped.
     pub fn locate() -> Option<Dotnet> {
         let skip = || println!("skipping: .NET runtimes not installed (run bash ci/dotnet.sh)");
+        if !cfg!(target_os = "linux") {
+            println!("skipping: the .NET runtimes ci/dotnet.sh installs run on Linux only");
+            return None;
+        }
         if std::env::var_os("EVENTPIPE_SKIP_DOTNET").is_some_and(|v| v == "1") {
             skip();
             return None;

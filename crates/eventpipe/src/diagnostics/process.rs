@@ -7,6 +7,20 @@ use eventpipe_ipc::ProcessInfo;
 /// The product name `eptrace ps` recognises Rust processes by.
 pub const RUNTIME_NAME: &str = "eventpipe-rs";
 
+/// The OS name .NET reports (`RuntimeInformation`'s), and its runtime-identifier prefix.
+#[cfg(windows)]
+const OS: &str = "Windows";
+#[cfg(windows)]
+const RID_OS: &str = "win";
+#[cfg(target_vendor = "apple")]
+const OS: &str = "macOS";
+#[cfg(target_vendor = "apple")]
+const RID_OS: &str = "osx";
+#[cfg(not(any(windows, target_vendor = "apple")))]
+const OS: &str = "Linux";
+#[cfg(not(any(windows, target_vendor = "apple")))]
+const RID_OS: &str = "linux";
+
 /// This process's description, computed once.
 pub(crate) fn this_process() -> &'static ProcessInfo {
     static INFO: OnceLock<ProcessInfo> = OnceLock::new();
@@ -36,11 +50,11 @@ pub(crate) fn this_process() -> &'static ProcessInfo {
             process_id: u64::from(std::process::id()),
             runtime_cookie: runtime_cookie(),
             command_line,
-            os: "Linux".into(),
+            os: OS.into(),
             arch: arch.into(),
             entrypoint_assembly: Some(entrypoint),
             runtime_version: Some(format!("{RUNTIME_NAME} {}", env!("CARGO_PKG_VERSION"))),
-            runtime_identifier: Some(format!("linux-{arch}")),
+            runtime_identifier: Some(format!("{RID_OS}-{arch}")),
         }
     })
 }

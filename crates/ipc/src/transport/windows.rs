@@ -22,9 +22,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use windows_sys::Win32::Foundation::{
-    CloseHandle, GetLastError, ERROR_BROKEN_PIPE, ERROR_IO_PENDING, ERROR_NO_DATA,
-    ERROR_OPERATION_ABORTED, ERROR_PIPE_BUSY, ERROR_PIPE_CONNECTED, ERROR_PIPE_NOT_CONNECTED,
-    GENERIC_READ, GENERIC_WRITE, HANDLE, INVALID_HANDLE_VALUE, WAIT_OBJECT_0,
+    CloseHandle, GetLastError, ERROR_BROKEN_PIPE, ERROR_FILE_NOT_FOUND, ERROR_IO_PENDING,
+    ERROR_NO_DATA, ERROR_OPERATION_ABORTED, ERROR_PIPE_BUSY, ERROR_PIPE_CONNECTED,
+    ERROR_PIPE_NOT_CONNECTED, GENERIC_READ, GENERIC_WRITE, HANDLE, INVALID_HANDLE_VALUE,
+    WAIT_OBJECT_0,
 };
 use windows_sys::Win32::Storage::FileSystem::{
     CreateFileW, ReadFile, WriteFile, FILE_FLAG_FIRST_PIPE_INSTANCE, FILE_FLAG_OVERLAPPED,
@@ -47,6 +48,10 @@ pub const WRITE_CHUNK: usize = 64 * 1024;
 
 /// How long [`connect`] waits for a busy pipe (every instance taken) to free one.
 const BUSY_WAIT: Duration = Duration::from_secs(5);
+
+/// How long [`connect`] retries a name that does not resolve: longer than a server takes
+/// to create its next instance, short enough that a pipe that is not there fails soon.
+const INSTANCE_GAP: Duration = Duration::from_millis(500);
 
 /// A handle closed when dropped.
 #[derive(Debug)]
@@ -308,6 +313,7 @@ impl Write for &PipeStream {
 pub fn connect(path: &Path) -> std::io::Result<PipeStream> {
     let name = wide(path);
     let deadline = Instant::now() + BUSY_WAIT;
+    let gap_deadline = Instant::now() + INSTANCE_GAP;
     loop {
         // SAFETY: `name` is NUL-terminated; no security attributes, no template.
         let h = unsafe {
@@ -325,12 +331,21 @@ pub fn connect(path: &Path) -> std::io::Result<PipeStream> {
             return PipeStream::new(h);
         }
         let e = std::io::Error::last_os_error();
-        let left = deadline.saturating_duration_since(Instant::now());
-        if e.raw_os_error() != Some(ERROR_PIPE_BUSY as i32) || left.is_zero() {
-            return Err(e);
+        let now = Instant::now();
+        match e.raw_os_error().map(|code| code as u32) {
+            Some(ERROR_PIPE_BUSY) if now < deadline => {
+                let left = deadline - now;
+                // SAFETY: `name` is NUL-terminated.
+                unsafe { WaitNamedPipeW(name.as_ptr(), left.as_millis().max(1) as u32) };
+            }
+            // Between a client taking the waiting instance and the server creating the
+            // next, the name may not resolve; .NET's client retries through that window
+            // too.
+            Some(ERROR_FILE_NOT_FOUND) if now < gap_deadline => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            _ => return Err(e),
         }
-        // SAFETY: `name` is NUL-terminated.
-        unsafe { WaitNamedPipeW(name.as_ptr(), left.as_millis().max(1) as u32) };
     }
 }
 
