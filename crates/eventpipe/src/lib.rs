@@ -45,6 +45,7 @@
 // The write path's modules, from the core, under the names the runtime's modules use.
 use eventpipe_core::{registry, sync, threads, writer};
 
+pub use eventpipe_core::writer::current_os_tid;
 pub use eventpipe_core::{clock, counters, define_event, write_event};
 pub use eventpipe_core::{
     BufferingMode, Counter, CounterInfo, EnableChange, Error, Event, EventDescriptor, EventFields,

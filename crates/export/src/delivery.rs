@@ -438,6 +438,7 @@ impl Shared {
             .timeout_recv_response(limit)
             .timeout_recv_body(limit)
             .http_status_as_error(false)
+            .tls_config(tls())
             .build()
             .into();
         let mut backoff = self.options.min_backoff;
@@ -802,3 +803,13 @@ fn load_folder(dir: &Path, queue: &mut Queue) -> io::Result<u64> {
 
 #[cfg(test)]
 mod tests;
+
+/// The TLS stack the build has: rustls, or macOS's own.
+fn tls() -> ureq::tls::TlsConfig {
+    let provider = if cfg!(target_vendor = "apple") {
+        ureq::tls::TlsProvider::NativeTls
+    } else {
+        ureq::tls::TlsProvider::Rustls
+    };
+    ureq::tls::TlsConfig::builder().provider(provider).build()
+}

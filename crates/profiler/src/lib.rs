@@ -14,9 +14,15 @@
 // modules under model.
 #[cfg(not(eventpipe_profiler_loom))]
 pub mod alloc;
-#[cfg(not(eventpipe_profiler_loom))]
+#[cfg(all(not(eventpipe_profiler_loom), target_os = "linux"))]
+pub mod cpu;
+#[cfg(all(not(eventpipe_profiler_loom), not(target_os = "linux")))]
+#[path = "cpu_unsupported.rs"]
 pub mod cpu;
 #[cfg(not(eventpipe_profiler_loom))]
+// The frame walker serves the Linux-only paths (the CPU sampler, the allocation
+// profiler's stack bound); elsewhere it is built but idle.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 mod frame_walk;
 #[cfg(not(eventpipe_profiler_loom))]
 pub mod futures;

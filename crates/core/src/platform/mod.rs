@@ -94,7 +94,12 @@ mod tests {
         drop(tx);
         parked.join().unwrap().unwrap_err();
 
-        // An open file counts.
+        // An open file counts. (Wine's GetProcessHandleCount reports 0 always: ci/cross.sh
+        // says when the test runs under it.)
+        if std::env::var_os("EVENTPIPE_UNDER_WINE").is_some() {
+            println!("skipping the descriptor count: wine does not keep one");
+            return;
+        }
         let open = open_descriptors().expect("the open descriptors");
         let file = std::fs::File::open(std::env::current_exe().unwrap()).unwrap();
         let more = open_descriptors().unwrap();

@@ -26,6 +26,7 @@ pub(crate) struct ThreadState {
     /// The OS thread id (0 = not asked yet).
     pub(crate) tid: Cell<u64>,
     /// The highest address of this thread's stack (0 = not asked yet, 1 = unknown).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(crate) stack_top: Cell<usize>,
 }
 
@@ -74,8 +75,7 @@ pub(crate) fn os_tid(t: &ThreadState) -> u64 {
     if tid != 0 {
         return tid;
     }
-    // SAFETY: gettid has no preconditions and cannot fail.
-    let tid = (unsafe { libc::gettid() }) as u64;
+    let tid = eventpipe::current_os_tid();
     t.tid.set(tid);
     tid
 }

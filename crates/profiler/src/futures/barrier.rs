@@ -45,9 +45,16 @@ mod real {
 
     static MODE: AtomicU8 = AtomicU8::new(UNKNOWN);
 
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     fn membarrier(cmd: libc::c_long) -> libc::c_long {
         // SAFETY: membarrier takes two integers and touches no memory of ours.
         unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0 as libc::c_long) }
+    }
+
+    /// Only Linux has `membarrier`: elsewhere both sides use full fences.
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    fn membarrier(_cmd: libc::c_long) -> libc::c_long {
+        -1
     }
 
     /// Miri runs no `membarrier`: full fences on both sides, which Miri does model.

@@ -120,8 +120,7 @@ pub(crate) fn record(ts: i64, event: Event, effect: StackEffect) -> bool {
 }
 
 fn register_this_thread() -> Owner {
-    // SAFETY: gettid has no preconditions.
-    let os_tid = unsafe { libc::gettid() } as u64;
+    let os_tid = eventpipe::current_os_tid();
     let buffer = Arc::new(ThreadBuffer {
         os_tid,
         inner: Handoff::new(Inner {
