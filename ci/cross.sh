@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # macOS and Windows: every library crate must build there (clippy, warnings denied), and
 # what can run here runs: the Windows build of the platform shims, the named-pipe
-# transport and the diagnostics server's tests, under wine.
+# transport, the diagnostics server's tests and the CPU sampler's refusal, under wine.
 #
 # - The standard libraries come from rustup (`rustup target add`).
 # - x86_64-pc-windows-gnu links with Debian's mingw-w64, which also compiles ring's C for
@@ -49,5 +49,6 @@ status=0
 cargo test --target "$WIN" -p eventpipe-core --lib platform || status=$?
 [ "$status" -eq 0 ] && { cargo test --target "$WIN" -p eventpipe-ipc --lib || status=$?; }
 [ "$status" -eq 0 ] && { cargo test --target "$WIN" -p eventpipe --test diagnostics || status=$?; }
+[ "$status" -eq 0 ] && { cargo test --target "$WIN" -p eventpipe-profiler --lib cpu || status=$?; }
 /usr/lib/wine/wineserver -k >/dev/null 2>&1 || true
 exit "$status"
