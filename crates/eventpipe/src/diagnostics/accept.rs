@@ -15,10 +15,9 @@ use std::collections::VecDeque;
 use std::io::{ErrorKind, Write};
 use std::time::{Duration, Instant};
 
-use eventpipe_ipc::transport::{Listener, Stream};
-
 use eventpipe_ipc::command::error_response;
 use eventpipe_ipc::header::{HeaderError, HEADER_LEN};
+use eventpipe_ipc::transport::{Listener, Stream};
 use eventpipe_ipc::{Header, ServerError};
 
 use super::server;

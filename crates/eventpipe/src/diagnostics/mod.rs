@@ -1,8 +1,9 @@
 //! The diagnostics server: makes this process attachable by `eptrace` and `dotnet-trace`.
 //!
 //! [`start_server`] listens on `$TMPDIR/dotnet-diagnostic-{pid}-{key}-socket` (on Windows
-//! the named pipe `\\.\pipe\dotnet-diagnostic-{pid}`), as a .NET runtime does; one thread reads every client's command (`accept`), and each whole
-//! command is answered on a thread of its own:
+//! the named pipe `\\.\pipe\dotnet-diagnostic-{pid}`), as a .NET runtime does; one
+//! thread reads every client's command (`accept`), and each whole command is answered on
+//! a thread of its own:
 //! `CollectTracing` (1–6) starts a session whose trace streams back on that connection
 //! until `StopTracing` or the client hanging up; `ProcessInfo` (1–3) describes the
 //! process; `ResumeRuntime` releases a startup suspended on a reverse port.
@@ -12,8 +13,8 @@
 //! (`EVENTPIPE_ENABLE_DIAGNOSTICS=1`, or reverse ports in `DOTNET_DiagnosticPorts`), as a
 //! .NET runtime reads its environment at start-up. The environment is read once, before
 //! `main` (a constructor: `.init_array` on Linux, `__mod_init_func` on macOS, `.CRT$XCU` on
-//! Windows), so a suspend port holds the program before it
-//! runs any of its own code. Declaring, registering or writing events never starts it.
+//! Windows), so a suspend port holds the program before it runs any of its own code.
+//! Declaring, registering or writing events never starts it.
 
 mod accept;
 mod process;

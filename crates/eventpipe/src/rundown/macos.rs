@@ -40,9 +40,6 @@ fn image(index: u32) -> Option<LoadedModule> {
     // SAFETY: a loaded image's header and load commands are mapped and read-only for as
     // long as it is loaded: the header's 32 bytes first, then `sizeofcmds` more.
     let head = unsafe { std::slice::from_raw_parts(header, HEADER_64) };
-    let word = |b: &[u8], at: usize| -> Option<u32> {
-        Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
-    };
     if word(head, 0)? != MH_MAGIC_64 {
         return None;
     }
@@ -65,12 +62,6 @@ fn image(index: u32) -> Option<LoadedModule> {
 /// The lowest and highest virtual addresses of an image's segments (but `__PAGEZERO`,
 /// which maps nothing), and its `LC_UUID`, from its load commands.
 fn segments(mut commands: &[u8], ncmds: usize) -> Option<(u64, u64, Option<[u8; 16]>)> {
-    let word = |b: &[u8], at: usize| -> Option<u32> {
-        Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
-    };
-    let quad = |b: &[u8], at: usize| -> Option<u64> {
-        Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
-    };
     let (mut low, mut high, mut uuid) = (u64::MAX, 0u64, None);
     for _ in 0..ncmds {
         let (cmd, size) = (word(commands, 0)?, word(commands, 4)? as usize);
@@ -90,6 +81,16 @@ fn segments(mut commands: &[u8], ncmds: usize) -> Option<(u64, u64, Option<[u8; 
         commands = commands.get(size.max(8)..)?;
     }
     (high > 0).then_some((low, high, uuid))
+}
+
+/// The little-endian `u32` at `at` of `b`, if `b` is long enough.
+fn word(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+/// The little-endian `u64` at `at` of `b`, if `b` is long enough.
+fn quad(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
 pub(super) fn thread_name(_os_tid: u64) -> Option<String> {
