@@ -19,7 +19,7 @@ mkdir -p "$ROOT"
 
 LIBRARIES=(-p nettrace -p eventpipe-core -p eventpipe -p eventpipe-ipc -p eventpipe-insight
   -p eventpipe-tracing -p eventpipe-metrics -p eventpipe-profiler -p eventpipe-profiler-macros
-  -p eventpipe-export)
+  -p eventpipe-export -p eventpipe-client)
 MAC=x86_64-apple-darwin
 WIN=x86_64-pc-windows-gnu
 

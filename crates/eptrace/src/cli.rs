@@ -12,12 +12,13 @@ use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
 use eventpipe_insight::SampleSelection;
 
-use crate::collect::{Profile, TargetSpec};
+use crate::collect::Profile;
 use crate::convert::ConvertFormat;
 use crate::input::InputSpec;
 use crate::{
     collect, convert, counters, demo, dump, gcdump, heap, ps, report, stream_file, stress,
 };
+use eventpipe_client::TargetSpec;
 
 const AFTER_HELP: &str = "\
 Examples:

@@ -26,9 +26,9 @@ use eventpipe_insight::heap::dominators;
 use eventpipe_ipc::command::CollectTracing;
 use eventpipe_ipc::ProviderRequest;
 
-use crate::collect::Target;
 use crate::numbers::{signed, thousands};
 use crate::stream_file::{CollectConfig, ConvertConfig, DiffConfig, ReportConfig, SessionReader};
+use eventpipe_client::Target;
 
 /// How long the type-table flush may take before the dump goes ahead anyway.
 const TYPE_FLUSH_WAIT: Duration = Duration::from_secs(3);
@@ -103,7 +103,7 @@ pub(crate) fn capture(
 ) -> Result<Captured> {
     use crate::progress::Report;
     let began = Instant::now();
-    let runtime = crate::ps::Runtime::of(&target.process_info());
+    let runtime = eventpipe_client::Runtime::of(&target.process_info());
     if runtime.is_rust() {
         bail!(
             "process {} is a Rust program: gcdump walks a .NET runtime's GC heap; for a Rust \
@@ -128,7 +128,7 @@ pub(crate) fn capture(
     };
     let (stream, lossless) = match target.collect(&block) {
         Ok(stream) => (stream, true),
-        Err(e) if refused_as_unknown(&e) => {
+        Err(e) if e.refusal() == Some(eventpipe_ipc::ServerError::UNKNOWN_COMMAND) => {
             report(Report::Note(&format!(
                 "note: this runtime has no Block mode (CollectTracing6, .NET 11+): the dump \
                  goes through a {} MB Drop-mode buffer, and is reported incomplete if the \
@@ -146,7 +146,7 @@ pub(crate) fn capture(
                 false,
             )
         }
-        Err(e) => return Err(e.context("starting the heap dump session")),
+        Err(e) => return Err(anyhow::Error::new(e).context("starting the heap dump session")),
     };
     let reader = SessionReader::start(stream, file, "eptrace-gcdump", read_dump)?;
     let shared = &reader.shared;
@@ -296,17 +296,6 @@ fn flush_type_table(target: &mut Target) -> Result<()> {
     closer.close();
     let _ = waiter.join();
     Ok(())
-}
-
-fn refused_as_unknown(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        matches!(
-            c.downcast_ref::<eventpipe_ipc::Error>(),
-            Some(eventpipe_ipc::Error::Refused(
-                eventpipe_ipc::ServerError::UNKNOWN_COMMAND
-            ))
-        )
-    })
 }
 
 /// A dump, or why it is not whole: an incomplete dump is an error unless the user allowed

@@ -23,9 +23,9 @@ use eventpipe_insight::{ProfileBuilder, SampleSelection};
 use eventpipe_ipc::command::CollectTracing;
 use eventpipe_ipc::ProviderRequest;
 
-use crate::collect::Target;
 use crate::numbers::{signed, thousands};
 use crate::stream_file::{CollectConfig, ConvertConfig, DiffConfig, ReportConfig, SessionReader};
+use eventpipe_client::Target;
 
 /// What a program needs for `eptrace heap`, said when it does not answer.
 const WHAT_IT_NEEDS: &str = "a program answers heap snapshots when it installs \
@@ -65,7 +65,7 @@ pub(crate) fn capture(
     report: &mut dyn FnMut(crate::progress::Report<'_>),
 ) -> Result<LiveHeap> {
     let began = Instant::now();
-    let runtime = crate::ps::Runtime::of(&target.process_info());
+    let runtime = eventpipe_client::Runtime::of(&target.process_info());
     if !runtime.is_rust() {
         bail!(
             "process {} is not a Rust program using eventpipe: `eptrace heap` reads the \

@@ -1,9 +1,11 @@
-//! `eptrace`: inspect NetTrace (EventPipe) traces from the command line.
+//! `eptrace`: find, trace, watch and snapshot Rust and .NET processes, and read, report
+//! and convert their NetTrace (EventPipe) traces, from the command line.
 //!
 //! This crate is glue, like ripgrep's `core`: [`cli`] defines the flags and converts them
-//! into plain config structs, one module per subcommand ([`report`], [`dump`], [`stress`])
-//! does the work through the `nettrace` and `eventpipe` libraries, and [`run`] maps the
-//! outcome to an exit status:
+//! into plain config structs, one module per subcommand (`ps`, `collect`, `report`, `dump`,
+//! `convert`, `counters`, `gcdump`, `heap`, `agent`, ...) does the work through the
+//! libraries (`eventpipe-client` reaches the processes, `nettrace` and `eventpipe-insight`
+//! read and analyse), and [`run`] maps the outcome to an exit status:
 //!
 //! * 0: success, including a closed stdout (`eptrace dump … | head`);
 //! * 1: the trace could not be read or the output could not be written, or a `stress` cell

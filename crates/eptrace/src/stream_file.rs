@@ -13,9 +13,9 @@ use anyhow::{bail, Context, Result};
 use eventpipe_insight::Profile;
 use nettrace::{Event, TraceReader};
 
-use crate::collect::{Target, TargetSpec};
 use crate::convert::ConvertFormat;
 use crate::progress::Report;
+use eventpipe_client::{Target, TargetSpec};
 
 /// `eptrace gcdump collect`, `eptrace heap collect`; `O` is the command's capture options.
 #[derive(Debug)]

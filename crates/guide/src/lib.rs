@@ -22,3 +22,7 @@ pub mod counters {}
 pub mod heap {}
 #[doc = include_str!("../../../docs/agent.md")]
 pub mod agent {}
+#[doc = include_str!("../../../docs/client.md")]
+pub mod client {}
+#[doc = include_str!("../../../docs/platforms.md")]
+pub mod platforms {}

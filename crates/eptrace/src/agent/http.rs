@@ -882,7 +882,7 @@ async fn counters(State(agent): State<Arc<Agent>>, query: Params) -> Reply {
     let guard = StreamGuard::new(&agent);
     tokio::task::spawn_blocking(move || {
         let config = crate::counters::SessionConfig {
-            target: crate::collect::TargetSpec::Pid(process.pid),
+            target: eventpipe_client::TargetSpec::Pid(process.pid),
             counters: Some(specs),
             refresh_sec: interval,
             duration: Some(duration),

@@ -10,7 +10,6 @@ use eventpipe_ipc::transport;
 use serde::Serialize;
 
 use super::settings::RuntimeKind;
-use crate::ps::Runtime;
 
 /// An attachable process.
 #[derive(Debug, Clone, Serialize)]
@@ -151,11 +150,14 @@ impl Registry {
 /// Asks a new process who it is (as `eptrace ps` does); the error says why it cannot be
 /// attached to.
 fn examine(endpoint: &transport::Endpoint) -> Result<Process, String> {
-    let p = crate::ps::examine(endpoint)?;
-    let kind = match &p.runtime {
-        Runtime::Rust(_) => Some(RuntimeKind::Rust),
-        Runtime::DotNet(_) | Runtime::OldDotNet => Some(RuntimeKind::Dotnet),
-        Runtime::Unknown => None,
+    let p = eventpipe_client::discover::examine(endpoint)
+        .map_err(|why| crate::ps::with_causes(&why))?;
+    let kind = if p.runtime.is_rust() {
+        Some(RuntimeKind::Rust)
+    } else if p.runtime.is_dotnet() {
+        Some(RuntimeKind::Dotnet)
+    } else {
+        None
     };
     Ok(Process {
         pid: p.pid,

@@ -17,7 +17,8 @@ use eventpipe_ipc::Client;
 
 use super::processes::Process;
 use super::settings::RuntimeKind;
-use crate::collect::{Profile, Target, TargetSpec};
+use crate::collect::Profile;
+use eventpipe_client::{Target, TargetSpec};
 
 /// How long a stopped session may take to end its stream (rundown included) before the
 /// connection is cut.

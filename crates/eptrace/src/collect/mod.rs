@@ -7,7 +7,6 @@
 //! the file ends the way the format requires.
 
 pub(crate) mod profile;
-mod target;
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -20,8 +19,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use eventpipe_ipc::command::{CollectTracing, FORMAT_NETTRACE, FORMAT_NETTRACE_V6};
 
+use eventpipe_client::{Target, TargetSpec};
 pub(crate) use profile::Profile;
-pub(crate) use target::{Target, TargetSpec};
 
 /// Everything `collect` was asked to do.
 #[derive(Debug)]
@@ -169,7 +168,7 @@ pub(crate) fn do_collect(config: &Config) -> Result<()> {
     let began = Instant::now();
     let mut target = Target::open(&config.target)?;
     let info = target.process_info();
-    let runtime = crate::ps::Runtime::of(&info);
+    let runtime = eventpipe_client::Runtime::of(&info);
     let is_rust = runtime.is_rust();
     let providers = profile::providers(config, is_rust)?;
     let requested: Vec<String> = providers.iter().map(|p| p.name.clone()).collect();
@@ -350,16 +349,10 @@ pub(crate) fn build_request(
     })
 }
 
-fn explain_refusal(e: anyhow::Error, request: &CollectTracing) -> anyhow::Error {
-    let refused_unknown = e.chain().any(|c| {
-        matches!(
-            c.downcast_ref::<eventpipe_ipc::Error>(),
-            Some(eventpipe_ipc::Error::Refused(
-                eventpipe_ipc::ServerError::UNKNOWN_COMMAND
-            ))
-        )
-    });
-    if refused_unknown && request.version == 6 {
+fn explain_refusal(e: eventpipe_client::Error, request: &CollectTracing) -> anyhow::Error {
+    let unknown = e.refusal() == Some(eventpipe_ipc::ServerError::UNKNOWN_COMMAND);
+    let e = anyhow::Error::new(e);
+    if unknown && request.version == 6 {
         e.context("--buffering block needs CollectTracing6 (.NET 11+ or an eventpipe-rs process)")
     } else {
         e.context("starting the session")
@@ -393,7 +386,7 @@ impl Status {
     fn new(
         interactive: bool,
         target: &Target,
-        runtime: &crate::ps::Runtime,
+        runtime: &eventpipe_client::Runtime,
         path: &std::path::Path,
     ) -> Status {
         let header = format!(

@@ -194,7 +194,8 @@ pub(crate) fn providers(config: &super::Config, is_rust: bool) -> Result<Vec<Pro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collect::{Config, TargetSpec};
+    use crate::collect::Config;
+    use eventpipe_client::TargetSpec;
 
     fn config(profile: Option<Profile>, providers: &[&str]) -> Config {
         Config {

@@ -27,7 +27,7 @@ use eventpipe_ipc::command::CollectTracing;
 use eventpipe_ipc::ProviderRequest;
 use nettrace::TraceReader;
 
-use crate::collect::{Target, TargetSpec};
+use eventpipe_client::{Target, TargetSpec};
 
 pub(crate) use export::ExportFormat;
 
@@ -148,7 +148,7 @@ enum Delivery {
 
 fn start(config: &SessionConfig) -> Result<Live> {
     let mut target = Target::open(&config.target)?;
-    let runtime = crate::ps::Runtime::of(&target.process_info());
+    let runtime = eventpipe_client::Runtime::of(&target.process_info());
     let is_rust = runtime.is_rust();
     let specs = config
         .counters

@@ -39,7 +39,7 @@ pub(crate) fn do_demo(config: &Config) -> Result<()> {
         config.seconds
     );
     collect::do_collect(&collect::Config {
-        target: collect::TargetSpec::Launch(vec![
+        target: eventpipe_client::TargetSpec::Launch(vec![
             exe.into_os_string(),
             "demo-workload".into(),
             // The workload outlives the session; collect ends it afterwards.
