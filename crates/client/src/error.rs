@@ -77,6 +77,18 @@ pub enum Error {
         #[source]
         source: eventpipe_ipc::Error,
     },
+    /// A thread could not be started.
+    #[error("starting the thread {name}")]
+    Thread {
+        /// Its name.
+        name: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The thread reading a session's stream panicked.
+    #[error("the stream reader panicked")]
+    ReaderPanicked,
     /// `ResumeRuntime` failed.
     #[error("resuming the launched program")]
     Resume {

@@ -8,6 +8,8 @@
 //! - [`Target`]: a process to trace, attached by pid or name, or launched suspended on a
 //!   reverse diagnostics port and resumed once its session runs, so no early event is
 //!   missed; it starts and stops sessions and tells when the process has exited.
+//! - [`TraceSession`]: a session's stream read on a thread of its own, and the one way a
+//!   session ends: stop, a grace period ([`STOP_GRACE`]) for the stream to end, then cut.
 //!
 //! The wire protocol itself (messages, the transport, a connection-level client) is
 //! `eventpipe-ipc`'s; this crate is the layer a tool uses.
@@ -33,7 +35,7 @@
 //! | `GetPublishedProcesses` | [`discover::list`] |
 //! | `GetProcessInfo` | [`Target::process_info`], [`discover::examine`] |
 //! | `StartEventPipeSession` | [`Target::collect`] (a [`TraceStream`] to read) |
-//! | `EventPipeSession.Stop` | [`Target::stop`] |
+//! | `EventPipeSession.Stop` | [`Target::stop`], [`TraceSession::stop`] then [`TraceSession::wait_within`] |
 //! | `ResumeRuntime` | [`Target::resume`] (launched targets) |
 //! | `DiagnosticsClientConnector.FromDiagnosticPort` | [`TargetSpec::Launch`] (a reverse port of its own) |
 //! | `WriteDump`, `AttachProfiler`, `SetStartupProfiler`, `SetEnvironmentVariable`, `GetProcessEnvironment`, `ApplyStartupHook`, `EnablePerfMap` | not yet: `eventpipe-ipc` does not speak these commands |
@@ -41,9 +43,11 @@
 
 pub mod discover;
 mod error;
+mod session;
 mod target;
 
 pub use discover::Runtime;
 pub use error::{Error, ExamineError};
 pub use eventpipe_ipc::{CollectTracing, ProcessInfo, ProviderRequest, TraceStream};
+pub use session::{TraceSession, STOP_GRACE};
 pub use target::{Target, TargetSpec, CONNECT_TIMEOUT};

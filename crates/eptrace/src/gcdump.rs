@@ -28,7 +28,7 @@ use eventpipe_ipc::ProviderRequest;
 
 use crate::numbers::{signed, thousands};
 use crate::stream_file::{CollectConfig, ConvertConfig, DiffConfig, ReportConfig, SessionReader};
-use eventpipe_client::Target;
+use eventpipe_client::{Target, TraceSession};
 
 /// How long the type-table flush may take before the dump goes ahead anyway.
 const TYPE_FLUSH_WAIT: Duration = Duration::from_secs(3);
@@ -150,7 +150,7 @@ pub(crate) fn capture(
     };
     let reader = SessionReader::start(stream, file, "eptrace-gcdump", read_dump)?;
     let shared = &reader.shared;
-    let mut stopped = false;
+    let mut stopped: Option<Instant> = None;
     let mut last_line = Instant::now() - Duration::from_secs(1);
     let outcome = loop {
         if reader.is_finished() {
@@ -159,13 +159,16 @@ pub(crate) fn capture(
         if cancel.load(Ordering::Relaxed) {
             break Some("cancelled".to_owned());
         }
-        let finished = shared.finished.load(Ordering::Acquire);
-        if finished && !stopped {
-            stopped = true;
-            reader.stop_whole(target, report);
+        match stopped {
+            Some(at) => reader.cut_after_grace(at),
+            None if shared.finished.load(Ordering::Acquire) => {
+                stopped = Some(Instant::now());
+                reader.stop_whole(target, report);
+            }
+            None => {}
         }
         let waited = began.elapsed();
-        if !stopped
+        if stopped.is_none()
             && !shared.started.load(Ordering::Acquire)
             && waited > START_WAIT + TYPE_FLUSH_WAIT
         {
@@ -174,7 +177,7 @@ pub(crate) fn capture(
                 (START_WAIT + TYPE_FLUSH_WAIT).as_secs()
             ));
         }
-        if !stopped && waited > options.timeout {
+        if stopped.is_none() && waited > options.timeout {
             break Some(format!(
                 "the heap dump did not finish within {:.0} s (--timeout)",
                 options.timeout.as_secs_f64()
@@ -195,14 +198,7 @@ pub(crate) fn capture(
     };
     if let Some(why) = &outcome {
         report(Report::Note(&format!("{why}: stopping the session")));
-        if let Err(e) = target.stop(reader.session()) {
-            report(Report::Note(&format!("note: StopTracing failed ({e:#})")));
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !reader.is_finished() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        reader.close();
+        reader.give_up(target, report);
     }
     let read = reader.join()?;
     let dump = match (
@@ -274,27 +270,21 @@ fn flush_type_table(target: &mut Target) -> Result<()> {
             }],
         )
     };
-    let mut stream = target
+    let stream = target
         .collect(&request)
         .context("starting the type-table flush session")?;
-    let session = stream.session_id();
-    let closer = stream.closer()?;
     // The first bytes say the session runs; then stop it and read to its end.
     let (started, running) = std::sync::mpsc::channel();
-    let waiter = std::thread::spawn(move || {
+    let flush = TraceSession::spawn(stream, "eptrace-type-flush", move |mut stream| {
         let mut first = [0u8; 1];
         let _ = stream.read(&mut first);
         let _ = started.send(());
         let _ = std::io::copy(&mut stream, &mut std::io::sink());
-    });
+    })?;
     let _ = running.recv_timeout(TYPE_FLUSH_WAIT);
-    let _ = target.stop(session);
-    let deadline = Instant::now() + TYPE_FLUSH_WAIT;
-    while !waiter.is_finished() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    closer.close();
-    let _ = waiter.join();
+    let _ = flush.stop(target);
+    flush.wait_within(TYPE_FLUSH_WAIT);
+    let _ = flush.join();
     Ok(())
 }
 

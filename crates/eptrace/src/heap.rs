@@ -94,17 +94,23 @@ pub(crate) fn capture(
     let reader = SessionReader::start(stream, file, "eptrace-heap", read_snapshot)?;
     let shared = &reader.shared;
     let mut last_line = Instant::now() - Duration::from_secs(1);
-    let mut stopped = false;
+    let mut stopped: Option<Instant> = None;
     let mut gave_up = false;
     while !reader.is_finished() {
-        if !stopped && shared.ended.load(Ordering::Acquire) {
-            stopped = true;
-            reader.stop_whole(target, report);
+        match stopped {
+            Some(at) => reader.cut_after_grace(at),
+            None if shared.ended.load(Ordering::Acquire) => {
+                stopped = Some(Instant::now());
+                reader.stop_whole(target, report);
+            }
+            None => {}
         }
-        if !stopped && (began.elapsed() > options.timeout || cancel.load(Ordering::Relaxed)) {
-            stopped = true;
+        if stopped.is_none()
+            && (began.elapsed() > options.timeout || cancel.load(Ordering::Relaxed))
+        {
             gave_up = true;
-            let _ = target.stop(reader.session());
+            reader.give_up(target, report);
+            break;
         }
         if last_line.elapsed() >= Duration::from_millis(250) {
             last_line = Instant::now();
@@ -113,9 +119,6 @@ pub(crate) fn capture(
                 began.elapsed().as_secs_f64(),
                 shared.samples.load(Ordering::Relaxed)
             )));
-        }
-        if stopped && began.elapsed() > options.timeout + Duration::from_secs(10) {
-            reader.close();
         }
         std::thread::sleep(Duration::from_millis(20));
     }

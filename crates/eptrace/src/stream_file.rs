@@ -7,7 +7,7 @@ use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use eventpipe_insight::Profile;
@@ -15,7 +15,7 @@ use nettrace::{Event, TraceReader};
 
 use crate::convert::ConvertFormat;
 use crate::progress::Report;
-use eventpipe_client::{Target, TargetSpec};
+use eventpipe_client::{Target, TargetSpec, TraceSession, STOP_GRACE};
 
 /// `eptrace gcdump collect`, `eptrace heap collect`; `O` is the command's capture options.
 #[derive(Debug)]
@@ -82,11 +82,9 @@ pub(crate) type Capture<O, T> =
 /// tells the capture loop how far it is through `shared`.
 #[derive(Debug)]
 pub(crate) struct SessionReader<S, T> {
-    session: u64,
-    closer: eventpipe_ipc::client::StreamCloser,
+    session: TraceSession<Result<T>>,
     /// What the reading thread shares with the capture loop.
     pub(crate) shared: Arc<S>,
-    thread: JoinHandle<Result<T>>,
 }
 
 impl<S: Default + Send + Sync + 'static, T: Send + 'static> SessionReader<S, T> {
@@ -97,54 +95,53 @@ impl<S: Default + Send + Sync + 'static, T: Send + 'static> SessionReader<S, T> 
         name: &str,
         read: fn(eventpipe_ipc::TraceStream, File, &S) -> Result<T>,
     ) -> Result<Self> {
-        let session = stream.session_id();
-        let closer = stream.closer()?;
         let shared = Arc::new(S::default());
-        let thread = {
+        let session = {
             let shared = Arc::clone(&shared);
-            std::thread::Builder::new()
-                .name(name.to_owned())
-                .spawn(move || read(stream, file, &shared))?
+            TraceSession::spawn(stream, name, move |stream| read(stream, file, &shared))?
         };
-        Ok(SessionReader {
-            session,
-            closer,
-            shared,
-            thread,
-        })
-    }
-
-    /// The session's id, for `StopTracing`.
-    pub(crate) fn session(&self) -> u64 {
-        self.session
+        Ok(SessionReader { session, shared })
     }
 
     /// Whether the reading thread has ended.
     pub(crate) fn is_finished(&self) -> bool {
-        self.thread.is_finished()
+        self.session.is_finished()
     }
 
-    /// Cuts the stream: the reading thread meets its end.
-    pub(crate) fn close(&self) {
-        self.closer.close();
+    /// Cuts the stream of a session stopped at `stopped` once [`STOP_GRACE`] has passed
+    /// without its end: a process that never ends it cannot hold the command.
+    pub(crate) fn cut_after_grace(&self, stopped: Instant) {
+        if stopped.elapsed() > STOP_GRACE {
+            self.session.cancel();
+        }
     }
 
     /// Stops the session once the snapshot is whole (its rundown follows); when
     /// `StopTracing` fails, the stream is cut instead.
     pub(crate) fn stop_whole(&self, target: &mut Target, report: &mut dyn FnMut(Report<'_>)) {
-        if let Err(e) = target.stop(self.session) {
+        if let Err(e) = self.session.stop(target) {
             report(Report::Note(&format!(
-                "note: StopTracing failed ({e:#}); the stream was cut"
+                "note: StopTracing failed ({:#}); the stream was cut",
+                anyhow::Error::new(e)
             )));
-            self.close();
         }
+    }
+
+    /// Stops a session that will not finish on its own, and gives its stream
+    /// [`STOP_GRACE`] to end before cutting it.
+    pub(crate) fn give_up(&self, target: &mut Target, report: &mut dyn FnMut(Report<'_>)) {
+        if let Err(e) = self.session.stop(target) {
+            report(Report::Note(&format!(
+                "note: StopTracing failed ({:#})",
+                anyhow::Error::new(e)
+            )));
+        }
+        self.session.wait_within(STOP_GRACE);
     }
 
     /// What the reading thread made of the stream.
     pub(crate) fn join(self) -> Result<T> {
-        self.thread
-            .join()
-            .map_err(|_| anyhow::anyhow!("the stream reader panicked"))?
+        self.session.join()?
     }
 }
 

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use eventpipe_ipc::command::{CollectTracing, FORMAT_NETTRACE, FORMAT_NETTRACE_V6};
 
-use eventpipe_client::{Target, TargetSpec};
+use eventpipe_client::{Target, TargetSpec, TraceSession, STOP_GRACE};
 pub(crate) use profile::Profile;
 
 /// Everything `collect` was asked to do.
@@ -182,18 +182,19 @@ pub(crate) fn do_collect(config: &Config) -> Result<()> {
     let stream = target
         .collect(&request)
         .map_err(|e| explain_refusal(e, &request))?;
-    let session_id = stream.session_id();
-    let closer = stream.closer()?;
     let counters = Arc::new(Counters::default());
-    let tee = Tee {
-        inner: stream,
-        file: BufWriter::with_capacity(1 << 20, file),
-        counters: Arc::clone(&counters),
-        write_error: None,
+    let reader = {
+        let counters = Arc::clone(&counters);
+        TraceSession::spawn(stream, "eptrace-stream", move |stream| {
+            let tee = Tee {
+                inner: stream,
+                file: BufWriter::with_capacity(1 << 20, file),
+                counters,
+                write_error: None,
+            };
+            read_stream(tee, began)
+        })?
     };
-    let reader = std::thread::Builder::new()
-        .name("eptrace-stream".into())
-        .spawn(move || read_stream(tee, began))?;
     target.resume()?;
     let started = Instant::now();
     let interactive = std::io::stderr().is_terminal();
@@ -219,25 +220,26 @@ pub(crate) fn do_collect(config: &Config) -> Result<()> {
     let mut notes = Vec::new();
     if matches!(reason, StopReason::Duration | StopReason::User) {
         status.say("stopping: the process is flushing the session...");
-        if let Err(e) = target.stop(session_id) {
+        if let Err(e) = reader.stop(&mut target) {
+            let e = anyhow::Error::new(e);
             notes.push(format!("StopTracing failed ({e:#}); the stream was cut"));
-            closer.close();
         }
     }
     // The process ends the stream after flushing; give it a bounded time.
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + STOP_GRACE;
     while !reader.is_finished() {
         if Instant::now() >= deadline {
-            notes.push("the process did not end the stream within 30 s; it was cut".into());
-            closer.close();
+            notes.push(format!(
+                "the process did not end the stream within {} s; it was cut",
+                STOP_GRACE.as_secs()
+            ));
+            reader.cancel();
             break;
         }
         status.update(started.elapsed(), &counters);
         std::thread::sleep(Duration::from_millis(20));
     }
-    let (summary, written) = reader
-        .join()
-        .map_err(|_| anyhow::anyhow!("the stream reader panicked"))?;
+    let (summary, written) = reader.join()?;
     status.clear();
     written?;
     if let Some(why) = &summary.aborted {
