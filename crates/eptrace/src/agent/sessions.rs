@@ -18,11 +18,7 @@ use eventpipe_ipc::Client;
 use super::processes::Process;
 use super::settings::RuntimeKind;
 use crate::collect::Profile;
-use eventpipe_client::{Target, TargetSpec};
-
-/// How long a stopped session may take to end its stream (rundown included) before the
-/// connection is cut.
-const STOP_GRACE: Duration = Duration::from_secs(15);
+use eventpipe_client::{Target, TargetSpec, STOP_GRACE};
 
 /// How soon a running session's stopper sees a cancel.
 const CANCEL_CHECK: Duration = Duration::from_millis(500);

@@ -27,7 +27,7 @@ use eventpipe_ipc::command::CollectTracing;
 use eventpipe_ipc::ProviderRequest;
 use nettrace::TraceReader;
 
-use eventpipe_client::{Target, TargetSpec};
+use eventpipe_client::{Target, TargetSpec, TraceSession};
 
 pub(crate) use export::ExportFormat;
 
@@ -130,8 +130,7 @@ pub(crate) fn default_specs(is_rust: bool) -> Vec<CounterSpec> {
 struct Live {
     target: Target,
     name: String,
-    session: u64,
-    closer: eventpipe_ipc::client::StreamCloser,
+    session: TraceSession<()>,
     events: Receiver<Delivery>,
     specs: Vec<CounterSpec>,
     /// The EventCounters interval asked for, in ms.
@@ -203,42 +202,37 @@ fn start(config: &SessionConfig) -> Result<Live> {
     let stream = target
         .collect(&request)
         .context("starting the counters session")?;
-    let session = stream.session_id();
-    let closer = stream.closer()?;
     let (tx, events) = mpsc::channel();
     let wanted_session = meters_session;
-    std::thread::Builder::new()
-        .name("eptrace-counters".into())
-        .spawn(move || {
-            let ended = (|| -> std::result::Result<(), String> {
-                let mut reader = TraceReader::from_read(stream).map_err(|e| e.to_string())?;
-                while let Some(event) = reader.next_event().map_err(|e| e.to_string())? {
-                    if let Some(decoded) = decode_counter_event(&event, Some(&wanted_session)) {
-                        // The event's own time, not when it reached us: delivery comes in
-                        // bursts.
-                        let at = event
-                            .trace
-                            .ticks_to_unix_nanos(event.header.timestamp)
-                            .and_then(|ns| u64::try_from(ns).ok())
-                            .map_or_else(SystemTime::now, |ns| {
-                                SystemTime::UNIX_EPOCH + Duration::from_nanos(ns)
-                            });
-                        if tx.send(Delivery::Event(Box::new((decoded, at)))).is_err() {
-                            return Ok(());
-                        }
+    let session = TraceSession::spawn(stream, "eptrace-counters", move |stream| {
+        let ended = (|| -> std::result::Result<(), String> {
+            let mut reader = TraceReader::from_read(stream).map_err(|e| e.to_string())?;
+            while let Some(event) = reader.next_event().map_err(|e| e.to_string())? {
+                if let Some(decoded) = decode_counter_event(&event, Some(&wanted_session)) {
+                    // The event's own time, not when it reached us: delivery comes in
+                    // bursts.
+                    let at = event
+                        .trace
+                        .ticks_to_unix_nanos(event.header.timestamp)
+                        .and_then(|ns| u64::try_from(ns).ok())
+                        .map_or_else(SystemTime::now, |ns| {
+                            SystemTime::UNIX_EPOCH + Duration::from_nanos(ns)
+                        });
+                    if tx.send(Delivery::Event(Box::new((decoded, at)))).is_err() {
+                        return Ok(());
                     }
                 }
-                Ok(())
-            })();
-            let _ = tx.send(Delivery::Ended(ended.err()));
-        })?;
+            }
+            Ok(())
+        })();
+        let _ = tx.send(Delivery::Ended(ended.err()));
+    })?;
     target.resume()?;
     let name = target.name();
     Ok(Live {
         target,
         name,
         session,
-        closer,
         events,
         specs,
         series_ms: (config.refresh_sec * 1000.0).round() as u64,
@@ -270,8 +264,9 @@ impl Live {
     /// Stops the session (the process may already be gone), and ends a program `counters`
     /// started.
     fn stop(mut self) {
-        let _ = self.target.stop(self.session);
-        self.closer.close();
+        // Values after the stop are not wanted: no grace, the stream is cut at once.
+        let _ = self.session.stop(&mut self.target);
+        self.session.cancel();
         self.target.finish();
     }
 }
