@@ -10,6 +10,11 @@
 //!   missed; it starts and stops sessions and tells when the process has exited.
 //! - [`TraceSession`]: a session's stream read on a thread of its own, and the one way a
 //!   session ends: stop, a grace period ([`STOP_GRACE`]) for the stream to end, then cut.
+//! - [`request`]: what a trace asks for (presets like `dotnet-trace --profile`, provider
+//!   specs, buffering, format) made into the request a runtime takes.
+//! - [`capture`]: sessions that run to an end of their own: a .NET heap dump
+//!   ([`capture::gcdump`]), a Rust program's live heap ([`capture::heap`]), a counters
+//!   session ([`capture::counters`]).
 //!
 //! The wire protocol itself (messages, the transport, a connection-level client) is
 //! `eventpipe-ipc`'s; this crate is the layer a tool uses.
@@ -41,8 +46,10 @@
 //! | `WriteDump`, `AttachProfiler`, `SetStartupProfiler`, `SetEnvironmentVariable`, `GetProcessEnvironment`, `ApplyStartupHook`, `EnablePerfMap` | not yet: `eventpipe-ipc` does not speak these commands |
 #![cfg_attr(not(unix), allow(unused))]
 
+pub mod capture;
 pub mod discover;
 mod error;
+pub mod request;
 mod session;
 mod target;
 

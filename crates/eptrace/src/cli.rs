@@ -12,12 +12,12 @@ use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
 use eventpipe_insight::SampleSelection;
 
-use crate::collect::Profile;
 use crate::convert::ConvertFormat;
 use crate::input::InputSpec;
 use crate::{
     collect, convert, counters, demo, dump, gcdump, heap, ps, report, stream_file, stress,
 };
+use eventpipe_client::request::{Preset, TraceRequest};
 use eventpipe_client::TargetSpec;
 
 const AFTER_HELP: &str = "\
@@ -173,7 +173,7 @@ struct CollectArgs {
     /// Presets of providers, merged before --providers (`cpu-sampling,tracing`)
     /// [default: default, when no --providers are given].
     #[arg(long, value_enum, value_name = "PROFILE,..", value_delimiter = ',')]
-    profile: Vec<Profile>,
+    profile: Vec<Preset>,
     /// Drop (bounded memory, losses counted) or block (lossless; needs an eventpipe-rs
     /// process or .NET 11+).
     #[arg(long, value_name = "MODE", default_value = "drop", value_parser = ["drop", "block"])]
@@ -776,15 +776,17 @@ impl Cli {
                     (None, Some(name)) => TargetSpec::Name(name),
                     (None, None) => TargetSpec::Launch(a.command),
                 },
-                providers: a.providers,
-                profile: a.profile,
-                block: a.buffering == "block",
-                buffer_mb: a.buffer_mb,
+                request: TraceRequest {
+                    presets: a.profile,
+                    providers: a.providers,
+                    block: a.buffering == "block",
+                    buffer_mb: a.buffer_mb,
+                    rundown: !a.no_rundown || a.rundown,
+                    v6: a.trace_format == "v6",
+                    stacks: a.stacks,
+                },
                 duration: a.duration,
-                rundown: !a.no_rundown || a.rundown,
                 output: a.output,
-                v6: a.trace_format == "v6",
-                stacks: a.stacks,
                 convert: a.formats,
             }),
             Command::Report(a) => Action::Report(report::Config {
@@ -1079,8 +1081,8 @@ mod tests {
                     c.target,
                     TargetSpec::Launch(vec!["app".into(), "-v".into()])
                 );
-                assert_eq!(c.providers, ["A", "B:0x2:4"]);
-                assert!(c.rundown && !c.block);
+                assert_eq!(c.request.providers, ["A", "B:0x2:4"]);
+                assert!(c.request.rundown && !c.request.block);
             }
             other => panic!("parsed as {other:?}"),
         }

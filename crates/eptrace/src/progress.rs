@@ -70,14 +70,7 @@ impl Drop for Progress {
     }
 }
 
-/// What a long capture tells its watcher.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Report<'a> {
-    /// Something the user should know (a fallback, a warning).
-    Note(&'a str),
-    /// A status line, replaced by the next one.
-    Progress(&'a str),
-}
+pub(crate) use eventpipe_client::capture::Report;
 
 /// Writes `report` to stderr: status lines in place on a terminal, one per line elsewhere.
 /// `in_line` tracks whether a status line is on screen (it must be ended before a note).

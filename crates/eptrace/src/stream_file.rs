@@ -1,21 +1,19 @@
 //! What the snapshot commands (`gcdump`, `heap`) share: their configs, collecting a
-//! snapshot into a file (the session's stream written while its events are read), reading
-//! a snapshot file back, and a profile written in the formats asked for.
+//! snapshot into a file with progress on stderr, reading a snapshot file back, and a
+//! profile written in the formats asked for.
 
 use std::fs::File;
-use std::io::{BufWriter, Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
-use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use eventpipe_client::capture::{CaptureError, Report};
+use eventpipe_client::{Target, TargetSpec};
 use eventpipe_insight::Profile;
 use nettrace::{Event, TraceReader};
 
 use crate::convert::ConvertFormat;
-use crate::progress::Report;
-use eventpipe_client::{Target, TargetSpec, TraceSession, STOP_GRACE};
 
 /// `eptrace gcdump collect`, `eptrace heap collect`; `O` is the command's capture options.
 #[derive(Debug)]
@@ -75,126 +73,14 @@ pub(crate) struct ConvertConfig {
 /// What a snapshot command's `capture` is: it snapshots the target into the file (named by
 /// the path in messages) with the options, telling the callback how far it is; the flag
 /// ends it early.
-pub(crate) type Capture<O, T> =
-    fn(&mut Target, File, &Path, &O, &AtomicBool, &mut dyn FnMut(Report<'_>)) -> Result<T>;
-
-/// A snapshot session's stream, read into the snapshot file on a thread of its own that
-/// tells the capture loop how far it is through `shared`.
-#[derive(Debug)]
-pub(crate) struct SessionReader<S, T> {
-    session: TraceSession<Result<T>>,
-    /// What the reading thread shares with the capture loop.
-    pub(crate) shared: Arc<S>,
-}
-
-impl<S: Default + Send + Sync + 'static, T: Send + 'static> SessionReader<S, T> {
-    /// Starts reading `stream` into `file` with `read` on a thread named `name`.
-    pub(crate) fn start(
-        stream: eventpipe_ipc::TraceStream,
-        file: File,
-        name: &str,
-        read: fn(eventpipe_ipc::TraceStream, File, &S) -> Result<T>,
-    ) -> Result<Self> {
-        let shared = Arc::new(S::default());
-        let session = {
-            let shared = Arc::clone(&shared);
-            TraceSession::spawn(stream, name, move |stream| read(stream, file, &shared))?
-        };
-        Ok(SessionReader { session, shared })
-    }
-
-    /// Whether the reading thread has ended.
-    pub(crate) fn is_finished(&self) -> bool {
-        self.session.is_finished()
-    }
-
-    /// Cuts the stream of a session stopped at `stopped` once [`STOP_GRACE`] has passed
-    /// without its end: a process that never ends it cannot hold the command.
-    pub(crate) fn cut_after_grace(&self, stopped: Instant) {
-        if stopped.elapsed() > STOP_GRACE {
-            self.session.cancel();
-        }
-    }
-
-    /// Stops the session once the snapshot is whole (its rundown follows); when
-    /// `StopTracing` fails, the stream is cut instead.
-    pub(crate) fn stop_whole(&self, target: &mut Target, report: &mut dyn FnMut(Report<'_>)) {
-        if let Err(e) = self.session.stop(target) {
-            report(Report::Note(&format!(
-                "note: StopTracing failed ({:#}); the stream was cut",
-                anyhow::Error::new(e)
-            )));
-        }
-    }
-
-    /// Stops a session that will not finish on its own, and gives its stream
-    /// [`STOP_GRACE`] to end before cutting it.
-    pub(crate) fn give_up(&self, target: &mut Target, report: &mut dyn FnMut(Report<'_>)) {
-        if let Err(e) = self.session.stop(target) {
-            report(Report::Note(&format!(
-                "note: StopTracing failed ({:#})",
-                anyhow::Error::new(e)
-            )));
-        }
-        self.session.wait_within(STOP_GRACE);
-    }
-
-    /// What the reading thread made of the stream.
-    pub(crate) fn join(self) -> Result<T> {
-        self.session.join()?
-    }
-}
-
-/// Copies what it reads into the file; a write error is kept for the end, so the reading
-/// (and the session) goes on.
-struct Tee<'a, R> {
-    inner: R,
-    file: &'a mut BufWriter<File>,
-    error: Option<std::io::Error>,
-}
-
-impl<R: Read> Read for Tee<'_, R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        if self.error.is_none() {
-            if let Err(e) = self.file.write_all(&buf[..n]) {
-                self.error = Some(e);
-            }
-        }
-        Ok(n)
-    }
-}
-
-/// Reads `stream` to its end into `file`, calling `each` with every event; returns the
-/// events the trace lost. `what` names the stream in errors.
-pub(crate) fn read_into_file(
-    stream: impl Read,
-    file: File,
-    what: &str,
-    mut each: impl FnMut(&Event<'_>) -> Result<()>,
-) -> Result<u64> {
-    let mut file = BufWriter::with_capacity(1 << 20, file);
-    let mut tee = Tee {
-        inner: stream,
-        file: &mut file,
-        error: None,
-    };
-    let mut reader = TraceReader::from_read(&mut tee).with_context(|| format!("reading {what}"))?;
-    while let Some(event) = reader
-        .next_event()
-        .with_context(|| format!("reading {what}"))?
-    {
-        each(&event)?;
-    }
-    let lost = reader.stats().lost_events;
-    drop(reader);
-    let _ = std::io::copy(&mut tee, &mut std::io::sink());
-    if let Some(e) = tee.error.take() {
-        return Err(anyhow::Error::new(e).context("writing the snapshot file"));
-    }
-    file.flush().context("writing the snapshot file")?;
-    Ok(lost)
-}
+pub(crate) type Capture<O, T> = fn(
+    &mut Target,
+    File,
+    &Path,
+    &O,
+    &AtomicBool,
+    &mut dyn FnMut(Report<'_>),
+) -> Result<T, CaptureError>;
 
 /// The files `formats` go to: `output` for a single format, else names derived from
 /// `input` (`x.nettrace` → `x.speedscope.json`).

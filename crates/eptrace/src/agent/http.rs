@@ -16,6 +16,9 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use eventpipe_client::capture::counters::{
+    default_specs, parse_counter_specs, run, SessionConfig, SessionEnd, Sink, SinkResult,
+};
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 
@@ -805,8 +808,8 @@ impl LineSink {
     }
 }
 
-impl crate::counters::Sink for LineSink {
-    fn started(&mut self) -> Result<()> {
+impl Sink for LineSink {
+    fn started(&mut self) -> SinkResult<()> {
         if let Some(s) = self.started.take() {
             let _ = s.send(Ok(()));
         }
@@ -816,7 +819,7 @@ impl crate::counters::Sink for LineSink {
         &mut self,
         v: eventpipe_insight::counters::CounterValue,
         at: SystemTime,
-    ) -> Result<()> {
+    ) -> SinkResult<()> {
         let value = if v.value.is_finite() {
             serde_json::json!(v.value)
         } else {
@@ -827,7 +830,7 @@ impl crate::counters::Sink for LineSink {
             .iter()
             .map(|(q, x)| serde_json::json!({"quantile": q, "value": x}))
             .collect();
-        self.send(serde_json::json!({
+        Ok(self.send(serde_json::json!({
             "timestamp": crate::counters::export::iso8601(at),
             "pid": self.pid,
             "provider": v.provider,
@@ -838,16 +841,16 @@ impl crate::counters::Sink for LineSink {
             "tags": v.tags,
             "value": value,
             "quantiles": quantiles,
-        }))
+        }))?)
     }
-    fn problem(&mut self, problem: String) -> Result<()> {
-        self.send(serde_json::json!({ "problem": problem }))
+    fn problem(&mut self, problem: String) -> SinkResult<()> {
+        Ok(self.send(serde_json::json!({ "problem": problem }))?)
     }
-    fn tick(&mut self) -> Result<bool> {
+    fn tick(&mut self) -> SinkResult<bool> {
         Ok(!self.tx.is_closed() && !self.cancel.load(Ordering::Relaxed))
     }
-    fn ended(&mut self, why: &crate::counters::SessionEnd) -> Result<()> {
-        self.send(serde_json::json!({ "ended": why.to_string() }))
+    fn ended(&mut self, why: &SessionEnd) -> SinkResult<()> {
+        Ok(self.send(serde_json::json!({ "ended": why.to_string() }))?)
     }
 }
 
@@ -873,15 +876,16 @@ async fn counters(State(agent): State<Arc<Agent>>, query: Params) -> Reply {
         },
     };
     let specs = match params.get("counters") {
-        Some(text) => crate::counters::parse_counter_specs(text)
-            .map_err(|e| Problem::bad(format!("counters: {e}")))?,
-        None => crate::counters::default_specs(process.kind == Some(RuntimeKind::Rust)),
+        Some(text) => {
+            parse_counter_specs(text).map_err(|e| Problem::bad(format!("counters: {e}")))?
+        }
+        None => default_specs(process.kind == Some(RuntimeKind::Rust)),
     };
     let (tx, body) = channel_body();
     let (started_tx, started_rx) = oneshot::channel();
     let guard = StreamGuard::new(&agent);
     tokio::task::spawn_blocking(move || {
-        let config = crate::counters::SessionConfig {
+        let config = SessionConfig {
             target: eventpipe_client::TargetSpec::Pid(process.pid),
             counters: Some(specs),
             refresh_sec: interval,
@@ -895,7 +899,7 @@ async fn counters(State(agent): State<Arc<Agent>>, query: Params) -> Reply {
             pid: process.pid,
             cancel: Arc::clone(&guard.flag),
         };
-        let outcome = crate::counters::run(&config, &mut sink, &guard.flag);
+        let outcome = run(&config, &mut sink, &guard.flag).map_err(anyhow::Error::from);
         if let (Err(e), Some(started)) = (&outcome, sink.started.take()) {
             let _ = started.send(Err(format!("{e:#}")));
         }

@@ -462,16 +462,18 @@ impl CounterListener for Watcher {
 /// the process lives.
 fn start_watcher(agent: &Arc<Agent>, process: Process, stop: Arc<AtomicBool>) {
     let is_rust = process.kind == Some(settings::RuntimeKind::Rust);
-    let mut specs = crate::counters::default_specs(is_rust);
+    let mut specs = eventpipe_client::capture::counters::default_specs(is_rust);
     for text in &agent.settings.metrics.counters {
-        specs.extend(crate::counters::parse_counter_specs(text).unwrap_or_default());
+        specs.extend(
+            eventpipe_client::capture::counters::parse_counter_specs(text).unwrap_or_default(),
+        );
     }
     for provider in agent.rules.providers_for(&process) {
         if !specs
             .iter()
             .any(|s| s.provider.eq_ignore_ascii_case(&provider))
         {
-            specs.push(crate::counters::CounterSpec {
+            specs.push(eventpipe_client::capture::counters::CounterSpec {
                 provider,
                 names: Vec::new(),
             });

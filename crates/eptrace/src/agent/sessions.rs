@@ -17,7 +17,11 @@ use eventpipe_ipc::Client;
 
 use super::processes::Process;
 use super::settings::RuntimeKind;
-use crate::collect::Profile;
+use eventpipe_client::capture::counters::{
+    run, CounterSpec, SessionConfig, SessionEnd, Sink, SinkResult,
+};
+use eventpipe_client::capture::{gcdump, heap, Report};
+use eventpipe_client::request::{Preset, TraceRequest};
 use eventpipe_client::{Target, TargetSpec, STOP_GRACE};
 
 /// How soon a running session's stopper sees a cancel.
@@ -26,7 +30,7 @@ const CANCEL_CHECK: Duration = Duration::from_millis(500);
 /// What a trace asks for.
 #[derive(Debug, Clone)]
 pub(crate) struct TraceAsk {
-    pub(crate) profile: Vec<Profile>,
+    pub(crate) profile: Vec<Preset>,
     pub(crate) providers: Vec<String>,
     pub(crate) duration: Duration,
     pub(crate) buffer_mb: u32,
@@ -36,21 +40,15 @@ pub(crate) struct TraceAsk {
 /// The session request for `ask` on `process`, built as `eptrace collect` builds it.
 pub(crate) fn trace_request(process: &Process, ask: &TraceAsk) -> Result<CollectTracing> {
     let is_rust = process.kind == Some(RuntimeKind::Rust);
-    let config = crate::collect::Config {
-        target: TargetSpec::Pid(process.pid),
+    let request = TraceRequest {
+        presets: ask.profile.clone(),
         providers: ask.providers.clone(),
-        profile: ask.profile.clone(),
-        block: false,
         buffer_mb: ask.buffer_mb,
-        duration: Some(ask.duration),
         rundown: ask.rundown,
-        output: None,
-        v6: false,
-        stacks: false,
-        convert: Vec::new(),
+        ..TraceRequest::default()
     };
-    let providers = crate::collect::profile::providers(&config, is_rust)?;
-    crate::collect::build_request(&config, is_rust, providers)
+    let providers = request.providers(is_rust)?;
+    Ok(request.collect_tracing(is_rust, providers)?)
 }
 
 /// How a trace ended.
@@ -213,30 +211,28 @@ pub(crate) fn take_snapshot(
     note: &mut dyn FnMut(&str),
 ) -> Result<String> {
     let mut target = Target::open(&TargetSpec::Pid(process.pid))?;
-    let mut report = |r: crate::progress::Report<'_>| {
-        if let crate::progress::Report::Note(text) = r {
+    let mut report = |r: Report<'_>| {
+        if let Report::Note(text) = r {
             note(text);
         }
     };
     match which {
         Snapshot::Gcdump => {
-            let options = crate::gcdump::CaptureOptions {
+            let options = gcdump::CaptureOptions {
                 timeout: Duration::from_secs(120),
                 allow_partial: false,
                 buffer_mb: 1024,
             };
-            let captured =
-                crate::gcdump::capture(&mut target, file, path, &options, cancel, &mut report)?;
+            let captured = gcdump::capture(&mut target, file, path, &options, cancel, &mut report)?;
             Ok(captured.summary())
         }
         Snapshot::Heap => {
-            let options = crate::heap::CaptureOptions {
+            let options = heap::CaptureOptions {
                 timeout: Duration::from_secs(60),
                 buffer_mb: 64,
             };
-            let heap =
-                crate::heap::capture(&mut target, file, path, &options, cancel, &mut report)?;
-            Ok(crate::heap::summary(&heap))
+            let heap = heap::capture(&mut target, file, path, &options, cancel, &mut report)?;
+            Ok(heap::summary(&heap))
         }
     }
 }
@@ -252,24 +248,24 @@ struct ListenerSink<'a> {
     stop: &'a AtomicBool,
 }
 
-impl crate::counters::Sink for ListenerSink<'_> {
-    fn value(&mut self, value: CounterValue, at: SystemTime) -> Result<()> {
+impl Sink for ListenerSink<'_> {
+    fn value(&mut self, value: CounterValue, at: SystemTime) -> SinkResult<()> {
         self.listener.value(value, at);
         Ok(())
     }
-    fn problem(&mut self, problem: String) -> Result<()> {
+    fn problem(&mut self, problem: String) -> SinkResult<()> {
         self.listener.problem(&problem);
         Ok(())
     }
-    fn tick(&mut self) -> Result<bool> {
+    fn tick(&mut self) -> SinkResult<bool> {
         Ok(!self.stop.load(Ordering::Relaxed))
     }
     fn tick_interval(&self) -> Duration {
         CANCEL_CHECK
     }
-    fn ended(&mut self, why: &crate::counters::SessionEnd) -> Result<()> {
+    fn ended(&mut self, why: &SessionEnd) -> SinkResult<()> {
         // An exited target is the scanner's news ("process N is gone"), not a problem.
-        if !matches!(why, crate::counters::SessionEnd::Exited { .. }) {
+        if !matches!(why, SessionEnd::Exited { .. }) {
             self.listener.problem(&why.to_string());
         }
         Ok(())
@@ -280,12 +276,12 @@ impl crate::counters::Sink for ListenerSink<'_> {
 /// the process ends its session.
 pub(crate) fn watch_counters(
     process: &Process,
-    specs: Vec<crate::counters::CounterSpec>,
+    specs: Vec<CounterSpec>,
     interval: f64,
     stop: &AtomicBool,
     listener: &mut dyn CounterListener,
 ) -> Result<()> {
-    let config = crate::counters::SessionConfig {
+    let config = SessionConfig {
         target: TargetSpec::Pid(process.pid),
         counters: Some(specs),
         refresh_sec: interval,
@@ -294,6 +290,6 @@ pub(crate) fn watch_counters(
         max_histograms: 20,
     };
     let mut sink = ListenerSink { listener, stop };
-    crate::counters::run(&config, &mut sink, stop)
+    run(&config, &mut sink, stop)
         .with_context(|| format!("counters of {} ({})", process.name, process.pid))
 }

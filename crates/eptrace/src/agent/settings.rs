@@ -39,7 +39,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 
-use crate::collect::Profile;
+use eventpipe_client::request::Preset;
 
 /// dotnet-monitor's port, on loopback.
 pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:52323";
@@ -438,7 +438,7 @@ pub(crate) fn check(s: &Settings) -> Result<()> {
         bail!("metrics.interval_seconds is {interval}: it must be between 1 and 3600");
     }
     for spec in &s.metrics.counters {
-        crate::counters::parse_counter_specs(spec)
+        eventpipe_client::capture::counters::parse_counter_specs(spec)
             .map_err(|e| anyhow::anyhow!("metrics.counters: {e}"))?;
     }
     let p = &s.profiling;
@@ -607,13 +607,13 @@ pub(crate) fn otlp_endpoint(o: &OtlpSettings) -> Result<Option<eventpipe_export:
 
 /// A profile by the name `eptrace collect --profile` takes.
 /// A profile, or several separated by commas (`cpu-sampling,tracing`).
-pub(crate) fn parse_profile(names: &str) -> Result<Vec<Profile>> {
+pub(crate) fn parse_profile(names: &str) -> Result<Vec<Preset>> {
     names
         .split(',')
         .map(|name| {
             let name = name.trim();
-            <Profile as clap::ValueEnum>::from_str(name, true).map_err(|_| {
-                let known: Vec<String> = <Profile as clap::ValueEnum>::value_variants()
+            <Preset as clap::ValueEnum>::from_str(name, true).map_err(|_| {
+                let known: Vec<String> = <Preset as clap::ValueEnum>::value_variants()
                     .iter()
                     .filter_map(|p| {
                         clap::ValueEnum::to_possible_value(p).map(|v| v.get_name().to_owned())

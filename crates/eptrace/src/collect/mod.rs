@@ -6,8 +6,6 @@
 //! process ending) sends `StopTracing` and reads on until the process ends the stream, so
 //! the file ends the way the format requires.
 
-pub(crate) mod profile;
-
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Read, Write};
@@ -16,27 +14,20 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
-use eventpipe_ipc::command::{CollectTracing, FORMAT_NETTRACE, FORMAT_NETTRACE_V6};
+use anyhow::{Context, Result};
+use eventpipe_ipc::command::CollectTracing;
 
+use eventpipe_client::request::{silent_profilers, silent_providers, TraceRequest};
 use eventpipe_client::{Target, TargetSpec, TraceSession, STOP_GRACE};
-pub(crate) use profile::Profile;
 
 /// Everything `collect` was asked to do.
 #[derive(Debug)]
 pub(crate) struct Config {
     pub(crate) target: TargetSpec,
-    /// Provider specs (`Name[:Keywords[:Level[:FilterArgs]]]`).
-    pub(crate) providers: Vec<String>,
-    /// Presets merged before `providers` (none and no providers: the default preset).
-    pub(crate) profile: Vec<Profile>,
-    pub(crate) block: bool,
-    pub(crate) buffer_mb: u32,
+    /// Providers, presets, buffering and format.
+    pub(crate) request: TraceRequest,
     pub(crate) duration: Option<Duration>,
-    pub(crate) rundown: bool,
     pub(crate) output: Option<PathBuf>,
-    pub(crate) v6: bool,
-    pub(crate) stacks: bool,
     /// Formats to convert the trace to once it is complete.
     pub(crate) convert: Vec<crate::convert::ConvertFormat>,
 }
@@ -170,9 +161,9 @@ pub(crate) fn do_collect(config: &Config) -> Result<()> {
     let info = target.process_info();
     let runtime = eventpipe_client::Runtime::of(&info);
     let is_rust = runtime.is_rust();
-    let providers = profile::providers(config, is_rust)?;
+    let providers = config.request.providers(is_rust)?;
     let requested: Vec<String> = providers.iter().map(|p| p.name.clone()).collect();
-    let request = build_request(config, is_rust, providers)?;
+    let request = config.request.collect_tracing(is_rust, providers)?;
     let path = config
         .output
         .clone()
@@ -261,8 +252,8 @@ pub(crate) fn do_collect(config: &Config) -> Result<()> {
         notes.push(format!("the program exited ({exit})"));
     }
     if is_rust {
-        notes.extend(profile::silent_profilers(&requested, &summary.by_provider));
-        notes.extend(profile::silent_providers(&requested, &summary.by_provider));
+        notes.extend(silent_profilers(&requested, &summary.by_provider));
+        notes.extend(silent_providers(&requested, &summary.by_provider));
     }
     if !summary.complete {
         let why = summary
@@ -321,34 +312,6 @@ fn end_cut_trace(path: &std::path::Path) -> Result<String> {
          kept, {} blocks)",
         s.valid_len, total, s.blocks
     ))
-}
-
-pub(crate) fn build_request(
-    config: &Config,
-    is_rust: bool,
-    providers: Vec<eventpipe_ipc::ProviderRequest>,
-) -> Result<CollectTracing> {
-    if config.v6 && !is_rust {
-        bail!("--nettrace-version v6 needs an eventpipe-rs process; .NET runtimes stream NetTrace V4/V5");
-    }
-    // .NET Core 3.1 and .NET 8 know CollectTracing2; the buffering mode needs version 6.
-    let version = if is_rust || config.block { 6 } else { 2 };
-    Ok(CollectTracing {
-        circular_buffer_mb: config.buffer_mb,
-        format: if config.v6 {
-            FORMAT_NETTRACE_V6
-        } else {
-            FORMAT_NETTRACE
-        },
-        rundown_keyword: if config.rundown {
-            eventpipe_ipc::command::DEFAULT_RUNDOWN_KEYWORD
-        } else {
-            0
-        },
-        buffering_mode: u32::from(config.block),
-        stackwalk: config.stacks || !is_rust,
-        ..CollectTracing::new(version, providers)
-    })
 }
 
 fn explain_refusal(e: eventpipe_client::Error, request: &CollectTracing) -> anyhow::Error {

@@ -18,6 +18,7 @@ use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
+use eventpipe_client::capture::counters::{SessionEnd, Sink, SinkResult};
 use eventpipe_insight::counters::{CounterKind, CounterValue};
 
 /// `--format`.
@@ -155,21 +156,21 @@ impl Writer {
     }
 }
 
-impl super::Sink for Writer {
-    fn value(&mut self, value: CounterValue, at: SystemTime) -> Result<()> {
-        self.write(&value, at)
+impl Sink for Writer {
+    fn value(&mut self, value: CounterValue, at: SystemTime) -> SinkResult<()> {
+        Ok(self.write(&value, at)?)
     }
-    fn problem(&mut self, problem: String) -> Result<()> {
+    fn problem(&mut self, problem: String) -> SinkResult<()> {
         if !self.problems.contains(&problem) {
             let _ = writeln!(std::io::stderr().lock(), "note: {problem}");
             self.problems.push(problem);
         }
         Ok(())
     }
-    fn tick(&mut self) -> Result<bool> {
+    fn tick(&mut self) -> SinkResult<bool> {
         Ok(true)
     }
-    fn ended(&mut self, why: &super::SessionEnd) -> Result<()> {
+    fn ended(&mut self, why: &SessionEnd) -> SinkResult<()> {
         let _ = writeln!(std::io::stderr().lock(), "{why}");
         Ok(())
     }

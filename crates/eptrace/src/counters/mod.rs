@@ -15,82 +15,16 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
-use eventpipe_insight::counters::{
-    decode_counter_event, meters_filter_args, CounterEvent, CounterValue, METERS_PROVIDER,
-};
-use eventpipe_ipc::command::CollectTracing;
-use eventpipe_ipc::ProviderRequest;
+use eventpipe_client::capture::counters::run;
+pub(crate) use eventpipe_client::capture::counters::{parse_counter_specs, SessionConfig};
+use eventpipe_client::TargetSpec;
+use eventpipe_insight::counters::{decode_counter_event, CounterEvent, CounterValue};
 use nettrace::TraceReader;
 
-use eventpipe_client::{Target, TargetSpec, TraceSession};
-
 pub(crate) use export::ExportFormat;
-
-/// The providers and counters to show: `System.Runtime`, `MyMeter[requests,latency]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct CounterSpec {
-    pub(crate) provider: String,
-    /// Counter names; empty: all of the provider's.
-    pub(crate) names: Vec<String>,
-}
-
-/// `--counters`: providers separated by commas, each optionally followed by its counters in
-/// brackets (commas inside brackets separate counters).
-pub(crate) fn parse_counter_specs(text: &str) -> std::result::Result<Vec<CounterSpec>, String> {
-    let mut specs = Vec::new();
-    let mut rest = text.trim();
-    while !rest.is_empty() {
-        let end = rest.find([',', '[']).unwrap_or(rest.len());
-        let provider = rest[..end].trim();
-        if provider.is_empty() {
-            return Err(format!("`{text}`: a provider name is missing"));
-        }
-        rest = &rest[end..];
-        let mut names = Vec::new();
-        if let Some(inner) = rest.strip_prefix('[') {
-            let close = inner
-                .find(']')
-                .ok_or_else(|| format!("`{text}`: `[` without its `]`"))?;
-            names = inner[..close]
-                .split(',')
-                .map(str::trim)
-                .filter(|n| !n.is_empty())
-                .map(str::to_owned)
-                .collect();
-            rest = &inner[close + 1..];
-        }
-        rest = rest
-            .trim_start()
-            .strip_prefix(',')
-            .unwrap_or(rest)
-            .trim_start();
-        specs.push(CounterSpec {
-            provider: provider.to_owned(),
-            names,
-        });
-    }
-    if specs.is_empty() {
-        return Err("no provider named".to_owned());
-    }
-    Ok(specs)
-}
-
-/// What a counters session is asked for; shared by `monitor` and `collect`.
-#[derive(Debug, Clone)]
-pub(crate) struct SessionConfig {
-    pub(crate) target: TargetSpec,
-    /// `None`: the target's defaults (`System.Runtime`; `EventPipeRs-Runtime` for Rust).
-    pub(crate) counters: Option<Vec<CounterSpec>>,
-    pub(crate) refresh_sec: f64,
-    pub(crate) duration: Option<Duration>,
-    pub(crate) max_time_series: u32,
-    pub(crate) max_histograms: u32,
-}
 
 /// `eptrace counters monitor`.
 #[derive(Debug)]
@@ -113,314 +47,6 @@ pub(crate) struct ReportConfig {
     pub(crate) json: bool,
 }
 
-/// The default counters of a runtime.
-pub(crate) fn default_specs(is_rust: bool) -> Vec<CounterSpec> {
-    let provider = if is_rust {
-        "EventPipeRs-Runtime"
-    } else {
-        "System.Runtime"
-    };
-    vec![CounterSpec {
-        provider: provider.to_owned(),
-        names: Vec::new(),
-    }]
-}
-
-/// A running counters session and what it delivers.
-struct Live {
-    target: Target,
-    name: String,
-    session: TraceSession<()>,
-    events: Receiver<Delivery>,
-    specs: Vec<CounterSpec>,
-    /// The EventCounters interval asked for, in ms.
-    series_ms: u64,
-}
-
-/// What the stream thread hands over.
-enum Delivery {
-    /// An event, and when the target wrote it.
-    Event(Box<(CounterEvent, SystemTime)>),
-    /// The stream ended; why, if it was not the end of the trace.
-    Ended(Option<String>),
-}
-
-fn start(config: &SessionConfig) -> Result<Live> {
-    let mut target = Target::open(&config.target)?;
-    let runtime = eventpipe_client::Runtime::of(&target.process_info());
-    let is_rust = runtime.is_rust();
-    let specs = config
-        .counters
-        .clone()
-        .unwrap_or_else(|| default_specs(is_rust));
-    let interval = format!("EventCounterIntervalSec={}", config.refresh_sec);
-    let mut providers: Vec<ProviderRequest> = specs
-        .iter()
-        .map(|s| ProviderRequest {
-            keywords: 0xFFFF_FFFF,
-            level: 5,
-            name: s.provider.clone(),
-            arguments: interval.clone(),
-            filter: None,
-        })
-        .collect();
-    let meters_session = format!("eptrace-{}-{}", std::process::id(), target.pid());
-    if !is_rust {
-        let metrics: Vec<String> = specs
-            .iter()
-            .flat_map(|s| {
-                if s.names.is_empty() {
-                    vec![s.provider.clone()]
-                } else {
-                    s.names
-                        .iter()
-                        .map(|n| format!("{}\\{n}", s.provider))
-                        .collect()
-                }
-            })
-            .collect();
-        providers.push(ProviderRequest {
-            keywords: 0x2,
-            level: 5,
-            name: METERS_PROVIDER.to_owned(),
-            arguments: meters_filter_args(
-                &meters_session,
-                &metrics,
-                config.refresh_sec,
-                config.max_time_series,
-                config.max_histograms,
-            ),
-            filter: None,
-        });
-    }
-    let request = CollectTracing {
-        rundown_keyword: 0,
-        stackwalk: false,
-        circular_buffer_mb: 16,
-        ..CollectTracing::new(2, providers)
-    };
-    let stream = target
-        .collect(&request)
-        .context("starting the counters session")?;
-    let (tx, events) = mpsc::channel();
-    let wanted_session = meters_session;
-    let session = TraceSession::spawn(stream, "eptrace-counters", move |stream| {
-        let ended = (|| -> std::result::Result<(), String> {
-            let mut reader = TraceReader::from_read(stream).map_err(|e| e.to_string())?;
-            while let Some(event) = reader.next_event().map_err(|e| e.to_string())? {
-                if let Some(decoded) = decode_counter_event(&event, Some(&wanted_session)) {
-                    // The event's own time, not when it reached us: delivery comes in
-                    // bursts.
-                    let at = event
-                        .trace
-                        .ticks_to_unix_nanos(event.header.timestamp)
-                        .and_then(|ns| u64::try_from(ns).ok())
-                        .map_or_else(SystemTime::now, |ns| {
-                            SystemTime::UNIX_EPOCH + Duration::from_nanos(ns)
-                        });
-                    if tx.send(Delivery::Event(Box::new((decoded, at)))).is_err() {
-                        return Ok(());
-                    }
-                }
-            }
-            Ok(())
-        })();
-        let _ = tx.send(Delivery::Ended(ended.err()));
-    })?;
-    target.resume()?;
-    let name = target.name();
-    Ok(Live {
-        target,
-        name,
-        session,
-        events,
-        specs,
-        series_ms: (config.refresh_sec * 1000.0).round() as u64,
-    })
-}
-
-impl Live {
-    /// Whether `value` is one of the counters asked for, in the series this session asked
-    /// for (another session's interval, or the extra payloads some runtimes send as a
-    /// session starts, are another series).
-    fn wanted(&self, value: &CounterValue) -> bool {
-        if value.series_ms.is_some_and(|ms| ms != self.series_ms) {
-            return false;
-        }
-        // .NET Core 3.1 publishes each counter a second time a few ms after the first; a
-        // value covering less than half its interval is that stray second publication.
-        if value
-            .interval_sec
-            .is_some_and(|s| s * 1000.0 < self.series_ms as f64 / 2.0)
-        {
-            return false;
-        }
-        self.specs.iter().any(|s| {
-            s.provider.eq_ignore_ascii_case(&value.provider)
-                && (s.names.is_empty() || s.names.iter().any(|n| n == &value.name))
-        })
-    }
-
-    /// Stops the session (the process may already be gone), and ends a program `counters`
-    /// started.
-    fn stop(mut self) {
-        // Values after the stop are not wanted: no grace, the stream is cut at once.
-        let _ = self.session.stop(&mut self.target);
-        self.session.cancel();
-        self.target.finish();
-    }
-}
-
-/// What the caller of [`run`] does with each delivery, and whether to go on.
-pub(crate) trait Sink {
-    /// The session runs (called once, before any value).
-    fn started(&mut self) -> Result<()> {
-        Ok(())
-    }
-    /// A value the target published at `at`.
-    fn value(&mut self, value: CounterValue, at: SystemTime) -> Result<()>;
-    fn problem(&mut self, problem: String) -> Result<()>;
-    /// Called every tick (every [`Sink::tick_interval`] at least); `Ok(false)` ends the
-    /// session.
-    fn tick(&mut self) -> Result<bool>;
-    /// The longest wait between two ticks: short for a screen that answers keys, long for
-    /// a watcher that only checks a stop flag (fewer wakeups).
-    fn tick_interval(&self) -> Duration {
-        Duration::from_millis(50)
-    }
-    fn ended(&mut self, why: &SessionEnd) -> Result<()>;
-}
-
-/// How a session ended that neither the caller nor its duration stopped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum SessionEnd {
-    /// The target exited (its stream stops wherever it was when it did).
-    Exited { name: String, pid: u32 },
-    /// The target lives, but its stream ended or broke.
-    Broke {
-        name: String,
-        pid: u32,
-        problem: Option<String>,
-    },
-}
-
-impl std::fmt::Display for SessionEnd {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SessionEnd::Exited { name, pid } => {
-                write!(f, "{name} ({pid}) ended the session: it exited")
-            }
-            SessionEnd::Broke {
-                name,
-                pid,
-                problem: Some(problem),
-            } => write!(f, "the stream from {name} ({pid}) broke: {problem}"),
-            SessionEnd::Broke { name, pid, .. } => {
-                write!(f, "{name} ({pid}) ended the session")
-            }
-        }
-    }
-}
-
-/// Whether process `pid` has exited (or is exiting), waiting up to `patience` for it: a
-/// process's sockets close as it exits, a moment before it leaves the process table.
-fn has_exited(pid: u32, patience: Duration) -> bool {
-    let gone = || match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command's closing parenthesis: Z (zombie), X (dead).
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state == "Z" || state == "X"),
-        Err(_) => true,
-    };
-    let deadline = Instant::now() + patience;
-    loop {
-        if gone() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Runs a session until the duration passes, the sink or the user ends it, or the process
-/// ends the stream.
-pub(crate) fn run(config: &SessionConfig, sink: &mut dyn Sink, stop: &AtomicBool) -> Result<()> {
-    let live = start(config)?;
-    sink.started()?;
-    let began = Instant::now();
-    // A provider that has published nothing after a few intervals is probably misnamed.
-    let patience = Duration::from_secs_f64((3.0 * config.refresh_sec).max(3.0));
-    let mut heard: Vec<bool> = vec![false; live.specs.len()];
-    let mut warned = false;
-    let outcome = loop {
-        if stop.load(Ordering::Relaxed) {
-            break None;
-        }
-        if config.duration.is_some_and(|d| began.elapsed() >= d) {
-            break None;
-        }
-        match live
-            .events
-            .recv_timeout(sink.tick_interval())
-            .map(|d| match d {
-                Delivery::Event(e) => Ok(*e),
-                Delivery::Ended(why) => Err(why),
-            }) {
-            Ok(Ok((CounterEvent::Value(v), at))) => {
-                for (spec, heard) in live.specs.iter().zip(heard.iter_mut()) {
-                    *heard |= spec.provider.eq_ignore_ascii_case(&v.provider);
-                }
-                if live.wanted(&v) {
-                    sink.value(v, at)?;
-                }
-            }
-            Ok(Ok((CounterEvent::Problem(p), _))) => sink.problem(p)?,
-            Ok(Ok((CounterEvent::Instrument { .. }, _))) => {}
-            Ok(Err(why)) => break Some(why),
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => break Some(None),
-        }
-        if !warned && began.elapsed() >= patience {
-            warned = true;
-            for (spec, _) in live.specs.iter().zip(&heard).filter(|(_, h)| !**h) {
-                sink.problem(format!(
-                    "no values from {} after {:.0} s: is the name right? (EventSource and \
-                     Meter names as the program declares them; `eptrace ps` shows the runtime)",
-                    spec.provider,
-                    patience.as_secs_f64()
-                ))?;
-            }
-        }
-        if !sink.tick()? {
-            break None;
-        }
-    };
-    match outcome {
-        // Stopped while the stream was ending: the stop is why it ended.
-        Some(_) if stop.load(Ordering::Relaxed) => {
-            live.stop();
-            Ok(())
-        }
-        Some(problem) => {
-            let name = live.name.clone();
-            let pid = live.target.pid();
-            live.stop();
-            sink.ended(&if has_exited(pid, Duration::from_secs(1)) {
-                SessionEnd::Exited { name, pid }
-            } else {
-                SessionEnd::Broke { name, pid, problem }
-            })
-        }
-        None => {
-            live.stop();
-            Ok(())
-        }
-    }
-}
-
 /// A flag raised by Ctrl-C (and SIGTERM).
 fn stop_flag() -> Result<Arc<AtomicBool>> {
     let flag = Arc::new(AtomicBool::new(false));
@@ -433,7 +59,7 @@ fn stop_flag() -> Result<Arc<AtomicBool>> {
 pub(crate) fn do_monitor(config: &MonitorConfig) -> Result<()> {
     let stop = stop_flag()?;
     let mut screen = screen::Screen::new(config.session.refresh_sec)?;
-    let result = run(&config.session, &mut screen, &stop);
+    let result = run(&config.session, &mut screen, &stop).map_err(anyhow::Error::from);
     screen.close();
     result
 }
@@ -445,7 +71,7 @@ pub(crate) fn do_collect(config: &CollectConfig) -> Result<()> {
         config.format,
         &target_label(&config.session.target),
     )?;
-    let result = run(&config.session, &mut writer, &stop);
+    let result = run(&config.session, &mut writer, &stop).map_err(anyhow::Error::from);
     let values = writer.finish()?;
     if result.is_err() && values == 0 {
         // Nothing was collected: leave no empty file behind.
@@ -575,36 +201,5 @@ fn tag_suffix(v: &CounterValue) -> String {
         String::new()
     } else {
         format!("[{}]", v.tags.replace(',', ";"))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn counter_specs_read_as_dotnet_counters_reads_them() {
-        let specs =
-            parse_counter_specs("System.Runtime, MyMeter[requests, latency],Other").unwrap();
-        assert_eq!(
-            specs,
-            vec![
-                CounterSpec {
-                    provider: "System.Runtime".into(),
-                    names: vec![]
-                },
-                CounterSpec {
-                    provider: "MyMeter".into(),
-                    names: vec!["requests".into(), "latency".into()]
-                },
-                CounterSpec {
-                    provider: "Other".into(),
-                    names: vec![]
-                },
-            ]
-        );
-        assert!(parse_counter_specs("A[b").is_err());
-        assert!(parse_counter_specs(",A").is_err());
-        assert!(parse_counter_specs("").is_err());
     }
 }

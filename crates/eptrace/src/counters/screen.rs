@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use crossterm::{cursor, execute, queue, terminal};
+use eventpipe_client::capture::counters::{SessionEnd, Sink, SinkResult};
 use eventpipe_insight::counters::{CounterKind, CounterValue};
 
 /// Columns the table needs at least.
@@ -193,8 +194,8 @@ impl Screen {
     }
 }
 
-impl super::Sink for Screen {
-    fn value(&mut self, v: CounterValue, _at: std::time::SystemTime) -> Result<()> {
+impl Sink for Screen {
+    fn value(&mut self, v: CounterValue, _at: std::time::SystemTime) -> SinkResult<()> {
         if self.paused {
             return Ok(());
         }
@@ -209,14 +210,14 @@ impl super::Sink for Screen {
         Ok(())
     }
 
-    fn problem(&mut self, problem: String) -> Result<()> {
+    fn problem(&mut self, problem: String) -> SinkResult<()> {
         if !self.problems.contains(&problem) {
             self.problems.push(problem);
         }
         Ok(())
     }
 
-    fn tick(&mut self) -> Result<bool> {
+    fn tick(&mut self) -> SinkResult<bool> {
         if self.interactive {
             self.keys()?;
         }
@@ -226,9 +227,9 @@ impl super::Sink for Screen {
         Ok(!self.quit)
     }
 
-    fn ended(&mut self, why: &super::SessionEnd) -> Result<()> {
+    fn ended(&mut self, why: &SessionEnd) -> SinkResult<()> {
         self.status = Some(format!("Stopped: {why}"));
-        self.draw()
+        Ok(self.draw()?)
     }
 }
 

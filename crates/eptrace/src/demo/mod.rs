@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use eventpipe_client::request::{Preset, TraceRequest};
 
 use crate::collect;
 use crate::convert::ConvertFormat;
@@ -47,15 +48,14 @@ pub(crate) fn do_demo(config: &Config) -> Result<()> {
             format!("{}", config.seconds + 30.0).into(),
         ]),
         // The async profiler too: the workload's async worker is instrumented for it.
-        providers: vec!["EventPipeRs-AsyncProfiler:0:Informational".into()],
-        profile: vec![collect::Profile::CpuSampling, collect::Profile::Tracing],
-        block: false,
-        buffer_mb: 64,
+        request: TraceRequest {
+            presets: vec![Preset::CpuSampling, Preset::Tracing],
+            providers: vec!["EventPipeRs-AsyncProfiler:0:Informational".into()],
+            buffer_mb: 64,
+            ..TraceRequest::default()
+        },
         duration: Some(Duration::from_secs_f64(config.seconds)),
-        rundown: true,
         output: Some(trace.clone()),
-        v6: false,
-        stacks: false,
         convert: vec![
             ConvertFormat::Flamegraph,
             ConvertFormat::Speedscope,
