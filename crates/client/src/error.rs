@@ -141,3 +141,16 @@ pub enum ExamineError {
         source: eventpipe_ipc::Error,
     },
 }
+
+/// An error and its causes on one line, `: `-separated: for messages that carry a cause
+/// where no error chain is printed (a note, a table cell, a JSON field).
+pub fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}

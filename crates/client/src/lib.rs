@@ -54,7 +54,7 @@ mod session;
 mod target;
 
 pub use discover::Runtime;
-pub use error::{Error, ExamineError};
+pub use error::{with_causes, Error, ExamineError};
 pub use eventpipe_ipc::{CollectTracing, ProcessInfo, ProviderRequest, TraceStream};
 pub use session::{TraceSession, STOP_GRACE};
 pub use target::{Target, TargetSpec, CONNECT_TIMEOUT};

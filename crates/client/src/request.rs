@@ -72,6 +72,53 @@ pub enum Preset {
     Async,
 }
 
+impl Preset {
+    /// Every preset, in the order `--help` lists them.
+    pub const ALL: [Preset; 6] = [
+        Preset::CpuSampling,
+        Preset::Tracing,
+        Preset::Gc,
+        Preset::Default,
+        Preset::Alloc,
+        Preset::Async,
+    ];
+
+    /// The preset's name, as `--profile` takes it (`cpu-sampling`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::CpuSampling => "cpu-sampling",
+            Preset::Tracing => "tracing",
+            Preset::Gc => "gc",
+            Preset::Default => "default",
+            Preset::Alloc => "alloc",
+            Preset::Async => "async",
+        }
+    }
+}
+
+impl std::fmt::Display for Preset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A preset name that names none ([`Preset`]'s `FromStr`).
+#[derive(Debug, thiserror::Error)]
+#[error("unknown profile `{0}` (known: cpu-sampling, tracing, gc, default, alloc, async)")]
+pub struct UnknownPreset(String);
+
+impl std::str::FromStr for Preset {
+    type Err = UnknownPreset;
+
+    /// A preset by its name, in any case.
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        Preset::ALL
+            .into_iter()
+            .find(|p| p.name().eq_ignore_ascii_case(name))
+            .ok_or_else(|| UnknownPreset(name.to_owned()))
+    }
+}
+
 /// The allocation profiler's provider, at its default sampling interval.
 const RUST_ALLOCATIONS: &str = "EventPipeRs-Allocations:0:Informational:SampleInterval=524288";
 
@@ -329,6 +376,34 @@ mod tests {
             providers: providers.iter().map(|s| s.to_string()).collect(),
             ..TraceRequest::default()
         }
+    }
+
+    #[test]
+    fn presets_read_by_name_in_any_case_and_unknown_names_list_the_known() {
+        for preset in Preset::ALL {
+            assert_eq!(preset.name().parse::<Preset>().unwrap(), preset);
+            assert_eq!(
+                preset.name().to_uppercase().parse::<Preset>().unwrap(),
+                preset
+            );
+        }
+        let err = "cpu".parse::<Preset>().unwrap_err().to_string();
+        for preset in Preset::ALL {
+            assert!(err.contains(preset.name()), "{err}");
+        }
+    }
+
+    /// The names are the ones `--profile` takes, and the list is complete.
+    #[cfg(feature = "clap")]
+    #[test]
+    fn preset_names_are_the_command_lines() {
+        use clap::ValueEnum;
+        let clap_names: Vec<String> = Preset::value_variants()
+            .iter()
+            .map(|p| p.to_possible_value().unwrap().get_name().to_owned())
+            .collect();
+        let ours: Vec<&str> = Preset::ALL.iter().map(|p| p.name()).collect();
+        assert_eq!(clap_names, ours);
     }
 
     #[test]

@@ -711,7 +711,7 @@ pub(crate) enum Action {
     /// `eptrace ps`.
     Ps(ps::Config),
     /// `eptrace agent`.
-    Agent(crate::agent::Config),
+    Agent(crate::agent::Options),
     /// `eptrace agent key`.
     AgentKey,
     /// `eptrace collect`.
@@ -762,7 +762,7 @@ impl Cli {
             }),
             Command::Agent(a) => match a.command {
                 Some(AgentCommand::Key) => Action::AgentKey,
-                None => Action::Agent(crate::agent::Config {
+                None => Action::Agent(crate::agent::Options {
                     settings_file: a.config,
                     listen: a.listen,
                     pyroscope: a.pyroscope,

@@ -44,23 +44,11 @@ pub(crate) fn list() -> Result<Vec<Row>> {
             Err(why) => Row {
                 pid: listed.pid,
                 name: discover::process_name(listed.pid).unwrap_or_else(|| "?".into()),
-                runtime: format!("unknown: {}", with_causes(&why)),
+                runtime: format!("unknown: {}", eventpipe_client::with_causes(&why)),
                 command_line: discover::command_line(listed.pid).unwrap_or_default(),
             },
         })
         .collect())
-}
-
-/// An error's message followed by its causes', as `main` prints an error.
-pub(crate) fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    text
 }
 
 /// Prints the table (or JSON).

@@ -16,6 +16,9 @@ use eventpipe_ipc::ProviderRequest;
 use nettrace::TraceReader;
 
 use super::CaptureError;
+
+/// What a [`Sink`] is handed: one published value, decoded.
+pub use eventpipe_insight::counters::CounterValue as Value;
 use crate::{Target, TargetSpec, TraceSession};
 
 /// A `--counters` list that does not parse; the message quotes it.

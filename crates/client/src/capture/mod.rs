@@ -20,7 +20,7 @@ use std::time::Instant;
 use eventpipe_ipc::TraceStream;
 use nettrace::{Event, TraceReader};
 
-use crate::{Target, TraceSession, STOP_GRACE};
+use crate::{with_causes, Target, TraceSession, STOP_GRACE};
 
 /// What a long capture tells its watcher.
 #[derive(Debug, Clone, Copy)]
@@ -192,7 +192,7 @@ impl<S: Default + Send + Sync + 'static, T: Send + 'static> SessionReader<S, T> 
         if let Err(e) = self.session.stop(target) {
             report(Report::Note(&format!(
                 "note: StopTracing failed ({}); the stream was cut",
-                chain(&e)
+                with_causes(&e)
             )));
         }
     }
@@ -203,7 +203,7 @@ impl<S: Default + Send + Sync + 'static, T: Send + 'static> SessionReader<S, T> 
         if let Err(e) = self.session.stop(target) {
             report(Report::Note(&format!(
                 "note: StopTracing failed ({})",
-                chain(&e)
+                with_causes(&e)
             )));
         }
         self.session.wait_within(STOP_GRACE);
@@ -213,18 +213,6 @@ impl<S: Default + Send + Sync + 'static, T: Send + 'static> SessionReader<S, T> 
     pub(crate) fn join(self) -> Result<T, CaptureError> {
         self.session.join()?
     }
-}
-
-/// An error and its causes on one line, `: `-separated.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(e) = cause {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
-        cause = e.source();
-    }
-    text
 }
 
 /// Copies what it reads into the file; a write error is kept for the end, so the reading

@@ -15,11 +15,11 @@
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use anyhow::{Context, Result};
 use eventpipe_client::capture::counters::{SessionEnd, Sink, SinkResult};
-use eventpipe_insight::counters::{CounterKind, CounterValue};
+use eventpipe_insight::counters::{dotnet_timestamp, iso8601, CounterKind, CounterValue};
 
 /// `--format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -182,64 +182,5 @@ fn finite(v: f64) -> serde_json::Value {
         serde_json::json!(v)
     } else {
         serde_json::Value::Null
-    }
-}
-
-/// (year, month, day, hour, minute, second, nanos) in UTC.
-fn civil(t: SystemTime) -> (i64, u32, u32, u32, u32, u32, u32) {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs() as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Days to civil date (proleptic Gregorian), after Howard Hinnant's algorithm.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (
-        year,
-        month,
-        day,
-        (rem / 3600) as u32,
-        (rem % 3600 / 60) as u32,
-        (rem % 60) as u32,
-        d.subsec_nanos(),
-    )
-}
-
-/// `2026-11-25T21:07:15.1234567Z`: .NET's round-trip format, in UTC.
-pub(crate) fn iso8601(t: SystemTime) -> String {
-    let (y, mo, d, h, mi, s, ns) = civil(t);
-    format!(
-        "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{:07}Z",
-        ns / 100
-    )
-}
-
-/// `11/25/2026 21:07:15`: .NET's invariant `DateTime.ToString()`, in UTC.
-pub(crate) fn dotnet_timestamp(t: SystemTime) -> String {
-    let (y, mo, d, h, mi, s, _) = civil(t);
-    format!("{mo:02}/{d:02}/{y:04} {h:02}:{mi:02}:{s:02}")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn timestamps_read_as_dotnet_writes_them() {
-        // 2026-11-25 21:07:15.5 UTC.
-        let t = UNIX_EPOCH + Duration::from_millis(1_795_640_835_500);
-        assert_eq!(dotnet_timestamp(t), "11/25/2026 21:07:15");
-        assert_eq!(iso8601(t), "2026-11-25T21:07:15.5000000Z");
-        assert_eq!(iso8601(UNIX_EPOCH), "1970-01-01T00:00:00.0000000Z");
-        // A leap day.
-        let leap = UNIX_EPOCH + Duration::from_secs(951_782_400);
-        assert_eq!(dotnet_timestamp(leap), "02/29/2000 00:00:00");
     }
 }

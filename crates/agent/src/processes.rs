@@ -151,7 +151,7 @@ impl Registry {
 /// attached to.
 fn examine(endpoint: &transport::Endpoint) -> Result<Process, String> {
     let p = eventpipe_client::discover::examine(endpoint)
-        .map_err(|why| crate::ps::with_causes(&why))?;
+        .map_err(|why| eventpipe_client::with_causes(&why))?;
     let kind = if p.runtime.is_rust() {
         Some(RuntimeKind::Rust)
     } else if p.runtime.is_dotnet() {

@@ -560,7 +560,7 @@ async fn trace_post(
     let mut providers = Vec::new();
     for item in &body.providers {
         let spec = item.spec().map_err(Problem::bad)?;
-        eventpipe::ProviderConfig::parse(&spec)
+        eventpipe_core::ProviderConfig::parse(&spec)
             .map_err(|e| Problem::bad(format!("provider `{spec}`: {e}")))?;
         providers.push(spec);
     }
@@ -831,7 +831,7 @@ impl Sink for LineSink {
             .map(|(q, x)| serde_json::json!({"quantile": q, "value": x}))
             .collect();
         Ok(self.send(serde_json::json!({
-            "timestamp": crate::counters::export::iso8601(at),
+            "timestamp": eventpipe_insight::counters::iso8601(at),
             "pid": self.pid,
             "provider": v.provider,
             "name": v.name,

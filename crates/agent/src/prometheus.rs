@@ -330,7 +330,7 @@ fn number(v: f64) -> String {
 mod tests {
     use super::*;
 
-    use crate::agent::test_value as value;
+    use crate::test_value as value;
 
     #[test]
     fn names_and_units_follow_prometheus() {

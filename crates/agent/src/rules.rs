@@ -203,7 +203,7 @@ fn admit(state: &mut State, rule: &Rule, index: usize, pid: u32, now: Instant) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::settings::parse;
+    use crate::settings::parse;
     use eventpipe_insight::counters::CounterKind;
 
     fn process(pid: u32, name: &str) -> Process {
@@ -212,14 +212,14 @@ mod tests {
             name: name.into(),
             command_line: format!("/bin/{name} --serve"),
             runtime: "Rust".into(),
-            kind: Some(crate::agent::settings::RuntimeKind::Rust),
+            kind: Some(crate::settings::RuntimeKind::Rust),
             key: 1,
             socket: Default::default(),
         }
     }
 
     fn cpu(v: f64) -> CounterValue {
-        crate::agent::test_value(
+        crate::test_value(
             "EventPipeRs-Runtime",
             "cpu-usage",
             "%",
@@ -298,7 +298,7 @@ mod tests {
         assert_eq!(rules.on_start(&process(1, "a")).len(), 0);
         assert_eq!(rules.on_start(&process(2, "b")).len(), 1);
         let mut dotnet = process(3, "c");
-        dotnet.kind = Some(crate::agent::settings::RuntimeKind::Dotnet);
+        dotnet.kind = Some(crate::settings::RuntimeKind::Dotnet);
         assert!(rules.on_start(&dotnet).is_empty());
     }
 }

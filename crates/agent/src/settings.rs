@@ -431,7 +431,7 @@ pub(crate) fn parse(text: &str) -> Result<Settings> {
 
 pub(crate) fn check(s: &Settings) -> Result<()> {
     for key in &s.api_keys {
-        crate::agent::auth::parse_hash(key).with_context(|| format!("api_keys: `{key}`"))?;
+        crate::auth::parse_hash(key).with_context(|| format!("api_keys: `{key}`"))?;
     }
     let interval = s.metrics.interval_seconds;
     if !(1.0..=3600.0).contains(&interval) {
@@ -516,7 +516,7 @@ pub(crate) fn check(s: &Settings) -> Result<()> {
                 parse_profile(p).with_context(|| at.clone())?;
             }
             for spec in providers {
-                eventpipe::ProviderConfig::parse(spec)
+                eventpipe_core::ProviderConfig::parse(spec)
                     .with_context(|| format!("{at}: provider `{spec}`"))?;
             }
             if !(*duration_seconds > 0.0 && *duration_seconds <= 86_400.0) {
@@ -524,7 +524,7 @@ pub(crate) fn check(s: &Settings) -> Result<()> {
             }
         }
         if let Some(template) = rule.action.name_template() {
-            crate::agent::egress::check_template(template).with_context(|| at.clone())?;
+            crate::egress::check_template(template).with_context(|| at.clone())?;
         }
     }
     Ok(())
@@ -541,7 +541,7 @@ pub(crate) fn check_otlp(o: &OtlpSettings) -> Result<()> {
         ("dotnet_providers", &o.dotnet_providers),
     ] {
         for spec in list {
-            eventpipe::ProviderConfig::parse(spec)
+            eventpipe_core::ProviderConfig::parse(spec)
                 .with_context(|| format!("otlp.{which}: provider `{spec}`"))?;
         }
     }
@@ -605,23 +605,12 @@ pub(crate) fn otlp_endpoint(o: &OtlpSettings) -> Result<Option<eventpipe_export:
     Ok(Some(endpoint))
 }
 
-/// A profile by the name `eptrace collect --profile` takes.
-/// A profile, or several separated by commas (`cpu-sampling,tracing`).
+/// A profile by the name `eptrace collect --profile` takes, or several separated by
+/// commas (`cpu-sampling,tracing`).
 pub(crate) fn parse_profile(names: &str) -> Result<Vec<Preset>> {
     names
         .split(',')
-        .map(|name| {
-            let name = name.trim();
-            <Preset as clap::ValueEnum>::from_str(name, true).map_err(|_| {
-                let known: Vec<String> = <Preset as clap::ValueEnum>::value_variants()
-                    .iter()
-                    .filter_map(|p| {
-                        clap::ValueEnum::to_possible_value(p).map(|v| v.get_name().to_owned())
-                    })
-                    .collect();
-                anyhow::anyhow!("unknown profile `{name}` (known: {})", known.join(", "))
-            })
-        })
+        .map(|name| Ok(name.trim().parse::<Preset>()?))
         .collect()
 }
 

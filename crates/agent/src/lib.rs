@@ -1,5 +1,5 @@
-//! `eptrace agent`: unattended diagnostics for every process on the host, shaped after
-//! `dotnet-monitor`. It finds the attachable processes (as `eptrace ps`), keeps a standing
+//! Unattended diagnostics for every process on the host, shaped after `dotnet-monitor`:
+//! the agent `eptrace agent` runs, as a library ([`run`]). It finds the attachable processes (as `eptrace ps`), keeps a standing
 //! counters session in each for `/metrics` and the rules, serves traces, heap snapshots,
 //! live counters and operations over HTTP, runs the configured collection rules, and
 //! exports every target's spans, events and counters to an OpenTelemetry collector when
@@ -60,17 +60,59 @@ pub(crate) fn test_value(
     }
 }
 
-/// `eptrace agent`.
-#[derive(Debug)]
-pub(crate) struct Config {
-    pub(crate) settings_file: Option<PathBuf>,
-    pub(crate) listen: Option<String>,
-    /// `--pyroscope URL`: overrides `profiling.pyroscope`.
-    pub(crate) pyroscope: Option<String>,
-    /// `--profile-period`: overrides `profiling.period_seconds`.
-    pub(crate) profile_period: Option<Duration>,
-    /// `--otlp URL`: the collector, instead of the config's `otlp.url`.
-    pub(crate) otlp: Option<String>,
+/// What the agent runs with: its settings file (TOML: listen, api_keys, egress, metrics,
+/// rules, profiling, otlp; see the guide's agent page) and what overrides it.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// The settings file; `None`: the defaults (loopback, metrics on, nothing else).
+    pub settings_file: Option<PathBuf>,
+    /// Where the API listens (`HOST:PORT` or `unix:PATH`): overrides `listen`.
+    pub listen: Option<String>,
+    /// A Pyroscope server's URL: overrides `profiling.pyroscope`.
+    pub pyroscope: Option<String>,
+    /// How often profiles are pushed: overrides `profiling.period_seconds`.
+    pub profile_period: Option<Duration>,
+    /// An OpenTelemetry collector's URL: overrides `otlp.url`.
+    pub otlp: Option<String>,
+}
+
+/// Why the agent did not start, or stopped on an error. The message is the cause's own.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The settings are not valid: the file, an override, an API key hash, a listen
+    /// address, a public listener without an API key.
+    #[error(transparent)]
+    Settings(Cause),
+    /// What the agent needs could not be set up: its folders, threads, listener,
+    /// exporters.
+    #[error(transparent)]
+    Start(Cause),
+    /// The HTTP server failed while serving.
+    #[error(transparent)]
+    Serve(Cause),
+}
+
+/// The cause an [`Error`] carries, with its own causes behind `source()`.
+pub type Cause = Box<dyn std::error::Error + Send + Sync>;
+
+/// A new API key, and the hash the settings' `api_keys` holds for it.
+#[derive(Debug, Clone)]
+pub struct ApiKey {
+    /// What clients send (`Authorization: Bearer KEY`).
+    pub key: String,
+    /// `sha256:HEX`: what the settings store (the key itself is never stored).
+    pub hash: String,
+}
+
+/// Makes a new API key from the system's random source.
+///
+/// # Errors
+/// When the random source cannot be read.
+pub fn new_api_key() -> Result<ApiKey, Error> {
+    let key = auth::new_key().map_err(|e| Error::Start(e.into()))?;
+    let hash = auth::hash_text(&key);
+    Ok(ApiKey { key, hash })
 }
 
 /// Where the API listens.
@@ -103,23 +145,6 @@ fn parse_listen(text: &str) -> Result<Listen> {
         .next()
         .with_context(|| format!("--listen `{text}`: the name has no address"))?;
     Ok(Listen::Tcp(addr))
-}
-
-/// `eptrace agent key`: a new API key, and the line the config needs.
-pub(crate) fn do_key() -> Result<()> {
-    let key = auth::new_key()?;
-    let mut out = std::io::stdout().lock();
-    writeln!(
-        out,
-        "API key (give it to clients as `Authorization: Bearer KEY`):"
-    )?;
-    writeln!(out, "  {key}")?;
-    writeln!(
-        out,
-        "For the agent's config file (only the hash is stored):"
-    )?;
-    writeln!(out, "  api_keys = [\"{}\"]", auth::hash_text(&key))?;
-    Ok(())
 }
 
 /// Everything the agent shares between its threads.
@@ -162,7 +187,7 @@ pub(crate) fn log(message: &str) {
     let _ = writeln!(
         std::io::stderr().lock(),
         "{} {message}",
-        crate::counters::export::iso8601(SystemTime::now())
+        eventpipe_insight::counters::iso8601(SystemTime::now())
     );
 }
 
@@ -205,23 +230,29 @@ fn bound_malloc_arenas() {
     }
 }
 
-/// `eptrace agent`: runs until SIGTERM or SIGINT.
-pub(crate) fn do_agent(config: &Config) -> Result<()> {
-    bound_malloc_arenas();
-    let mut settings = settings::load(config.settings_file.as_deref())?;
-    if let Some(url) = &config.pyroscope {
+/// The settings the agent runs with, checked, and where it listens.
+struct Settled {
+    settings: Settings,
+    listen: Listen,
+    keys: Vec<auth::KeyHash>,
+    otlp_endpoint: Option<eventpipe_export::otlp::Endpoint>,
+}
+
+/// Reads the settings file, applies the overrides, and checks the result.
+fn settle(options: &Options) -> Result<Settled> {
+    let mut settings = settings::load(options.settings_file.as_deref())?;
+    if let Some(url) = &options.pyroscope {
         settings.profiling.pyroscope = Some(url.clone());
     }
-    if let Some(period) = config.profile_period {
+    if let Some(period) = options.profile_period {
         settings.profiling.period_seconds = period.as_secs_f64();
     }
     settings::check(&settings)?;
-    let profiling = profiling::Profiling::start(&settings.profiling)?;
-    if let Some(url) = &config.otlp {
+    if let Some(url) = &options.otlp {
         settings.otlp.url = Some(url.clone());
     }
     let otlp_endpoint = settings::otlp_endpoint(&settings.otlp)?;
-    let listen_text = config
+    let listen_text = options
         .listen
         .clone()
         .or_else(|| settings.listen.clone())
@@ -241,6 +272,49 @@ pub(crate) fn do_agent(config: &Config) -> Result<()> {
             );
         }
     }
+    Ok(Settled {
+        settings,
+        listen,
+        keys,
+        otlp_endpoint,
+    })
+}
+
+/// Runs the agent until SIGTERM or SIGINT: every operation and session it started is
+/// finished (whole traces, no half snapshots) before it returns.
+///
+/// # Errors
+/// [`Error::Settings`] before anything starts; [`Error::Start`] when what it needs cannot
+/// be set up; [`Error::Serve`] when the HTTP server fails.
+pub fn run(options: &Options) -> std::result::Result<(), Error> {
+    bound_malloc_arenas();
+    let settled = settle(options).map_err(|e| Error::Settings(e.into()))?;
+    start_and_serve(settled)
+}
+
+/// Starts the agent's parts, serves until asked to stop, then ends them in order.
+fn start_and_serve(settled: Settled) -> std::result::Result<(), Error> {
+    let started = start(settled).map_err(|e| Error::Start(e.into()))?;
+    serve(started).map_err(|e| Error::Serve(e.into()))
+}
+
+/// What [`start`] leaves running.
+struct Started {
+    agent: Arc<Agent>,
+    runtime: tokio::runtime::Runtime,
+    listener: http::Listener,
+    export_thread: Option<std::thread::JoinHandle<()>>,
+    scanner: std::thread::JoinHandle<()>,
+}
+
+fn start(settled: Settled) -> Result<Started> {
+    let Settled {
+        settings,
+        listen,
+        keys,
+        otlp_endpoint,
+    } = settled;
+    let profiling = profiling::Profiling::start(&settings.profiling)?;
     let staging = match &settings.egress {
         Some(dir) => {
             std::fs::create_dir_all(dir)
@@ -337,6 +411,24 @@ pub(crate) fn do_agent(config: &Config) -> Result<()> {
             .name("eptrace-agent-scan".into())
             .spawn(move || scan_loop(&agent))?
     };
+    Ok(Started {
+        agent,
+        runtime,
+        listener,
+        export_thread,
+        scanner,
+    })
+}
+
+/// Serves until asked to stop, then finishes what runs, in order.
+fn serve(started: Started) -> Result<()> {
+    let Started {
+        agent,
+        runtime,
+        listener,
+        export_thread,
+        scanner,
+    } = started;
     let served = runtime.block_on(http::serve(Arc::clone(&agent), listener));
     log("stopping: finishing operations and sessions");
     agent.stopping.store(true, Ordering::Relaxed);
@@ -369,7 +461,7 @@ pub(crate) fn do_agent(config: &Config) -> Result<()> {
         ));
     }
     runtime.shutdown_timeout(Duration::from_secs(20));
-    if let Listen::Unix(path) = &listen {
+    if let Listen::Unix(path) = &agent.listen {
         let _ = std::fs::remove_file(path);
     }
     if agent.settings.egress.is_none() {
