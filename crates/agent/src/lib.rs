@@ -3,7 +3,7 @@
 //! counters session in each for `/metrics` and the rules, serves traces, heap snapshots,
 //! live counters and operations over HTTP, runs the configured collection rules, and
 //! exports every target's spans, events and counters to an OpenTelemetry collector when
-//! one is configured ([`otlp`]).
+//! one is configured (the `otlp` module).
 //!
 //! Threads: the HTTP server runs on a small tokio runtime; everything that speaks IPC to a
 //! target is blocking and runs on threads of its own (one scanner, one counters watcher

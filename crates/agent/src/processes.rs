@@ -3,10 +3,9 @@
 //! ones are forgotten, and ones the agent may not attach to are listed with the reason.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Mutex;
 
-use eventpipe_ipc::transport;
+use eventpipe_client::discover::{self, Endpoint};
 use serde::Serialize;
 
 use super::settings::RuntimeKind;
@@ -25,8 +24,6 @@ pub(crate) struct Process {
     /// The socket's key: the process's start time, which tells a reused pid apart.
     #[serde(skip)]
     pub(crate) key: u64,
-    #[serde(skip)]
-    pub(crate) socket: PathBuf,
 }
 
 /// A process the agent will not attach to.
@@ -96,8 +93,7 @@ impl Registry {
     /// Looks at the socket directory once; the questions to new processes are asked
     /// without holding the lock (each has the IPC client's answer timeout).
     pub(crate) fn scan(&self) -> Changes {
-        let dir = transport::socket_dir();
-        let endpoints = transport::discover(&dir).unwrap_or_default();
+        let endpoints = discover::endpoints().unwrap_or_default();
         let mut changes = Changes::default();
         let (new, gone): (Vec<_>, Vec<u32>) = {
             let known = self.lock();
@@ -149,9 +145,8 @@ impl Registry {
 
 /// Asks a new process who it is (as `eptrace ps` does); the error says why it cannot be
 /// attached to.
-fn examine(endpoint: &transport::Endpoint) -> Result<Process, String> {
-    let p = eventpipe_client::discover::examine(endpoint)
-        .map_err(|why| eventpipe_client::with_causes(&why))?;
+fn examine(endpoint: &Endpoint) -> Result<Process, String> {
+    let p = discover::examine(endpoint).map_err(|why| eventpipe_client::with_causes(&why))?;
     let kind = if p.runtime.is_rust() {
         Some(RuntimeKind::Rust)
     } else if p.runtime.is_dotnet() {
@@ -166,6 +161,5 @@ fn examine(endpoint: &transport::Endpoint) -> Result<Process, String> {
         runtime: p.runtime.to_string(),
         kind,
         key: endpoint.key,
-        socket: endpoint.path.clone(),
     })
 }

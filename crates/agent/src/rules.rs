@@ -214,7 +214,6 @@ mod tests {
             runtime: "Rust".into(),
             kind: Some(crate::settings::RuntimeKind::Rust),
             key: 1,
-            socket: Default::default(),
         }
     }
 

@@ -12,8 +12,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result};
 use eventpipe_insight::counters::CounterValue;
-use eventpipe_ipc::command::CollectTracing;
-use eventpipe_ipc::Client;
 
 use super::processes::Process;
 use super::settings::RuntimeKind;
@@ -22,7 +20,7 @@ use eventpipe_client::capture::counters::{
 };
 use eventpipe_client::capture::{gcdump, heap, Report};
 use eventpipe_client::request::{Preset, TraceRequest};
-use eventpipe_client::{Target, TargetSpec, STOP_GRACE};
+use eventpipe_client::{CollectTracing, Target, TargetSpec, STOP_GRACE};
 
 /// How soon a running session's stopper sees a cancel.
 const CANCEL_CHECK: Duration = Duration::from_millis(500);
@@ -73,13 +71,16 @@ pub(crate) fn run_trace(
     started: impl FnOnce(std::result::Result<(), String>),
     out: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
 ) -> Result<TraceEnd> {
-    let client = Client::at(&process.socket);
-    let mut stream = match client.collect_tracing(request) {
-        Ok(s) => s,
+    let opened = Target::open(&TargetSpec::Pid(process.pid))
+        .and_then(|mut target| Ok((target.collect(request)?, target)));
+    let (mut stream, mut target) = match opened {
+        Ok(opened) => opened,
         Err(e) => {
             let message = format!(
-                "starting the session in {} ({}): {e}",
-                process.name, process.pid
+                "starting the session in {} ({}): {}",
+                process.name,
+                process.pid,
+                eventpipe_client::with_causes(&e)
             );
             started(Err(message.clone()));
             anyhow::bail!(message);
@@ -101,7 +102,7 @@ pub(crate) fn run_trace(
             let finished = Arc::clone(&finished);
             let reader_gone = Arc::clone(&reader_gone);
             let early = Arc::clone(&early);
-            let client = &client;
+            let target = &mut target;
             let closer = &closer;
             scope.spawn(move || {
                 let deadline = Instant::now() + duration;
@@ -110,7 +111,7 @@ pub(crate) fn run_trace(
                     let cancelled = cancel.load(Ordering::Relaxed);
                     if Instant::now() >= deadline || cancelled || gone {
                         early.store(cancelled && !gone, Ordering::Relaxed);
-                        let _ = client.stop_tracing(session);
+                        let _ = target.stop(session);
                         if gone {
                             closer.close();
                             return;

@@ -91,12 +91,25 @@ pub struct Listed {
     pub examined: Result<Process, ExamineError>,
 }
 
+/// An attachable process's diagnostics endpoint: its pid, the key that tells a reused pid
+/// apart (the process's start time), and where to connect.
+pub use eventpipe_ipc::transport::Endpoint;
+
+/// The attachable processes' endpoints, by pid, not yet asked who they are: a directory
+/// listing, cheap enough to repeat every second; [`examine`] asks.
+///
+/// # Errors
+/// When the endpoint directory cannot be listed.
+pub fn endpoints() -> Result<Vec<Endpoint>, Error> {
+    Ok(transport::discover(&transport::socket_dir())?)
+}
+
 /// Every attachable process, by pid, each asked who it is.
 ///
 /// # Errors
 /// When the endpoint directory cannot be listed.
 pub fn list() -> Result<Vec<Listed>, Error> {
-    let endpoints = transport::discover(&transport::socket_dir())?;
+    let endpoints = endpoints()?;
     Ok(endpoints
         .into_iter()
         .map(|endpoint| Listed {
@@ -113,7 +126,7 @@ pub fn list() -> Result<Vec<Listed>, Error> {
 /// # Errors
 /// Why it cannot be attached to: another user's process, an endpoint that refuses
 /// connections, or no usable answer.
-pub fn examine(endpoint: &transport::Endpoint) -> Result<Process, ExamineError> {
+pub fn examine(endpoint: &Endpoint) -> Result<Process, ExamineError> {
     let info = Client::at(&endpoint.path).process_info();
     if let Err(eventpipe_ipc::Error::Io { source, .. }) = &info {
         match source.kind() {

@@ -17,9 +17,9 @@ use nettrace::TraceReader;
 
 use super::CaptureError;
 
+use crate::{Target, TargetSpec, TraceSession};
 /// What a [`Sink`] is handed: one published value, decoded.
 pub use eventpipe_insight::counters::CounterValue as Value;
-use crate::{Target, TargetSpec, TraceSession};
 
 /// A `--counters` list that does not parse; the message quotes it.
 #[derive(Debug, thiserror::Error)]
