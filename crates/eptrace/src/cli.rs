@@ -14,9 +14,7 @@ use eventpipe_insight::SampleSelection;
 
 use crate::convert::ConvertFormat;
 use crate::input::InputSpec;
-use crate::{
-    collect, convert, counters, demo, dump, gcdump, heap, ps, report, stream_file, stress,
-};
+use crate::{collect, convert, counters, demo, dump, gcdump, heap, ps, report, stream_file};
 use eventpipe_client::request::{Preset, TraceRequest};
 use eventpipe_client::TargetSpec;
 
@@ -33,7 +31,6 @@ Examples:
   eptrace convert --format speedscope,flamegraph app.nettrace
   eptrace convert --format collapsed --no-async-stacks app.nettrace
   cat app.nettrace | eptrace dump --sorted --from 100 --to 200 -
-  eptrace stress --threads 1,8 --events 1000 --output file --mode block
   eptrace gcdump -p 1234 -o before.gcdump.nettrace
   eptrace gcdump report before.gcdump.nettrace
   eptrace gcdump diff before.gcdump.nettrace after.gcdump.nettrace
@@ -44,8 +41,7 @@ Examples:
 
 Exit status:
   0  success (also when stdout is closed early, as by `| head`)
-  1  the trace could not be read or the output could not be written;
-     for `stress`, a cell lost or miscounted events
+  1  the trace could not be read or the output could not be written
   2  the command line is wrong";
 
 /// Collect and inspect NetTrace (EventPipe) traces of Rust and .NET processes.
@@ -69,8 +65,6 @@ enum Command {
     /// Convert a trace to speedscope, Chrome/Perfetto JSON, pprof, a flame graph SVG or
     /// collapsed stacks.
     Convert(ConvertArgs),
-    /// Run EventPipe's stress matrix in-process and check that no event goes missing.
-    Stress(StressArgs),
     /// Snapshot a .NET process's GC heap (as dotnet-gcdump does), and read snapshots: the
     /// heap per type with retained bytes, the growth between two, the retention view.
     Gcdump(GcdumpArgs),
@@ -647,57 +641,6 @@ struct DemoWorkloadArgs {
     seconds: f64,
 }
 
-#[derive(Debug, Args)]
-struct StressArgs {
-    /// Writer thread counts (comma list) [default: 1,8,16,50,100,1000].
-    #[arg(long, value_name = "N,..", value_delimiter = ',',
-          value_parser = clap::value_parser!(u32).range(1..))]
-    threads: Vec<u32>,
-    /// Events per thread (comma list) [default: 1,2,100,1000,100000].
-    #[arg(long, value_name = "N,..", value_delimiter = ',')]
-    events: Vec<u64>,
-    /// Outputs: file, listener (comma list) [default: both].
-    #[arg(long = "output", value_name = "OUT,..", value_delimiter = ',')]
-    outputs: Vec<stress::OutputKind>,
-    /// Buffering modes: drop, block (comma list) [default: both].
-    #[arg(long = "mode", value_name = "MODE,..", value_delimiter = ',')]
-    modes: Vec<stress::Mode>,
-    /// Each session's buffer budget, in MiB.
-    #[arg(long, value_name = "N", default_value_t = 64,
-          value_parser = clap::value_parser!(u32).range(1..=65536))]
-    budget_mb: u32,
-    /// Bytes in each event's byte-slice field (after its u64 counter).
-    #[arg(long, value_name = "N", default_value_t = 16,
-          value_parser = clap::value_parser!(u16))]
-    payload_bytes: u16,
-    /// Trace format: v5 or v6.
-    #[arg(long, value_name = "V", default_value = "v5", value_parser = stress::parse_format)]
-    format: nettrace::FormatVersion,
-    #[command(flatten)]
-    print: FormatArgs,
-    /// Directory for trace files [default: a temporary directory].
-    #[arg(long, value_name = "DIR")]
-    dir: Option<PathBuf>,
-    /// Keep the trace files instead of deleting each after its cell.
-    #[arg(long)]
-    keep: bool,
-}
-
-/// `list` without repeats, in order; `default` when empty.
-fn or_default<T: PartialEq + Copy>(list: Vec<T>, default: &[T]) -> Vec<T> {
-    let mut out: Vec<T> = Vec::new();
-    for v in if list.is_empty() {
-        default.to_vec()
-    } else {
-        list
-    } {
-        if !out.contains(&v) {
-            out.push(v);
-        }
-    }
-    out
-}
-
 fn finite_ms(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() => Ok(v),
@@ -720,8 +663,6 @@ pub(crate) enum Action {
     Report(report::Config),
     /// `eptrace dump`.
     Dump(dump::Config),
-    /// `eptrace stress`.
-    Stress(stress::Config),
     /// `eptrace convert`.
     Convert(convert::Config),
     /// `eptrace demo`.
@@ -926,21 +867,6 @@ impl Cli {
                     Action::GcdumpConvert(c.snapshot.into_config("gcdump", c.allow_partial)?)
                 }
             },
-            Command::Stress(a) => Action::Stress(stress::Config {
-                threads: or_default(a.threads, stress::MATRIX_THREADS),
-                events: or_default(a.events, stress::MATRIX_EVENTS),
-                outputs: or_default(
-                    a.outputs,
-                    &[stress::OutputKind::File, stress::OutputKind::Listener],
-                ),
-                modes: or_default(a.modes, &[stress::Mode::Drop, stress::Mode::Block]),
-                budget_bytes: (a.budget_mb as usize) << 20,
-                payload_bytes: usize::from(a.payload_bytes),
-                format: a.format,
-                json: a.print.json,
-                dir: a.dir,
-                keep: a.keep,
-            }),
         })
     }
 }

@@ -4,13 +4,13 @@
 //! This crate is glue, like ripgrep's `core`: [`cli`] defines the flags and converts them
 //! into plain config structs, one module per subcommand (`ps`, `collect`, `report`, `dump`,
 //! `convert`, `counters`, `gcdump`, `heap`, `agent`, ...) does the work through the
-//! libraries (`eventpipe-client` reaches the processes, `nettrace` and `eventpipe-insight`
-//! read and analyse), and [`run`] maps the outcome to an exit status:
+//! libraries (`eventpipe-client` reaches the processes, `eventpipe-agent` runs unattended,
+//! `nettrace` and `eventpipe-insight` read and analyse), and [`run`] maps the outcome to an exit status:
 //!
 //! * 0: success, including a closed stdout (`eptrace dump … | head`);
-//! * 1: the trace could not be read or the output could not be written, or a `stress` cell
-//!   lost or miscounted events; the message is printed as `eptrace: {error:#}`, naming the
-//!   file and, for bad bytes, the offset;
+//! * 1: the trace could not be read, the output could not be written, or the work failed;
+//!   the message is printed as `eptrace: {error:#}`, naming the file and, for bad bytes,
+//!   the offset;
 //! * 2: a usage error (clap's own exit status);
 //! * 3: `report`, `dump` or `convert` read a trace that was cut off, up to its last whole
 //!   block, and wrote what that covers ([`cut`]).
@@ -31,7 +31,6 @@ mod progress;
 mod ps;
 mod report;
 mod stream_file;
-mod stress;
 mod value_json;
 mod write_behind;
 
@@ -74,7 +73,6 @@ fn run() -> ExitCode {
             report::do_report(&config)
         }
         cli::Action::Dump(config) => dump::do_dump(&config),
-        cli::Action::Stress(config) => stress::do_stress(&config),
         cli::Action::Convert(config) => {
             tune_allocator_for_reading();
             convert::do_convert(&config)

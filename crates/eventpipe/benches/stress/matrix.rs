@@ -1,4 +1,6 @@
-//! `eptrace stress`: EventPipe's stress matrix, run in-process against the `eventpipe` crate.
+//! EventPipe's stress matrix, run in-process against the `eventpipe` crate: the `stress`
+//! bench's engine (`cargo bench -p eventpipe --bench stress -- FLAGS`), and what
+//! `tests/stress.rs` runs on a corner of the matrix.
 //!
 //! The matrix is threads {1, 8, 16, 50, 100, 1000} × events per thread {1, 2, 100, 1000,
 //! 100000} × output {file, listener} × mode {drop, block}; flags pick a subset. Each cell
@@ -19,6 +21,9 @@
 //! miscounts that the totals alone could hide: the reader must see exactly the events the
 //! session says it wrote, and in Block mode the counters read back must sum to the sum of
 //! the counters written (a duplicate cannot cancel a loss).
+
+// The bench and the test each use part of this module.
+#![allow(dead_code)]
 
 use std::fmt::Write as _;
 use std::fs::File;
@@ -213,8 +218,8 @@ struct Tally {
     counter_sum: AtomicU64,
 }
 
-/// Runs `eptrace stress`.
-pub(crate) fn do_stress(config: &Config) -> Result<()> {
+/// Runs the cells of `config`, writing a table (or JSON lines) to `out` as they finish.
+pub(crate) fn do_stress(config: &Config, out: &mut impl Write) -> Result<()> {
     let cells = matrix(config);
     let dir = if config.outputs.contains(&OutputKind::File) {
         Some(TraceDir::open(config.dir.as_deref(), config.keep)?)
@@ -222,9 +227,8 @@ pub(crate) fn do_stress(config: &Config) -> Result<()> {
         None
     };
     let progress = progress_bar(cells.len());
-    let mut out = io::stdout().lock();
     if !config.json {
-        write_out(&progress, &mut out, &table_header())?;
+        write_out(&progress, out, &table_header())?;
     }
     let mut failures = Vec::new();
     for (i, cell) in cells.iter().enumerate() {
@@ -241,7 +245,7 @@ pub(crate) fn do_stress(config: &Config) -> Result<()> {
         } else {
             table_row(&row, problems.is_empty())
         };
-        write_out(&progress, &mut out, &line)?;
+        write_out(&progress, out, &line)?;
         if !problems.is_empty() {
             failures.push(format!("{}: {}", cell.describe(), problems.join("; ")));
         }
@@ -252,7 +256,7 @@ pub(crate) fn do_stress(config: &Config) -> Result<()> {
     if !config.json {
         write_out(
             &progress,
-            &mut out,
+            out,
             "peak RSS is the process's high-water mark (VmHWM): process-wide, it never \
              decreases;\nRSS is VmRSS at the end of the cell.\n",
         )?;
@@ -409,7 +413,7 @@ fn check(cell: &Cell, row: &Row, stats: &SessionStats, counter_sum: u64) -> Vec<
 }
 
 /// The sum of the counters `0..written`, wrapping like the tally does.
-fn expected_counter_sum(written: u64) -> u64 {
+pub(crate) fn expected_counter_sum(written: u64) -> u64 {
     let n = u128::from(written);
     (n * n.saturating_sub(1) / 2) as u64
 }
@@ -574,7 +578,7 @@ fn count_file(path: &Path) -> Result<(u64, u64)> {
 }
 
 /// (VmHWM, VmRSS) of this process in bytes; zeros where /proc is unavailable.
-fn memory() -> (u64, u64) {
+pub(crate) fn memory() -> (u64, u64) {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let field = |key: &str| -> u64 {
         status
@@ -601,7 +605,7 @@ impl TraceDir {
         let (path, temporary) = match dir {
             Some(d) => (d.to_path_buf(), false),
             None => (
-                std::env::temp_dir().join(format!("eptrace-stress-{}", std::process::id())),
+                std::env::temp_dir().join(format!("eventpipe-stress-{}", std::process::id())),
                 true,
             ),
         };
@@ -618,7 +622,7 @@ impl TraceDir {
         if self.keep {
             let _ = writeln!(
                 io::stderr().lock(),
-                "eptrace: trace files kept in {}",
+                "stress: trace files kept in {}",
                 self.path.display()
             );
         } else if self.temporary {
@@ -642,7 +646,7 @@ fn progress_bar(cells: usize) -> Option<ProgressBar> {
     Some(bar)
 }
 
-/// Writes `text` to stdout (flushed, so rows appear as cells finish) without tearing the bar.
+/// Writes `text` to `out` (flushed, so rows appear as cells finish) without tearing the bar.
 fn write_out(progress: &Option<ProgressBar>, out: &mut impl Write, text: &str) -> Result<()> {
     let mut write = || -> io::Result<()> {
         out.write_all(text.as_bytes())?;
@@ -652,7 +656,7 @@ fn write_out(progress: &Option<ProgressBar>, out: &mut impl Write, text: &str) -
         Some(bar) => bar.suspend(write),
         None => write(),
     }
-    .context("cannot write to stdout")
+    .context("cannot write the results")
 }
 
 fn table_header() -> String {
@@ -699,31 +703,4 @@ fn rate(per_sec: u64) -> String {
 
 fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn counter_sums_match_the_formula() {
-        for n in [0u64, 1, 2, 7, 1000] {
-            assert_eq!(expected_counter_sum(n), (0..n).sum::<u64>());
-        }
-    }
-
-    #[test]
-    fn names_parse() {
-        assert_eq!("File".parse::<OutputKind>(), Ok(OutputKind::File));
-        assert_eq!("block".parse::<Mode>(), Ok(Mode::Block));
-        assert!("v4".parse::<Mode>().is_err());
-        assert_eq!(parse_format("V6"), Ok(FormatVersion::V6));
-        assert!(parse_format("v4").is_err());
-    }
-
-    #[test]
-    fn status_memory_is_read() {
-        let (peak, rss) = memory();
-        assert!(peak >= rss && rss > 0, "VmHWM {peak}, VmRSS {rss}");
-    }
 }
