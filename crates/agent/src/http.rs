@@ -23,8 +23,8 @@ use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 
 use super::processes::Process;
+use super::processes::RuntimeKind;
 use super::sessions::{self, Snapshot, TraceAsk};
-use super::settings::RuntimeKind;
 use super::{egress, lock, log, prometheus, run_operation, Agent, Listen, Work};
 
 /// Connections served at once; more wait in the kernel's backlog.

@@ -553,7 +553,7 @@ impl CounterListener for Watcher {
 /// A standing counters session in `process`, restarted (after a pause) if it fails while
 /// the process lives.
 fn start_watcher(agent: &Arc<Agent>, process: Process, stop: Arc<AtomicBool>) {
-    let is_rust = process.kind == Some(settings::RuntimeKind::Rust);
+    let is_rust = process.kind == Some(processes::RuntimeKind::Rust);
     let mut specs = eventpipe_client::capture::counters::default_specs(is_rust);
     for text in &agent.settings.metrics.counters {
         specs.extend(
@@ -582,8 +582,8 @@ fn start_watcher(agent: &Arc<Agent>, process: Process, stop: Arc<AtomicBool>) {
                     pid: process.pid,
                     process: process.name.clone(),
                     runtime: match process.kind {
-                        Some(settings::RuntimeKind::Rust) => "rust",
-                        Some(settings::RuntimeKind::Dotnet) => "dotnet",
+                        Some(processes::RuntimeKind::Rust) => "rust",
+                        Some(processes::RuntimeKind::Dotnet) => "dotnet",
                         None => "unknown",
                     }
                     .to_owned(),

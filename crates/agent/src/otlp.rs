@@ -23,7 +23,8 @@ use eventpipe_export::otlp::{Batch, CounterConverter, Endpoint, EventConverter, 
 use eventpipe_insight::counters::CounterValue;
 
 use super::processes::Process;
-use super::settings::{OtlpSettings, RuntimeKind};
+use super::processes::RuntimeKind;
+use super::settings::OtlpSettings;
 use super::{lock, log, sessions, Agent};
 
 /// The exporter the agent shares between its threads.

@@ -8,7 +8,13 @@ use std::sync::Mutex;
 use eventpipe_client::discover::{self, Endpoint};
 use serde::Serialize;
 
-use super::settings::RuntimeKind;
+/// The two kinds of target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum RuntimeKind {
+    Rust,
+    Dotnet,
+}
 
 /// An attachable process.
 #[derive(Debug, Clone, Serialize)]

@@ -26,8 +26,9 @@ use eventpipe_export::pyroscope::{Api, Server};
 use eventpipe_insight::{BinaryCache, ThreadLabels};
 
 use super::processes::Process;
+use super::processes::RuntimeKind;
 use super::sessions::{self, TraceAsk};
-use super::settings::{ProfilingSettings, PyroscopeApi, RuntimeKind};
+use super::settings::{ProfilingSettings, PyroscopeApi};
 use super::{lock, log, Agent};
 
 /// A period's trace larger than this is cut (the session stopped): a runaway provider

@@ -212,7 +212,7 @@ mod tests {
             name: name.into(),
             command_line: format!("/bin/{name} --serve"),
             runtime: "Rust".into(),
-            kind: Some(crate::settings::RuntimeKind::Rust),
+            kind: Some(crate::processes::RuntimeKind::Rust),
             key: 1,
         }
     }
@@ -297,7 +297,7 @@ mod tests {
         assert_eq!(rules.on_start(&process(1, "a")).len(), 0);
         assert_eq!(rules.on_start(&process(2, "b")).len(), 1);
         let mut dotnet = process(3, "c");
-        dotnet.kind = Some(crate::settings::RuntimeKind::Dotnet);
+        dotnet.kind = Some(crate::processes::RuntimeKind::Dotnet);
         assert!(rules.on_start(&dotnet).is_empty());
     }
 }

@@ -14,7 +14,7 @@ use anyhow::{Context, Result};
 use eventpipe_insight::counters::CounterValue;
 
 use super::processes::Process;
-use super::settings::RuntimeKind;
+use super::processes::RuntimeKind;
 use eventpipe_client::capture::counters::{
     run, CounterSpec, SessionConfig, SessionEnd, Sink, SinkResult,
 };

@@ -37,9 +37,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use eventpipe_client::request::Preset;
 use serde::Deserialize;
 
-use eventpipe_client::request::Preset;
+use super::processes::{Process, RuntimeKind};
 
 /// dotnet-monitor's port, on loopback.
 pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:52323";
@@ -318,7 +319,7 @@ pub(crate) struct Filter {
 
 impl Filter {
     /// Whether every field given matches `process`.
-    pub(crate) fn accepts(&self, process: &super::processes::Process) -> bool {
+    pub(crate) fn accepts(&self, process: &Process) -> bool {
         self.name.as_ref().is_none_or(|n| *n == process.name)
             && self.runtime.is_none_or(|r| Some(r) == process.kind)
             && self
@@ -326,14 +327,6 @@ impl Filter {
                 .as_ref()
                 .is_none_or(|c| process.command_line.contains(c.as_str()))
     }
-}
-
-/// The two kinds of target.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum RuntimeKind {
-    Rust,
-    Dotnet,
 }
 
 /// What makes a rule fire.

@@ -108,7 +108,7 @@ pub(crate) fn do_convert(config: &Config) -> Result<()> {
         InputSpec::Path(p) => p.clone(),
         InputSpec::Stdin => PathBuf::from("stdin.nettrace"),
     };
-    let targets = crate::stream_file::targets(&base, &config.formats, config.output.as_ref())?;
+    let targets = targets(&base, &config.formats, config.output.as_ref())?;
     let (written, truncation) = convert_bytes(data, &name, &targets, config)?;
     let mut err = std::io::stderr().lock();
     for w in &written {
@@ -124,6 +124,26 @@ pub(crate) fn do_convert(config: &Config) -> Result<()> {
         Some((cut, events)) => crate::cut::verdict(&name, Some(&cut), events),
         None => Ok(()),
     }
+}
+
+/// The files `formats` go to: `output` for a single format, else names derived from
+/// `input` (`x.nettrace` → `x.speedscope.json`).
+pub(crate) fn targets(
+    input: &Path,
+    formats: &[ConvertFormat],
+    output: Option<&PathBuf>,
+) -> Result<Vec<(ConvertFormat, PathBuf)>> {
+    Ok(match (output, formats) {
+        (Some(out), [format]) => vec![(*format, out.clone())],
+        (Some(_), _) => bail!(
+            "-o names one file; it cannot take {} formats",
+            formats.len()
+        ),
+        (None, formats) => formats
+            .iter()
+            .map(|&f| (f, output_path(input, f)))
+            .collect(),
+    })
 }
 
 /// `trace.nettrace` → `trace.speedscope.json` (and so on).
@@ -186,7 +206,7 @@ fn convert_bytes(
                 File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
             if matches!(format, ConvertFormat::Chrome) {
                 // Several times the trace's size: written by a thread of its own.
-                Box::new(crate::write_behind::WriteBehind::new(file))
+                Box::new(eventpipe_insight::write_behind::WriteBehind::new(file))
             } else {
                 Box::new(file)
             }

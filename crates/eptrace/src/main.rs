@@ -31,8 +31,6 @@ mod progress;
 mod ps;
 mod report;
 mod stream_file;
-mod value_json;
-mod write_behind;
 
 use std::io::{self, Write};
 use std::process::ExitCode;

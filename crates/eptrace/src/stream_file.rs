@@ -82,26 +82,6 @@ pub(crate) type Capture<O, T> = fn(
     &mut dyn FnMut(Report<'_>),
 ) -> Result<T, CaptureError>;
 
-/// The files `formats` go to: `output` for a single format, else names derived from
-/// `input` (`x.nettrace` → `x.speedscope.json`).
-pub(crate) fn targets(
-    input: &Path,
-    formats: &[ConvertFormat],
-    output: Option<&PathBuf>,
-) -> Result<Vec<(ConvertFormat, PathBuf)>> {
-    Ok(match (output, formats) {
-        (Some(out), [format]) => vec![(*format, out.clone())],
-        (Some(_), _) => bail!(
-            "-o names one file; it cannot take {} formats",
-            formats.len()
-        ),
-        (None, formats) => formats
-            .iter()
-            .map(|&f| (f, crate::convert::output_path(input, f)))
-            .collect(),
-    })
-}
-
 /// Writes a snapshot's `profile` in each format (a snapshot has no timeline), saying what
 /// each file holds.
 pub(crate) fn write_profiles(
@@ -114,7 +94,7 @@ pub(crate) fn write_profiles(
     if formats.contains(&ConvertFormat::Chrome) {
         bail!("a heap snapshot has no timeline: choose speedscope, pprof, flamegraph or collapsed");
     }
-    for (format, path) in targets(input, formats, output)? {
+    for (format, path) in crate::convert::targets(input, formats, output)? {
         crate::convert::write_profile_file(format, profile, &path)?;
         let _ = writeln!(
             std::io::stderr().lock(),

@@ -112,13 +112,14 @@ use nettrace::{
     Event, EventHeader, EventMetadata, EventRef, OwnedEvent, TimeOrder, TraceInfo, TraceReader,
     Value,
 };
-use serde::ser::{SerializeMap, SerializeSeq};
+use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
 use crate::async_trace::{AsyncEvent, AsyncFrameId, Decoder, Fact, PollSpan, SpanEnd};
 use crate::builder::FastHash;
 use crate::error::Result;
 use crate::intervals::{self, Lifecycle, Role};
+use crate::json::{Fields, Json, Numbers};
 use crate::symbolize::RUNDOWN_PROVIDER;
 
 /// The file-name suffix the CLI gives this format: `trace.timeline.json`.
@@ -139,7 +140,7 @@ pub const MAX_LIVE_SPANS: usize = 65_536;
 
 /// The largest integer a JavaScript number holds exactly (2^53 − 1): larger ones are
 /// written as strings.
-pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+pub use crate::json::MAX_SAFE_INTEGER;
 
 pub use crate::intervals::{PairRule, PAIR_RULES};
 
@@ -291,61 +292,10 @@ impl Serialize for Integer<i64> {
     }
 }
 
-/// A payload value as JSON: numbers, strings, arrays and objects as such; integers beyond
-/// ±(2^53 − 1) (which JavaScript viewers would round), GUIDs, times, pointers (`0x…`),
-/// decimals and bytes (hex) as their text. Object fields keep their order.
-#[derive(Debug, Clone, Copy)]
-pub struct JsonValue<'a>(pub &'a Value);
-
-impl Serialize for JsonValue<'_> {
-    fn serialize<S: Serializer>(&self, ser: S) -> std::result::Result<S::Ok, S::Error> {
-        match self.0 {
-            Value::Bool(v) => ser.serialize_bool(*v),
-            Value::I8(v) => ser.serialize_i8(*v),
-            Value::U8(v) => ser.serialize_u8(*v),
-            Value::I16(v) => ser.serialize_i16(*v),
-            Value::U16(v) => ser.serialize_u16(*v),
-            Value::I32(v) => ser.serialize_i32(*v),
-            Value::U32(v) => ser.serialize_u32(*v),
-            Value::I64(v) => Integer(*v).serialize(ser),
-            Value::U64(v) => Integer(*v).serialize(ser),
-            // Through the shortest text of the f32, so 0.1f32 reads 0.1, not 0.10000000149.
-            Value::F32(v) => float(ser, v.to_string().parse().unwrap_or(f64::from(*v))),
-            Value::F64(v) => float(ser, *v),
-            Value::String(v) => ser.serialize_str(v),
-            Value::Array(items) => {
-                let mut seq = ser.serialize_seq(Some(items.len()))?;
-                for item in items {
-                    seq.serialize_element(&JsonValue(item))?;
-                }
-                seq.end()
-            }
-            Value::Object(fields) => Fields(fields).serialize(ser),
-            other => ser.collect_str(other),
-        }
-    }
-}
-
-/// JSON has no NaN or infinity: those are written as text.
-fn float<S: Serializer>(ser: S, v: f64) -> std::result::Result<S::Ok, S::Error> {
-    if v.is_finite() {
-        ser.serialize_f64(v)
-    } else {
-        ser.collect_str(&v)
-    }
-}
-
-/// Named values as a JSON object, in their order.
-struct Fields<'a, N>(&'a [(N, Value)]);
-
-impl<N: AsRef<str>> Serialize for Fields<'_, N> {
-    fn serialize<S: Serializer>(&self, ser: S) -> std::result::Result<S::Ok, S::Error> {
-        let mut map = ser.serialize_map(Some(self.0.len()))?;
-        for (name, value) in self.0 {
-            map.serialize_entry(name.as_ref(), &JsonValue(value))?;
-        }
-        map.end()
-    }
+/// A payload value as the timeline writes it ([`crate::json`], integers beyond
+/// ±(2^53 − 1) as text).
+fn json_value(value: &Value) -> Json<'_> {
+    Json::new(value, Numbers::JavaScript)
 }
 
 /// An event's `args`: its decoded payload, or why it did not decode.
@@ -357,7 +307,7 @@ enum Payload<N> {
 impl<N: AsRef<str>> Serialize for Payload<N> {
     fn serialize<S: Serializer>(&self, ser: S) -> std::result::Result<S::Ok, S::Error> {
         match self {
-            Payload::Fields(fields) => Fields(fields).serialize(ser),
+            Payload::Fields(fields) => Fields::new(fields, Numbers::JavaScript).serialize(ser),
             Payload::Error(e) => {
                 let mut map = ser.serialize_map(Some(1))?;
                 map.serialize_entry("decode_error", e)?;
@@ -508,10 +458,10 @@ impl<N: AsRef<str>> Serialize for SliceArgs<'_, N> {
         for field in self.fields() {
             match field {
                 SliceField::Value(name, false, value) => {
-                    map.serialize_entry(name, &JsonValue(value))?
+                    map.serialize_entry(name, &json_value(value))?
                 }
                 SliceField::Value(name, true, value) => {
-                    map.serialize_entry(&format_args!("stop.{name}"), &JsonValue(value))?
+                    map.serialize_entry(&format_args!("stop.{name}"), &json_value(value))?
                 }
                 SliceField::Error(name, e) => map.serialize_entry(name, e)?,
             }
@@ -1798,14 +1748,14 @@ impl HeldInOrder {
 }
 
 /// JSON written by hand for the plain instants, the bulk of most traces: byte for byte
-/// what serde_json writes for the same values through [`JsonEvent`] and [`JsonValue`]
+/// what serde_json writes for the same values through [`JsonEvent`] and [`crate::json::Json`]
 /// (numbers through its own formatter; strings with nothing to escape copied as they are,
-/// any other through its escaper; rare value types through [`JsonValue`] itself).
+/// any other through its escaper; rare value types through [`crate::json::Json`] itself).
 mod json {
     use nettrace::{EventMetadata, FieldDesc, Value, ValueRef};
     use serde_json::ser::{CompactFormatter, Formatter};
 
-    use super::{JsonValue, Micros, MAX_SAFE_INTEGER};
+    use super::{json_value, Micros, MAX_SAFE_INTEGER};
 
     /// Whether `byte` goes into a JSON string as it is (serde_json escapes `"`, `\\` and
     /// control characters; everything else, non-ASCII included, is copied).
@@ -1937,7 +1887,7 @@ mod json {
         }
     }
 
-    /// An owned payload value as [`JsonValue`] writes it.
+    /// An owned payload value as [`crate::json::Json`] writes it.
     pub(super) fn owned_value(buf: &mut Vec<u8>, value: &Value) {
         let mut number = itoa::Buffer::new();
         let digits = match *value {
@@ -1964,7 +1914,7 @@ mod json {
             Value::Guid(ref g) => return guid(buf, g),
             Value::Pointer(p) => return pointer(buf, p),
             _ => {
-                let _ = serde_json::to_writer(buf, &JsonValue(value));
+                let _ = serde_json::to_writer(buf, &json_value(value));
                 return;
             }
         };
@@ -2002,7 +1952,7 @@ mod json {
         }
     }
 
-    /// A payload value as [`JsonValue`] writes its owned form.
+    /// A payload value as [`crate::json::Json`] writes its owned form.
     pub(super) fn value(buf: &mut Vec<u8>, value: ValueRef<'_>) {
         let mut number = itoa::Buffer::new();
         let digits = match value {
@@ -2045,7 +1995,7 @@ mod json {
             }
             other => {
                 let owned: Value = other.to_value();
-                let _ = serde_json::to_writer(buf, &JsonValue(&owned));
+                let _ = serde_json::to_writer(buf, &json_value(&owned));
                 return;
             }
         };
@@ -2145,7 +2095,7 @@ mod tests {
     }
 
     fn json(v: Value) -> String {
-        serde_json::to_string(&JsonValue(&v)).unwrap()
+        serde_json::to_string(&json_value(&v)).unwrap()
     }
 
     #[test]

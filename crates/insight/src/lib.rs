@@ -46,6 +46,8 @@ pub mod flamegraph;
 pub mod gcdump;
 pub mod heap;
 pub mod intervals;
+pub mod json;
+pub mod lines;
 pub mod live_heap;
 pub mod pprof;
 pub mod profile;
@@ -53,6 +55,7 @@ pub mod report;
 pub mod speedscope;
 pub mod symbolize;
 pub mod thread_time;
+pub mod write_behind;
 
 pub use async_trace::{read_async_trace, AsyncTrace, AsyncTraceBuilder};
 pub use builder::{

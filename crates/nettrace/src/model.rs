@@ -93,19 +93,7 @@ impl fmt::Display for FormatVersion {
     }
 }
 
-/// A calendar time as the trace header stores it (a Windows SYSTEMTIME).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[allow(missing_docs)] // the field names say it all
-pub struct SystemTime {
-    pub year: i16,
-    pub month: i16,
-    pub day_of_week: i16,
-    pub day: i16,
-    pub hour: i16,
-    pub minute: i16,
-    pub second: i16,
-    pub millisecond: i16,
-}
+pub use crate::time::SystemTime;
 
 /// Facts about the whole trace, from its Trace object/block.
 #[derive(Debug, Clone, PartialEq, Eq)]

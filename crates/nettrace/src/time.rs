@@ -1,6 +1,19 @@
-//! Calendar conversion for the trace header's SYSTEMTIME, without floating point.
+//! The trace header's calendar time (SYSTEMTIME) and its conversion, without floating
+//! point.
 
-use crate::model::SystemTime;
+/// A calendar time as the trace header stores it (a Windows SYSTEMTIME).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[allow(missing_docs)] // the field names say it all
+pub struct SystemTime {
+    pub year: i16,
+    pub month: i16,
+    pub day_of_week: i16,
+    pub day: i16,
+    pub hour: i16,
+    pub minute: i16,
+    pub second: i16,
+    pub millisecond: i16,
+}
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
 fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {

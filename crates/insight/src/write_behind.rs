@@ -1,6 +1,7 @@
-//! A file written by a thread of its own: the converter formats the next chunk while the
-//! kernel copies the last one into the page cache (a Chrome timeline is about four times
-//! the trace's size, and writing it was a fifth of the conversion).
+//! A file written by a thread of its own, for the large outputs of the converters: the
+//! converter formats the next chunk while the kernel copies the last one into the page
+//! cache (a Chrome timeline is about four times the trace's size, and writing it was a
+//! fifth of the conversion).
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -21,7 +22,8 @@ enum Job {
 /// A [`Write`] whose bytes a second thread writes to a file, in order, in large chunks.
 /// An error of the writing thread is returned by a later `write` or `flush`; `flush` waits
 /// until everything before it is in the file.
-pub(crate) struct WriteBehind {
+#[derive(Debug)]
+pub struct WriteBehind {
     current: Vec<u8>,
     jobs: Option<SyncSender<Job>>,
     /// Emptied buffers and flush answers, with the first error the thread met.
@@ -33,7 +35,8 @@ pub(crate) struct WriteBehind {
 }
 
 impl WriteBehind {
-    pub(crate) fn new(mut file: File) -> WriteBehind {
+    /// Writes to `file` from a thread of its own, started here.
+    pub fn new(mut file: File) -> WriteBehind {
         // Two chunks in flight at most: memory stays a few MiB whatever the output's size.
         let (jobs, incoming) = mpsc::sync_channel::<Job>(2);
         // Unbounded, but it never holds more answers than there are jobs in flight; a

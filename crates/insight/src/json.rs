@@ -1,4 +1,6 @@
-//! Converting decoded payload values ([`nettrace::Value`]) to JSON.
+//! Decoded payload values ([`nettrace::Value`]) as JSON: the one rendering every JSON this
+//! project writes of payloads goes through (`eptrace dump --json`, the Chrome timeline's
+//! `args`).
 //!
 //! The conversion is a [`Serialize`] adapter rather than a `serde_json::Value` builder so
 //! that payload fields and nested objects keep their trace order (a `serde_json::Map`
@@ -6,7 +8,7 @@
 //!
 //! | value | JSON |
 //! | --- | --- |
-//! | integers of any width | numbers (a `u64` stays exact) |
+//! | integers of any width | numbers; with [`Numbers::JavaScript`], those beyond ±(2^53 − 1) as their decimal text |
 //! | floats | numbers; NaN and ±infinity as the strings `"NaN"`, `"inf"`, `"-inf"` |
 //! | bool | bool |
 //! | char, string | string |
@@ -23,19 +25,53 @@ use nettrace::Value;
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 
+/// The largest integer a JavaScript number (an IEEE double) holds exactly, 2^53 − 1.
+pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+/// How integers are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Numbers {
+    /// Every integer as a number: a `u64` stays exact for readers that keep 64-bit
+    /// integers (serde, jq 1.7, Python).
+    Exact,
+    /// Integers beyond ±(2^53 − 1) as their decimal text, which a JavaScript viewer would
+    /// otherwise round (the Chrome timeline's).
+    JavaScript,
+}
+
 /// Serializes one value as described in the module docs.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Json<'a>(pub(crate) &'a Value);
+pub struct Json<'a> {
+    value: &'a Value,
+    numbers: Numbers,
+}
+
+impl<'a> Json<'a> {
+    /// `value`, its integers written as `numbers` says.
+    pub fn new(value: &'a Value, numbers: Numbers) -> Self {
+        Json { value, numbers }
+    }
+}
 
 /// Serializes decoded fields as one JSON object, in field order.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Fields<'a, N>(pub(crate) &'a [(N, Value)]);
+pub struct Fields<'a, N> {
+    fields: &'a [(N, Value)],
+    numbers: Numbers,
+}
+
+impl<'a, N> Fields<'a, N> {
+    /// `fields`, their integers written as `numbers` says.
+    pub fn new(fields: &'a [(N, Value)], numbers: Numbers) -> Self {
+        Fields { fields, numbers }
+    }
+}
 
 impl<N: AsRef<str>> Serialize for Fields<'_, N> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut map = s.serialize_map(Some(self.0.len()))?;
-        for (name, value) in self.0 {
-            map.serialize_entry(name.as_ref(), &Json(value))?;
+        let mut map = s.serialize_map(Some(self.fields.len()))?;
+        for (name, value) in self.fields {
+            map.serialize_entry(name.as_ref(), &Json::new(value, self.numbers))?;
         }
         map.end()
     }
@@ -43,7 +79,8 @@ impl<N: AsRef<str>> Serialize for Fields<'_, N> {
 
 impl Serialize for Json<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self.0 {
+        let safe = self.numbers == Numbers::JavaScript;
+        match self.value {
             Value::Bool(v) => s.serialize_bool(*v),
             Value::I8(v) => s.serialize_i8(*v),
             Value::U8(v) => s.serialize_u8(*v),
@@ -51,6 +88,8 @@ impl Serialize for Json<'_> {
             Value::U16(v) => s.serialize_u16(*v),
             Value::I32(v) => s.serialize_i32(*v),
             Value::U32(v) => s.serialize_u32(*v),
+            Value::I64(v) if safe && v.unsigned_abs() > MAX_SAFE_INTEGER => s.collect_str(v),
+            Value::U64(v) if safe && *v > MAX_SAFE_INTEGER => s.collect_str(v),
             Value::I64(v) => s.serialize_i64(*v),
             Value::U64(v) => s.serialize_u64(*v),
             Value::F32(v) if v.is_finite() => s.serialize_f32(*v),
@@ -63,24 +102,24 @@ impl Serialize for Json<'_> {
             Value::Bytes(b) => s.serialize_str(&hex(b)),
             Value::Decimal(raw) => s.serialize_str(&decimal_to_string(raw)),
             Value::Guid(_) | Value::DateTime(_) | Value::FileTime(_) | Value::SystemTime(_) => {
-                s.collect_str(self.0)
+                s.collect_str(self.value)
             }
             Value::Array(items) => {
                 let mut seq = s.serialize_seq(Some(items.len()))?;
                 for item in items {
-                    seq.serialize_element(&Json(item))?;
+                    seq.serialize_element(&Json::new(item, self.numbers))?;
                 }
                 seq.end()
             }
-            Value::Object(fields) => Fields(fields).serialize(s),
+            Value::Object(fields) => Fields::new(fields, self.numbers).serialize(s),
         }
     }
 }
 
 /// Converts a value to a `serde_json::Value` (objects then sort their keys).
 #[cfg(test)]
-pub(crate) fn to_json(value: &Value) -> serde_json::Value {
-    serde_json::to_value(Json(value)).unwrap_or(serde_json::Value::Null)
+fn to_json(value: &Value) -> serde_json::Value {
+    serde_json::to_value(Json::new(value, Numbers::Exact)).unwrap_or(serde_json::Value::Null)
 }
 
 fn non_finite(v: f64) -> &'static str {
@@ -94,7 +133,7 @@ fn non_finite(v: f64) -> &'static str {
 }
 
 /// Lowercase hex digits of `bytes`, no separators.
-pub(crate) fn hex(bytes: &[u8]) -> String {
+pub fn hex(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len() * 2);
     for b in bytes {
         let _ = write!(out, "{b:02x}");
@@ -105,7 +144,7 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 /// The exact value of a `System.Decimal` from its 16 in-memory bytes: flags (scale in bits
 /// 16..24, sign in bit 31), the high 32 bits of the 96-bit mantissa, then its low 64 bits.
 /// A scale above 28 is not a valid decimal; those bytes come back as hex.
-pub(crate) fn decimal_to_string(raw: &[u8; 16]) -> String {
+pub fn decimal_to_string(raw: &[u8; 16]) -> String {
     let flags = u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
     let hi = u32::from_le_bytes([raw[4], raw[5], raw[6], raw[7]]);
     let lo = u64::from_le_bytes([
@@ -157,6 +196,26 @@ mod tests {
     }
 
     #[test]
+    fn javascript_numbers_keep_what_a_double_cannot_hold_as_text() {
+        let js = |v: Value| serde_json::to_value(Json::new(&v, Numbers::JavaScript)).unwrap();
+        assert_eq!(js(Value::U64(MAX_SAFE_INTEGER)), json!(MAX_SAFE_INTEGER));
+        assert_eq!(
+            js(Value::U64(MAX_SAFE_INTEGER + 1)),
+            json!("9007199254740992")
+        );
+        assert_eq!(
+            js(Value::I64(-(MAX_SAFE_INTEGER as i64))),
+            json!(-9007199254740991i64)
+        );
+        assert_eq!(js(Value::I64(i64::MIN)), json!("-9223372036854775808"));
+        // Nested values follow the same rule.
+        assert_eq!(
+            js(Value::Array(vec![Value::U64(u64::MAX), Value::U64(1)])),
+            json!(["18446744073709551615", 1])
+        );
+    }
+
+    #[test]
     fn nested_keeps_field_order() {
         let v = Value::Object(vec![
             (
@@ -169,7 +228,7 @@ mod tests {
             ),
         ]);
         assert_eq!(
-            serde_json::to_string(&Json(&v)).unwrap(),
+            serde_json::to_string(&Json::new(&v, Numbers::Exact)).unwrap(),
             r#"{"z":[1,"s"],"a":{"inner":-1}}"#
         );
         let fields = vec![
@@ -177,7 +236,7 @@ mod tests {
             ("a".to_owned(), Value::U16(1)),
         ];
         assert_eq!(
-            serde_json::to_string(&Fields(&fields)).unwrap(),
+            serde_json::to_string(&Fields::new(&fields, Numbers::Exact)).unwrap(),
             r#"{"b":2,"a":1}"#
         );
     }
