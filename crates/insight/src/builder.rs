@@ -14,9 +14,7 @@
 
 use std::collections::HashMap;
 
-/// A fast hasher for the per-event maps: the keys come from one trace, not from an
-/// adversary who could aim collisions at it.
-pub(crate) type FastHash = foldhash::fast::RandomState;
+use crate::hash::FastHash;
 
 /// Raw stack ids by the stack's bytes.
 type StackIds = HashMap<Box<[u8]>, u32, FastHash>;

@@ -116,8 +116,8 @@ use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
 use crate::async_trace::{AsyncEvent, AsyncFrameId, Decoder, Fact, PollSpan, SpanEnd};
-use crate::builder::FastHash;
 use crate::error::Result;
+use crate::hash::FastHash;
 use crate::intervals::{self, Lifecycle, Role};
 use crate::json::{Fields, Json, Numbers};
 use crate::symbolize::RUNDOWN_PROVIDER;

@@ -44,6 +44,7 @@ mod error;
 mod fields;
 pub mod flamegraph;
 pub mod gcdump;
+mod hash;
 pub mod heap;
 pub mod intervals;
 pub mod json;

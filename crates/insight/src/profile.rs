@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::builder::FastHash;
+use crate::hash::FastHash;
 
 /// What makes a frame one function: (function, module, file, kind).
 type FrameKey = (String, Option<String>, Option<String>, FrameKind);

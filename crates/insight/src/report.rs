@@ -26,8 +26,7 @@ use serde::Serialize;
 
 use crate::{AsyncTrace, BuiltProfile, ProfileBuilder, SampleSelection};
 
-/// A fast hasher for the maps touched once per event (keys from the trace itself).
-type FastHash = foldhash::fast::RandomState;
+use crate::hash::FastHash;
 
 /// How many events pass between two calls of a pass's progress callback: often enough for
 /// a progress bar and a cancellation check, rarely enough to cost nothing.

@@ -106,7 +106,7 @@ pub struct Symbolizer {
     debug_root: Option<PathBuf>,
     /// Resolved frames (innermost first) by (process when it has mappings, address,
     /// is_return_address).
-    cache: HashMap<(Option<u64>, u64, bool), Resolved, crate::builder::FastHash>,
+    cache: HashMap<(Option<u64>, u64, bool), Resolved, crate::hash::FastHash>,
     /// What every address in no known code resolves to.
     unknown: UnknownFrame,
     /// One line per binary that could not be (fully) used.

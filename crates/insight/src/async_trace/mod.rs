@@ -34,6 +34,7 @@
 //! ```
 
 mod decode;
+mod ids;
 mod model;
 mod records;
 #[cfg(test)]

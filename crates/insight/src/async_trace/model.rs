@@ -7,29 +7,10 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
 
 use super::records::RecordError;
 
-/// An instrumented site's id (`FrameId` in the format; nonzero in a valid trace).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-pub struct AsyncFrameId(pub u32);
-
-/// One instrumented future instance's id (nonzero in a valid trace).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-pub struct ContextId(pub u64);
-
-impl fmt::Display for AsyncFrameId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "frame#{}", self.0)
-    }
-}
-
-impl fmt::Display for ContextId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ctx#{}", self.0)
-    }
-}
+pub use super::ids::{AsyncFrameId, ContextId};
 
 /// What an `AsyncFrame` event says about a site.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -18,7 +18,7 @@
 //! * context and timestamp arithmetic wraps, as the writer's two's-complement deltas do;
 //!   frame ids are range-checked (they are `u32`).
 
-use super::model::{AsyncFrameId, ContextId};
+use super::ids::{AsyncFrameId, ContextId};
 
 /// One decoded record, with its timestamp resolved (ticks of the trace's clock).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,7 +1,5 @@
 //! Commands a client sends and the responses a server gives.
 
-use std::fmt;
-
 use crate::header::{eventpipe, process, server, set, Header};
 use crate::wire::{PayloadReader, PayloadWriter};
 use crate::Error;
@@ -16,45 +14,7 @@ pub const FORMAT_NETTRACE_V6: u32 = 2;
 /// The rundown keyword `CollectTracing2`/`3` imply when rundown is requested.
 pub const DEFAULT_RUNDOWN_KEYWORD: u64 = 0x8002_0139;
 
-/// An HRESULT the server answers with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ServerError(pub u32);
-
-impl ServerError {
-    /// The message could not be decoded.
-    pub const BAD_ENCODING: ServerError = ServerError(0x8013_1384);
-    /// The command set/id is not known.
-    pub const UNKNOWN_COMMAND: ServerError = ServerError(0x8013_1385);
-    /// The magic is wrong.
-    pub const UNKNOWN_MAGIC: ServerError = ServerError(0x8013_1386);
-    /// The command is known but not supported.
-    pub const NOT_SUPPORTED: ServerError = ServerError(0x8013_1515);
-    /// Generic failure.
-    pub const FAIL: ServerError = ServerError(0x8000_4005);
-    /// An argument is invalid.
-    pub const INVALID_ARG: ServerError = ServerError(0x8007_0057);
-
-    fn meaning(self) -> &'static str {
-        match self {
-            Self::BAD_ENCODING => "bad encoding",
-            Self::UNKNOWN_COMMAND => "unknown command",
-            Self::UNKNOWN_MAGIC => "unknown magic",
-            Self::NOT_SUPPORTED => "not supported",
-            Self::FAIL => "failure",
-            Self::INVALID_ARG => "invalid argument",
-            ServerError(0x8013_135b) => "not yet available",
-            ServerError(0x8013_1371) => "runtime uninitialized",
-            ServerError(0x8007_007A) => "insufficient buffer",
-            _ => "unrecognised error code",
-        }
-    }
-}
-
-impl fmt::Display for ServerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:#010x} ({})", self.0, self.meaning())
-    }
-}
+pub use crate::error::ServerError;
 
 /// Which events of a provider to keep after the keyword/level filter (`CollectTracing5`+).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
