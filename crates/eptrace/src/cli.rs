@@ -2,8 +2,8 @@
 //!
 //! These types mirror the flags and nothing else. [`Cli::into_action`] validates them and
 //! turns them into the plain config structs each subcommand takes ([`report::Config`],
-//! [`dump::Config`], [`stress::Config`]), so no clap type reaches the code that does the
-//! work.
+//! [`dump::Config`], [`counters::SessionConfig`]), so no clap type reaches the code that
+//! does the work.
 
 use std::path::PathBuf;
 

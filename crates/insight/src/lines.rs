@@ -5,6 +5,10 @@
 //! what the formatter writes): printing is the cost of dumping a large trace. A JSON line
 //! is one object with the event's header, its stack's addresses and its payload
 //! ([`crate::json`], integers exact).
+//!
+//! The per-line and per-value helpers are `#[inline]`: `text_line` is instantiated in the
+//! caller's crate (it is generic over the reader's kind of event), and a call per value
+//! across the crate boundary would cost what the hand-written formatting saves.
 
 use std::io::Write;
 
@@ -37,6 +41,7 @@ pub trait LineEvent<'r> {
 }
 
 /// Frames in a stack of `bytes`, as `stack_ips` walks it: 4-byte pointers, else 8.
+#[inline]
 fn frames_in(bytes: &[u8], pointer_size: u32) -> usize {
     bytes.len() / if pointer_size == 4 { 4 } else { 8 }
 }
@@ -131,6 +136,7 @@ pub fn text_line<'r>(line: &mut Vec<u8>, e: &impl LineEvent<'r>, msec: f64, payl
 
 /// `msec` as `{:>12.4}` writes it (the same digits, by the same rounding: the exact
 /// value of the double, ties to even), without the float formatter's slow exact path.
+#[inline]
 fn write_msec(line: &mut Vec<u8>, msec: f64) {
     let Some(v) = ten_thousandths(msec) else {
         let _ = write!(line, "{msec:>12.4}");
@@ -158,6 +164,7 @@ fn write_msec(line: &mut Vec<u8>, msec: f64) {
 
 /// `x × 10⁴` rounded to an integer exactly as the formatter rounds (the double's exact
 /// value, ties to even); `None` when it is not finite or too large for this path.
+#[inline]
 fn ten_thousandths(x: f64) -> Option<i64> {
     if !x.is_finite() || x.abs() >= 1e12 {
         return None;
@@ -193,6 +200,7 @@ fn ten_thousandths(x: f64) -> Option<i64> {
 
 /// A value as text, written into `line`; quoted (with Rust escapes) when it would not read
 /// as one token.
+#[inline]
 fn write_text_value(line: &mut Vec<u8>, v: &nettrace::ValueRef<'_>) {
     use nettrace::ValueRef;
     let start = line.len();
@@ -247,6 +255,7 @@ fn write_text_value(line: &mut Vec<u8>, v: &nettrace::ValueRef<'_>) {
 /// ones: two decimals of 15 digits never read as the same double, so there is only one.
 /// Beyond that, two may tie, and Ryū and the formatter break ties differently; those, and
 /// the exponents Ryū writes for very large and small numbers, are left to the formatter.
+#[inline]
 fn write_f64(line: &mut Vec<u8>, x: f64) {
     if write_short_f64(line, x) {
         return;
@@ -273,6 +282,7 @@ fn write_f64(line: &mut Vec<u8>, x: f64) {
 /// value is then the shortest text that reads back as `x` (no other decimal of 15 digits
 /// reads as the same double), so it is what `{x}` writes. Returns false, having written
 /// nothing, for any other `x`.
+#[inline]
 fn write_short_f64(line: &mut Vec<u8>, x: f64) -> bool {
     const LIMIT: u64 = 1_000_000_000_000_000; // 10^15
     if !x.is_finite() {
@@ -336,6 +346,7 @@ fn write_short_f64(line: &mut Vec<u8>, x: f64) -> bool {
 const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
 
 /// `{:x}`: lower-case hex without leading zeros.
+#[inline]
 fn write_hex(line: &mut Vec<u8>, value: u64) {
     let digits = (16 - value.leading_zeros() as usize / 4).max(1);
     for i in (0..digits).rev() {
@@ -344,6 +355,7 @@ fn write_hex(line: &mut Vec<u8>, value: u64) {
 }
 
 /// `width` lower-case hex digits of `value`, zero-padded.
+#[inline]
 fn write_hex_fixed(line: &mut Vec<u8>, value: u64, width: usize) {
     for i in (0..width).rev() {
         line.push(HEX_DIGITS[(value >> (i * 4)) as usize & 0xf]);
@@ -351,6 +363,7 @@ fn write_hex_fixed(line: &mut Vec<u8>, value: u64, width: usize) {
 }
 
 /// A GUID as its `Display` writes it: `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+#[inline]
 fn write_guid(line: &mut Vec<u8>, guid: &nettrace::Guid) {
     let b = &guid.0;
     write_hex_fixed(line, u32::from_le_bytes([b[0], b[1], b[2], b[3]]).into(), 8);
@@ -371,6 +384,7 @@ fn write_guid(line: &mut Vec<u8>, guid: &nettrace::Guid) {
 /// string: as is when it reads as one token, else quoted with `"` and `\\` escaped (all
 /// that `{:?}` escapes in printable ASCII). Returns false, having written nothing, for
 /// any other string.
+#[inline]
 fn write_ascii_utf16(line: &mut Vec<u8>, s: &nettrace::Utf16Str<'_>) -> bool {
     let bytes = s.as_bytes();
     let units = bytes.chunks_exact(2);
