@@ -6,7 +6,8 @@
 
 use std::mem::MaybeUninit;
 
-use crate::payload::PayloadWriter;
+use crate::payload::{PayloadBuffer, PayloadValues};
+use crate::payload_writer::PayloadWriter;
 use crate::provider::{EventDescriptor, FieldKind, FieldSpec, UNREGISTERED};
 
 impl EventDescriptor {
@@ -29,13 +30,41 @@ impl EventDescriptor {
         crate::registry::register_event(self) != 0
     }
 
-    /// Writes the event if enabled; `fill` encodes the payload fields in declaration order.
+    /// Writes the event if enabled; `fill` puts the payload fields in declaration order.
     /// Does not allocate unless the payload exceeds 1 KiB.
+    ///
+    /// A fill that breaks the declared layout (a value of another kind than its field, too
+    /// many values or too few) writes nothing: readers would misparse every field after the
+    /// break. A debug build panics there instead, naming the event and the field.
     #[inline]
-    pub fn write_with(&'static self, fill: impl FnOnce(&mut PayloadWriter)) {
+    pub fn write_with(&'static self, fill: impl FnOnce(&mut PayloadWriter<'_>)) {
         let mask = self.mask();
         if mask != 0 {
-            self.write_enabled(mask, None, fill);
+            self.write_enabled(mask, None, |buffer| self.checked(buffer, fill));
+        }
+    }
+
+    /// Runs an untyped write's `fill` over `buffer`; whether its payload keeps the layout.
+    #[inline(always)]
+    fn checked(
+        &'static self,
+        buffer: &mut PayloadBuffer,
+        fill: impl FnOnce(&mut PayloadWriter<'_>),
+    ) -> bool {
+        let mut writer = PayloadWriter::new(buffer, self.fields);
+        fill(&mut writer);
+        match writer.finish() {
+            Ok(()) => true,
+            Err(mismatch) => {
+                if cfg!(debug_assertions) {
+                    panic!(
+                        "event {}/{} not written: {mismatch}",
+                        self.provider.name(),
+                        self.name
+                    );
+                }
+                false
+            }
         }
     }
 
@@ -52,7 +81,10 @@ impl EventDescriptor {
             Some(size) if size <= crate::writer::MAX_FIXED_PAYLOAD => {
                 self.write_fixed(mask, values);
             }
-            _ => self.write_enabled(mask, None, |w| values.encode(w)),
+            _ => self.write_enabled(mask, None, |buffer| {
+                values.encode(buffer);
+                true
+            }),
         }
     }
 
@@ -98,10 +130,14 @@ impl EventDescriptor {
     /// records the event gets this stack, whether or not it asked for stacks: the stack is
     /// the point of such events (a profiler's samples).
     #[inline]
-    pub fn write_with_stack(&'static self, stack: &[usize], fill: impl FnOnce(&mut PayloadWriter)) {
+    pub fn write_with_stack(
+        &'static self,
+        stack: &[usize],
+        fill: impl FnOnce(&mut PayloadWriter<'_>),
+    ) {
         let mask = self.mask();
         if mask != 0 {
-            self.write_enabled_with_stack(mask, None, stack, fill);
+            self.write_enabled_with_stack(mask, None, stack, |buffer| self.checked(buffer, fill));
         }
     }
 
@@ -115,11 +151,13 @@ impl EventDescriptor {
         &'static self,
         subject_os_tid: u64,
         stack: &[usize],
-        fill: impl FnOnce(&mut PayloadWriter),
+        fill: impl FnOnce(&mut PayloadWriter<'_>),
     ) {
         let mask = self.mask();
         if mask != 0 {
-            self.write_enabled_with_stack(mask, Some(subject_os_tid), stack, fill);
+            self.write_enabled_with_stack(mask, Some(subject_os_tid), stack, |buffer| {
+                self.checked(buffer, fill)
+            });
         }
     }
 
@@ -129,7 +167,7 @@ impl EventDescriptor {
         mask: u64,
         subject: Option<u64>,
         stack: &[usize],
-        fill: impl FnOnce(&mut PayloadWriter),
+        fill: impl FnOnce(&mut PayloadBuffer) -> bool,
     ) {
         let given = crate::writer::GivenStack {
             stack: crate::stack::encode_ips(stack),
@@ -145,7 +183,7 @@ impl EventDescriptor {
         &'static self,
         mask: u64,
         activity: Option<(crate::Guid, crate::Guid)>,
-        fill: impl FnOnce(&mut PayloadWriter),
+        fill: impl FnOnce(&mut PayloadBuffer) -> bool,
     ) {
         self.encode(mask, fill, |mask, payload| match activity {
             None => crate::writer::write_plain_event(self, mask, payload),
@@ -154,12 +192,12 @@ impl EventDescriptor {
     }
 
     /// Registers the event on its first write, encodes the payload on the stack and hands
-    /// it to `write` with the sessions' mask.
+    /// it to `write` with the sessions' mask, unless `fill` says the payload is spoilt.
     #[inline(always)]
     fn encode(
         &'static self,
         mut mask: u64,
-        fill: impl FnOnce(&mut PayloadWriter),
+        fill: impl FnOnce(&mut PayloadBuffer) -> bool,
         write: impl FnOnce(u64, &[u8]),
     ) {
         if mask == UNREGISTERED {
@@ -168,10 +206,11 @@ impl EventDescriptor {
                 return;
             }
         }
-        let mut slot = MaybeUninit::<PayloadWriter>::uninit();
-        let payload = PayloadWriter::init_in(&mut slot);
-        fill(payload);
-        write(mask, payload.as_bytes());
+        let mut slot = MaybeUninit::<PayloadBuffer>::uninit();
+        let payload = PayloadBuffer::init_in(&mut slot);
+        if fill(payload) {
+            write(mask, payload.as_bytes());
+        }
         // SAFETY: `init_in` initialised the writer; it is dropped exactly once, here.
         unsafe { slot.assume_init_drop() };
     }
@@ -182,19 +221,29 @@ impl EventDescriptor {
         &'static self,
         activity: impl Into<crate::Guid>,
         related: impl Into<crate::Guid>,
-        fill: impl FnOnce(&mut PayloadWriter),
+        fill: impl FnOnce(&mut PayloadWriter<'_>),
     ) {
         let mask = self.mask();
         if mask != 0 {
-            self.write_enabled(mask, Some((activity.into(), related.into())), fill);
+            let activity = Some((activity.into(), related.into()));
+            self.write_enabled(mask, activity, |buffer| self.checked(buffer, fill));
         }
     }
 }
 
 /// A declared event whose fields' types are `F`, a tuple (`(u64, &str)`): what
 /// [`define_event!`](crate::define_event) declares. [`write`](Self::write) takes exactly
-/// those types, so rustc rejects a value of another type and infers a literal's; everything
-/// else is the [`EventDescriptor`]'s, which this derefs to.
+/// those types, so rustc rejects a value of another type and infers a literal's. It offers
+/// no untyped write (the [`descriptor`](Self::descriptor)'s are checked as they run):
+///
+/// ```compile_fail
+/// use eventpipe_core::{define_event, Level, Provider};
+/// static P: Provider = Provider::new("P");
+/// define_event! {
+///     static TICK = P { id: 1, name: "Tick", level: Level::Informational, keywords: 0 } (n: u64);
+/// }
+/// TICK.write_with(|w| w.put(&7u32));
+/// ```
 pub struct Event<F> {
     descriptor: EventDescriptor,
     fields: std::marker::PhantomData<fn(F)>,
@@ -229,16 +278,71 @@ impl<F: crate::payload::EventFields> Event<F> {
         self.descriptor.write_values(values);
     }
 
-    /// The untyped descriptor.
-    pub const fn descriptor(&'static self) -> &'static EventDescriptor {
-        &self.descriptor
+    /// Like [`write`](Self::write), with a stack the caller captured (instruction pointers,
+    /// leaf first); see [`EventDescriptor::write_with_stack`].
+    #[inline]
+    pub fn write_with_stack(&'static self, stack: &[usize], values: F::Args<'_>) {
+        let mask = self.descriptor.mask();
+        if mask != 0 {
+            self.descriptor
+                .write_enabled_with_stack(mask, None, stack, |buffer| {
+                    values.encode(buffer);
+                    true
+                });
+        }
     }
-}
 
-impl<F> std::ops::Deref for Event<F> {
-    type Target = EventDescriptor;
+    /// Like [`write_with_stack`](Self::write_with_stack), for an event about thread
+    /// `subject_os_tid`; see [`EventDescriptor::write_about_thread`].
+    #[inline]
+    pub fn write_about_thread(
+        &'static self,
+        subject_os_tid: u64,
+        stack: &[usize],
+        values: F::Args<'_>,
+    ) {
+        let mask = self.descriptor.mask();
+        if mask != 0 {
+            self.descriptor
+                .write_enabled_with_stack(mask, Some(subject_os_tid), stack, |buffer| {
+                    values.encode(buffer);
+                    true
+                });
+        }
+    }
 
-    fn deref(&self) -> &EventDescriptor {
+    /// Like [`write`](Self::write), with an activity id and related activity id.
+    #[inline]
+    pub fn write_with_activity(
+        &'static self,
+        activity: impl Into<crate::Guid>,
+        related: impl Into<crate::Guid>,
+        values: F::Args<'_>,
+    ) {
+        let mask = self.descriptor.mask();
+        if mask != 0 {
+            let activity = Some((activity.into(), related.into()));
+            self.descriptor.write_enabled(mask, activity, |buffer| {
+                values.encode(buffer);
+                true
+            });
+        }
+    }
+
+    /// Whether any session records this event: one relaxed load and a branch.
+    #[inline(always)]
+    pub fn is_enabled(&self) -> bool {
+        self.descriptor.is_enabled()
+    }
+
+    /// Registers the event now rather than on its first write; see
+    /// [`EventDescriptor::register`].
+    pub fn register(&'static self) -> bool {
+        self.descriptor.register()
+    }
+
+    /// The untyped descriptor: what the event declares.
+    pub const fn descriptor(&'static self) -> &'static EventDescriptor {
         &self.descriptor
     }
 }
@@ -268,7 +372,7 @@ const fn same_kinds(kinds: &[FieldKind], fields: &[FieldSpec]) -> bool {
 impl FieldKind {
     /// A number per kind, comparable in a `const fn`; a struct has none a declared field
     /// type could match.
-    const fn code(&self) -> u8 {
+    pub(crate) const fn code(&self) -> u8 {
         match self {
             FieldKind::Bool => 0,
             FieldKind::U8 => 1,

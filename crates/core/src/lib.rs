@@ -45,6 +45,8 @@ mod guid;
 pub mod manager;
 #[cfg(not(eventpipe_loom))]
 mod payload;
+#[cfg(not(eventpipe_loom))]
+mod payload_writer;
 
 mod platform;
 #[cfg(not(eventpipe_loom))]
@@ -57,6 +59,8 @@ pub mod recording;
 #[cfg(not(eventpipe_loom))]
 #[doc(hidden)]
 pub mod registry;
+#[cfg(not(eventpipe_loom))]
+pub mod server;
 #[cfg(not(eventpipe_loom))]
 #[doc(hidden)]
 pub mod stack;
@@ -79,13 +83,17 @@ pub use event::Event;
 #[cfg(not(eventpipe_loom))]
 pub use guid::{event_source_guid, Guid};
 #[cfg(not(eventpipe_loom))]
-pub use payload::{EventFields, FieldType, PayloadField, PayloadWriter};
+pub use payload::{EventFields, FieldType, PayloadField};
+#[cfg(not(eventpipe_loom))]
+pub use payload_writer::PayloadWriter;
 #[cfg(not(eventpipe_loom))]
 pub use provider::{EnableChange, EventDescriptor, FieldKind, FieldSpec, Level, Provider};
 #[cfg(not(eventpipe_loom))]
 pub use recording::SessionStats;
 #[cfg(not(eventpipe_loom))]
 pub use registry::MAX_SESSIONS;
+#[cfg(not(eventpipe_loom))]
+pub use writer::current_os_tid;
 
 #[cfg(eventpipe_loom)]
 #[doc(hidden)]

@@ -6,10 +6,11 @@ use std::mem::MaybeUninit;
 
 use crate::provider::FieldKind;
 
-/// Encodes payload fields; backed by a 1 KiB stack buffer that spills to the heap only for
-/// larger payloads. The inline buffer is left uninitialised: zeroing 1 KiB per write cost a
+/// A payload's bytes as they are encoded: a 1 KiB stack buffer that spills to the heap only
+/// for larger payloads. Only this crate writes into one: code outside it puts fields through
+/// a [`PayloadWriter`](crate::PayloadWriter), which holds them to the declared layout. The inline buffer is left uninitialised: zeroing 1 KiB per write cost a
 /// fifth of an enabled write.
-pub struct PayloadWriter {
+pub struct PayloadBuffer {
     inline: [MaybeUninit<u8>; INLINE],
     /// Bytes of `inline` written so far; `inline[..len]` is initialised.
     len: usize,
@@ -18,24 +19,24 @@ pub struct PayloadWriter {
 
 const INLINE: usize = 1024;
 
-impl std::fmt::Debug for PayloadWriter {
+impl std::fmt::Debug for PayloadBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PayloadWriter")
+        f.debug_struct("PayloadBuffer")
             .field("bytes", &self.as_bytes())
             .finish()
     }
 }
 
-impl PayloadWriter {
+impl PayloadBuffer {
     /// Initialises a writer in place. Building one by value and moving it made the
     /// compiler zero the whole 1 KiB inline buffer on every write; in place, only `len` and
     /// `spill` are written and the buffer stays uninitialised.
     #[inline]
-    pub(crate) fn init_in(slot: &mut MaybeUninit<PayloadWriter>) -> &mut PayloadWriter {
+    pub(crate) fn init_in(slot: &mut MaybeUninit<PayloadBuffer>) -> &mut PayloadBuffer {
         let p = slot.as_mut_ptr();
         // `inline` holds `MaybeUninit<u8>`, for which any contents (including none) are
         // valid, so the whole value is initialised once both fields are written here.
-        // SAFETY: `p` points to writable memory for a `PayloadWriter`.
+        // SAFETY: `p` points to writable memory for a `PayloadBuffer`.
         unsafe {
             std::ptr::addr_of_mut!((*p).len).write(0);
             std::ptr::addr_of_mut!((*p).spill).write(Vec::new());
@@ -45,7 +46,7 @@ impl PayloadWriter {
 
     /// Appends raw bytes.
     #[inline]
-    pub fn bytes(&mut self, b: &[u8]) {
+    pub(crate) fn bytes(&mut self, b: &[u8]) {
         if self.spill.is_empty() && self.len + b.len() <= INLINE {
             // SAFETY: `len + b.len() <= INLINE`, so the destination is inside `inline`; the
             // source is a distinct borrowed slice, so they do not overlap.
@@ -69,12 +70,6 @@ impl PayloadWriter {
             self.spill = written;
         }
         self.spill.extend_from_slice(b);
-    }
-
-    /// Appends one field value.
-    #[inline]
-    pub fn put<T: PayloadField + ?Sized>(&mut self, value: &T) {
-        value.encode(self);
     }
 
     #[inline]
@@ -108,7 +103,7 @@ mod sealed {
 /// struct Celsius(f64);
 /// impl eventpipe_core::PayloadField for Celsius {
 ///     const KIND: eventpipe_core::FieldKind = eventpipe_core::FieldKind::F64;
-///     fn encode(&self, w: &mut eventpipe_core::PayloadWriter) {
+///     fn encode(&self, w: &mut eventpipe_core::PayloadBuffer) {
 ///         eventpipe_core::PayloadField::encode(&self.0, w)
 ///     }
 /// }
@@ -121,8 +116,10 @@ pub trait PayloadField: sealed::Sealed {
     /// also implements [`encode_fixed`](Self::encode_fixed).
     #[doc(hidden)]
     const FIXED_SIZE: Option<usize> = None;
-    /// Appends the encoded value.
-    fn encode(&self, w: &mut PayloadWriter);
+    /// Appends the encoded value. Only this crate can call it: the buffer is not reachable
+    /// from outside, where fields go through a [`PayloadWriter`](crate::PayloadWriter).
+    #[doc(hidden)]
+    fn encode(&self, w: &mut PayloadBuffer);
     /// Writes the encoded value into `dst`, which is `FIXED_SIZE` bytes long; called only
     /// when `FIXED_SIZE` is set.
     #[doc(hidden)]
@@ -146,7 +143,7 @@ macro_rules! le_field {
             const KIND: FieldKind = FieldKind::$k;
             const FIXED_SIZE: Option<usize> = Some(std::mem::size_of::<$t>());
             #[inline]
-            fn encode(&self, w: &mut PayloadWriter) {
+            fn encode(&self, w: &mut PayloadBuffer) {
                 w.bytes(&self.to_le_bytes());
             }
             #[inline(always)]
@@ -163,7 +160,7 @@ impl PayloadField for bool {
     const KIND: FieldKind = FieldKind::Bool;
     const FIXED_SIZE: Option<usize> = Some(4);
     #[inline]
-    fn encode(&self, w: &mut PayloadWriter) {
+    fn encode(&self, w: &mut PayloadBuffer) {
         w.bytes(&u32::from(*self).to_le_bytes());
     }
     #[inline(always)]
@@ -176,7 +173,7 @@ impl sealed::Sealed for str {}
 impl PayloadField for str {
     const KIND: FieldKind = FieldKind::Str;
     #[inline]
-    fn encode(&self, w: &mut PayloadWriter) {
+    fn encode(&self, w: &mut PayloadBuffer) {
         let mut units = [0u8; 64];
         if self.is_ascii() {
             // Each byte is its own UTF-16 unit: widen 32 at a time, no decoding.
@@ -218,7 +215,7 @@ impl sealed::Sealed for &str {}
 impl PayloadField for &str {
     const KIND: FieldKind = FieldKind::Str;
     #[inline]
-    fn encode(&self, w: &mut PayloadWriter) {
+    fn encode(&self, w: &mut PayloadBuffer) {
         (**self).encode(w);
     }
 }
@@ -227,7 +224,7 @@ impl sealed::Sealed for String {}
 impl PayloadField for String {
     const KIND: FieldKind = FieldKind::Str;
     #[inline]
-    fn encode(&self, w: &mut PayloadWriter) {
+    fn encode(&self, w: &mut PayloadBuffer) {
         self.as_str().encode(w);
     }
 }
@@ -239,7 +236,7 @@ macro_rules! guid_field {
             const KIND: FieldKind = FieldKind::Guid;
             const FIXED_SIZE: Option<usize> = Some(16);
             #[inline]
-            fn encode(&self, w: &mut PayloadWriter) {
+            fn encode(&self, w: &mut PayloadBuffer) {
                 w.bytes(&self.0);
             }
             #[inline(always)]
@@ -262,7 +259,7 @@ macro_rules! slice_field {
         impl PayloadField for [$t] {
             const KIND: FieldKind = FieldKind::$k;
             #[inline]
-            fn encode(&self, w: &mut PayloadWriter) {
+            fn encode(&self, w: &mut PayloadBuffer) {
                 let n = self.len().min(usize::from(u16::MAX));
                 w.bytes(&(n as u16).to_le_bytes());
                 // Staged through a stack chunk: one `bytes` call per element made a 16 KiB
@@ -285,7 +282,7 @@ macro_rules! slice_field {
         impl PayloadField for &[$t] {
             const KIND: FieldKind = FieldKind::$k;
             #[inline]
-            fn encode(&self, w: &mut PayloadWriter) {
+            fn encode(&self, w: &mut PayloadBuffer) {
                 (**self).encode(w);
             }
         }
@@ -296,7 +293,7 @@ impl sealed::Sealed for [u8] {}
 impl PayloadField for [u8] {
     const KIND: FieldKind = FieldKind::Bytes;
     #[inline]
-    fn encode(&self, w: &mut PayloadWriter) {
+    fn encode(&self, w: &mut PayloadBuffer) {
         let n = self.len().min(usize::from(u16::MAX));
         w.bytes(&(n as u16).to_le_bytes());
         w.bytes(&self[..n]);
@@ -307,7 +304,7 @@ impl sealed::Sealed for &[u8] {}
 impl PayloadField for &[u8] {
     const KIND: FieldKind = FieldKind::Bytes;
     #[inline]
-    fn encode(&self, w: &mut PayloadWriter) {
+    fn encode(&self, w: &mut PayloadBuffer) {
         (**self).encode(w);
     }
 }
@@ -321,7 +318,7 @@ pub trait PayloadValues: sealed::Sealed {
     /// The payload's size when every field's is fixed.
     const FIXED_SIZE: Option<usize>;
     /// Appends every field in order.
-    fn encode(&self, w: &mut PayloadWriter);
+    fn encode(&self, w: &mut PayloadBuffer);
     /// Writes every field in order into `dst`, `FIXED_SIZE` bytes long.
     fn encode_fixed(&self, dst: &mut [u8]);
 }
@@ -401,7 +398,7 @@ macro_rules! payload_values {
 
             #[inline(always)]
             #[allow(non_snake_case, unused_variables)]
-            fn encode(&self, w: &mut PayloadWriter) {
+            fn encode(&self, w: &mut PayloadBuffer) {
                 let ($($field,)*) = self;
                 $($field.encode(w);)*
             }
@@ -453,7 +450,7 @@ mod tests {
     #[test]
     fn payloads_past_the_inline_buffer_spill_intact() {
         let mut slot = MaybeUninit::uninit();
-        let w = PayloadWriter::init_in(&mut slot);
+        let w = PayloadBuffer::init_in(&mut slot);
         let a: Vec<u8> = (0..700u32).map(|i| i as u8).collect();
         let b: Vec<u8> = (0..700u32).map(|i| (i * 7) as u8).collect();
         w.bytes(&a);
@@ -463,8 +460,8 @@ mod tests {
         // SAFETY: initialised by `init_in`, dropped once.
         unsafe { slot.assume_init_drop() };
         let mut slot = MaybeUninit::uninit();
-        let s = PayloadWriter::init_in(&mut slot);
-        s.put("x".repeat(2000).as_str());
+        let s = PayloadBuffer::init_in(&mut slot);
+        PayloadField::encode("x".repeat(2000).as_str(), s);
         assert_eq!(s.as_bytes().len(), 2 * 2001);
         // SAFETY: as above.
         unsafe { slot.assume_init_drop() };
@@ -472,8 +469,8 @@ mod tests {
 
     fn encoded<T: PayloadField + ?Sized>(value: &T) -> Vec<u8> {
         let mut slot = MaybeUninit::uninit();
-        let w = PayloadWriter::init_in(&mut slot);
-        w.put(value);
+        let w = PayloadBuffer::init_in(&mut slot);
+        PayloadField::encode(value, w);
         let out = w.as_bytes().to_vec();
         // SAFETY: initialised by `init_in`, dropped once.
         unsafe { slot.assume_init_drop() };
@@ -483,7 +480,7 @@ mod tests {
     /// The bytes of `values` through the staging encoder and through the in-place one.
     fn both_encodings<V: PayloadValues>(values: V) -> (Vec<u8>, Option<Vec<u8>>) {
         let mut slot = MaybeUninit::uninit();
-        let w = PayloadWriter::init_in(&mut slot);
+        let w = PayloadBuffer::init_in(&mut slot);
         values.encode(w);
         let staged = w.as_bytes().to_vec();
         // SAFETY: initialised by `init_in`, dropped once.

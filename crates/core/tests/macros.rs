@@ -47,6 +47,6 @@ fn each_argument_is_evaluated_once_and_values_only_when_enabled() {
         (4, 1),
         "disabled: the values are not evaluated"
     );
-    assert_eq!(HIT.provider.name(), "Test-Macros");
-    assert_eq!(HIT.fields.len(), 2);
+    assert_eq!(HIT.descriptor().provider.name(), "Test-Macros");
+    assert_eq!(HIT.descriptor().fields.len(), 2);
 }

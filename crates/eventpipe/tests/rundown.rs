@@ -150,7 +150,7 @@ fn a_given_stack_is_recorded_as_given() {
         FormatVersion::V5,
         false,
         || {
-            SAMPLE.write_with_stack(&ips, |p| p.put(&7u64));
+            SAMPLE.write_with_stack(&ips, (7,));
             write_event!(SAMPLE, 8u64);
         },
     );
@@ -187,8 +187,8 @@ fn an_event_about_another_thread_is_attributed_to_it() {
                 let subject = rx.recv().unwrap();
                 // SAFETY: gettid has no preconditions.
                 let sampler = unsafe { libc::gettid() } as u64;
-                SAMPLE.write_about_thread(subject, &[0x1234, 0x5678], |p| p.put(&1u64));
-                SAMPLE.write_about_thread(subject, &[0x1234], |p| p.put(&2u64));
+                SAMPLE.write_about_thread(subject, &[0x1234, 0x5678], (1,));
+                SAMPLE.write_about_thread(subject, &[0x1234], (2u64,));
                 done_tx.send(()).unwrap();
                 sampled.join().unwrap();
                 ids = (subject, sampler);

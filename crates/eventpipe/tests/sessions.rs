@@ -704,7 +704,7 @@ fn activity_ids_reach_the_trace_in_both_formats() {
         )
         .unwrap();
         for n in 0..3u32 {
-            STEP.write_with_activity(activity, related, |p| p.put(&n));
+            STEP.write_with_activity(activity, related, (n,));
         }
         write_event!(STEP, 9u32);
         session.stop().unwrap();

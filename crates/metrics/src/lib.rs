@@ -12,13 +12,13 @@
 //! The counters belong to the provider [`DEFAULT_PROVIDER`] (`Metrics`; a fixed name, so a
 //! tool can ask for it without knowing the program), or to the one named with
 //! [`install_under`]. A session publishes them with `EventCounterIntervalSec=N` like any
-//! eventpipe counter (see `eventpipe::counters`).
+//! eventpipe counter (see `eventpipe_core::counters`).
 //!
 //! | `metrics` | eventpipe | published as |
 //! |---|---|---|
-//! | counter | [`eventpipe::Counter`] | `Sum`: the increase over the interval |
-//! | gauge | [`eventpipe::Gauge`] (set, increment, decrement) | `Mean`: the value |
-//! | histogram | [`eventpipe::Histogram`] | `Mean`: count, mean, deviation, min, max; percentiles in `Metadata` |
+//! | counter | [`eventpipe_core::Counter`] | `Sum`: the increase over the interval |
+//! | gauge | [`eventpipe_core::Gauge`] (set, increment, decrement) | `Mean`: the value |
+//! | histogram | [`eventpipe_core::Histogram`] | `Mean`: count, mean, deviation, min, max; percentiles in `Metadata` |
 //!
 //! Each name and label set is one series, one eventpipe counter: its `Name` and
 //! `DisplayName` are the metric's name as given, its labels go into `Metadata` as
@@ -65,6 +65,7 @@ pub fn install() -> Result<(), InstallError> {
 /// Installs the recorder as the global `metrics` recorder, its counters under the
 /// provider called `provider`.
 pub fn install_under(provider: &str) -> Result<(), InstallError> {
+    eventpipe_core::server::warn_if_unserved("eventpipe-metrics' recorder");
     metrics::set_global_recorder(EventPipeRecorder::new(provider))
         .map_err(|_| InstallError::AlreadyInstalled)
 }
@@ -72,7 +73,7 @@ pub fn install_under(provider: &str) -> Result<(), InstallError> {
 /// The recorder: one eventpipe counter per metric name and label set.
 #[derive(Debug)]
 pub struct EventPipeRecorder {
-    provider: &'static eventpipe::Provider,
+    provider: &'static eventpipe_core::Provider,
     series: RwLock<Series>,
     descriptions: Mutex<HashMap<String, (Option<Unit>, String)>>,
 }
@@ -89,19 +90,19 @@ impl EventPipeRecorder {
     /// that compose recorders; [`install_under`] is the usual way).
     pub fn new(provider: &str) -> Self {
         EventPipeRecorder {
-            provider: eventpipe::counters::dynamic::provider(provider),
+            provider: eventpipe_core::counters::dynamic::provider(provider),
             series: RwLock::default(),
             descriptions: Mutex::default(),
         }
     }
 
-    fn info(&self, key: &Key) -> eventpipe::CounterInfo {
+    fn info(&self, key: &Key) -> eventpipe_core::CounterInfo {
         let descriptions = self.descriptions.lock().unwrap_or_else(|p| p.into_inner());
         let (unit, description) = descriptions
             .get(key.name())
             .map(|(u, d)| (u.map_or("", |u| u.as_canonical_label()), d.as_str()))
             .unwrap_or(("", ""));
-        eventpipe::counters::dynamic::info(
+        eventpipe_core::counters::dynamic::info(
             key.name(),
             key.name(),
             unit,
@@ -173,7 +174,7 @@ impl Recorder for EventPipeRecorder {
                 key,
                 |s| &mut s.counters,
                 || {
-                    CounterHandle(eventpipe::counters::dynamic::counter(
+                    CounterHandle(eventpipe_core::counters::dynamic::counter(
                         self.provider,
                         self.info(key),
                     ))
@@ -189,7 +190,7 @@ impl Recorder for EventPipeRecorder {
                 key,
                 |s| &mut s.gauges,
                 || {
-                    GaugeHandle(eventpipe::counters::dynamic::gauge(
+                    GaugeHandle(eventpipe_core::counters::dynamic::gauge(
                         self.provider,
                         self.info(key),
                     ))
@@ -205,7 +206,7 @@ impl Recorder for EventPipeRecorder {
                 key,
                 |s| &mut s.histograms,
                 || {
-                    HistogramHandle(eventpipe::counters::dynamic::histogram(
+                    HistogramHandle(eventpipe_core::counters::dynamic::histogram(
                         self.provider,
                         self.info(key),
                     ))
@@ -217,7 +218,7 @@ impl Recorder for EventPipeRecorder {
 }
 
 #[derive(Debug)]
-struct CounterHandle(&'static eventpipe::Counter);
+struct CounterHandle(&'static eventpipe_core::Counter);
 
 impl CounterFn for CounterHandle {
     fn increment(&self, value: u64) {
@@ -234,7 +235,7 @@ impl CounterFn for CounterHandle {
 }
 
 #[derive(Debug)]
-struct GaugeHandle(&'static eventpipe::Gauge);
+struct GaugeHandle(&'static eventpipe_core::Gauge);
 
 impl GaugeFn for GaugeHandle {
     fn increment(&self, value: f64) {
@@ -251,7 +252,7 @@ impl GaugeFn for GaugeHandle {
 }
 
 #[derive(Debug)]
-struct HistogramHandle(&'static eventpipe::Histogram);
+struct HistogramHandle(&'static eventpipe_core::Histogram);
 
 impl HistogramFn for HistogramHandle {
     fn record(&self, value: f64) {

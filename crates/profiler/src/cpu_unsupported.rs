@@ -8,7 +8,7 @@
 //! neither. There a program that calls [`register`] gets an error and runs on unsampled;
 //! a session naming the provider gets no samples.
 
-use eventpipe::{define_event, Level, Provider};
+use eventpipe_core::{define_event, Level, Provider};
 
 /// The provider's name.
 pub const PROVIDER_NAME: &str = "EventPipeRs-CpuSampler";

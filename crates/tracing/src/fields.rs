@@ -9,7 +9,7 @@
 
 use std::fmt;
 
-use eventpipe::{FieldKind, PayloadWriter};
+use eventpipe_core::{FieldKind, PayloadWriter};
 use tracing_core::field::{Field, Visit};
 
 /// At most this many recorded fields go into an event; later ones are left out. `tracing`'s
@@ -143,14 +143,14 @@ impl Visit for SigVisitor {
 /// that, or the all-strings fallback layout) is written as its text when the slot is a
 /// string, else as the slot type's zero; values past the layout are skipped; slots the visit
 /// did not reach are written as zeros by [`finish`](Encode::finish).
-pub(crate) struct Encode<'a> {
-    w: &'a mut PayloadWriter,
+pub(crate) struct Encode<'a, 'w> {
+    w: &'a mut PayloadWriter<'w>,
     sig: &'a Sig,
     pos: usize,
 }
 
-impl<'a> Encode<'a> {
-    pub(crate) fn new(w: &'a mut PayloadWriter, sig: &'a Sig) -> Self {
+impl<'a, 'w> Encode<'a, 'w> {
+    pub(crate) fn new(w: &'a mut PayloadWriter<'w>, sig: &'a Sig) -> Self {
         Encode { w, sig, pos: 0 }
     }
 
@@ -164,8 +164,8 @@ impl<'a> Encode<'a> {
     fn value(
         &mut self,
         have: Kind,
-        put: impl FnOnce(&mut PayloadWriter),
-        text: impl FnOnce(&mut PayloadWriter),
+        put: impl FnOnce(&mut PayloadWriter<'w>),
+        text: impl FnOnce(&mut PayloadWriter<'w>),
     ) {
         match self.next() {
             None => {}
@@ -183,127 +183,60 @@ impl<'a> Encode<'a> {
     }
 }
 
-impl Visit for Encode<'_> {
+impl Visit for Encode<'_, '_> {
     fn record_f64(&mut self, _: &Field, v: f64) {
-        self.value(
-            Kind::F64,
-            |w| w.put(&v),
-            |w| put_text(w, format_args!("{v}")),
-        );
+        self.value(Kind::F64, |w| w.put(&v), |w| w.put_fmt(format_args!("{v}")));
     }
     fn record_i64(&mut self, _: &Field, v: i64) {
-        self.value(
-            Kind::I64,
-            |w| w.put(&v),
-            |w| put_text(w, format_args!("{v}")),
-        );
+        self.value(Kind::I64, |w| w.put(&v), |w| w.put_fmt(format_args!("{v}")));
     }
     fn record_u64(&mut self, _: &Field, v: u64) {
-        self.value(
-            Kind::U64,
-            |w| w.put(&v),
-            |w| put_text(w, format_args!("{v}")),
-        );
+        self.value(Kind::U64, |w| w.put(&v), |w| w.put_fmt(format_args!("{v}")));
     }
     fn record_i128(&mut self, _: &Field, v: i128) {
-        let text = |w: &mut PayloadWriter| put_text(w, format_args!("{v}"));
+        let text = |w: &mut PayloadWriter<'_>| w.put_fmt(format_args!("{v}"));
         self.value(Kind::Str, text, text);
     }
     fn record_u128(&mut self, _: &Field, v: u128) {
-        let text = |w: &mut PayloadWriter| put_text(w, format_args!("{v}"));
+        let text = |w: &mut PayloadWriter<'_>| w.put_fmt(format_args!("{v}"));
         self.value(Kind::Str, text, text);
     }
     fn record_bool(&mut self, _: &Field, v: bool) {
         self.value(
             Kind::Bool,
             |w| w.put(&v),
-            |w| put_text(w, format_args!("{v}")),
+            |w| w.put_fmt(format_args!("{v}")),
         );
     }
     fn record_str(&mut self, _: &Field, v: &str) {
-        let text = |w: &mut PayloadWriter| put_str(w, v);
+        let text = |w: &mut PayloadWriter<'_>| w.put_text(v);
         self.value(Kind::Str, text, text);
     }
     fn record_bytes(&mut self, _: &Field, v: &[u8]) {
         self.value(
             Kind::Bytes,
             |w| w.put(v),
-            |w| put_text(w, format_args!("{v:?}")),
+            |w| w.put_fmt(format_args!("{v:?}")),
         );
     }
     fn record_error(&mut self, _: &Field, v: &(dyn std::error::Error + 'static)) {
-        let text = |w: &mut PayloadWriter| put_text(w, format_args!("{v}"));
+        let text = |w: &mut PayloadWriter<'_>| w.put_fmt(format_args!("{v}"));
         self.value(Kind::Str, text, text);
     }
     fn record_debug(&mut self, _: &Field, v: &dyn fmt::Debug) {
-        let text = |w: &mut PayloadWriter| put_text(w, format_args!("{v:?}"));
+        let text = |w: &mut PayloadWriter<'_>| w.put_fmt(format_args!("{v:?}"));
         self.value(Kind::Str, text, text);
     }
 }
 
 /// The zero of a kind (an empty string, an empty byte array).
-fn put_zero(w: &mut PayloadWriter, kind: Kind) {
+fn put_zero(w: &mut PayloadWriter<'_>, kind: Kind) {
     match kind {
         Kind::I64 => w.put(&0i64),
         Kind::U64 => w.put(&0u64),
         Kind::F64 => w.put(&0f64),
         Kind::Bool => w.put(&false),
-        Kind::Str => w.bytes(&[0, 0]),
-        Kind::Bytes => w.bytes(&[0, 0]),
+        Kind::Str => w.put(""),
+        Kind::Bytes => w.put(&[][..] as &[u8]),
     }
-}
-
-/// Writes `s` as a NUL-terminated UTF-16 string (see [`put_text`]).
-pub(crate) fn put_str(w: &mut PayloadWriter, s: &str) {
-    write_utf16(w, s);
-    w.bytes(&[0, 0]);
-}
-
-/// Writes formatted text as a NUL-terminated UTF-16 string without building a `String`.
-/// A NUL inside the text is written as U+FFFD: a reader would end the string there and
-/// read the rest of it as the following fields.
-pub(crate) fn put_text(w: &mut PayloadWriter, args: fmt::Arguments<'_>) {
-    match args.as_str() {
-        Some(s) => write_utf16(w, s),
-        None => {
-            // A failing Debug/Display impl leaves what it wrote so far; the string is
-            // terminated either way.
-            let _ = fmt::Write::write_fmt(&mut Utf16(w), args);
-        }
-    }
-    w.bytes(&[0, 0]);
-}
-
-struct Utf16<'a>(&'a mut PayloadWriter);
-
-impl fmt::Write for Utf16<'_> {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        write_utf16(self.0, s);
-        Ok(())
-    }
-}
-
-fn write_utf16(w: &mut PayloadWriter, s: &str) {
-    let mut units = [0u8; 128];
-    if s.is_ascii() {
-        // The common case, without decoding UTF-8: each byte is one code unit.
-        for chunk in s.as_bytes().chunks(units.len() / 2) {
-            for (pair, &b) in units.chunks_exact_mut(2).zip(chunk) {
-                pair.copy_from_slice(&if b == 0 { [0xFD, 0xFF] } else { [b, 0] });
-            }
-            w.bytes(&units[..2 * chunk.len()]);
-        }
-        return;
-    }
-    let mut n = 0;
-    for unit in s.encode_utf16() {
-        if n == units.len() {
-            w.bytes(&units);
-            n = 0;
-        }
-        let unit = if unit == 0 { 0xFFFD } else { unit };
-        units[n..n + 2].copy_from_slice(&unit.to_le_bytes());
-        n += 2;
-    }
-    w.bytes(&units[..n]);
 }

@@ -2,7 +2,7 @@
 //!
 //! A [`tracing_subscriber::Layer`] that records `tracing` spans and events as eventpipe
 //! events, so a program that already uses `tracing` becomes attachable (`eptrace collect`,
-//! any eventpipe [`Session`](eventpipe::Session)) by adding one line:
+//! any `eventpipe::Session`) by adding one line:
 //!
 //! ```no_run
 //! use tracing_subscriber::prelude::*;
@@ -51,10 +51,10 @@
 //!   [`Level::Verbose`]. The span events exist once per level in every provider (same id,
 //!   name and fields), so a session's level filters spans like events.
 //!
-//! [`Level::Error`]: eventpipe::Level::Error
-//! [`Level::Warning`]: eventpipe::Level::Warning
-//! [`Level::Informational`]: eventpipe::Level::Informational
-//! [`Level::Verbose`]: eventpipe::Level::Verbose
+//! [`Level::Error`]: eventpipe_core::Level::Error
+//! [`Level::Warning`]: eventpipe_core::Level::Warning
+//! [`Level::Informational`]: eventpipe_core::Level::Informational
+//! [`Level::Verbose`]: eventpipe_core::Level::Verbose
 //!
 //! ## Fields
 //!
@@ -169,6 +169,7 @@ pub struct EventPipeLayer {
 impl EventPipeLayer {
     /// The layer.
     pub fn new() -> Self {
+        eventpipe_core::server::warn_if_unserved("eventpipe-tracing's layer");
         EventPipeLayer { _private: () }
     }
 }
@@ -265,7 +266,7 @@ where
     desc.write_with(|w| {
         w.put(&id.into_u64());
         w.put(&parent);
-        fields::put_str(w, meta.name());
+        w.put_text(meta.name());
         let mut enc = Encode::new(w, layout);
         attrs.record(&mut enc);
         enc.finish();
@@ -289,7 +290,7 @@ where
             };
             desc.write_with(|w| {
                 w.put(&span_id);
-                fields::put_str(w, meta.name());
+                w.put_text(meta.name());
             });
         }
         SpanEdge::Close => events.span_close.write_with(|w| w.put(&span_id)),

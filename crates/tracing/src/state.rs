@@ -2,7 +2,7 @@
 //! descriptors declared for them at run time, and the flag that says whether any session
 //! records any of them.
 //!
-//! `eventpipe::Provider` and `eventpipe::EventDescriptor` must be `&'static`, and tracing
+//! `eventpipe_core::Provider` and `eventpipe_core::EventDescriptor` must be `&'static`, and tracing
 //! declares its callsites only at run time, so both are leaked. That is bounded: callsites are
 //! `static`s in the program (finitely many), every target is a callsite's `&'static str`, and
 //! each callsite gets at most [`MAX_SIGNATURES`] + 1 descriptors. Nothing here grows with
@@ -14,7 +14,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
 
-use eventpipe::{EnableChange, EventDescriptor, FieldKind, FieldSpec, Level, Provider};
+use eventpipe_core::{EnableChange, EventDescriptor, FieldKind, FieldSpec, Level, Provider};
 use tracing_core::Metadata;
 
 use crate::fields::Sig;

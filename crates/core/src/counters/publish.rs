@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use super::Instrument;
 use crate::provider::{EnableChange, EventDescriptor, FieldKind, FieldSpec};
 use crate::sync::lock;
-use crate::{Level, PayloadWriter, Provider};
+use crate::{Level, Provider};
 
 /// The event id of Mean-shaped `EventCounters` events in a counter provider.
 pub const MEAN_EVENT_ID: u32 = 0xFFF0;
@@ -497,16 +497,6 @@ fn publish(context: &Context, instrument: Instrument) {
     }
 }
 
-/// `text` with NUL characters replaced: a reader would end the string at one and read
-/// the rest as the following fields.
-fn put_text(w: &mut PayloadWriter, text: &str) {
-    if text.contains('\0') {
-        w.put(text.replace('\0', "\u{FFFD}").as_str());
-    } else {
-        w.put(text);
-    }
-}
-
 fn write_mean(
     context: &Context,
     info: &super::CounterInfo,
@@ -519,32 +509,32 @@ fn write_mean(
         (m, Some(p)) => std::borrow::Cow::Owned(format!("{m},{p}")),
     };
     context.mean_event.write_with(|w| {
-        put_text(w, info.name);
-        put_text(w, info.display_name);
+        w.put_text(info.name);
+        w.put_text(info.display_name);
         w.put(&values.mean);
         w.put(&values.deviation);
         w.put(&i32::try_from(values.count).unwrap_or(i32::MAX));
         w.put(&values.min);
         w.put(&values.max);
         w.put(&context.interval_sec);
-        put_text(w, &context.series);
-        put_text(w, "Mean");
-        put_text(w, &metadata);
-        put_text(w, info.unit);
+        w.put_text(&context.series);
+        w.put_text("Mean");
+        w.put_text(&metadata);
+        w.put_text(info.unit);
     });
 }
 
 fn write_sum(context: &Context, info: &super::CounterInfo, increment: f64) {
     context.sum_event.write_with(|w| {
-        put_text(w, info.name);
-        put_text(w, info.display_name);
-        put_text(w, "00:00:01");
+        w.put_text(info.name);
+        w.put_text(info.display_name);
+        w.put_text("00:00:01");
         w.put(&increment);
         w.put(&context.interval_sec);
-        put_text(w, info.metadata);
-        put_text(w, &context.series);
-        put_text(w, "Sum");
-        put_text(w, info.unit);
+        w.put_text(info.metadata);
+        w.put_text(&context.series);
+        w.put_text("Sum");
+        w.put_text(info.unit);
     });
 }
 

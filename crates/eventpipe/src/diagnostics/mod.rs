@@ -29,11 +29,9 @@ use std::sync::OnceLock;
 use eventpipe_ipc::transport;
 
 pub use process::RUNTIME_NAME;
-pub use reverse::{PORTS_VAR, SUSPEND_TIMEOUT_VAR};
+pub use reverse::SUSPEND_TIMEOUT_VAR;
 
-/// The environment variable that starts the server at process start-up, in programs
-/// that do not call [`start_server`] (`1` starts it).
-pub const ENABLE_VAR: &str = "EVENTPIPE_ENABLE_DIAGNOSTICS";
+pub use eventpipe_core::server::{environment_asks, ENABLE_VAR, PORTS_VAR};
 
 /// The running diagnostics server of this process.
 #[derive(Debug)]
@@ -145,14 +143,6 @@ fn remove_at_exit(socket: &Path) {
     }
 }
 
-/// Whether the environment asks for the server: [`ENABLE_VAR`] is `1`, or
-/// [`PORTS_VAR`] names ports.
-pub fn environment_asks() -> bool {
-    let enabled = std::env::var_os(ENABLE_VAR).is_some_and(|v| v == "1");
-    let ports = std::env::var_os(PORTS_VAR).is_some_and(|v| !v.is_empty());
-    enabled || ports
-}
-
 /// Runs [`start_from_environment`] when the process starts, before `main`: the loader
 /// calls every function in the platform's constructor section once the C library is
 /// ready (the environment is readable then). A constructor, rather than a check on some
@@ -169,6 +159,7 @@ static START_FROM_ENVIRONMENT: extern "C" fn() = start_from_environment;
 /// Starts the server if [`environment_asks`]. Never panics (it runs outside `main`, where a
 /// panic would abort): a failure is reported on stderr and the program runs unserved.
 extern "C" fn start_from_environment() {
+    eventpipe_core::server::note_runtime_linked();
     if !environment_asks() {
         return;
     }

@@ -13,10 +13,8 @@ use std::time::{Duration, Instant};
 
 use eventpipe_ipc::advertise::Advertise;
 
-use super::{process, server};
+use super::{process, server, PORTS_VAR};
 
-/// The environment variable naming reverse ports.
-pub const PORTS_VAR: &str = "DOTNET_DiagnosticPorts";
 /// The environment variable bounding the startup suspension, in milliseconds.
 pub const SUSPEND_TIMEOUT_VAR: &str = "EVENTPIPE_SUSPEND_TIMEOUT_MS";
 const DEFAULT_SUSPEND_TIMEOUT: Duration = Duration::from_secs(30);

@@ -4,7 +4,7 @@
 use crate::sync::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-use eventpipe::{EnableChange, Level, MAX_SESSIONS};
+use eventpipe_core::{EnableChange, Level, MAX_SESSIONS};
 
 use super::{emitter, stack, table, thread};
 

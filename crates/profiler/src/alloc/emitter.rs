@@ -18,7 +18,7 @@ use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
-use eventpipe::{EventDescriptor, FieldKind, FieldSpec, Level, Provider};
+use eventpipe_core::{EventDescriptor, FieldKind, FieldSpec, Level, Provider};
 
 use super::{control, table, thread};
 

@@ -438,6 +438,7 @@ fn free_tracked(addr: usize) {
 /// With `EVENTPIPE_HEAP_TRACKING` in the environment (`1`, or a sampling interval such as
 /// `64KiB`), it also calls [`track_heap`].
 pub fn register() -> bool {
+    eventpipe_core::server::warn_if_unserved("eventpipe-profiler's allocation profiler");
     let samples = thread::with_guard(|| {
         ALLOC_RATE.register();
         LIVE_BYTES.register();
@@ -461,9 +462,9 @@ pub fn register() -> bool {
 /// `alloc-rate` on the runtime's counters provider: the sampled estimate of the bytes
 /// allocated (the samples' weights), while sampling is on (a session records
 /// `EventPipeRs-Allocations`, or the heap is tracked); nothing otherwise.
-static ALLOC_RATE: eventpipe::ObservedCounter = eventpipe::ObservedCounter::new(
-    &eventpipe::counters::runtime::PROVIDER,
-    eventpipe::CounterInfo::new("alloc-rate")
+static ALLOC_RATE: eventpipe_core::ObservedCounter = eventpipe_core::ObservedCounter::new(
+    &eventpipe_core::counters::runtime::PROVIDER,
+    eventpipe_core::CounterInfo::new("alloc-rate")
         .display_name("Allocation Rate")
         .unit("B")
         .description("Bytes allocated, estimated from the allocation profiler's samples"),
@@ -472,9 +473,9 @@ static ALLOC_RATE: eventpipe::ObservedCounter = eventpipe::ObservedCounter::new(
 
 /// `live-bytes` on the runtime's counters provider: the sampled live set's estimate (the
 /// weights of the sampled allocations not yet freed); 0 while sampling is off.
-static LIVE_BYTES: eventpipe::Gauge = eventpipe::Gauge::observed(
-    &eventpipe::counters::runtime::PROVIDER,
-    eventpipe::CounterInfo::new("live-bytes")
+static LIVE_BYTES: eventpipe_core::Gauge = eventpipe_core::Gauge::observed(
+    &eventpipe_core::counters::runtime::PROVIDER,
+    eventpipe_core::CounterInfo::new("live-bytes")
         .display_name("Live Bytes")
         .unit("B")
         .description("Bytes live on the heap, estimated from the allocation profiler's samples"),

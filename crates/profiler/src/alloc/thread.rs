@@ -75,7 +75,7 @@ pub(crate) fn os_tid(t: &ThreadState) -> u64 {
     if tid != 0 {
         return tid;
     }
-    let tid = eventpipe::current_os_tid();
+    let tid = eventpipe_core::current_os_tid();
     t.tid.set(tid);
     tid
 }

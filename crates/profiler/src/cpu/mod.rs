@@ -82,7 +82,7 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use capture::{Capture, Claim};
-use eventpipe::{define_event, EnableChange, Level, Provider};
+use eventpipe_core::{define_event, EnableChange, Level, Provider};
 use threads::CpuTimer;
 
 /// The provider's name.
@@ -121,6 +121,7 @@ define_event! {
 /// # Errors
 /// When the signal handler cannot be installed.
 pub fn register() -> std::io::Result<()> {
+    eventpipe_core::server::warn_if_unserved("eventpipe-profiler's CPU sampler");
     capture::install_handler()?;
     SAMPLE.register();
     Ok(())
@@ -361,12 +362,8 @@ impl Collector {
             t.off_cpu_ns -= blocked * period_ns;
             if blocked > 0 {
                 let periods = u32::try_from(blocked).unwrap_or(u32::MAX);
-                SAMPLE.write_about_thread(tid as u64, &[], |p| {
-                    p.put(&STATE_BLOCKED);
-                    p.put(&0u64);
-                    p.put(&periods);
-                    p.put(&period_field);
-                });
+                let values = (STATE_BLOCKED, 0, periods, period_field);
+                SAMPLE.write_about_thread(tid as u64, &[], values);
             }
             t.cpu_ns = cpu_ns;
             t.at = now;
@@ -406,12 +403,8 @@ fn write_capture(tid: i32, capture: Capture<'_>, period_ns: u32) {
         STATE_RUNNING
     };
     let periods = capture.periods.clamp(1, MAX_PERIODS_PER_CAPTURE);
-    SAMPLE.write_about_thread(tid as u64, capture.stack, |p| {
-        p.put(&state);
-        p.put(&capture.async_context);
-        p.put(&periods);
-        p.put(&period_ns);
-    });
+    let values = (state, capture.async_context, periods, period_ns);
+    SAMPLE.write_about_thread(tid as u64, capture.stack, values);
 }
 
 #[cfg(test)]

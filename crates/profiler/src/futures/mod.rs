@@ -32,7 +32,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::sync::{AtomicU64, Ordering};
-use eventpipe::{define_event, EnableChange, Level, Provider};
+use eventpipe_core::{define_event, EnableChange, Level, Provider};
 
 pub use eventpipe_profiler_macros::profiled;
 pub use profiled::{FutureExt, Profiled};
@@ -74,6 +74,7 @@ define_event! {
 /// at startup; instrumented futures work without it, but record only once some session has
 /// enabled the provider after its events registered.
 pub fn register() {
+    eventpipe_core::server::warn_if_unserved("eventpipe-profiler's async profiler");
     METADATA.register();
     FRAME.register();
     BUFFER.register();
@@ -86,7 +87,7 @@ pub fn current_context() -> u64 {
 
 #[inline]
 pub(crate) fn now() -> i64 {
-    eventpipe::clock::now()
+    eventpipe_core::clock::now()
 }
 
 /// The recording switch, buffer size and a change counter in one word, so a writer needs one
@@ -137,26 +138,16 @@ pub(crate) fn emit_buffer(
     base_ts: i64,
     records: &[u8],
 ) {
-    let fill = |p: &mut eventpipe::PayloadWriter| {
-        p.put(&os_tid);
-        p.put(&sequence);
-        p.put(&(base_ts as u64));
-        p.put(records);
-    };
+    let values = (os_tid, sequence, base_ts as u64, records);
     match about {
-        None => BUFFER.write_with(fill),
-        Some(tid) => BUFFER.write_about_thread(tid, &[], fill),
+        None => BUFFER.write(values),
+        Some(tid) => BUFFER.write_about_thread(tid, &[], values),
     }
 }
 
 /// Tells the recording sessions a frame's name (a site just got its id).
 pub(crate) fn announce_frame(id: u32, site: &Site) {
-    FRAME.write_with(|p| {
-        p.put(&id);
-        p.put(site.name());
-        p.put(site.file());
-        p.put(&site.line());
-    });
+    FRAME.write((id, site.name(), site.file(), site.line()));
 }
 
 /// The sessions enabling the provider (slot, buffer size asked for).
@@ -213,16 +204,12 @@ fn write_metadata() {
     let utc = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as i64);
-    METADATA.write_with(|p| {
-        p.put(&FORMAT_VERSION);
-        p.put(&(ts as u64));
-        p.put(&(eventpipe::clock::ticks_per_second() as u64));
-        p.put(&utc);
-    });
+    let ticks_per_second = eventpipe_core::clock::ticks_per_second() as u64;
+    METADATA.write((FORMAT_VERSION, ts as u64, ticks_per_second, utc));
 }
 
 fn run_flusher(generation: u64) {
-    let idle_ticks = eventpipe::clock::ticks_from_nanos(IDLE_AFTER.as_nanos() as i64);
+    let idle_ticks = eventpipe_core::clock::ticks_from_nanos(IDLE_AFTER.as_nanos() as i64);
     while GENERATION.load(Ordering::Relaxed) == generation {
         std::thread::sleep(FLUSH_PERIOD);
         thread_buffer::flush_idle_and_reclaim(now() - idle_ticks);

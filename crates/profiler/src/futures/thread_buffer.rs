@@ -120,7 +120,7 @@ pub(crate) fn record(ts: i64, event: Event, effect: StackEffect) -> bool {
 }
 
 fn register_this_thread() -> Owner {
-    let os_tid = eventpipe::current_os_tid();
+    let os_tid = eventpipe_core::current_os_tid();
     let buffer = Arc::new(ThreadBuffer {
         os_tid,
         inner: Handoff::new(Inner {
