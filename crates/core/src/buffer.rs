@@ -204,7 +204,7 @@ impl Buffer {
 /// beyond its published end, and `at + RECORD_HEADER + payload_len` is within its capacity.
 #[cfg(not(eventpipe_loom))]
 #[inline(always)]
-pub unsafe fn write_payload(
+pub(crate) unsafe fn write_payload(
     base: NonNull<u8>,
     at: usize,
     payload_len: usize,
@@ -230,7 +230,7 @@ pub unsafe fn write_payload(
 /// As for [`write_payload`].
 #[cfg(not(eventpipe_loom))]
 #[inline(always)]
-pub unsafe fn write_header(base: NonNull<u8>, at: usize, header: [u64; 3]) {
+pub(crate) unsafe fn write_header(base: NonNull<u8>, at: usize, header: [u64; 3]) {
     // SAFETY: within the allocation, at or beyond the published end (caller's contract);
     // unaligned stores.
     unsafe {

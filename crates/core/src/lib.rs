@@ -14,7 +14,8 @@
 //! session) → `manager` (a session's one lock and budget) → `recording` (what a session's
 //! writers and drain share) → `registry` (the sessions, and the events they enable) →
 //! `writer` (the per-thread write path) → `event` (what instrumented code calls);
-//! `counters` on top.
+//! `counters` on top. The runtime reaches the write path's internals through one documented
+//! module, [`runtime`]; [`server`] tells libraries whether a diagnostics server can run.
 //!
 //! ```
 //! use eventpipe_core::{define_event, write_event, Level, Provider};
@@ -29,8 +30,7 @@
 //! write_event!(REQUEST, "/index.html", 200);
 //! ```
 
-#[doc(hidden)]
-pub mod buffer;
+mod buffer;
 #[cfg(not(eventpipe_loom))]
 pub mod clock;
 #[cfg(not(eventpipe_loom))]
@@ -41,8 +41,7 @@ pub mod counters;
 mod event;
 #[cfg(not(eventpipe_loom))]
 mod guid;
-#[doc(hidden)]
-pub mod manager;
+mod manager;
 #[cfg(not(eventpipe_loom))]
 mod payload;
 #[cfg(not(eventpipe_loom))]
@@ -51,26 +50,21 @@ mod payload_writer;
 mod platform;
 #[cfg(not(eventpipe_loom))]
 mod provider;
-#[doc(hidden)]
-pub mod record;
+mod record;
 #[cfg(not(eventpipe_loom))]
-#[doc(hidden)]
-pub mod recording;
+mod recording;
 #[cfg(not(eventpipe_loom))]
-#[doc(hidden)]
-pub mod registry;
+mod registry;
+#[cfg(not(eventpipe_loom))]
+pub mod runtime;
 #[cfg(not(eventpipe_loom))]
 pub mod server;
 #[cfg(not(eventpipe_loom))]
-#[doc(hidden)]
-pub mod stack;
-#[doc(hidden)]
-pub mod sync;
-#[doc(hidden)]
-pub mod threads;
+mod stack;
+mod sync;
+mod threads;
 #[cfg(not(eventpipe_loom))]
-#[doc(hidden)]
-pub mod writer;
+mod writer;
 
 #[cfg(not(eventpipe_loom))]
 pub use config::{BufferingMode, ProviderConfig};

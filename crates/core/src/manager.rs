@@ -143,6 +143,8 @@ impl Manager {
 }
 
 impl BufferManager {
+    /// A manager handing out at most `budget` bytes of buffers; `block`: a writer that
+    /// finds the budget spent waits for the drain to free a buffer (else it drops).
     pub fn new(budget: usize, block: bool) -> BufferManager {
         BufferManager {
             state: Mutex::new(Manager::default()),

@@ -15,20 +15,22 @@ use crate::threads::ThreadSessionState;
 pub struct SessionShared {
     id: u64,
     slot: usize,
-    pub providers: Vec<ProviderConfig>,
-    pub buffer_size: usize,
+    /// What the session asked of each provider.
+    pub(crate) providers: Vec<ProviderConfig>,
+    /// The largest buffer a thread grows to.
+    pub(crate) buffer_size: usize,
     /// Whether events carry the writer's stack.
-    pub stacks: bool,
+    pub(crate) stacks: bool,
     /// False once the session starts stopping: writers stop writing to it.
-    pub active: AtomicBool,
+    pub(crate) active: AtomicBool,
     /// The session's one lock, the thread states and buffers it guards, and the budget.
-    pub manager: BufferManager,
+    manager: BufferManager,
     /// Wakes the drain early (a writer is waiting, or the session is stopping).
-    pub wake: Mutex<bool>,
-    pub wake_signal: Condvar,
-    pub stop_requested: AtomicBool,
+    wake: Mutex<bool>,
+    wake_signal: Condvar,
+    stop_requested: AtomicBool,
     /// What the drain has moved to the output so far.
-    pub progress: Arc<Progress>,
+    progress: Arc<Progress>,
 }
 
 /// Size of a thread's first buffer.
@@ -61,12 +63,56 @@ impl SessionShared {
         }
     }
 
+    /// The session's id, unique in this process.
     pub fn id(&self) -> u64 {
         self.id
     }
 
+    /// The session's slot: its bit in each event's mask.
     pub fn slot(&self) -> usize {
         self.slot
+    }
+
+    /// The session's one lock and budget.
+    pub fn manager(&self) -> &BufferManager {
+        &self.manager
+    }
+
+    /// What the drain has moved to the output so far.
+    pub fn progress(&self) -> &Arc<Progress> {
+        &self.progress
+    }
+
+    /// Ends the session for writers: from now on they write nothing to it (a write racing
+    /// this may still land, and the drain takes it).
+    pub fn deactivate(&self) {
+        self.active.store(false, Ordering::Relaxed);
+    }
+
+    /// Asks the drain to finish (its last passes write everything committed) and wakes it.
+    pub fn request_stop(&self) {
+        // Release: pairs with the drain's Acquire, so it sees everything done before.
+        self.stop_requested.store(true, Ordering::Release);
+        self.wake_drain();
+    }
+
+    /// Whether [`request_stop`](Self::request_stop) was called.
+    pub fn stop_requested(&self) -> bool {
+        self.stop_requested.load(Ordering::Acquire)
+    }
+
+    /// The drain's wait between passes: up to `timeout`, or not at all when it has a
+    /// `backlog`, a wake-up is pending or a stop was requested. Consumes the wake-up.
+    pub fn wait_for_work(&self, timeout: std::time::Duration, backlog: bool) {
+        let mut woken = lock(&self.wake);
+        if !backlog && !*woken && !self.stop_requested() {
+            woken = self
+                .wake_signal
+                .wait_timeout(woken, timeout)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+        *woken = false;
     }
 
     /// The configuration naming `name`, or else the session's `*` entry, which stands for
@@ -96,11 +142,13 @@ impl SessionShared {
         s
     }
 
+    /// Whether the session records `event` (its provider's level and keywords).
     pub fn enables(&self, event: &EventDescriptor) -> bool {
         self.provider_config(event.provider.name())
             .is_some_and(|p| p.enables(event.level, event.keywords))
     }
 
+    /// Wakes the drain for a pass now.
     pub fn wake_drain(&self) {
         *lock(&self.wake) = true;
         self.wake_signal.notify_one();

@@ -82,7 +82,7 @@ impl Registry {
 
 /// Registers `event` on its first write; returns its session mask.
 #[cold]
-pub fn register_event(event: &'static EventDescriptor) -> u64 {
+pub(crate) fn register_event(event: &'static EventDescriptor) -> u64 {
     let mut callbacks = Vec::new();
     let mask = {
         let mut r = registry();
@@ -178,6 +178,8 @@ pub fn callbacks_of(session: &SessionShared) -> Vec<PendingCallback> {
     }
 }
 
+/// Takes the session out of its slot and clears its bit in every event, so writers stop
+/// picking it; returns the provider callbacks owed, to run with no lock held.
 pub fn remove_session(session: &SessionShared) -> Vec<PendingCallback> {
     let mut r = registry();
     let slot = session.slot();
@@ -195,7 +197,7 @@ pub fn remove_session(session: &SessionShared) -> Vec<PendingCallback> {
 }
 
 /// The configuration of every running session that enables `provider`, with its slot.
-pub fn configs_naming(provider: &Provider) -> Vec<(usize, crate::ProviderConfig)> {
+pub(crate) fn configs_naming(provider: &Provider) -> Vec<(usize, crate::ProviderConfig)> {
     let r = registry();
     r.sessions
         .iter()
@@ -208,13 +210,13 @@ pub fn configs_naming(provider: &Provider) -> Vec<(usize, crate::ProviderConfig)
 }
 
 /// The counters of every running session, by slot.
-pub fn running_session_stats() -> Vec<(usize, crate::SessionStats)> {
+pub(crate) fn running_session_stats() -> Vec<(usize, crate::SessionStats)> {
     let sessions: Vec<_> = registry().sessions.iter().flatten().cloned().collect();
     // Outside the registry lock: reading a session's usage takes its own lock.
     sessions.iter().map(|s| (s.slot(), s.stats())).collect()
 }
 
 /// The session currently in `slot`.
-pub fn session_in(slot: usize) -> Option<Arc<SessionShared>> {
+pub(crate) fn session_in(slot: usize) -> Option<Arc<SessionShared>> {
     registry().sessions.get(slot).and_then(Clone::clone)
 }

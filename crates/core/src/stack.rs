@@ -14,7 +14,7 @@ use crossbeam_queue::ArrayQueue;
 /// Scratch buffers kept for reuse.
 const POOL_SIZE: usize = 8;
 /// Deepest stack recorded; deeper stacks are truncated at the root end.
-pub const MAX_FRAMES: usize = 512;
+pub(crate) const MAX_FRAMES: usize = 512;
 
 /// Walks the calling thread's stack, leaf first, calling `frame` with each instruction
 /// pointer until it returns false.
@@ -22,7 +22,7 @@ pub type StackWalker = fn(frame: &mut dyn FnMut(usize) -> bool);
 
 static WALKER: OnceLock<StackWalker> = OnceLock::new();
 
-/// Installs the walker [`CapturedStack::capture`] uses; the first call wins. The runtime
+/// Installs the walker `CapturedStack::capture` uses; the first call wins. The runtime
 /// installs one before its first session starts; until then, captured stacks are empty.
 pub fn install_walker(walker: StackWalker) {
     let _ = WALKER.set(walker);
@@ -36,7 +36,7 @@ fn pool() -> &'static ArrayQueue<Vec<u8>> {
 /// A captured stack, leaf first, in a pooled scratch buffer, already encoded the way the
 /// trace stores IPs: pointer-sized, little-endian.
 #[derive(Debug)]
-pub struct CapturedStack {
+pub(crate) struct CapturedStack {
     bytes: Vec<u8>,
 }
 
@@ -44,7 +44,7 @@ const WIDTH: usize = std::mem::size_of::<usize>();
 
 /// Instruction pointers as the trace stores them: pointer-sized, little-endian.
 #[cfg(target_endian = "little")]
-pub fn encode_ips(ips: &[usize]) -> &[u8] {
+pub(crate) fn encode_ips(ips: &[usize]) -> &[u8] {
     // On a little-endian target these bytes are the trace's encoding.
     // SAFETY: `usize` has no padding, any byte is a valid `u8` (alignment 1), and the
     // slice covers the same memory for the same lifetime.
@@ -53,7 +53,7 @@ pub fn encode_ips(ips: &[usize]) -> &[u8] {
 
 impl CapturedStack {
     /// Walks the calling thread's stack.
-    pub fn capture() -> CapturedStack {
+    pub(crate) fn capture() -> CapturedStack {
         let mut bytes = pool()
             .pop()
             .unwrap_or_else(|| Vec::with_capacity(MAX_FRAMES * WIDTH));
@@ -68,7 +68,7 @@ impl CapturedStack {
     }
 
     /// The encoded instruction pointers.
-    pub fn as_bytes(&self) -> &[u8] {
+    pub(crate) fn as_bytes(&self) -> &[u8] {
         &self.bytes
     }
 

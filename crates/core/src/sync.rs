@@ -11,11 +11,11 @@ pub use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
 pub use loom::thread::yield_now;
 
 #[cfg(not(eventpipe_loom))]
-pub use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(eventpipe_loom))]
-pub use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 #[cfg(not(eventpipe_loom))]
-pub use std::thread::yield_now;
+pub(crate) use std::thread::yield_now;
 
 /// Locks `m`, recovering the data if a panicking thread poisoned it: every critical section
 /// in this crate leaves its data consistent before anything that can panic.

@@ -138,7 +138,7 @@ struct ThreadEntry {
 
 /// The per-thread states of a session, by thread index. Guarded by the session's lock.
 #[derive(Debug, Default)]
-pub struct ThreadTable {
+pub(crate) struct ThreadTable {
     /// A B-tree, not a hash map: passes visit threads in index order, the same order every
     /// time (the loom models rely on that determinism).
     entries: BTreeMap<u64, ThreadEntry>,
@@ -148,6 +148,7 @@ pub struct ThreadTable {
 /// One thread as a drain pass sees it, copied under the lock.
 #[derive(Debug)]
 pub struct ThreadSnapshot {
+    /// The thread.
     pub state: Arc<ThreadSessionState>,
     buffers: Vec<Arc<Buffer>>,
     read_pos: usize,
@@ -179,7 +180,7 @@ pub struct Consumed {
     pub left: Option<u32>,
 }
 
-/// What a pass learned about one thread, applied under the lock by [`ThreadTable::apply`].
+/// What a pass learned about one thread, applied under the lock by [`BufferManager::apply`](crate::runtime::BufferManager::apply).
 #[derive(Debug, Clone, Copy)]
 pub struct ThreadProgress {
     index: u64,
@@ -205,7 +206,7 @@ pub struct Removed {
 
 /// What [`ThreadTable::apply`] did.
 #[derive(Debug, Default)]
-pub struct Applied {
+pub(crate) struct Applied {
     pub freed_bytes: usize,
     pub freed_buffers: usize,
     /// The emptied buffers themselves, for the manager to reuse.
@@ -217,7 +218,7 @@ pub struct Applied {
 
 impl ThreadTable {
     /// Registers a thread.
-    pub fn add(&mut self, os_tid: u64, name: Option<String>) -> Arc<ThreadSessionState> {
+    pub(crate) fn add(&mut self, os_tid: u64, name: Option<String>) -> Arc<ThreadSessionState> {
         let index = self.next_index;
         self.next_index += 1;
         let state = Arc::new(ThreadSessionState {
@@ -245,30 +246,25 @@ impl ThreadTable {
     }
 
     /// Whether thread `index` is still in the table.
-    pub fn contains(&self, index: u64) -> bool {
+    pub(crate) fn contains(&self, index: u64) -> bool {
         self.entries.contains_key(&index)
     }
 
     /// Appends `buffer` to thread `index`'s list (the writer fills it next).
-    pub fn push_buffer(&mut self, index: u64, buffer: Arc<Buffer>) {
+    pub(crate) fn push_buffer(&mut self, index: u64, buffer: Arc<Buffer>) {
         if let Some(entry) = self.entries.get_mut(&index) {
             entry.buffers.push_back(buffer);
         }
     }
 
     /// Threads in the table.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
-    }
-
-    /// Whether the table has no thread.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
     }
 
     /// Drain: each thread as this pass will read it, listing at most `max_buffers` of its
     /// buffers (the oldest). Marks every thread announced.
-    pub fn snapshot(&mut self, max_buffers: usize) -> Vec<ThreadSnapshot> {
+    pub(crate) fn snapshot(&mut self, max_buffers: usize) -> Vec<ThreadSnapshot> {
         self.entries
             .values_mut()
             .map(|e| {
@@ -299,7 +295,7 @@ impl ThreadTable {
 
     /// Drain, after a pass: pops the buffers it emptied, keeps its read positions, and
     /// removes the entries it read to the end of their thread.
-    pub fn apply(&mut self, progress: &[ThreadProgress]) -> Applied {
+    pub(crate) fn apply(&mut self, progress: &[ThreadProgress]) -> Applied {
         let mut applied = Applied::default();
         for p in progress {
             let Some(entry) = self.entries.get_mut(&p.index) else {

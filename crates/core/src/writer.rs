@@ -125,14 +125,14 @@ pub fn current_os_tid() -> u64 {
 /// A stack the caller captured for its event (a profiler's sample), encoded as the trace
 /// stores IPs, and the thread the event is about when not the writer.
 #[derive(Clone, Copy, Debug)]
-pub struct GivenStack<'a> {
+pub(crate) struct GivenStack<'a> {
     pub stack: &'a [u8],
     pub subject: Option<u64>,
 }
 
 /// Writes one event to every session in `mask`: with the caller's stack when `given`,
 /// else with a stack captured here for the sessions that ask for stacks.
-pub fn write_event(
+pub(crate) fn write_event(
     event: &'static EventDescriptor,
     mask: u64,
     payload: &[u8],
@@ -192,7 +192,7 @@ pub fn write_event(
 /// case (one session, a plain record with room in the buffer) in a short function of its
 /// own, which the general one's argument handling and stack frame would otherwise slow.
 #[inline]
-pub fn write_plain_event(event: &'static EventDescriptor, mask: u64, payload: &[u8]) {
+pub(crate) fn write_plain_event(event: &'static EventDescriptor, mask: u64, payload: &[u8]) {
     if !on_short_path(event, mask, |s, index| append_plain(s, index, payload)) {
         write_event(event, mask, payload, None, None);
     }
@@ -203,7 +203,7 @@ pub fn write_plain_event(event: &'static EventDescriptor, mask: u64, payload: &[
 /// whether the event is dealt with; if not, the caller takes [`write_fixed_general`],
 /// which it keeps in a cold function of its own with its staging buffer and stack frame.
 #[inline(always)]
-pub fn write_fixed_short(
+pub(crate) fn write_fixed_short(
     event: &'static EventDescriptor,
     mask: u64,
     size: usize,
@@ -216,7 +216,7 @@ pub fn write_fixed_short(
 /// path (which still appends straight to a session's buffer where it can). The short path
 /// is not tried again: it has just declined this event.
 #[inline(always)]
-pub fn write_fixed_general(
+pub(crate) fn write_fixed_general(
     event: &'static EventDescriptor,
     mask: u64,
     size: usize,
@@ -263,7 +263,7 @@ fn on_short_path(
 }
 
 /// The largest payload [`write_fixed_general`] stages.
-pub const MAX_FIXED_PAYLOAD: usize = 256;
+pub(crate) const MAX_FIXED_PAYLOAD: usize = 256;
 
 /// The common case, kept short: a record with nothing but a payload, into a buffer with
 /// room, for a session that wants no stacks. Returns false, having done nothing, when the

@@ -43,10 +43,9 @@
 //! ```
 
 // The write path's modules, from the core, under the names the runtime's modules use.
-use eventpipe_core::{registry, sync, threads, writer};
+use eventpipe_core::runtime::registry;
 
-pub use eventpipe_core::writer::current_os_tid;
-pub use eventpipe_core::{clock, counters, define_event, write_event};
+pub use eventpipe_core::{clock, counters, current_os_tid, define_event, write_event};
 pub use eventpipe_core::{
     BufferingMode, Counter, CounterInfo, EnableChange, Error, Event, EventDescriptor, EventFields,
     FieldKind, FieldSpec, FieldType, FloatCounter, Gauge, Guid, Histogram, Level, ObservedCounter,

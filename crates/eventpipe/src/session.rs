@@ -10,11 +10,8 @@
 
 use std::thread::JoinHandle;
 
-use eventpipe_core::manager::BufferManager;
-use eventpipe_core::recording::{Progress, SessionShared};
-use eventpipe_core::registry;
+use eventpipe_core::runtime::{registry, BufferManager, Progress, SessionShared};
 use eventpipe_core::{BufferingMode, SessionStats};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::config::SessionConfig;
@@ -96,12 +93,11 @@ impl Session {
             registry::Notice::Ending,
         );
         let callbacks = registry::remove_session(&self.shared);
-        self.shared.active.store(false, Ordering::Relaxed);
+        self.shared.deactivate();
         // Release parked Block-mode writers now, even if the drain is stuck on a slow
         // output: their events count as written after the stop, not as losses.
-        self.shared.manager.abort();
-        self.shared.stop_requested.store(true, Ordering::Release);
-        self.shared.wake_drain();
+        self.shared.manager().abort();
+        self.shared.request_stop();
         let result = drain.join().unwrap_or(Err(Error::DrainPanicked));
         registry::notify(callbacks, self.shared.slot(), registry::Notice::Disabled);
         result

@@ -13,5 +13,5 @@ fn walk(frame: &mut dyn FnMut(usize) -> bool) {
 
 /// Installs the walker; every session start calls it (only the first call does anything).
 pub(crate) fn install() {
-    eventpipe_core::stack::install_walker(walk);
+    eventpipe_core::runtime::install_walker(walk);
 }

@@ -18,9 +18,9 @@ use std::io::Write;
 use nettrace::write::{EventBlockBuilder, TraceWriter};
 use nettrace::{EventHeader, EventMetadata, FormatVersion, Guid, Label, ThreadInfo};
 
-use crate::threads::{Consumed, ThreadSessionState};
 use crate::{registry, rundown, Error};
-use eventpipe_core::record::{FLAG_ACTIVITY, FLAG_STACK, FLAG_SUBJECT, RECORD_HEADER};
+use eventpipe_core::runtime::{Consumed, ThreadSessionState};
+use eventpipe_core::runtime::{FLAG_ACTIVITY, FLAG_STACK, FLAG_SUBJECT, RECORD_HEADER};
 
 /// An event block is written once it holds this many bytes.
 const EVENT_BLOCK_TARGET: usize = 60 << 10;
@@ -172,7 +172,7 @@ fn encode_successors(
             let payload =
                 std::slice::from_raw_parts(src.add(run.records * stride + RECORD_HEADER), size);
             let out = std::slice::from_raw_parts_mut(dst.add(payload_at), size);
-            eventpipe_core::buffer::copy_payload(out, payload);
+            eventpipe_core::runtime::copy_payload(out, payload);
         }
         run.bytes = payload_at + size;
         run.last_timestamp = timestamp;

@@ -36,11 +36,12 @@ use encode::{output_error, Author, Encoder, RecordView, TraceOutput};
 
 use crate::clock;
 use crate::config::{Output, SessionConfig};
-use crate::sync::{lock, Arc, Ordering};
-use crate::threads::{Consumed, ThreadProgress, ThreadSessionState, ThreadSnapshot};
 use crate::{registry, rundown, Error};
-use eventpipe_core::recording::{Progress, SessionShared};
+use eventpipe_core::runtime::{Consumed, ThreadProgress, ThreadSessionState, ThreadSnapshot};
+use eventpipe_core::runtime::{Progress, SessionShared};
 use eventpipe_core::SessionStats;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 mod encode;
 
@@ -152,7 +153,7 @@ impl Drain {
         if result.is_err() {
             // The output failed: end the session for everyone, release parked writers.
             owed_callbacks = registry::remove_session(&self.shared);
-            self.shared.active.store(false, Ordering::Relaxed);
+            self.shared.deactivate();
         }
         self.abort_waiters();
         // Its providers are told it ended (a profiler stops), from here since the session
@@ -170,7 +171,7 @@ impl Drain {
     }
 
     fn abort_waiters(&self) {
-        self.shared.manager.abort();
+        self.shared.manager().abort();
     }
 
     fn writer(&mut self) -> Result<&mut TraceWriter<Box<dyn Write + Send>>, Error> {
@@ -182,19 +183,8 @@ impl Drain {
     fn run_passes(&mut self) -> Result<(), Error> {
         let mut backlog = false;
         loop {
-            {
-                let mut woken = lock(&self.shared.wake);
-                if !backlog && !*woken && !self.shared.stop_requested.load(Ordering::Acquire) {
-                    woken = self
-                        .shared
-                        .wake_signal
-                        .wait_timeout(woken, self.flush_interval)
-                        .map(|(g, _)| g)
-                        .unwrap_or_else(|p| p.into_inner().0);
-                }
-                *woken = false;
-            }
-            if self.shared.stop_requested.load(Ordering::Acquire) {
+            self.shared.wait_for_work(self.flush_interval, backlog);
+            if self.shared.stop_requested() {
                 // Parked writers give up now; then everything committed is written.
                 self.abort_waiters();
                 while self.pass(true)? {}
@@ -223,7 +213,7 @@ impl Drain {
         let mut cutoff = full_cutoff;
         // Listing a thread's whole backlog would cost every pass a reference count per
         // buffer; it reads `PASS_BUFFERS` and looks at one more.
-        let snapshot = self.shared.manager.snapshot(PASS_BUFFERS + 1);
+        let snapshot = self.shared.manager().snapshot(PASS_BUFFERS + 1);
         // A pass takes at most `PASS_BUFFERS` of each thread's buffers, so a backlog is
         // drained in several passes and buffers go back to the writers (parked, in Block
         // mode) after each, not only at the end. A thread's first record beyond its share
@@ -367,7 +357,7 @@ impl Drain {
     }
 
     fn apply(&mut self, updates: &[ThreadProgress]) -> Result<(), Error> {
-        let reclaimed = self.shared.manager.apply(updates);
+        let reclaimed = self.shared.manager().apply(updates);
         let removed = reclaimed.removed;
         let dropped_live = reclaimed.dropped_live;
         self.dropped_by_reclaimed += removed.iter().map(|r| r.dropped).sum::<u64>();
@@ -392,7 +382,7 @@ impl Drain {
 
     /// Rundown (see [`crate::rundown`]): process info, loaded modules, thread names.
     fn write_rundown(&mut self) -> Result<(), Error> {
-        let tid = crate::writer::current_os_tid();
+        let tid = eventpipe_core::current_os_tid();
         let version = self.version;
         let v6 = version == FormatVersion::V6;
         let mut thread_names = std::mem::take(&mut self.thread_names);

@@ -170,7 +170,7 @@ mod tests {
 
     #[test]
     fn the_current_thread_has_a_kernel_name() {
-        let tid = crate::writer::current_os_tid();
+        let tid = eventpipe_core::current_os_tid();
         assert!(kernel_thread_name(tid).is_some());
         assert_eq!(kernel_thread_name(u64::MAX), None);
     }
