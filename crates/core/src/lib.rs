@@ -93,15 +93,14 @@ pub use writer::current_os_tid;
 #[doc(hidden)]
 pub mod loom_model;
 
-/// What can go wrong starting, running or stopping a session.
+/// A provider spec that does not parse, or a session with no free slot. The runtime
+/// (`eventpipe::Error`) adds its own failures: the output, its threads, the server.
 ///
 /// `Display` and `Error` are written out rather than derived: the core keeps proc-macro
 /// crates out of the build of every library that instruments itself.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
-    /// The session configuration is invalid.
-    InvalidConfig(String),
     /// A provider spec (`Name[:Keywords[:Level[:FilterArgs]]]`) did not parse.
     InvalidProviderSpec {
         /// The spec as given.
@@ -111,25 +110,15 @@ pub enum Error {
     },
     /// All session slots are taken.
     TooManySessions(usize),
-    /// The output failed; the session ended.
-    Output(String),
-    /// The drain thread panicked.
-    DrainPanicked,
-    /// The diagnostics server could not start.
-    Diagnostics(String),
 }
 
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Error::InvalidConfig(why) => write!(f, "invalid session configuration: {why}"),
             Error::InvalidProviderSpec { spec, reason } => {
                 write!(f, "invalid provider spec `{spec}`: {reason}")
             }
             Error::TooManySessions(n) => write!(f, "all {n} session slots are in use"),
-            Error::Output(why) => write!(f, "session output failed: {why}"),
-            Error::DrainPanicked => f.write_str("the session's drain thread panicked"),
-            Error::Diagnostics(why) => write!(f, "diagnostics server: {why}"),
         }
     }
 }

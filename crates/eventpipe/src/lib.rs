@@ -47,7 +47,7 @@ use eventpipe_core::runtime::registry;
 
 pub use eventpipe_core::{clock, counters, current_os_tid, define_event, write_event};
 pub use eventpipe_core::{
-    BufferingMode, Counter, CounterInfo, EnableChange, Error, Event, EventDescriptor, EventFields,
+    BufferingMode, Counter, CounterInfo, EnableChange, Event, EventDescriptor, EventFields,
     FieldKind, FieldSpec, FieldType, FloatCounter, Gauge, Guid, Histogram, Level, ObservedCounter,
     PayloadField, PayloadWriter, Provider, ProviderConfig, SessionStats, UpDownCounter,
     MAX_SESSIONS,
@@ -56,6 +56,7 @@ pub use eventpipe_core::{
 mod config;
 pub mod diagnostics;
 mod drain;
+mod error;
 mod listener;
 mod metadata;
 pub mod rundown;
@@ -63,4 +64,5 @@ mod session;
 mod stack;
 
 pub use config::{ListenerCallback, Output, SessionConfig, MIN_BUDGET};
+pub use error::Error;
 pub use session::Session;

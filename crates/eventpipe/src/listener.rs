@@ -71,6 +71,6 @@ pub(crate) fn spawn(
                 callback(&event);
             }
         })
-        .map_err(|e| Error::Output(format!("cannot start the listener thread: {e}")))?;
+        .map_err(|e| Error::SpawnThread("listener", e))?;
     Ok((ChannelWriter(tx), handle))
 }

@@ -24,7 +24,7 @@ mod streaming;
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use eventpipe_ipc::transport;
 
@@ -55,9 +55,9 @@ impl DiagnosticServer {
 /// If `DOTNET_DiagnosticPorts` names suspend ports, this waits until a tool resumes the
 /// process on each of them (at most `EVENTPIPE_SUSPEND_TIMEOUT_MS`, default 30 s).
 pub fn start_server() -> Result<&'static DiagnosticServer, crate::Error> {
-    static SERVER: OnceLock<Result<DiagnosticServer, String>> = OnceLock::new();
+    static SERVER: OnceLock<Result<DiagnosticServer, Arc<eventpipe_ipc::Error>>> = OnceLock::new();
     let server = SERVER.get_or_init(|| {
-        let started = listen().map_err(|e| e.to_string());
+        let started = listen().map_err(Arc::new);
         if started.is_ok() {
             if let Some(ports) = std::env::var(PORTS_VAR).ok().filter(|v| !v.is_empty()) {
                 reverse::start(reverse::parse_ports(&ports));
@@ -70,7 +70,7 @@ pub fn start_server() -> Result<&'static DiagnosticServer, crate::Error> {
     }
     server
         .as_ref()
-        .map_err(|e| crate::Error::Diagnostics(e.clone()))
+        .map_err(|e| crate::Error::Diagnostics(Arc::clone(e)))
 }
 
 fn listen() -> Result<DiagnosticServer, eventpipe_ipc::Error> {

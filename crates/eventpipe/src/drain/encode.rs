@@ -584,7 +584,7 @@ fn split_stack(body: &[u8]) -> (Option<&[u8]>, &[u8]) {
 }
 
 pub(super) fn output_error(e: nettrace::Error) -> Error {
-    Error::Output(e.to_string())
+    Error::Write(e)
 }
 
 #[cfg(test)]

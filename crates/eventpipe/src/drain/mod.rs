@@ -82,8 +82,10 @@ pub(crate) fn spawn(
 ) -> Result<JoinHandle<Result<SessionStats, Error>>, Error> {
     let (sink, listener): (Box<dyn Write + Send>, Option<JoinHandle<()>>) = match config.output {
         Output::File(path) => {
-            let file = std::fs::File::create(&path)
-                .map_err(|e| Error::Output(format!("cannot create {}: {e}", path.display())))?;
+            let file = std::fs::File::create(&path).map_err(|source| Error::CreateTrace {
+                path: path.clone(),
+                source,
+            })?;
             // Unbuffered: the trace writer hands over each block whole, in one write, so
             // a buffer would only copy it once more.
             (Box::new(file), None)
@@ -109,7 +111,7 @@ pub(crate) fn spawn(
         progress: Arc::clone(&progress),
     };
     let writer = TraceWriter::new(Box::new(counting) as Box<dyn Write + Send>, &info)
-        .map_err(|e| Error::Output(format!("cannot start the trace: {e}")))?;
+        .map_err(Error::Write)?;
     let drain = Drain {
         shared,
         writer: Some(writer),
@@ -127,7 +129,7 @@ pub(crate) fn spawn(
     std::thread::Builder::new()
         .name(format!("eventpipe-drain-{}", drain.shared.slot()))
         .spawn(move || drain.run())
-        .map_err(|e| Error::Output(format!("cannot start the drain thread: {e}")))
+        .map_err(|e| Error::SpawnThread("drain", e))
 }
 
 struct Drain {
@@ -175,9 +177,7 @@ impl Drain {
     }
 
     fn writer(&mut self) -> Result<&mut TraceWriter<Box<dyn Write + Send>>, Error> {
-        self.writer
-            .as_mut()
-            .ok_or_else(|| Error::Output("the trace was already finished".into()))
+        self.writer.as_mut().ok_or_else(|| Error::Finished)
     }
 
     fn run_passes(&mut self) -> Result<(), Error> {
@@ -191,12 +191,9 @@ impl Drain {
                 if self.rundown {
                     self.write_rundown()?;
                 }
-                let writer = self
-                    .writer
-                    .take()
-                    .ok_or_else(|| Error::Output("the trace was already finished".into()))?;
+                let writer = self.writer.take().ok_or_else(|| Error::Finished)?;
                 let mut out = writer.finish().map_err(output_error)?;
-                out.flush().map_err(|e| Error::Output(e.to_string()))?;
+                out.flush().map_err(Error::Flush)?;
                 return Ok(());
             }
             backlog = self.pass(false)?;
@@ -254,10 +251,7 @@ impl Drain {
                 self.encoder.announce_thread(state);
             }
         }
-        let writer = self
-            .writer
-            .as_mut()
-            .ok_or_else(|| Error::Output("the trace was already finished".into()))?;
+        let writer = self.writer.as_mut().ok_or_else(|| Error::Finished)?;
         let encoder = &mut self.encoder;
         // Threads with no record at the look are read last, their first event unmarked: a
         // record may have landed since.
