@@ -650,7 +650,14 @@ fn a_failing_output_ends_only_its_session() {
         write_event!(TICKET, i);
     }
     let err = failing.stop().unwrap_err();
-    assert!(err.to_string().contains("disk full"), "{err}");
+    // Each layer's message is its own; the cause hangs off `source()`, once.
+    let chain: Vec<String> =
+        std::iter::successors(Some(&err as &dyn std::error::Error), |e| e.source())
+            .map(|e| e.to_string())
+            .collect();
+    assert_eq!(chain[0], "writing the trace failed", "{chain:?}");
+    let mentions = chain.iter().filter(|m| m.contains("disk full")).count();
+    assert_eq!(mentions, 1, "the cause once, in its own layer: {chain:?}");
     let stats = healthy.stop().unwrap();
     assert_eq!(stats.events_written, 50_010);
     let s = read_trace(&std::fs::read(&path).unwrap());

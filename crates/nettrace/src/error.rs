@@ -94,7 +94,7 @@ pub enum ErrorKind {
     #[error("cannot write trace: {0}")]
     InvalidInput(String),
     /// The underlying reader or writer failed.
-    #[error("I/O error at byte {offset}: {source}")]
+    #[error("I/O error at byte {offset}")]
     Io {
         /// How far the stream had got.
         offset: StreamOffset,

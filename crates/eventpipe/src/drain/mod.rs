@@ -177,7 +177,7 @@ impl Drain {
     }
 
     fn writer(&mut self) -> Result<&mut TraceWriter<Box<dyn Write + Send>>, Error> {
-        self.writer.as_mut().ok_or_else(|| Error::Finished)
+        self.writer.as_mut().ok_or(Error::Finished)
     }
 
     fn run_passes(&mut self) -> Result<(), Error> {
@@ -191,7 +191,7 @@ impl Drain {
                 if self.rundown {
                     self.write_rundown()?;
                 }
-                let writer = self.writer.take().ok_or_else(|| Error::Finished)?;
+                let writer = self.writer.take().ok_or(Error::Finished)?;
                 let mut out = writer.finish().map_err(output_error)?;
                 out.flush().map_err(Error::Flush)?;
                 return Ok(());
@@ -251,7 +251,7 @@ impl Drain {
                 self.encoder.announce_thread(state);
             }
         }
-        let writer = self.writer.as_mut().ok_or_else(|| Error::Finished)?;
+        let writer = self.writer.as_mut().ok_or(Error::Finished)?;
         let encoder = &mut self.encoder;
         // Threads with no record at the look are read last, their first event unmarked: a
         // record may have landed since.
