@@ -16,7 +16,7 @@
 //!
 //! The graph itself:
 //!
-//! //! ```text
+//! ```text
 //! HeapGraphBuilder (nodes with a size and a type, references in any order)
 //!   ─▶ finish: ids checked, references laid out as CSR ─▶ HeapGraph
 //!   ─▶ dominators: Semi-NCA from the synthetic root ─▶ Dominators

@@ -96,8 +96,8 @@ pub enum GcDumpError {
         /// The graph as far as it goes.
         partial: Box<GcDump>,
     },
-    /// The dump is larger than a graph can hold.
-    #[error("the heap graph cannot be built: {0}")]
+    /// The dump is larger than a graph can hold (the limit is the source).
+    #[error("the heap graph cannot be built")]
     Graph(#[from] GraphError),
 }
 
