@@ -5,9 +5,10 @@
 //! ```text
 //! nettrace::TraceReader ─▶ ProfileBuilder (samples: .NET sample-profiler, this project's CPU
 //!                          and allocation samplers, or any stack-carrying event)
-//!                       ─▶ Symbolizer (module rundown or V6 Universal.System mappings and
-//!                          symbols + ELF/DWARF and debug files for native code, method
-//!                          load/rundown events for .NET JIT'd and ReadyToRun code)
+//!                       ─▶ eventpipe-symbols' Symbolizer (module rundown or V6
+//!                          Universal.System mappings and symbols + ELF/DWARF and debug
+//!                          files for native code, method load/rundown events for .NET
+//!                          JIT'd and ReadyToRun code)
 //!                       ─▶ async_trace::AsyncTraceBuilder (the async profiler's poll spans;
 //!                          CPU samples inside a poll get its async callstack)
 //!                       ─▶ Profile (frames, root-first stacks, threads, weighted samples)
