@@ -44,7 +44,7 @@ pub(crate) struct NameFields<'a> {
 
 /// Fills in a checked template; every field is reduced to `[A-Za-z0-9._-]`.
 pub(crate) fn expand(template: &str, fields: &NameFields<'_>) -> String {
-    let time = eventpipe_insight::counters::iso8601(fields.time)
+    let time = eventpipe_counters::iso8601(fields.time)
         .replace(['-', ':'], "")
         .chars()
         .take(15)

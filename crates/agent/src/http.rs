@@ -815,11 +815,7 @@ impl Sink for LineSink {
         }
         Ok(())
     }
-    fn value(
-        &mut self,
-        v: eventpipe_insight::counters::CounterValue,
-        at: SystemTime,
-    ) -> SinkResult<()> {
+    fn value(&mut self, v: eventpipe_counters::CounterValue, at: SystemTime) -> SinkResult<()> {
         let value = if v.value.is_finite() {
             serde_json::json!(v.value)
         } else {
@@ -831,7 +827,7 @@ impl Sink for LineSink {
             .map(|(q, x)| serde_json::json!({"quantile": q, "value": x}))
             .collect();
         Ok(self.send(serde_json::json!({
-            "timestamp": eventpipe_insight::counters::iso8601(at),
+            "timestamp": eventpipe_counters::iso8601(at),
             "pid": self.pid,
             "provider": v.provider,
             "name": v.name,

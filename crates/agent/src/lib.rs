@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context, Result};
-use eventpipe_insight::counters::CounterValue;
+use eventpipe_counters::CounterValue;
 
 use self::operations::{Handle, Operations};
 use self::processes::{Process, Registry};
@@ -51,7 +51,7 @@ pub(crate) fn test_value(
     provider: &str,
     name: &str,
     unit: &str,
-    kind: eventpipe_insight::counters::CounterKind,
+    kind: eventpipe_counters::CounterKind,
     value: f64,
 ) -> CounterValue {
     CounterValue {
@@ -187,7 +187,7 @@ pub(crate) fn log(message: &str) {
     let _ = writeln!(
         std::io::stderr().lock(),
         "{} {message}",
-        eventpipe_insight::counters::iso8601(SystemTime::now())
+        eventpipe_counters::iso8601(SystemTime::now())
     );
 }
 

@@ -174,7 +174,7 @@ fn parse_id(id: &str) -> Option<u64> {
 }
 
 fn now() -> String {
-    eventpipe_insight::counters::iso8601(SystemTime::now())
+    eventpipe_counters::iso8601(SystemTime::now())
 }
 
 impl Handle {

@@ -18,9 +18,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Result;
+use eventpipe_counters::CounterValue;
 use eventpipe_export::delivery::{Delivery, Options, Stats, Store};
 use eventpipe_export::otlp::{Batch, CounterConverter, Endpoint, EventConverter, Signals, Target};
-use eventpipe_insight::counters::CounterValue;
 
 use super::processes::Process;
 use super::processes::RuntimeKind;

@@ -23,7 +23,8 @@ use anyhow::{Context, Result};
 use eventpipe_export::continuous::{period_profiles, Period};
 use eventpipe_export::delivery::{Delivery, Options, Store};
 use eventpipe_export::pyroscope::{Api, Server};
-use eventpipe_insight::{BinaryCache, ThreadLabels};
+use eventpipe_insight::ThreadLabels;
+use eventpipe_symbols::BinaryCache;
 
 use super::processes::Process;
 use super::processes::RuntimeKind;

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
 
-use eventpipe_insight::counters::{CounterKind, CounterValue};
+use eventpipe_counters::{CounterKind, CounterValue};
 
 /// One series: its labels and value.
 #[derive(Debug, Clone)]

@@ -11,7 +11,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
-use eventpipe_insight::counters::CounterValue;
+use eventpipe_counters::CounterValue;
 
 use super::processes::Process;
 use super::settings::{Rule, Trigger};
@@ -204,7 +204,7 @@ fn admit(state: &mut State, rule: &Rule, index: usize, pid: u32, now: Instant) -
 mod tests {
     use super::*;
     use crate::settings::parse;
-    use eventpipe_insight::counters::CounterKind;
+    use eventpipe_counters::CounterKind;
 
     fn process(pid: u32, name: &str) -> Process {
         Process {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result};
-use eventpipe_insight::counters::CounterValue;
+use eventpipe_counters::CounterValue;
 
 use super::processes::Process;
 use super::processes::RuntimeKind;

@@ -11,10 +11,11 @@ use std::path::Path;
 use anyhow::{Context, Result};
 pub(crate) use eventpipe_client::capture::gcdump::CaptureOptions;
 use eventpipe_client::capture::gcdump::{accept, capture, Captured};
-use eventpipe_insight::gcdump::{
-    diff_reports, heap_report, retention_profile, GcDump, GcDumpBuilder, HeapReport, TypeDiff,
+use eventpipe_heap::dominators;
+use eventpipe_heap::gcdump::{
+    diff_reports, heap_report, GcDump, GcDumpBuilder, HeapReport, TypeDiff,
 };
-use eventpipe_insight::heap::dominators;
+use eventpipe_insight::retention::retention_profile;
 
 use crate::numbers::{signed, thousands};
 use crate::stream_file::{CollectConfig, ConvertConfig, DiffConfig, ReportConfig};

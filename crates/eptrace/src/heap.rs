@@ -10,9 +10,8 @@ use std::path::Path;
 use anyhow::{bail, Result};
 pub(crate) use eventpipe_client::capture::heap::CaptureOptions;
 use eventpipe_client::capture::heap::{capture, check, summary};
-use eventpipe_insight::builder::ALLOCATION_PROVIDER;
-use eventpipe_insight::live_heap::{
-    diff_live_heaps, Grouping, LiveHeap, LiveHeapBuilder, SiteGrowth,
+use eventpipe_heap::live_heap::{
+    diff_live_heaps, Grouping, LiveHeap, LiveHeapBuilder, SiteGrowth, ALLOCATION_PROVIDER,
 };
 use eventpipe_insight::{ProfileBuilder, SampleSelection};
 

@@ -24,7 +24,8 @@
 use std::io::Write;
 
 use eventpipe_insight::pprof::proto;
-use eventpipe_insight::{BinaryCache, ProfileBuilder, SampleSelection, SampleUnit, ThreadLabels};
+use eventpipe_insight::{ProfileBuilder, SampleSelection, SampleUnit, ThreadLabels};
+use eventpipe_symbols::BinaryCache;
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use nettrace::TraceReader;

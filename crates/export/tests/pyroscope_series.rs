@@ -17,7 +17,8 @@ use std::path::PathBuf;
 use eventpipe_export::continuous::{period_profiles, Period};
 use eventpipe_export::pyroscope::{proto::PushRequest, Api, PeriodProfile, Server};
 use eventpipe_insight::pprof::proto::Profile;
-use eventpipe_insight::{BinaryCache, ThreadLabels};
+use eventpipe_insight::ThreadLabels;
+use eventpipe_symbols::BinaryCache;
 use prost::Message;
 
 fn shared_trace(name: &str) -> Option<Vec<u8>> {

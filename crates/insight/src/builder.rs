@@ -25,17 +25,14 @@ use nettrace::{Event, TraceInfo, TraceReader};
 use crate::async_stacks;
 use crate::async_trace::{AsyncFrameId, AsyncTrace, AsyncTraceBuilder, ContextId};
 use crate::profile::{Frame, FrameKind, LinesId, Profile, Sample, SampleUnit, StackId};
-use crate::symbolize::{rundown_thread, Symbolizer};
 use crate::thread_time;
+use eventpipe_symbols::{rundown_thread, Symbolizer};
 
 /// .NET's sample profiler: one stack per managed thread per millisecond.
 pub const DOTNET_SAMPLE_PROFILER: &str = "Microsoft-DotNETCore-SampleProfiler";
 /// This project's CPU sampler provider.
 pub const CPU_SAMPLER_PROVIDER: &str = "EventPipeRs-CpuSampler";
-/// This project's allocation sampler provider; its samples carry a `Weight` field (bytes).
-/// `AllocationSample` events are allocation samples, `LiveAllocation` events (numbered by
-/// `Snapshot`) a live-heap profile, `FreeSample` ends the sample at its `Address`.
-pub const ALLOCATION_PROVIDER: &str = "EventPipeRs-Allocations";
+pub use eventpipe_heap::live_heap::ALLOCATION_PROVIDER;
 
 /// Which events a profile is made of.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -222,7 +219,7 @@ pub struct BuiltProfile {
     pub available: Vec<(SampleSelection, usize)>,
     /// The binaries opened to symbolize it, for the next builder
     /// ([`ProfileBuilder::with_binaries`]).
-    pub binaries: crate::symbolize::BinaryCache,
+    pub binaries: eventpipe_symbols::BinaryCache,
 }
 
 /// A distinct symbolized stack: the raw stack, the async callstack spliced in, and whether
@@ -256,7 +253,7 @@ impl ProfileBuilder {
 
     /// Symbolizes with `cache`'s opened binaries (and adds to it); [`BuiltProfile::binaries`]
     /// hands it back.
-    pub fn with_binaries(mut self, cache: crate::symbolize::BinaryCache) -> ProfileBuilder {
+    pub fn with_binaries(mut self, cache: eventpipe_symbols::BinaryCache) -> ProfileBuilder {
         self.symbolizer = std::mem::take(&mut self.symbolizer).with_binaries(cache);
         self
     }
@@ -658,8 +655,8 @@ impl ProfileBuilder {
             .main_module()
             .filter(|module| named.contains(module.as_str()));
         notes.extend(self.symbolizer.notes());
-        notes.extend(crate::symbolize::unnamed_frames_note(&profile));
-        notes.extend(crate::symbolize::truncated_stacks_note(&profile));
+        notes.extend(crate::profile::unnamed_frames_note(&profile));
+        notes.extend(crate::profile::truncated_stacks_note(&profile));
         if unplaced > 0 {
             notes.push(format!(
                 "{unplaced} CPU samples name an async context none of whose polls the async \

@@ -3,10 +3,15 @@
 //!
 //! It is deliberately independent of nettrace: building it (symbolization, choosing which
 //! events are samples) is one job, rendering it (speedscope, pprof, flame graphs) another.
+//! Its frames are `eventpipe-symbols`' [`Frame`]s, re-exported here; the notes saying what
+//! share of a profile's samples have unnamed or truncated stacks are read from it here.
 
 use std::collections::{BTreeMap, HashMap};
 
 use crate::hash::FastHash;
+
+use eventpipe_symbols::TRUNCATED_FRAME_NAME;
+pub use eventpipe_symbols::{Frame, FrameKind};
 
 /// What makes a frame one function: (function, module, file, kind).
 type FrameKey = (String, Option<String>, Option<String>, FrameKind);
@@ -61,61 +66,6 @@ impl SampleUnit {
             SampleUnit::LiveBytes => "bytes still allocated",
             SampleUnit::HeapBytes => "heap bytes retained",
             SampleUnit::Events => "events",
-        }
-    }
-}
-
-/// Where a frame's code comes from, and how well it was resolved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FrameKind {
-    /// Native (Rust, C) code resolved through a module's symbols.
-    Native,
-    /// .NET JIT'd or ReadyToRun code resolved through method load/rundown events.
-    Managed,
-    /// An address in a known module that has no symbol for it (stripped or missing
-    /// binary); `function` reads `module+0xOFFSET`.
-    ModuleOffset,
-    /// An address in no known module; `function` reads `0xADDRESS`.
-    Unknown,
-    /// An instrumented future's poll, from the async profiler's poll stack: `function`
-    /// reads `async PATH` (see [`crate::async_trace`]).
-    Async,
-    /// Not code: what the thread was doing, at a stack's leaf (a .NET sample taken outside
-    /// managed code ends in [`crate::EXTERNAL_CODE_FRAME`]), or the mark at the root end of
-    /// a stack the sampler could not finish (`[truncated]`).
-    ThreadState,
-    /// Not code: a type in a heap snapshot's retention view.
-    HeapType,
-}
-
-/// One function: what a stack frame is in every view. Samples at different lines of one
-/// function are the same frame; their lines are kept beside the stack ([`Sample::lines`]).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Frame {
-    /// The function, demangled (`alloc::vec::Vec<T>::push`, `System.String.Concat(...)`),
-    /// or a fallback naming the module and offset or the bare address.
-    pub function: String,
-    /// The module's file name (no directory), when known.
-    pub module: Option<String>,
-    /// The source file, when debug info has it.
-    pub file: Option<String>,
-    /// A source line: as the symbolizer resolved one address, or, in a [`Profile`], the
-    /// lowest line any sample was at (the nearest to the function's start), for formats
-    /// that keep one line per function.
-    pub line: Option<u32>,
-    /// How the frame was resolved.
-    pub kind: FrameKind,
-}
-
-impl Frame {
-    /// A frame known only by its function name.
-    pub fn named(function: impl Into<String>, kind: FrameKind) -> Frame {
-        Frame {
-            function: function.into(),
-            module: None,
-            file: None,
-            line: None,
-            kind,
         }
     }
 }
@@ -467,6 +417,74 @@ pub fn thousands(n: u64) -> String {
         out.push(c);
     }
     out
+}
+
+/// A note saying what share of the samples have stacks the sampler could not finish (they
+/// end in `[truncated]`), or `None` when none has.
+pub fn truncated_stacks_note(profile: &Profile) -> Option<String> {
+    let (samples, share) = samples_with_a_frame(profile, |f| {
+        f.kind == FrameKind::ThreadState && f.function == TRUNCATED_FRAME_NAME
+    })?;
+    Some(format!(
+        "{samples} of {} samples ({share:.1}% of the {}) have stacks cut short: the unwinder \
+         could not go past a frame, or the stack was deeper than it keeps; they start at \
+         {TRUNCATED_FRAME_NAME}",
+        profile.samples.len(),
+        profile.unit.describe(),
+    ))
+}
+
+/// How many samples have a frame `is` holds for, and their share (%) of the profile's
+/// weight; `None` when none has.
+fn samples_with_a_frame(profile: &Profile, is: impl Fn(&Frame) -> bool) -> Option<(u64, f64)> {
+    let (mut samples, mut weight) = (0u64, 0u64);
+    for sample in &profile.samples {
+        if profile.stacks[sample.stack]
+            .iter()
+            .any(|&f| is(&profile.frames[f]))
+        {
+            samples += 1;
+            weight += sample.weight;
+        }
+    }
+    (samples > 0).then(|| {
+        let share = 100.0 * weight as f64 / profile.total_weight().max(1) as f64;
+        (samples, share)
+    })
+}
+
+/// A note saying how many samples have frames that could not be named (module+offset,
+/// bare addresses, `[unknown]`), or `None` when every frame is named.
+pub fn unnamed_frames_note(profile: &Profile) -> Option<String> {
+    let unnamed = |f: usize| {
+        matches!(
+            profile.frames[f].kind,
+            FrameKind::ModuleOffset | FrameKind::Unknown
+        )
+    };
+    let mut frames: Vec<usize> = profile
+        .stacks
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|&f| unnamed(f))
+        .collect();
+    frames.sort_unstable();
+    frames.dedup();
+    if frames.is_empty() {
+        return None;
+    }
+    let (samples, share) = samples_with_a_frame(profile, |f| {
+        matches!(f.kind, FrameKind::ModuleOffset | FrameKind::Unknown)
+    })?;
+    Some(format!(
+        "{samples} of {} samples ({share:.1}% of the {}) have frames that could not be named; \
+         their {} distinct unnamed frames are shown as module+0xOFFSET, 0xADDRESS or [unknown] \
+         (the notes above say why)",
+        profile.samples.len(),
+        profile.unit.describe(),
+        frames.len()
+    ))
 }
 
 #[cfg(test)]

@@ -360,7 +360,7 @@ impl ReportBuilder {
                 .thread_names
                 .entry(event.thread_id())
                 .or_insert_with(|| name.to_owned());
-        } else if let Some((tid, name)) = crate::symbolize::rundown_thread(event) {
+        } else if let Some((tid, name)) = eventpipe_symbols::rundown_thread(event) {
             tally.thread_names.insert(tid, name);
         }
         tally.min_ts = Some(tally.min_ts.map_or(ts, |m| m.min(ts)));

@@ -2,13 +2,13 @@
 //! `EventCounterIntervalSec=N` (the EventCounters every .NET runtime and this project's
 //! runtime publish) and, for .NET targets, `System.Diagnostics.Metrics` listening to the
 //! same names (Meters, .NET 6+). Values are decoded as they stream in
-//! ([`eventpipe_insight::counters`]) and handed to a [`Sink`].
+//! ([`eventpipe_counters`]) and handed to a [`Sink`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant, SystemTime};
 
-use eventpipe_insight::counters::{
+use eventpipe_counters::{
     decode_counter_event, meters_filter_args, CounterEvent, CounterValue, METERS_PROVIDER,
 };
 use eventpipe_ipc::command::CollectTracing;
@@ -19,7 +19,7 @@ use super::CaptureError;
 
 use crate::{Target, TargetSpec, TraceSession};
 /// What a [`Sink`] is handed: one published value, decoded.
-pub use eventpipe_insight::counters::CounterValue as Value;
+pub use eventpipe_counters::CounterValue as Value;
 
 /// A `--counters` list that does not parse; the message quotes it.
 #[derive(Debug, thiserror::Error)]

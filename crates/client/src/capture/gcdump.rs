@@ -15,9 +15,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use eventpipe_insight::gcdump::{
-    GcDump, GcDumpBuilder, GcDumpError, DOTNET_RUNTIME, GCDUMP_KEYWORDS,
-};
+use eventpipe_heap::gcdump::{GcDump, GcDumpBuilder, GcDumpError, DOTNET_RUNTIME, GCDUMP_KEYWORDS};
 use eventpipe_ipc::command::CollectTracing;
 use eventpipe_ipc::ProviderRequest;
 

@@ -12,8 +12,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use eventpipe_insight::builder::ALLOCATION_PROVIDER;
-use eventpipe_insight::live_heap::{LiveHeap, LiveHeapBuilder};
+use eventpipe_heap::live_heap::{LiveHeap, LiveHeapBuilder, ALLOCATION_PROVIDER};
 use eventpipe_ipc::command::CollectTracing;
 use eventpipe_ipc::ProviderRequest;
 

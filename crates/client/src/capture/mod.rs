@@ -70,7 +70,7 @@ pub enum CaptureError {
     Write(#[source] std::io::Error),
     /// A heap-dump event did not decode.
     #[error("reading the heap dump")]
-    Dump(#[source] eventpipe_insight::gcdump::GcDumpError),
+    Dump(#[source] eventpipe_heap::gcdump::GcDumpError),
     /// The heap dump's events do not make a heap.
     #[error("reading {}", path.display())]
     Unreadable {
@@ -78,7 +78,7 @@ pub enum CaptureError {
         path: PathBuf,
         /// Why.
         #[source]
-        source: eventpipe_insight::gcdump::GcDumpError,
+        source: eventpipe_heap::gcdump::GcDumpError,
     },
     /// The heap dump misses part of the heap.
     #[error(

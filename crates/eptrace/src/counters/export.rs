@@ -19,7 +19,7 @@ use std::time::SystemTime;
 
 use anyhow::{Context, Result};
 use eventpipe_client::capture::counters::{SessionEnd, Sink, SinkResult};
-use eventpipe_insight::counters::{dotnet_timestamp, iso8601, CounterKind, CounterValue};
+use eventpipe_counters::{dotnet_timestamp, iso8601, CounterKind, CounterValue};
 
 /// `--format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -4,7 +4,7 @@
 //! A session enables each named provider with `EventCounterIntervalSec=N` (the
 //! EventCounters every .NET runtime and this project's runtime publish) and, for .NET
 //! targets, `System.Diagnostics.Metrics` listening to the same names (Meters, .NET 6+).
-//! Values are decoded as they stream in ([`eventpipe_insight::counters`]); `monitor` shows
+//! Values are decoded as they stream in ([`eventpipe_counters`]); `monitor` shows
 //! them refreshing in place, `collect` writes them as `dotnet-counters collect` does (CSV or
 //! JSON), and `report` reads them back from a trace file.
 
@@ -21,7 +21,7 @@ use anyhow::{bail, Context, Result};
 use eventpipe_client::capture::counters::run;
 pub(crate) use eventpipe_client::capture::counters::{parse_counter_specs, SessionConfig};
 use eventpipe_client::TargetSpec;
-use eventpipe_insight::counters::{decode_counter_event, CounterEvent, CounterValue};
+use eventpipe_counters::{decode_counter_event, CounterEvent, CounterValue};
 use nettrace::TraceReader;
 
 pub(crate) use export::ExportFormat;

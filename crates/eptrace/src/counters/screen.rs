@@ -15,7 +15,7 @@ use anyhow::Result;
 use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use crossterm::{cursor, execute, queue, terminal};
 use eventpipe_client::capture::counters::{SessionEnd, Sink, SinkResult};
-use eventpipe_insight::counters::{CounterKind, CounterValue};
+use eventpipe_counters::{CounterKind, CounterValue};
 
 /// Columns the table needs at least.
 pub(crate) const MIN_WIDTH: u16 = 40;

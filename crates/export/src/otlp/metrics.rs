@@ -1,4 +1,4 @@
-//! Counter values (EventCounters and Meters, as `eventpipe_insight::counters` reads them)
+//! Counter values (EventCounters and Meters, as `eventpipe_counters` reads them)
 //! to OTLP metrics. Each value is one data point of a metric named as the counter, in the
 //! scope of its provider, with the counter's tags as attributes:
 //!
@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 
-use eventpipe_insight::counters::{CounterKind, CounterValue};
+use eventpipe_counters::{CounterKind, CounterValue};
 
 use super::proto::common::v1::KeyValue;
 use super::proto::metrics::v1::{

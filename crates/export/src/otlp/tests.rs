@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use eventpipe_insight::counters::{CounterKind, CounterValue, MeanStats};
+use eventpipe_counters::{CounterKind, CounterValue, MeanStats};
 use eventpipe_test_support::otlp::attr;
 use eventpipe_test_support::trace::{md, utf16, MetadataExt, TraceBuilder};
 use nettrace::{EventMetadata, FieldType, FormatVersion};

@@ -46,7 +46,7 @@ use super::model::{
 };
 use super::records::{decode_records, Record};
 use super::PROVIDER;
-use crate::fields::field;
+use eventpipe_symbols::fields::field;
 
 /// Which of the provider's events an event was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -144,7 +144,7 @@ impl<N: AsRef<str>> Serialize for Payload<N> {
 impl<N: AsRef<str>> Payload<N> {
     pub(super) fn field(&self, name: &str) -> Option<&Value> {
         match self {
-            Payload::Fields(fields) => crate::fields::field(fields, name),
+            Payload::Fields(fields) => eventpipe_symbols::fields::field(fields, name),
             Payload::Error(_) => None,
         }
     }

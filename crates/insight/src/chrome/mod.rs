@@ -120,7 +120,7 @@ use crate::error::Result;
 use crate::hash::FastHash;
 use crate::intervals::{self, Lifecycle, Role};
 use crate::json::{Fields, Json, Numbers};
-use crate::symbolize::RUNDOWN_PROVIDER;
+use eventpipe_symbols::RUNDOWN_PROVIDER;
 
 mod json;
 mod names;

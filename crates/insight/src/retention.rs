@@ -9,8 +9,8 @@
 
 use std::collections::HashMap;
 
-use super::report::DominatorTree;
-use crate::heap::{Dominators, HeapGraph, NodeId};
+use eventpipe_heap::{DominatorTree, Dominators, HeapGraph, NodeId};
+
 use crate::profile::{Frame, FrameId, FrameKind, Profile, Sample, SampleUnit, StackId};
 
 /// Frames a retention stack keeps at most.

@@ -25,7 +25,7 @@
 //! and their elements are allocated together); the rest stay uniform. The default, `random`,
 //! is the worst case for memory locality.
 //!
-//! `cargo bench -p eventpipe-insight --bench heap_graph`; `HEAP_GRAPH_NODES` (default
+//! `cargo bench -p eventpipe-heap --bench heap_graph`; `HEAP_GRAPH_NODES` (default
 //! 10000000) and `HEAP_GRAPH_EDGES` (default 3 × nodes) set the size, e.g.
 //! `HEAP_GRAPH_NODES=100000` for a smoke run.
 
@@ -34,7 +34,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, Throughput};
-use eventpipe_insight::heap::{dominators, HeapGraphBuilder, TypeId};
+use eventpipe_heap::{dominators, HeapGraphBuilder, TypeId};
 
 const TYPES: u32 = 1000;
 const SEED: u64 = 0x5e_ed0f_4ea9;

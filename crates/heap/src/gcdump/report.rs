@@ -11,7 +11,8 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::heap::{Dominators, HeapGraph, NodeId, TypeId};
+use crate::dominators::{DominatorTree, Dominators};
+use crate::graph::{HeapGraph, NodeId, TypeId};
 
 /// One type's row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -110,43 +111,6 @@ fn retained_by_type(graph: &HeapGraph, dominators: &Dominators) -> Vec<u64> {
         stack.extend(tree.children(node).iter().map(|&c| (c, false)));
     }
     retained
-}
-
-/// The dominator tree as child lists, in one array (CSR): a node's children are the nodes
-/// it immediately dominates.
-pub(crate) struct DominatorTree {
-    starts: Vec<u32>,
-    children: Vec<NodeId>,
-}
-
-impl DominatorTree {
-    pub(crate) fn of(graph: &HeapGraph, dominators: &Dominators) -> DominatorTree {
-        let n = graph.node_count();
-        let mut starts = vec![0u32; n + 1];
-        for node in 0..n as NodeId {
-            if let Some(parent) = dominators.idom(node) {
-                starts[parent as usize + 1] += 1;
-            }
-        }
-        for i in 1..=n {
-            starts[i] += starts[i - 1];
-        }
-        let mut fill = starts.clone();
-        let mut children = vec![0 as NodeId; starts[n] as usize];
-        for node in 0..n as NodeId {
-            if let Some(parent) = dominators.idom(node) {
-                let slot = &mut fill[parent as usize];
-                children[*slot as usize] = node;
-                *slot += 1;
-            }
-        }
-        DominatorTree { starts, children }
-    }
-
-    pub(crate) fn children(&self, node: NodeId) -> &[NodeId] {
-        let (from, to) = (self.starts[node as usize], self.starts[node as usize + 1]);
-        &self.children[from as usize..to as usize]
-    }
 }
 
 /// One type's change between two heaps (new minus old).

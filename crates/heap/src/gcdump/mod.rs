@@ -39,17 +39,16 @@
 
 mod records;
 pub mod report;
-pub mod retention;
 
 pub use report::{diff_reports, heap_report, HeapReport, TypeDiff, TypeRow};
-pub use retention::retention_profile;
 
 use std::collections::HashMap;
 
 use nettrace::{Event, Value};
 
-use crate::fields::{field, number};
-use crate::heap::{GraphError, HeapGraph, HeapGraphBuilder, NodeId, TypeId};
+use eventpipe_symbols::fields::{field, number};
+
+use crate::graph::{GraphError, HeapGraph, HeapGraphBuilder, NodeId, TypeId};
 
 /// The runtime provider whose events make the dump.
 pub const DOTNET_RUNTIME: &str = "Microsoft-Windows-DotNETRuntime";
@@ -97,8 +96,8 @@ pub enum GcDumpError {
         /// The graph as far as it goes.
         partial: Box<GcDump>,
     },
-    /// The dump is larger than a graph can hold.
-    #[error("the heap graph cannot be built: {0}")]
+    /// The dump is larger than a graph can hold (the limit is the source).
+    #[error("the heap graph cannot be built")]
     Graph(#[from] GraphError),
 }
 

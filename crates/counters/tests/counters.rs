@@ -3,7 +3,7 @@
 //! their values as text): values come back exact, and a payload that is cut short or text
 //! that is no number gives nothing rather than a wrong value or a panic.
 
-use eventpipe_insight::counters::{decode_counter_event, CounterEvent, CounterKind};
+use eventpipe_counters::{decode_counter_event, CounterEvent, CounterKind};
 use eventpipe_test_support::trace::{field, utf16, TraceBuilder};
 use nettrace::{EventMetadata, FieldType, FormatVersion, TraceReader};
 

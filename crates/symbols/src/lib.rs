@@ -1,4 +1,22 @@
+//! # eventpipe-symbols
+//!
 //! From instruction pointers to function names.
+//!
+//! The data flow:
+//!
+//! ```text
+//! nettrace::Event ─▶ Symbolizer::observe (module rundown, Universal.System mappings and
+//!                    symbols, .NET method and module events)
+//! address, pid    ─▶ Symbolizer::resolve / resolve_in ─▶ [Frame] innermost first
+//!                    (native binaries opened through a BinaryCache: DWARF, debug files,
+//!                    symbol tables, by addr2line and object)
+//! ```
+//!
+//! [`Frame`] and [`FrameKind`] are the resolved-frame model every view reads: a profile
+//! (`eventpipe-insight`) interns them, the live heap (`eventpipe-heap`) names allocation
+//! sites from them. [`fields`] is the one lookup of a decoded payload's fields by name the
+//! decoders of this workspace share.
+//!
 //!
 //! Three sources of truth, all read from the trace itself so a trace symbolizes after its
 //! process is gone:
@@ -28,6 +46,7 @@
 //!
 //! Every address is resolved once and cached; the symbolizer only grows with the number of
 //! distinct addresses, never with the number of samples.
+#![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -35,10 +54,17 @@ use std::path::{Path, PathBuf};
 use nettrace::{Event, Value};
 
 use crate::fields::field;
-use crate::profile::{Frame, FrameKind, Profile};
 
 mod elf;
+pub mod fields;
+mod frame;
 mod universal;
+
+pub use frame::{Frame, FrameKind};
+
+/// A fast hasher for the address cache: the keys come from one trace, not from an
+/// adversary who could aim collisions at it.
+type FastHash = foldhash::fast::RandomState;
 
 /// The provider of this project's module and thread rundown events.
 pub const RUNDOWN_PROVIDER: &str = "EventPipeRs-Rundown";
@@ -106,7 +132,7 @@ pub struct Symbolizer {
     debug_root: Option<PathBuf>,
     /// Resolved frames (innermost first) by (process when it has mappings, address,
     /// is_return_address).
-    cache: HashMap<(Option<u64>, u64, bool), Resolved, crate::hash::FastHash>,
+    cache: HashMap<(Option<u64>, u64, bool), Resolved, FastHash>,
     /// What every address in no known code resolves to.
     unknown: UnknownFrame,
     /// One line per binary that could not be (fully) used.
@@ -674,74 +700,6 @@ impl UnnamedAddresses {
             .iter()
             .map(|((what, why), n)| format!("{what}: {n} distinct addresses {why}"))
     }
-}
-
-/// A note saying what share of the samples have stacks the sampler could not finish (they
-/// end in `[truncated]`), or `None` when none has.
-pub fn truncated_stacks_note(profile: &Profile) -> Option<String> {
-    let (samples, share) = samples_with_a_frame(profile, |f| {
-        f.kind == FrameKind::ThreadState && f.function == TRUNCATED_FRAME_NAME
-    })?;
-    Some(format!(
-        "{samples} of {} samples ({share:.1}% of the {}) have stacks cut short: the unwinder \
-         could not go past a frame, or the stack was deeper than it keeps; they start at \
-         {TRUNCATED_FRAME_NAME}",
-        profile.samples.len(),
-        profile.unit.describe(),
-    ))
-}
-
-/// How many samples have a frame `is` holds for, and their share (%) of the profile's
-/// weight; `None` when none has.
-fn samples_with_a_frame(profile: &Profile, is: impl Fn(&Frame) -> bool) -> Option<(u64, f64)> {
-    let (mut samples, mut weight) = (0u64, 0u64);
-    for sample in &profile.samples {
-        if profile.stacks[sample.stack]
-            .iter()
-            .any(|&f| is(&profile.frames[f]))
-        {
-            samples += 1;
-            weight += sample.weight;
-        }
-    }
-    (samples > 0).then(|| {
-        let share = 100.0 * weight as f64 / profile.total_weight().max(1) as f64;
-        (samples, share)
-    })
-}
-
-/// A note saying how many samples have frames that could not be named (module+offset,
-/// bare addresses, `[unknown]`), or `None` when every frame is named.
-pub fn unnamed_frames_note(profile: &Profile) -> Option<String> {
-    let unnamed = |f: usize| {
-        matches!(
-            profile.frames[f].kind,
-            FrameKind::ModuleOffset | FrameKind::Unknown
-        )
-    };
-    let mut frames: Vec<usize> = profile
-        .stacks
-        .iter()
-        .flatten()
-        .copied()
-        .filter(|&f| unnamed(f))
-        .collect();
-    frames.sort_unstable();
-    frames.dedup();
-    if frames.is_empty() {
-        return None;
-    }
-    let (samples, share) = samples_with_a_frame(profile, |f| {
-        matches!(f.kind, FrameKind::ModuleOffset | FrameKind::Unknown)
-    })?;
-    Some(format!(
-        "{samples} of {} samples ({share:.1}% of the {}) have frames that could not be named; \
-         their {} distinct unnamed frames are shown as module+0xOFFSET, 0xADDRESS or [unknown] \
-         (the notes above say why)",
-        profile.samples.len(),
-        profile.unit.describe(),
-        frames.len()
-    ))
 }
 
 #[cfg(test)]

@@ -6,8 +6,8 @@
 //! the dump incomplete or malformed, never a smaller heap. Real runtimes are in
 //! `crates/eptrace/tests/gcdump.rs`.
 
-use eventpipe_insight::gcdump::{heap_report, GcDump, GcDumpBuilder, GcDumpError};
-use eventpipe_insight::heap::dominators;
+use eventpipe_heap::dominators;
+use eventpipe_heap::gcdump::{heap_report, GcDump, GcDumpBuilder, GcDumpError};
 use eventpipe_test_support::trace::utf16;
 use nettrace::write::{EventBlockBuilder, TraceWriter};
 use nettrace::{EventHeader, EventMetadata, FormatVersion, TraceInfo, TraceReader};

@@ -2,7 +2,7 @@
 //! against a brute-force reference written from the definition, a chain deeper than any
 //! recursion could go, and bad input to the builder.
 
-use eventpipe_insight::heap::{
+use eventpipe_heap::{
     dominators, GraphError, HeapGraph, HeapGraphBuilder, NodeId, NO_NODE, ROOT_TYPE_NAME,
 };
 use proptest::prelude::*;

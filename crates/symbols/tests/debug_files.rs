@@ -3,12 +3,10 @@
 //! binaries are built here from C source with gcc and binutils; the expected addresses
 //! come from `nm` on the unstripped build.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use eventpipe_insight::{FrameKind, Module, Symbolizer};
+use eventpipe_symbols::{FrameKind, Module, Symbolizer};
 
 const SOURCE: &str = r#"
 __attribute__((noinline)) static int hidden_helper(int x) {
@@ -42,9 +40,17 @@ struct Built {
     exported: u64,
 }
 
+/// This test's own empty directory `name` under cargo's scratch space.
+fn empty_dir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
 /// Builds the library, or `None` (with a notice) without gcc and binutils.
 fn build(name: &str) -> Option<Built> {
-    let dir = common::scratch_dir(name);
+    let dir = empty_dir(name);
     let source = dir.join("demo.c");
     std::fs::write(&source, SOURCE).unwrap();
     let full = dir.join("full.so");
@@ -246,7 +252,7 @@ fn a_stripped_system_library_note_names_its_debug_package() {
         return;
     };
     let package = owner.split([':', ',']).next().unwrap().trim().to_owned();
-    let dir = common::scratch_dir("libc-hint");
+    let dir = empty_dir("libc-hint");
     // An empty debug root: as on a machine without the debug package.
     let mut s = symbolizer_for(libc, &dir);
     s.resolve(BASE + 0x1000, false);

@@ -24,9 +24,13 @@ use std::collections::HashMap;
 use nettrace::Event;
 use serde::Serialize;
 
-use crate::builder::ALLOCATION_PROVIDER;
-use crate::profile::{Frame, FrameKind};
-use crate::symbolize::Symbolizer;
+use eventpipe_symbols::fields::number;
+use eventpipe_symbols::{Frame, FrameKind, Symbolizer};
+
+/// This project's allocation sampler provider; its samples carry a `Weight` field (bytes).
+/// `AllocationSample` events are allocation samples, `LiveAllocation` events (numbered by
+/// `Snapshot`) a live-heap profile, `FreeSample` ends the sample at its `Address`.
+pub const ALLOCATION_PROVIDER: &str = "EventPipeRs-Allocations";
 
 /// Where memory was allocated.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -155,7 +159,7 @@ impl LiveHeapBuilder {
             return;
         }
         let fields = event.decode_payload().unwrap_or_default();
-        let num = |name: &str| crate::fields::number(&fields, name);
+        let num = |name: &str| number(&fields, name);
         match md.event_name.as_str() {
             "LiveAllocation" => {
                 let (Some(size), Some(weight), Some(snapshot)) =

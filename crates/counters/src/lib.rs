@@ -1,3 +1,5 @@
+//! # eventpipe-counters
+//!
 //! Counter values from a trace or a live session: .NET's EventCounters (any provider's
 //! `EventCounters` event, written by .NET runtimes and by this project's runtime alike) and
 //! .NET's Meters (`System.Diagnostics.Metrics`).
@@ -26,6 +28,19 @@
 //! `ObservableInstrumentCallbackError`, `MultipleSessionsNotSupportedError`,
 //! `MultipleSessionsConfiguredIncorrectlyError`), which [`decode_counter_event`] turns into
 //! words. Events of other sessions (another `SessionId`) are left out.
+//!
+//! # Data flow
+//!
+//! ```text
+//! nettrace::Event ─▶ decode_counter_event ─▶ CounterEvent (a CounterValue with its
+//!                                            CounterKind, an instrument's unit, a problem)
+//!                                         ─▶ the caller: eptrace's screen and exports, the
+//!                                            agent's Prometheus and OTLP, a client's Sink
+//! ```
+//!
+//! Only `nettrace` and `serde` are needed: a user of counters builds no symbolizer, no
+//! profile converter.
+#![forbid(unsafe_code)]
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

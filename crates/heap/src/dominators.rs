@@ -317,3 +317,46 @@ fn eval(v: u32, at: u32, links: &mut [Link]) -> u32 {
     }
     label
 }
+
+/// The dominator tree as child lists, in one array (CSR): a node's children are the nodes
+/// it immediately dominates.
+#[derive(Debug, Clone)]
+pub struct DominatorTree {
+    starts: Vec<u32>,
+    children: Vec<NodeId>,
+}
+
+impl DominatorTree {
+    /// The tree of `dominators`, computed over `graph`.
+    pub fn of(graph: &HeapGraph, dominators: &Dominators) -> DominatorTree {
+        let n = graph.node_count();
+        let mut starts = vec![0u32; n + 1];
+        for node in 0..n as NodeId {
+            if let Some(parent) = dominators.idom(node) {
+                starts[parent as usize + 1] += 1;
+            }
+        }
+        for i in 1..=n {
+            starts[i] += starts[i - 1];
+        }
+        let mut fill = starts.clone();
+        let mut children = vec![0 as NodeId; starts[n] as usize];
+        for node in 0..n as NodeId {
+            if let Some(parent) = dominators.idom(node) {
+                let slot = &mut fill[parent as usize];
+                children[*slot as usize] = node;
+                *slot += 1;
+            }
+        }
+        DominatorTree { starts, children }
+    }
+
+    /// The nodes `node` immediately dominates, by increasing id.
+    ///
+    /// # Panics
+    /// When `node` is not one of the graph's.
+    pub fn children(&self, node: NodeId) -> &[NodeId] {
+        let (from, to) = (self.starts[node as usize], self.starts[node as usize + 1]);
+        &self.children[from as usize..to as usize]
+    }
+}
