@@ -263,7 +263,10 @@ fn build_loop(agent: &Arc<Agent>, waiting: &Receiver<Job>) {
             }
             Err(e) => {
                 profiling.failed_periods.fetch_add(1, Ordering::Relaxed);
-                say_once(format!("profiling {who}: {e}"));
+                say_once(format!(
+                    "profiling {who}: {}",
+                    eventpipe_client::with_causes(&e)
+                ));
             }
         }
     }

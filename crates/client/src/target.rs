@@ -119,7 +119,7 @@ impl Target {
             Target::Launched { .. } => match self.connection() {
                 Ok(conn) => conn.process_info(2),
                 Err(Error::Ipc(e)) => Err(e),
-                Err(e) => Err(eventpipe_ipc::Error::Malformed(e.to_string())),
+                Err(e) => Err(eventpipe_ipc::Error::Malformed(crate::with_causes(&e))),
             },
         }
     }

@@ -37,13 +37,13 @@ use crate::pyroscope::PeriodProfile;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The period's trace does not read.
-    #[error("the period's trace: {0}")]
+    #[error("the period's trace does not read")]
     Trace(#[from] nettrace::Error),
     /// A profile cannot be encoded.
-    #[error("the period's profile: {0}")]
+    #[error("the period's profile cannot be made")]
     Profile(#[from] eventpipe_insight::Error),
     /// Compressing failed.
-    #[error("compressing the profile: {0}")]
+    #[error("compressing the profile failed")]
     Io(#[from] std::io::Error),
 }
 

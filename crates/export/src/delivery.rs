@@ -144,7 +144,7 @@ pub struct Stats {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The queue folder cannot be made or read.
-    #[error("{name}: queue folder {path}: {source}")]
+    #[error("{name}: queue folder {path}")]
     Folder {
         /// The backend.
         name: String,
@@ -154,7 +154,7 @@ pub enum Error {
         source: io::Error,
     },
     /// The sending thread cannot start.
-    #[error("{name}: cannot start the sending thread: {source}")]
+    #[error("{name}: cannot start the sending thread")]
     Thread {
         /// The backend.
         name: String,

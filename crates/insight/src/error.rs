@@ -7,14 +7,14 @@ use std::io;
 #[non_exhaustive]
 pub enum Error {
     /// Writing the output failed.
-    #[error("writing the output: {0}")]
+    #[error("writing the output failed")]
     Io(#[from] io::Error),
     /// Serializing JSON failed (in practice: the writer under it failed).
-    #[error("writing JSON: {0}")]
+    #[error("writing JSON failed")]
     Json(#[from] serde_json::Error),
     /// The trace could not be read. Converters that stream close their output first, so
     /// what was written is a valid document ending where the trace became unreadable.
-    #[error("reading the trace: {0}")]
+    #[error("the trace does not read")]
     Trace(#[from] nettrace::Error),
     /// The profile breaks one of [`crate::Profile`]'s invariants (its fields are public, so
     /// a caller can build one that does).

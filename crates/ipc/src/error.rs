@@ -12,7 +12,7 @@ pub enum Error {
     #[error("the diagnostics server refused the command: {0}")]
     Refused(ServerError),
     /// An I/O operation failed; `what` names it.
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Io {
         /// The operation, with the path or peer it concerned.
         what: String,

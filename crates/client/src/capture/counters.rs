@@ -194,8 +194,8 @@ fn start(config: &SessionConfig) -> Result<Live, CaptureError> {
     let wanted_session = meters_session;
     let session = TraceSession::spawn(stream, "counters-reader", move |stream| {
         let ended = (|| -> Result<(), String> {
-            let mut reader = TraceReader::from_read(stream).map_err(|e| e.to_string())?;
-            while let Some(event) = reader.next_event().map_err(|e| e.to_string())? {
+            let mut reader = TraceReader::from_read(stream).map_err(|e| crate::with_causes(&e))?;
+            while let Some(event) = reader.next_event().map_err(|e| crate::with_causes(&e))? {
                 if let Some(decoded) = decode_counter_event(&event, Some(&wanted_session)) {
                     // The event's own time, not when it reached us: delivery comes in
                     // bursts.

@@ -130,12 +130,12 @@ fn read_stream<R: Read>(mut tee: Tee<R>, began: Instant) -> (StreamSummary, Resu
                     break;
                 }
                 Err(e) => {
-                    summary.problem = Some(e.to_string());
+                    summary.problem = Some(eventpipe_client::with_causes(&e));
                     break;
                 }
             }
         },
-        Err(e) => summary.problem = Some(e.to_string()),
+        Err(e) => summary.problem = Some(eventpipe_client::with_causes(&e)),
     }
     // Whatever follows (after a parse problem) still goes to the file.
     let _ = std::io::copy(&mut tee, &mut std::io::sink());

@@ -165,9 +165,12 @@ extern "C" fn start_from_environment() {
     }
     if let Err(e) = start_server() {
         use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "eventpipe: diagnostics server not started: {e}"
-        );
+        let mut line = format!("eventpipe: {e}");
+        let mut cause = std::error::Error::source(&e);
+        while let Some(c) = cause {
+            line.push_str(&format!(": {c}"));
+            cause = c.source();
+        }
+        let _ = writeln!(std::io::stderr(), "{line}");
     }
 }
