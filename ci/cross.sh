@@ -17,7 +17,7 @@ mkdir -p "$ROOT"
 # shellcheck source=ci/lib.sh
 . ci/lib.sh
 
-LIBRARIES=(-p nettrace -p eventpipe-core -p eventpipe -p eventpipe-ipc -p eventpipe-symbols
+LIBRARIES=(-p eventpipe-guid -p nettrace -p eventpipe-core -p eventpipe -p eventpipe-ipc -p eventpipe-symbols
   -p eventpipe-heap -p eventpipe-counters -p eventpipe-insight -p eventpipe-tracing
   -p eventpipe-metrics -p eventpipe-profiler -p eventpipe-profiler-macros -p eventpipe-export
   -p eventpipe-client)

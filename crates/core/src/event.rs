@@ -1,4 +1,4 @@
-//! Writing events: the typed [`Event`] that [`define_event!`](crate::define_event)
+//! Writing events: the typed [`TypedEvent`] that [`define_event!`](crate::define_event)
 //! declares, [`write_event!`](crate::write_event), and [`EventDescriptor`]'s write
 //! methods. Each checks the event's mask (one relaxed load), encodes the payload
 //! (`payload.rs`) and hands it to the write path (`writer.rs`); an event registers itself
@@ -68,9 +68,9 @@ impl EventDescriptor {
         }
     }
 
-    /// [`Event::write`]'s body: writes the event if enabled, with `values` as its fields. A
+    /// [`TypedEvent::write`]'s body: writes the event if enabled, with `values` as its fields. A
     /// payload whose fields all have a fixed size is encoded straight into the trace
-    /// buffer. The values' types are the declared fields' by construction ([`Event`]).
+    /// buffer. The values' types are the declared fields' by construction ([`TypedEvent`]).
     #[inline]
     fn write_values<V: crate::payload::PayloadValues>(&'static self, values: V) {
         let mask = self.mask();
@@ -244,19 +244,19 @@ impl EventDescriptor {
 /// }
 /// TICK.write_with(|w| w.put(&7u32));
 /// ```
-pub struct Event<F> {
+pub struct TypedEvent<F> {
     descriptor: EventDescriptor,
     fields: std::marker::PhantomData<fn(F)>,
 }
 
-impl<F: crate::payload::EventFields> Event<F> {
+impl<F: crate::payload::EventFields> TypedEvent<F> {
     /// Types `descriptor`, whose declared fields must be `F`'s. Checked when the value is
     /// built, so in a `static` a mismatch fails to compile:
     ///
     /// ```compile_fail
-    /// use eventpipe_core::{Event, EventDescriptor, FieldKind, FieldSpec, Level, Provider};
+    /// use eventpipe_core::{TypedEvent, EventDescriptor, FieldKind, FieldSpec, Level, Provider};
     /// static P: Provider = Provider::new("P");
-    /// static E: Event<(u64,)> = Event::new(EventDescriptor::new(&P, 1, 0, "E",
+    /// static E: TypedEvent<(u64,)> = TypedEvent::new(EventDescriptor::new(&P, 1, 0, "E",
     ///     Level::Informational, 0, 0, &[FieldSpec { name: "n", kind: FieldKind::U32 }]));
     /// ```
     pub const fn new(descriptor: EventDescriptor) -> Self {
@@ -264,7 +264,7 @@ impl<F: crate::payload::EventFields> Event<F> {
             same_kinds(F::KINDS, descriptor.fields),
             "the event's declared fields are not the types it is written with"
         );
-        Event {
+        TypedEvent {
             descriptor,
             fields: std::marker::PhantomData,
         }
@@ -347,13 +347,13 @@ impl<F: crate::payload::EventFields> Event<F> {
     }
 }
 
-impl<F> std::fmt::Debug for Event<F> {
+impl<F> std::fmt::Debug for TypedEvent<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.descriptor.fmt(f)
     }
 }
 
-/// Whether `fields` are of `kinds`, in order; a `const fn` so [`Event::new`] checks in
+/// Whether `fields` are of `kinds`, in order; a `const fn` so [`TypedEvent::new`] checks in
 /// a `static`'s initialiser (`PartialEq` is not const).
 const fn same_kinds(kinds: &[FieldKind], fields: &[FieldSpec]) -> bool {
     if kinds.len() != fields.len() {
@@ -397,10 +397,10 @@ impl FieldKind {
     }
 }
 
-/// Declares a provider's event as a `static` [`Event`], whose fields have the types given.
+/// Declares a provider's event as a `static` [`TypedEvent`], whose fields have the types given.
 ///
 /// The provider is a path to a `static` [`Provider`](crate::Provider) (`APP`, `crate::telemetry::APP`).
-/// Field types are those of [`FieldType`](crate::FieldType): integers, floats, `bool`,
+/// Field types are those of [`DeclaredType`](crate::DeclaredType): integers, floats, `bool`,
 /// [`Guid`](crate::Guid), `&str` and slices (`&[u8]`, `&[u32]`, `&[u64]`, `&[i64]`,
 /// `&[f64]`).
 ///
@@ -440,8 +440,8 @@ macro_rules! define_event {
         } ( $($field:ident : $fty:ty),* $(,)? );
     ) => {
         $(#[$attr])*
-        $vis static $name: $crate::__private::Event<($($fty,)*)> =
-            $crate::__private::Event::new($crate::__private::EventDescriptor::new(
+        $vis static $name: $crate::__private::TypedEvent<($($fty,)*)> =
+            $crate::__private::TypedEvent::new($crate::__private::EventDescriptor::new(
                 &$provider,
                 $id,
                 $crate::__private::or_zero(&[$($version)?]),

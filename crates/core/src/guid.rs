@@ -2,26 +2,7 @@
 //! namespace and the upper-cased name in big-endian UTF-16, truncated to 16 bytes, with the
 //! version nibble set to 5 (RFC 4122 name-based).
 
-/// A GUID as its 16 bytes in the trace's (Windows, mixed-endian) order: an activity id,
-/// a provider's id, a GUID payload field. The format crate (`nettrace::Guid`) parses and
-/// prints them; with this crate's `nettrace` feature (on in the runtime) the two convert
-/// with `From`, and `nettrace::Guid` is a field type too.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
-pub struct Guid(pub [u8; 16]);
-
-#[cfg(feature = "nettrace")]
-impl From<Guid> for nettrace::Guid {
-    fn from(g: Guid) -> nettrace::Guid {
-        nettrace::Guid(g.0)
-    }
-}
-
-#[cfg(feature = "nettrace")]
-impl From<nettrace::Guid> for Guid {
-    fn from(g: nettrace::Guid) -> Guid {
-        Guid(g.0)
-    }
-}
+pub use eventpipe_guid::Guid;
 
 const NAMESPACE: [u8; 16] = [
     0x48, 0x2C, 0x2D, 0xB2, 0xC3, 0x90, 0x47, 0xC8, 0x87, 0xF8, 0x1A, 0x15, 0xBF, 0xC1, 0x30, 0xFB,
@@ -48,11 +29,11 @@ mod tests {
     fn matches_dotnet_event_source_guids() {
         // GUIDs .NET documents for its own EventSources.
         assert_eq!(
-            nettrace::Guid(event_source_guid("Microsoft-Extensions-Logging").0).to_string(),
+            event_source_guid("Microsoft-Extensions-Logging").to_string(),
             "3ac73b97-af73-50e9-0822-5da4367920d0"
         );
         assert_eq!(
-            nettrace::Guid(event_source_guid("System.Runtime").0).to_string(),
+            event_source_guid("System.Runtime").to_string(),
             "49592c0f-5a05-516d-aa4b-a64e02026c89"
         );
     }

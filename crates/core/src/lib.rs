@@ -73,11 +73,11 @@ pub use counters::{
     Counter, CounterInfo, FloatCounter, Gauge, Histogram, ObservedCounter, UpDownCounter,
 };
 #[cfg(not(eventpipe_loom))]
-pub use event::Event;
+pub use event::TypedEvent;
 #[cfg(not(eventpipe_loom))]
 pub use guid::{event_source_guid, Guid};
 #[cfg(not(eventpipe_loom))]
-pub use payload::{EventFields, FieldType, PayloadField};
+pub use payload::{DeclaredType, EventFields, PayloadField};
 #[cfg(not(eventpipe_loom))]
 pub use payload_writer::PayloadWriter;
 #[cfg(not(eventpipe_loom))]
@@ -130,7 +130,7 @@ pub mod __private {
     //! Everything the macros call, and nothing else; not part of the API.
 
     #[cfg(not(eventpipe_loom))]
-    pub use crate::{Event, EventDescriptor, FieldSpec, PayloadField};
+    pub use crate::{EventDescriptor, FieldSpec, PayloadField, TypedEvent};
 
     /// The single element of `values`, or 0.
     pub const fn or_zero(values: &[u8]) -> u8 {

@@ -247,10 +247,6 @@ macro_rules! guid_field {
     )*};
 }
 guid_field!(crate::Guid);
-// The format's GUID is a field type too, so code holding one (a parsed activity id, a
-// reader's value) writes it as it is.
-#[cfg(feature = "nettrace")]
-guid_field!(nettrace::Guid);
 
 /// Slices are written as u16-counted arrays; longer slices are truncated to 65535 elements.
 macro_rules! slice_field {
@@ -311,7 +307,7 @@ impl PayloadField for &[u8] {
 slice_field!(u32 => U32Array, u64 => U64Array, i64 => I64Array, f64 => F64Array);
 
 /// The values of one typed write, as a tuple: their encoder, and their total size when
-/// every field has a fixed one. Support for [`Event::write`](crate::Event::write); not part
+/// every field has a fixed one. Support for [`TypedEvent::write`](crate::TypedEvent::write); not part
 /// of the API.
 #[doc(hidden)]
 pub trait PayloadValues: sealed::Sealed {
@@ -325,17 +321,17 @@ pub trait PayloadValues: sealed::Sealed {
 
 /// A type a field can be declared as in [`define_event!`](crate::define_event): the
 /// integers, floats, `bool`, [`Guid`](crate::Guid), `&str` and slices of bytes and numbers.
-/// `Arg<'a>` is what [`Event::write`](crate::Event::write) takes for the field: the type
+/// `Arg<'a>` is what [`TypedEvent::write`](crate::TypedEvent::write) takes for the field: the type
 /// itself, with a reference's lifetime left free, so a `&str` field takes a string borrowed
 /// for just the call. Sealed, as [`PayloadField`] is.
-pub trait FieldType: PayloadField {
+pub trait DeclaredType: PayloadField {
     /// The value a write takes for a field of this type.
-    type Arg<'a>: FieldType;
+    type Arg<'a>: DeclaredType;
 }
 
-/// The declared field types of one event, as a tuple ([`Event`](crate::Event)'s type
+/// The declared field types of one event, as a tuple ([`TypedEvent`](crate::TypedEvent)'s type
 /// parameter): what a write takes, and each field's [`FieldKind`]. Implemented for tuples
-/// of up to 16 [`FieldType`]s.
+/// of up to 16 [`DeclaredType`]s.
 pub trait EventFields: sealed::Sealed {
     /// The values a write takes, in declaration order.
     type Args<'a>: PayloadValues;
@@ -345,7 +341,7 @@ pub trait EventFields: sealed::Sealed {
 
 macro_rules! field_type {
     ($($t:ty),*) => {$(
-        impl FieldType for $t {
+        impl DeclaredType for $t {
             type Arg<'a> = $t;
         }
     )*};
@@ -364,16 +360,14 @@ field_type!(
     bool,
     crate::Guid
 );
-#[cfg(feature = "nettrace")]
-field_type!(nettrace::Guid);
 
-impl FieldType for &str {
+impl DeclaredType for &str {
     type Arg<'a> = &'a str;
 }
 
 macro_rules! slice_field_type {
     ($($t:ty),*) => {$(
-        impl FieldType for &[$t] {
+        impl DeclaredType for &[$t] {
             type Arg<'a> = &'a [$t];
         }
     )*};
@@ -389,7 +383,7 @@ const fn add_sizes(total: Option<usize>, field: Option<usize>) -> Option<usize> 
 
 macro_rules! payload_values {
     ($($field:ident)*) => {
-        impl<$($field: FieldType),*> PayloadValues for ($($field,)*) {
+        impl<$($field: DeclaredType),*> PayloadValues for ($($field,)*) {
             const FIXED_SIZE: Option<usize> = {
                 let size = Some(0);
                 $(let size = add_sizes(size, <$field as PayloadField>::FIXED_SIZE);)*
@@ -417,8 +411,8 @@ macro_rules! payload_values {
             }
         }
 
-        impl<$($field: FieldType),*> sealed::Sealed for ($($field,)*) {}
-        impl<$($field: FieldType),*> EventFields for ($($field,)*) {
+        impl<$($field: DeclaredType),*> sealed::Sealed for ($($field,)*) {}
+        impl<$($field: DeclaredType),*> EventFields for ($($field,)*) {
             type Args<'a> = ($($field::Arg<'a>,)*);
             const KINDS: &'static [FieldKind] = &[$(<$field as PayloadField>::KIND),*];
         }

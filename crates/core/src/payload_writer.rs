@@ -2,7 +2,7 @@
 //! a writer that puts fields in the order the descriptor declares them and checks each
 //! value's kind against the declared field's. A payload that breaks the layout (a value of
 //! another kind, one too many, one missing) would have readers misparse every field after
-//! it, so such an event is not written. Typed events ([`Event`](crate::Event)) are checked
+//! it, so such an event is not written. Typed events ([`TypedEvent`](crate::TypedEvent)) are checked
 //! by the compiler instead and bypass this.
 
 use std::fmt;

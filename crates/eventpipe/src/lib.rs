@@ -47,9 +47,9 @@ use eventpipe_core::runtime::registry;
 
 pub use eventpipe_core::{clock, counters, current_os_tid, define_event, write_event};
 pub use eventpipe_core::{
-    BufferingMode, Counter, CounterInfo, EnableChange, Event, EventDescriptor, EventFields,
-    FieldKind, FieldSpec, FieldType, FloatCounter, Gauge, Guid, Histogram, Level, ObservedCounter,
-    PayloadField, PayloadWriter, Provider, ProviderConfig, SessionStats, UpDownCounter,
+    BufferingMode, Counter, CounterInfo, DeclaredType, EnableChange, EventDescriptor, EventFields,
+    FieldKind, FieldSpec, FloatCounter, Gauge, Guid, Histogram, Level, ObservedCounter,
+    PayloadField, PayloadWriter, Provider, ProviderConfig, SessionStats, TypedEvent, UpDownCounter,
     MAX_SESSIONS,
 };
 

@@ -7,7 +7,7 @@ pub(crate) fn of_event(event: &EventDescriptor, metadata_id: u32) -> nettrace::E
     nettrace::EventMetadata {
         metadata_id,
         provider: event.provider.name().to_string(),
-        provider_guid: Some(event.provider.guid().into()),
+        provider_guid: Some(event.provider.guid()),
         event_id: event.id,
         event_name: event.name.to_string(),
         keywords: event.keywords,
