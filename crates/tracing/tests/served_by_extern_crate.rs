@@ -3,43 +3,34 @@
 
 extern crate eventpipe;
 
-use std::process::Command;
-
-const CHILD: &str = "EVENTPIPE_TEST_EXTERN_CRATE_CHILD";
+mod child;
 
 #[test]
 fn child_sets_up_the_layer() {
-    if std::env::var_os(CHILD).is_none() {
+    if !child::is_child() {
         return;
     }
     let _layer = eventpipe_tracing::EventPipeLayer::new();
     let pid = std::process::id();
-    let dir = std::env::temp_dir();
-    let served = std::fs::read_dir(&dir).unwrap().flatten().any(|entry| {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        name.starts_with(&format!("dotnet-diagnostic-{pid}-")) && name.ends_with("-socket")
-    });
+    let served = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .any(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            name.starts_with(&format!("dotnet-diagnostic-{pid}-")) && name.ends_with("-socket")
+        });
     println!("served={served}");
 }
 
 #[test]
 fn extern_crate_eventpipe_links_the_runtime_the_environment_starts() {
     assert!(eventpipe_core::server::runtime_linked());
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_sets_up_the_layer",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, "1")
-        .env(eventpipe_core::server::ENABLE_VAR, "1")
-        .env_remove(eventpipe_core::server::PORTS_VAR)
-        .output()
-        .unwrap();
+    let out = child::run(
+        "child_sets_up_the_layer",
+        &[(eventpipe_core::server::ENABLE_VAR, "1")],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "child failed: {stderr}");
     assert!(
         stdout.contains("served=true"),
         "no socket: {stdout}{stderr}"

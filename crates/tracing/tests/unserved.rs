@@ -3,36 +3,18 @@
 //! instead of leaving it to record nothing. This test binary names nothing of `eventpipe`
 //! (a dev-dependency here), so the runtime is not linked into it.
 
-use std::process::Command;
-
-const CHILD: &str = "EVENTPIPE_TEST_UNSERVED_CHILD";
+mod child;
 
 #[test]
 fn child_sets_up_the_layer() {
-    if std::env::var_os(CHILD).is_none() {
-        return;
+    if child::is_child() {
+        let _layer = eventpipe_tracing::EventPipeLayer::new();
+        let _again = eventpipe_tracing::EventPipeLayer::new();
     }
-    let _layer = eventpipe_tracing::EventPipeLayer::new();
-    let _again = eventpipe_tracing::EventPipeLayer::new();
 }
 
-/// The child's stderr, run with `env` on top of a clean diagnostics environment.
 fn child_stderr(env: &[(&str, &str)]) -> String {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_sets_up_the_layer",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, "1")
-        .env_remove(eventpipe_core::server::ENABLE_VAR)
-        .env_remove(eventpipe_core::server::PORTS_VAR)
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "child failed: {out:?}");
-    String::from_utf8(out.stderr).unwrap()
+    String::from_utf8(child::run("child_sets_up_the_layer", env).stderr).unwrap()
 }
 
 #[test]

@@ -1,33 +1,14 @@
-//! Turning sampling on and off: the provider's enable callback, the sampling interval from
-//! the sessions' filter arguments, and the one word the allocator reads on every call.
+//! Turning sampling on and off: the provider's enable callback and the sampling interval
+//! from the sessions' filter arguments, published in the word the allocator reads on every
+//! call (`state.rs`).
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::Ordering;
 use std::sync::{Mutex, PoisonError};
 
 use eventpipe_core::{EnableChange, Level, MAX_SESSIONS};
 
+use super::state::{enabled, DEFAULT_SAMPLE_INTERVAL, INTERVAL, STATE};
 use super::{emitter, stack, table, thread};
-
-/// The sampling mean interval used when a session names none (or an unreadable one): 512 KiB.
-pub const DEFAULT_SAMPLE_INTERVAL: u64 = 512 * 1024;
-
-/// The word every allocation reads (one `Relaxed` load and a branch while it is 0).
-///
-/// 0: no session enables the provider; the allocator forwards every call. Otherwise the
-/// current *epoch*, a number that changes every time sampling starts or its interval
-/// changes: threads redraw their distance to the next sample when they see a new epoch, and a
-/// sample taken in an old epoch is neither tracked nor emitted.
-///
-/// Ordering: written only under [`CONTROL`], after the interval, the scratch pool and the
-/// emitter are ready (`Release`). The allocator's `Relaxed` load may see a change late or
-/// early by a few allocations; either is harmless: a late "on" misses a sample, a late "off"
-/// takes one whose insert is refused (see `table::insert`) and whose event is skipped; the
-/// pool and the emitter are reached through `OnceLock`s, which synchronise themselves.
-pub(crate) static STATE: AtomicU64 = AtomicU64::new(0);
-
-/// The mean sampling interval in bytes (the smallest any enabling session asked for).
-/// Written under [`CONTROL`] before the epoch that uses it is published.
-pub(crate) static INTERVAL: AtomicU64 = AtomicU64::new(DEFAULT_SAMPLE_INTERVAL);
 
 struct Control {
     /// Per session slot: the interval it asked for, if it enables the provider.
@@ -47,12 +28,6 @@ static CONTROL: Mutex<Control> = Mutex::new(Control {
     always: None,
     epoch: 0,
 });
-
-/// The current epoch (0 = off).
-#[inline]
-pub(crate) fn epoch() -> u64 {
-    STATE.load(Ordering::Relaxed)
-}
 
 /// The provider's enable callback: a session enabled or disabled `EventPipeRs-Allocations`.
 pub(crate) fn on_enable_change(change: &EnableChange<'_>) {
@@ -191,11 +166,6 @@ pub fn wants_snapshot(filter_args: Option<&str>) -> bool {
             .filter(|(k, _)| k.trim().eq_ignore_ascii_case("Snapshot"))
             .any(|(_, v)| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true"))
     })
-}
-
-/// Whether sampling is on (a session enables it, or the program tracks its heap).
-pub(crate) fn enabled() -> bool {
-    epoch() != 0
 }
 
 /// Unit tests: a valid epoch without a session (the lib's tests install no allocator).

@@ -18,9 +18,10 @@ use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
-use eventpipe_core::{EventDescriptor, FieldKind, FieldSpec, Level, Provider};
+use eventpipe_core::{EventDescriptor, FieldKind, FieldSpec, Level};
 
-use super::{control, table, thread};
+use super::state::{self, enabled, INTERVAL};
+use super::{table, thread, PROVIDER};
 
 /// The provider's name.
 pub const PROVIDER_NAME: &str = "EventPipeRs-Allocations";
@@ -38,9 +39,6 @@ pub const LIVE_ALLOCATION_ID: u32 = 3;
 /// `Allocations` written, `SampleInterval` in bytes, all `u64`; `SampleInterval` 0: the
 /// program tracks no heap, so the snapshot is empty).
 pub const HEAP_SNAPSHOT_ID: u32 = 4;
-
-pub(crate) static PROVIDER: Provider =
-    Provider::with_callback(PROVIDER_NAME, control::on_enable_change);
 
 const fn u64_field(name: &'static str) -> FieldSpec {
     FieldSpec {
@@ -257,7 +255,7 @@ fn write(message: Message) {
             thread,
             stack,
         } => {
-            if epoch != control::epoch() {
+            if epoch != state::epoch() {
                 return;
             }
             ALLOCATION_SAMPLE.write_about_thread(thread, stack.as_deref().unwrap_or(&[]), |p| {
@@ -267,7 +265,7 @@ fn write(message: Message) {
             });
         }
         Message::Free { epoch, addr } => {
-            if epoch != control::epoch() {
+            if epoch != state::epoch() {
                 return;
             }
             FREE_SAMPLE.write_with(|p| p.put(&(addr as u64)));
@@ -314,13 +312,13 @@ pub(crate) fn request_snapshot() {
 /// The snapshot a session asked for: the live set (when the program tracks one), then the
 /// `HeapSnapshot` event that ends it, so the client knows it has all of it.
 fn write_snapshot() {
-    let (snapshot, written) = if control::enabled() {
+    let (snapshot, written) = if enabled() {
         write_live_set()
     } else {
         (SNAPSHOTS.fetch_add(1, Ordering::Release) + 1, 0)
     };
-    let interval = if control::enabled() {
-        control::INTERVAL.load(Ordering::Relaxed)
+    let interval = if enabled() {
+        INTERVAL.load(Ordering::Relaxed)
     } else {
         0
     };
@@ -355,7 +353,7 @@ fn write_live_set() -> (u64, usize) {
 /// while writing.
 pub(crate) fn emit_heap_profile() -> usize {
     thread::with_guard(|| {
-        if !control::enabled() || !LIVE_ALLOCATION.is_enabled() {
+        if !enabled() || !LIVE_ALLOCATION.is_enabled() {
             return 0;
         }
         // The samples queued so far go first, so a reader meets each allocation before the

@@ -91,6 +91,7 @@ mod control;
 mod emitter;
 mod sampler;
 mod stack;
+mod state;
 mod table;
 mod thread;
 
@@ -98,15 +99,21 @@ use crate::sync::{AtomicU64, Ordering};
 use std::alloc::{GlobalAlloc, Layout};
 use std::time::Duration;
 
-pub use control::{parse_sample_interval, wants_snapshot, DEFAULT_SAMPLE_INTERVAL};
+pub use control::{parse_sample_interval, wants_snapshot};
 pub use emitter::{
     ALLOCATION_SAMPLE_ID, FREE_SAMPLE_ID, HEAP_SNAPSHOT_ID, LIVE_ALLOCATION_ID, PROVIDER_NAME,
 };
 pub use sampler::sample_weight;
+pub use state::DEFAULT_SAMPLE_INTERVAL;
 
 use emitter::Message;
 use sampler::{next_distance, Counter, Rng};
 use thread::{ThreadState, THREAD};
+
+/// The provider, declared here, above the control (its enable callback) and the emitter (its
+/// events), which both reach it.
+pub(crate) static PROVIDER: eventpipe_core::Provider =
+    eventpipe_core::Provider::with_callback(PROVIDER_NAME, control::on_enable_change);
 
 /// A [`GlobalAlloc`] that forwards to `A` and, while a session enables
 /// `EventPipeRs-Allocations`, samples the allocations it serves (see the [module
@@ -142,7 +149,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for ProfiledAllocator<A> {
 
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let epoch = control::epoch();
+        let epoch = state::epoch();
         if epoch == 0 || take_bytes(layout.size() as u64, epoch) {
             // SAFETY: the caller's contract for `alloc` is the inner allocator's.
             return unsafe { self.inner.alloc(layout) };
@@ -153,7 +160,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for ProfiledAllocator<A> {
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let epoch = control::epoch();
+        let epoch = state::epoch();
         if epoch == 0 || take_bytes(layout.size() as u64, epoch) {
             // SAFETY: the caller's contract for `alloc_zeroed` is the inner allocator's.
             return unsafe { self.inner.alloc_zeroed(layout) };
@@ -164,7 +171,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for ProfiledAllocator<A> {
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if control::epoch() != 0 && table::maybe_tracked(ptr as usize) {
+        if state::epoch() != 0 && table::maybe_tracked(ptr as usize) {
             // SAFETY: the caller's contract for `dealloc`, forwarded.
             return unsafe { self.dealloc_tracked(ptr, layout) };
         }
@@ -176,7 +183,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for ProfiledAllocator<A> {
     /// the common case (old block not tracked, new one not sampled) counts the bytes.
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let epoch = control::epoch();
+        let epoch = state::epoch();
         if epoch == 0 || (!table::maybe_tracked(ptr as usize) && take_bytes(new_size as u64, epoch))
         {
             // SAFETY: the caller's contract for `realloc` is the inner allocator's.
@@ -319,7 +326,7 @@ fn after_alloc_slow(t: &ThreadState, addr: usize, size: u64, marker: usize, epoc
     if epoch == 0 {
         return;
     }
-    let interval = control::INTERVAL.load(Ordering::Relaxed).max(1);
+    let interval = state::INTERVAL.load(Ordering::Relaxed).max(1);
     let mut rng = Rng::from_state(t.rng.get()).unwrap_or_else(|| Rng::new(seed(t)));
     let mut counter = if t.epoch.get() == epoch {
         Counter {
@@ -423,7 +430,7 @@ fn free_tracked(addr: usize) {
         return;
     };
     TRACKED_FREES.fetch_add(1, Ordering::Relaxed);
-    let epoch = control::epoch();
+    let epoch = state::epoch();
     thread::with_guard(|| {
         drop(entry);
         emitter::send(Message::Free { epoch, addr });
@@ -514,7 +521,7 @@ pub fn flush(timeout: Duration) -> bool {
 
 /// Whether a session enables sampling now.
 pub fn is_enabled() -> bool {
-    control::enabled()
+    state::enabled()
 }
 
 /// Counters of the profiler since the process started.
@@ -550,8 +557,8 @@ pub struct Stats {
 /// The profiler's counters.
 pub fn stats() -> Stats {
     thread::with_guard(|| Stats {
-        enabled: control::enabled(),
-        sample_interval: control::INTERVAL.load(Ordering::Relaxed),
+        enabled: state::enabled(),
+        sample_interval: state::INTERVAL.load(Ordering::Relaxed),
         samples: SAMPLES.load(Ordering::Relaxed),
         tracked: table::len(),
         tracked_frees: TRACKED_FREES.load(Ordering::Relaxed),

@@ -196,7 +196,7 @@ pub(crate) fn insert(addr: usize, entry: Entry, epoch: u64) -> Result<(), Entry>
             // before this load, which therefore sees 0 or a later epoch and refuses; if it
             // comes before, the clear removes what this inserted. Either way nothing from an
             // old epoch stays behind.
-            if super::control::epoch() != epoch {
+            if super::state::epoch() != epoch {
                 return Err(entry);
             }
             let m: &mut Map = &mut map;

@@ -76,7 +76,7 @@ mod unwind;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub use unwind::TRUNCATED_FRAME;
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, Ordering};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -138,6 +138,13 @@ static CONTROL: Mutex<Control> = Mutex::new(Control {
 /// Bumped whenever the set of sessions changes; a collector runs while the generation it
 /// was started for is current (Relaxed: a stale read only delays its exit by one interval).
 static GENERATION: AtomicU64 = AtomicU64::new(0);
+/// Whether the newest change to the sessions started one. A collector superseded by such a
+/// change writes nothing more: what its rings still hold was captured before that session
+/// started (at the old rate), and a write reaches every session recording the provider, the
+/// new one too. Sessions that go on lose at most one collect interval of samples at
+/// another session's start; at a stop, the superseded collector writes what it holds.
+/// Written before the generation is bumped (Release there, Acquire where it is read).
+static LAST_CHANGE_STARTED: AtomicBool = AtomicBool::new(false);
 /// Held by the running collector for its whole life: the collector of a new generation
 /// starts only once its predecessor has deleted its timers and given back its rings.
 static COLLECTOR: Mutex<()> = Mutex::new(());
@@ -163,7 +170,8 @@ fn on_enable_change(change: &EnableChange<'_>) {
             .sessions
             .push((change.session_slot, parse_rate(change.filter_args)));
     }
-    let generation = GENERATION.fetch_add(1, Ordering::Relaxed) + 1;
+    LAST_CHANGE_STARTED.store(change.enabled, Ordering::Relaxed);
+    let generation = GENERATION.fetch_add(1, Ordering::Release) + 1;
     // The collector is never joined here: it may be writing to the session that is being
     // stopped; it sees the new generation and exits on its own within one interval,
     // deleting its timers.
@@ -234,6 +242,8 @@ struct Tracked {
 /// The collector's state: one per generation, on its own thread.
 struct Collector {
     me: i32,
+    /// The generation it was started for.
+    generation: u64,
     period: Duration,
     tracked: HashMap<i32, Tracked>,
     /// A stack read out of a ring.
@@ -246,6 +256,7 @@ fn run_collector(generation: u64, rate: u32) {
     let mut c = Collector {
         // SAFETY: gettid has no preconditions.
         me: unsafe { libc::gettid() },
+        generation,
         period: Duration::from_nanos(1_000_000_000 / u64::from(rate.max(1))),
         tracked: HashMap::new(),
         scratch: Vec::with_capacity(capture::MAX_FRAMES),
@@ -341,13 +352,16 @@ impl Collector {
     /// Writes every thread's captures, and blocked samples for the time it spent off the
     /// CPU; stops sampling threads that have exited.
     fn collect(&mut self) {
+        let writes = self.writes();
         let period_ns = self.period.as_nanos() as u64;
         // At least 1 Hz: a period is at most a second, which fits.
         let period_field = u32::try_from(period_ns).unwrap_or(u32::MAX);
         let mut gone = Vec::new();
         for (&tid, t) in &mut self.tracked {
             t.claim.drain(&mut self.scratch, |capture| {
-                write_capture(tid, capture, period_field)
+                if writes {
+                    write_capture(tid, capture, period_field);
+                }
             });
             // Gone, or its id now names a new thread (whose clock starts again at 0).
             let Some(cpu_ns) = threads::thread_cpu_ns(tid).filter(|&cpu| cpu >= t.cpu_ns) else {
@@ -360,7 +374,7 @@ impl Collector {
             t.off_cpu_ns += wall_ns.saturating_sub(ran_ns);
             let blocked = t.off_cpu_ns / period_ns;
             t.off_cpu_ns -= blocked * period_ns;
-            if blocked > 0 {
+            if blocked > 0 && writes {
                 let periods = u32::try_from(blocked).unwrap_or(u32::MAX);
                 let values = (STATE_BLOCKED, 0, periods, period_field);
                 SAMPLE.write_about_thread(tid as u64, &[], values);
@@ -375,13 +389,23 @@ impl Collector {
 
     /// Deletes thread `tid`'s timer, writes what its ring still holds and gives it back.
     fn untrack(&mut self, tid: i32) {
+        let writes = self.writes();
         if let Some(Tracked { timer, claim, .. }) = self.tracked.remove(&tid) {
             drop(timer);
             let period_ns = u32::try_from(self.period.as_nanos()).unwrap_or(u32::MAX);
             claim.release(&mut self.scratch, |capture| {
-                write_capture(tid, capture, period_ns)
+                if writes {
+                    write_capture(tid, capture, period_ns);
+                }
             });
         }
+    }
+
+    /// Whether this collector still writes samples: it is current, or it was superseded
+    /// by a session stopping, not starting (see [`LAST_CHANGE_STARTED`]).
+    fn writes(&self) -> bool {
+        GENERATION.load(Ordering::Acquire) == self.generation
+            || !LAST_CHANGE_STARTED.load(Ordering::Relaxed)
     }
 
     fn untrack_all(&mut self) {
