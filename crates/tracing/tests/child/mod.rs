@@ -6,16 +6,16 @@
 use std::process::{Command, Output};
 
 /// The variable that tells the child it is the child.
-pub const CHILD: &str = "EVENTPIPE_TEST_CHILD";
+pub(crate) const CHILD: &str = "EVENTPIPE_TEST_CHILD";
 
 /// Whether this process is the child.
-pub fn is_child() -> bool {
+pub(crate) fn is_child() -> bool {
     std::env::var_os(CHILD).is_some()
 }
 
 /// Runs test `name` of this binary alone, with the diagnostics variables removed and then
 /// `env` set; panics if it fails.
-pub fn run(name: &str, env: &[(&str, &str)]) -> Output {
+pub(crate) fn run(name: &str, env: &[(&str, &str)]) -> Output {
     let out = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", name, "--nocapture", "--test-threads=1"])
         .env(CHILD, "1")
