@@ -55,7 +55,7 @@ pub fn sanitize_frame_name(name: &str) -> String {
 /// # Errors
 /// [`Error::InvalidProfile`] for inconsistent indices.
 pub fn collapsed_stacks(profile: &Profile, grouping: Grouping) -> Result<Vec<(String, u64)>> {
-    profile.check().map_err(Error::InvalidProfile)?;
+    profile.validate()?;
     let names: Vec<String> = profile
         .frames
         .iter()

@@ -341,7 +341,7 @@ fn mapping_id<'p>(
 /// [`Error::InvalidProfile`] for inconsistent indices, [`Error::Overflow`] when a summed
 /// value does not fit an `i64`.
 pub fn build_pprof(profile: &Profile, options: &PprofOptions) -> Result<proto::Profile> {
-    profile.check().map_err(Error::InvalidProfile)?;
+    profile.validate()?;
     let mut strings = Strings::new();
     let mut out = proto::Profile::default();
 

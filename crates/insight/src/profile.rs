@@ -359,7 +359,11 @@ impl Profile {
     /// The first broken invariant, if any: a stack naming a frame that does not exist, or a
     /// sample naming a thread or stack that does not exist. The fields are public, so a
     /// profile built by hand can break what the `intern_*` methods keep.
-    pub(crate) fn check(&self) -> Result<(), String> {
+    pub(crate) fn validate(&self) -> Result<(), crate::Error> {
+        self.check().map_err(crate::Error::InvalidProfile)
+    }
+
+    fn check(&self) -> Result<(), String> {
         for (id, stack) in self.stacks.iter().enumerate() {
             if let Some(&f) = stack.iter().find(|&&f| f >= self.frames.len()) {
                 return Err(format!(

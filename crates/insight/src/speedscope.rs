@@ -23,7 +23,7 @@ use std::io::{BufWriter, Write};
 
 use serde::Serialize;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::profile::{FrameId, Profile, SampleUnit};
 
 /// The `$schema` value that identifies a speedscope file.
@@ -92,7 +92,7 @@ pub fn speedscope_unit(unit: SampleUnit) -> &'static str {
 /// [`Error::InvalidProfile`] when the profile's indices are inconsistent (nothing is
 /// written then), [`Error::Json`] / [`Error::Io`] when writing fails.
 pub fn write_speedscope(profile: &Profile, w: impl Write) -> Result<()> {
-    profile.check().map_err(Error::InvalidProfile)?;
+    profile.validate()?;
     let unit = unit_name(profile.unit);
     let measure = profile.unit.describe();
 
