@@ -116,7 +116,11 @@ impl<'a> PayloadWriter<'a> {
         }
         let index = self.expected.index;
         match self.expected.next() {
-            Ok(Some(declared)) if declared.code() == kind.code() => true,
+            Ok(Some(declared))
+                if std::mem::discriminant(&declared) == std::mem::discriminant(&kind) =>
+            {
+                true
+            }
             Ok(Some(declared)) => {
                 self.mismatch = Some(Mismatch::Kind {
                     index,
@@ -152,20 +156,28 @@ impl<'a> PayloadWriter<'a> {
 /// How deep structs may nest in a checked payload (the runtime's own counters nest two).
 const MAX_DEPTH: usize = 4;
 
-/// The declared fields still to be put, struct members flattened in order.
+/// The declared fields still to be put, struct members flattened in order. The top level
+/// is walked on its own: most events declare no struct, and their check is an index and
+/// one byte compared per field.
 struct Expected {
-    /// The field lists being walked, outermost first, and the next position in each.
-    levels: [(&'static [FieldSpec], usize); MAX_DEPTH],
+    /// The event's declared fields, and the next position in them.
+    top: &'static [FieldSpec],
+    at: usize,
+    /// The structs being walked, outermost first, and the next position in each.
+    nested: [(&'static [FieldSpec], usize); MAX_DEPTH - 1],
     depth: usize,
     /// How many fields have been taken, counting struct members.
     index: usize,
 }
 
 impl Expected {
+    #[inline]
     fn new(fields: &'static [FieldSpec]) -> Expected {
         Expected {
-            levels: [(fields, 0); MAX_DEPTH],
-            depth: 1,
+            top: fields,
+            at: 0,
+            nested: [(&[], 0); MAX_DEPTH - 1],
+            depth: 0,
             index: 0,
         }
     }
@@ -173,10 +185,30 @@ impl Expected {
     /// The next declared field's kind, entering structs; `None` past the last.
     #[inline]
     fn next(&mut self) -> Result<Option<FieldKind>, Mismatch> {
+        if self.depth == 0 {
+            if let Some(field) = self.top.get(self.at) {
+                if !matches!(field.kind, FieldKind::Struct(_)) {
+                    self.at += 1;
+                    self.index += 1;
+                    return Ok(Some(field.kind));
+                }
+            }
+        }
+        self.next_nested()
+    }
+
+    #[cold]
+    fn next_nested(&mut self) -> Result<Option<FieldKind>, Mismatch> {
         loop {
-            let (fields, at) = &mut self.levels[self.depth - 1];
+            let (fields, at) = match self.depth {
+                0 => (self.top, &mut self.at),
+                d => {
+                    let (fields, at) = &mut self.nested[d - 1];
+                    (*fields, at)
+                }
+            };
             let Some(field) = fields.get(*at) else {
-                if self.depth == 1 {
+                if self.depth == 0 {
                     return Ok(None);
                 }
                 self.depth -= 1;
@@ -185,10 +217,10 @@ impl Expected {
             *at += 1;
             match field.kind {
                 FieldKind::Struct(members) => {
-                    if self.depth == MAX_DEPTH {
+                    if self.depth == MAX_DEPTH - 1 {
                         return Err(Mismatch::TooDeep);
                     }
-                    self.levels[self.depth] = (members, 0);
+                    self.nested[self.depth] = (members, 0);
                     self.depth += 1;
                 }
                 kind => {
