@@ -89,8 +89,8 @@ pub fn speedscope_unit(unit: SampleUnit) -> &'static str {
 /// Writes `profile` as a speedscope file to `w`.
 ///
 /// # Errors
-/// [`Error::InvalidProfile`] when the profile's indices are inconsistent (nothing is
-/// written then), [`Error::Json`] / [`Error::Io`] when writing fails.
+/// [`Error::InvalidProfile`](crate::Error::InvalidProfile) when the profile's indices are inconsistent (nothing is
+/// written then), [`Error::Json`](crate::Error::Json) / [`Error::Io`](crate::Error::Io) when writing fails.
 pub fn write_speedscope(profile: &Profile, w: impl Write) -> Result<()> {
     profile.validate()?;
     let unit = unit_name(profile.unit);
