@@ -156,18 +156,49 @@ impl<'a> PayloadWriter<'a> {
 /// How deep structs may nest in a checked payload (the runtime's own counters nest two).
 const MAX_DEPTH: usize = 4;
 
-/// The declared fields still to be put, struct members flattened in order. The top level
-/// is walked on its own: most events declare no struct, and their check is an index and
-/// one byte compared per field.
+/// The declared fields still to be put, struct members flattened in order. Small, and
+/// without a stack: most events declare no struct, and their check is an index and one byte
+/// compared per field; a struct's next member is found by walking it again (a few fields,
+/// in events written about once a second).
 struct Expected {
     /// The event's declared fields, and the next position in them.
     top: &'static [FieldSpec],
     at: usize,
-    /// The structs being walked, outermost first, and the next position in each.
-    nested: [(&'static [FieldSpec], usize); MAX_DEPTH - 1],
-    depth: usize,
+    /// Inside the struct at `at`: how many of its (flattened) members were taken.
+    member: usize,
     /// How many fields have been taken, counting struct members.
     index: usize,
+}
+
+/// The `n`th leaf of `fields`, structs flattened; or how many leaves there are, when fewer.
+fn nth_leaf(
+    fields: &[FieldSpec],
+    mut n: usize,
+    depth: usize,
+) -> Result<Result<FieldKind, usize>, Mismatch> {
+    let mut counted = 0;
+    for field in fields {
+        match field.kind {
+            FieldKind::Struct(members) => {
+                if depth + 1 >= MAX_DEPTH {
+                    return Err(Mismatch::TooDeep);
+                }
+                match nth_leaf(members, n, depth + 1)? {
+                    Ok(kind) => return Ok(Ok(kind)),
+                    Err(leaves) => {
+                        n -= leaves;
+                        counted += leaves;
+                    }
+                }
+            }
+            kind if n == 0 => return Ok(Ok(kind)),
+            _ => {
+                n -= 1;
+                counted += 1;
+            }
+        }
+    }
+    Ok(Err(counted))
 }
 
 impl Expected {
@@ -176,8 +207,7 @@ impl Expected {
         Expected {
             top: fields,
             at: 0,
-            nested: [(&[], 0); MAX_DEPTH - 1],
-            depth: 0,
+            member: 0,
             index: 0,
         }
     }
@@ -185,47 +215,24 @@ impl Expected {
     /// The next declared field's kind, entering structs; `None` past the last.
     #[inline]
     fn next(&mut self) -> Result<Option<FieldKind>, Mismatch> {
-        if self.depth == 0 {
-            if let Some(field) = self.top.get(self.at) {
-                if !matches!(field.kind, FieldKind::Struct(_)) {
-                    self.at += 1;
-                    self.index += 1;
-                    return Ok(Some(field.kind));
-                }
-            }
-        }
-        self.next_nested()
-    }
-
-    #[cold]
-    fn next_nested(&mut self) -> Result<Option<FieldKind>, Mismatch> {
         loop {
-            let (fields, at) = match self.depth {
-                0 => (self.top, &mut self.at),
-                d => {
-                    let (fields, at) = &mut self.nested[d - 1];
-                    (*fields, at)
-                }
+            let Some(field) = self.top.get(self.at) else {
+                return Ok(None);
             };
-            let Some(field) = fields.get(*at) else {
-                if self.depth == 0 {
-                    return Ok(None);
-                }
-                self.depth -= 1;
-                continue;
+            let FieldKind::Struct(members) = field.kind else {
+                self.at += 1;
+                self.index += 1;
+                return Ok(Some(field.kind));
             };
-            *at += 1;
-            match field.kind {
-                FieldKind::Struct(members) => {
-                    if self.depth == MAX_DEPTH - 1 {
-                        return Err(Mismatch::TooDeep);
-                    }
-                    self.nested[self.depth] = (members, 0);
-                    self.depth += 1;
-                }
-                kind => {
+            match nth_leaf(members, self.member, 1)? {
+                Ok(kind) => {
+                    self.member += 1;
                     self.index += 1;
                     return Ok(Some(kind));
+                }
+                Err(_) => {
+                    self.at += 1;
+                    self.member = 0;
                 }
             }
         }
