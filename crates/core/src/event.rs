@@ -7,7 +7,7 @@
 use std::mem::MaybeUninit;
 
 use crate::payload::{PayloadBuffer, PayloadValues};
-use crate::payload_writer::PayloadWriter;
+use crate::payload_writer::{PayloadWriter, UncheckedPayloadWriter};
 use crate::provider::{EventDescriptor, FieldKind, FieldSpec, UNREGISTERED};
 
 impl EventDescriptor {
@@ -44,6 +44,33 @@ impl EventDescriptor {
         }
     }
 
+    /// Like [`write_with`](Self::write_with), without checking the payload against the
+    /// declared fields: for code that declares its events' fields at run time and writes
+    /// each payload from the same description, where the check would repeat what the
+    /// caller's own construction guarantees (the `tracing` layer, on every event it records).
+    ///
+    /// # Safety
+    ///
+    /// `fill` must put exactly the declared fields, in order, each as its declared kind (a
+    /// struct's members one after the other). Nothing in this process depends on it for
+    /// memory safety; every reader of the trace does: a payload that breaks its layout makes
+    /// them misparse each field after the break, so a broken promise corrupts the recording
+    /// for everyone who reads it. That is the guarantee `unsafe` hands to the caller here.
+    #[inline]
+    pub unsafe fn write_unchecked(
+        &'static self,
+        fill: impl FnOnce(&mut UncheckedPayloadWriter<'_>),
+    ) {
+        let mask = self.mask();
+        if mask != 0 {
+            self.write_enabled(mask, None, |buffer| {
+                let mut writer = UncheckedPayloadWriter::new(buffer, self.fields);
+                fill(&mut writer);
+                self.kept_layout(writer.finish())
+            });
+        }
+    }
+
     /// Runs an untyped write's `fill` over `buffer`; whether its payload keeps the layout.
     #[inline(always)]
     fn checked(
@@ -53,7 +80,14 @@ impl EventDescriptor {
     ) -> bool {
         let mut writer = PayloadWriter::new(buffer, self.fields);
         fill(&mut writer);
-        match writer.finish() {
+        self.kept_layout(writer.finish())
+    }
+
+    /// Whether a payload kept the declared layout; a debug build panics at a break, naming
+    /// the event and the field.
+    #[inline]
+    fn kept_layout(&'static self, check: Result<(), crate::payload_check::Mismatch>) -> bool {
+        match check {
             Ok(()) => true,
             Err(mismatch) => {
                 if cfg!(debug_assertions) {

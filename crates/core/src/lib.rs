@@ -45,6 +45,8 @@ mod manager;
 #[cfg(not(eventpipe_loom))]
 mod payload;
 #[cfg(not(eventpipe_loom))]
+mod payload_check;
+#[cfg(not(eventpipe_loom))]
 mod payload_writer;
 
 mod platform;
@@ -79,7 +81,7 @@ pub use guid::{event_source_guid, Guid};
 #[cfg(not(eventpipe_loom))]
 pub use payload::{DeclaredType, EventFields, PayloadField};
 #[cfg(not(eventpipe_loom))]
-pub use payload_writer::PayloadWriter;
+pub use payload_writer::{PayloadWriter, UncheckedPayloadWriter};
 #[cfg(not(eventpipe_loom))]
 pub use provider::{EnableChange, EventDescriptor, FieldKind, FieldSpec, Level, Provider};
 #[cfg(not(eventpipe_loom))]

@@ -49,8 +49,8 @@ pub use eventpipe_core::{clock, counters, current_os_tid, define_event, write_ev
 pub use eventpipe_core::{
     BufferingMode, Counter, CounterInfo, DeclaredType, EnableChange, EventDescriptor, EventFields,
     FieldKind, FieldSpec, FloatCounter, Gauge, Guid, Histogram, Level, ObservedCounter,
-    PayloadField, PayloadWriter, Provider, ProviderConfig, SessionStats, TypedEvent, UpDownCounter,
-    MAX_SESSIONS,
+    PayloadField, PayloadWriter, Provider, ProviderConfig, SessionStats, TypedEvent,
+    UncheckedPayloadWriter, UpDownCounter, MAX_SESSIONS,
 };
 
 mod config;

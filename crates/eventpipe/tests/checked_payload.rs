@@ -2,12 +2,13 @@
 //! struct's members one after the other) are written and read back as declared; a value of
 //! another kind, one too many or one missing writes nothing (a debug build panics, naming
 //! the event and the field), since readers would misparse every field after the break.
+//! The unchecked write puts the same encodings, and in a debug build checks the same way.
 
 use std::sync::{Arc, Mutex};
 
 use eventpipe::{
     EventDescriptor, FieldKind, FieldSpec, Level, Output, PayloadWriter, Provider, ProviderConfig,
-    Session, SessionConfig,
+    Session, SessionConfig, UncheckedPayloadWriter,
 };
 use nettrace::Value;
 
@@ -50,8 +51,12 @@ static SHAPE: EventDescriptor = EventDescriptor::new(
     ],
 );
 
-/// The payloads of the events `write` writes while a session records the provider.
+/// The payloads of the events `write` writes while a session records the provider. One
+/// test records at a time: a session records every thread's writes, so tests running
+/// side by side would see each other's events.
 fn recorded(write: impl FnOnce()) -> Vec<Vec<(String, Value)>> {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let seen = Arc::new(Mutex::new(Vec::new()));
     let sink = Arc::clone(&seen);
     let session = Session::start(SessionConfig::new(
@@ -74,17 +79,39 @@ fn recorded(write: impl FnOnce()) -> Vec<Vec<(String, Value)>> {
     seen.clone()
 }
 
+/// Puts `SHAPE`'s fields through either writer: the same calls, the same encodings.
+macro_rules! put_all {
+    ($w:expr) => {{
+        let w = $w;
+        w.put(&42u64);
+        w.put_fmt(format_args!("{}-{}", "sq\0uare", 2));
+        w.put(&3u32);
+        w.put(&0.5f64);
+        w.put(&[7u32, 8][..]);
+    }};
+}
+
 fn put_all(w: &mut PayloadWriter<'_>) {
-    w.put(&42u64);
-    w.put_fmt(format_args!("{}-{}", "sq\0uare", 2));
-    w.put(&3u32);
-    w.put(&0.5f64);
-    w.put(&[7u32, 8][..]);
+    put_all!(w)
+}
+
+fn put_all_unchecked(w: &mut UncheckedPayloadWriter<'_>) {
+    put_all!(w)
 }
 
 #[test]
 fn a_fill_of_the_declared_kinds_is_written_and_reads_back_as_declared() {
-    let events = recorded(|| SHAPE.write_with(put_all));
+    assert_reads_back_as_declared(recorded(|| SHAPE.write_with(put_all)));
+}
+
+#[test]
+fn an_unchecked_fill_puts_the_same_encodings() {
+    // SAFETY: `put_all_unchecked` puts SHAPE's declared fields, in order.
+    let events = recorded(|| unsafe { SHAPE.write_unchecked(put_all_unchecked) });
+    assert_reads_back_as_declared(events);
+}
+
+fn assert_reads_back_as_declared(events: Vec<Vec<(String, Value)>>) {
     assert_eq!(events.len(), 1);
     let fields = &events[0];
     let names: Vec<&str> = fields.iter().map(|(n, _)| n.as_str()).collect();
@@ -127,6 +154,44 @@ fn a_value_of_another_kind_spoils_the_payload() {
             w.put(&1u32);
         },
         "field 1 is declared Str but was put as U32",
+    );
+}
+
+#[test]
+fn the_fields_after_a_break_do_not_mend_the_payload() {
+    spoilt(
+        |w| {
+            w.put(&42u64);
+            w.put(&1u32);
+            w.put(&3u32);
+            w.put(&0.5f64);
+            w.put(&[7u32][..]);
+        },
+        "field 1 is declared Str but was put as U32",
+    );
+}
+
+/// A debug build holds the unchecked writer's caller to its promise as the checked writer
+/// is held (release builds trust it: that is the point of it).
+#[cfg(debug_assertions)]
+#[test]
+fn an_unchecked_fill_that_breaks_the_layout_panics_in_a_debug_build() {
+    let result = std::panic::catch_unwind(|| {
+        recorded(|| {
+            // SAFETY: deliberately broken; only a debug build, which checks, runs this.
+            unsafe {
+                SHAPE.write_unchecked(|w| {
+                    w.put(&42u64);
+                    w.put_text("s");
+                })
+            }
+        })
+    });
+    let panic = result.expect_err("a broken unchecked payload panics in a debug build");
+    let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(
+        message.contains("Test-CheckedPayload/Shape not written: fields from 2 on were not put"),
+        "{message}"
     );
 }
 

@@ -9,7 +9,7 @@
 
 use std::fmt;
 
-use eventpipe_core::{FieldKind, PayloadWriter};
+use eventpipe_core::{FieldKind, UncheckedPayloadWriter};
 use tracing_core::field::{Field, Visit};
 
 /// At most this many recorded fields go into an event; later ones are left out. `tracing`'s
@@ -144,13 +144,13 @@ impl Visit for SigVisitor {
 /// string, else as the slot type's zero; values past the layout are skipped; slots the visit
 /// did not reach are written as zeros by [`finish`](Encode::finish).
 pub(crate) struct Encode<'a, 'w> {
-    w: &'a mut PayloadWriter<'w>,
+    w: &'a mut UncheckedPayloadWriter<'w>,
     sig: &'a Sig,
     pos: usize,
 }
 
 impl<'a, 'w> Encode<'a, 'w> {
-    pub(crate) fn new(w: &'a mut PayloadWriter<'w>, sig: &'a Sig) -> Self {
+    pub(crate) fn new(w: &'a mut UncheckedPayloadWriter<'w>, sig: &'a Sig) -> Self {
         Encode { w, sig, pos: 0 }
     }
 
@@ -164,8 +164,8 @@ impl<'a, 'w> Encode<'a, 'w> {
     fn value(
         &mut self,
         have: Kind,
-        put: impl FnOnce(&mut PayloadWriter<'w>),
-        text: impl FnOnce(&mut PayloadWriter<'w>),
+        put: impl FnOnce(&mut UncheckedPayloadWriter<'w>),
+        text: impl FnOnce(&mut UncheckedPayloadWriter<'w>),
     ) {
         match self.next() {
             None => {}
@@ -194,11 +194,11 @@ impl Visit for Encode<'_, '_> {
         self.value(Kind::U64, |w| w.put(&v), |w| w.put_fmt(format_args!("{v}")));
     }
     fn record_i128(&mut self, _: &Field, v: i128) {
-        let text = |w: &mut PayloadWriter<'_>| w.put_fmt(format_args!("{v}"));
+        let text = |w: &mut UncheckedPayloadWriter<'_>| w.put_fmt(format_args!("{v}"));
         self.value(Kind::Str, text, text);
     }
     fn record_u128(&mut self, _: &Field, v: u128) {
-        let text = |w: &mut PayloadWriter<'_>| w.put_fmt(format_args!("{v}"));
+        let text = |w: &mut UncheckedPayloadWriter<'_>| w.put_fmt(format_args!("{v}"));
         self.value(Kind::Str, text, text);
     }
     fn record_bool(&mut self, _: &Field, v: bool) {
@@ -209,7 +209,7 @@ impl Visit for Encode<'_, '_> {
         );
     }
     fn record_str(&mut self, _: &Field, v: &str) {
-        let text = |w: &mut PayloadWriter<'_>| w.put_text(v);
+        let text = |w: &mut UncheckedPayloadWriter<'_>| w.put_text(v);
         self.value(Kind::Str, text, text);
     }
     fn record_bytes(&mut self, _: &Field, v: &[u8]) {
@@ -220,17 +220,17 @@ impl Visit for Encode<'_, '_> {
         );
     }
     fn record_error(&mut self, _: &Field, v: &(dyn std::error::Error + 'static)) {
-        let text = |w: &mut PayloadWriter<'_>| w.put_fmt(format_args!("{v}"));
+        let text = |w: &mut UncheckedPayloadWriter<'_>| w.put_fmt(format_args!("{v}"));
         self.value(Kind::Str, text, text);
     }
     fn record_debug(&mut self, _: &Field, v: &dyn fmt::Debug) {
-        let text = |w: &mut PayloadWriter<'_>| w.put_fmt(format_args!("{v:?}"));
+        let text = |w: &mut UncheckedPayloadWriter<'_>| w.put_fmt(format_args!("{v:?}"));
         self.value(Kind::Str, text, text);
     }
 }
 
 /// The zero of a kind (an empty string, an empty byte array).
-fn put_zero(w: &mut PayloadWriter<'_>, kind: Kind) {
+fn put_zero(w: &mut UncheckedPayloadWriter<'_>, kind: Kind) {
     match kind {
         Kind::I64 => w.put(&0i64),
         Kind::U64 => w.put(&0u64),
