@@ -60,6 +60,10 @@ enum Command {
     Collect(CollectArgs),
     /// Summarize a trace: facts, event counts, threads, lost events, stacks, time order.
     Report(ReportArgs),
+    /// Diagnose a .NET trace: findings first (GC pauses, induced and blocking gen2 GCs,
+    /// thread pool starvation, lock contention, exception rates), then GC, allocations,
+    /// JIT, contention, exceptions and thread pool sections.
+    Analyze(AnalyzeArgs),
     /// Print events, one per line, as text or JSON lines.
     Dump(DumpArgs),
     /// Convert a trace to speedscope, Chrome/Perfetto JSON, pprof, a flame graph SVG or
@@ -553,6 +557,38 @@ struct ReportArgs {
 }
 
 #[derive(Debug, Args)]
+struct AnalyzeArgs {
+    #[command(flatten)]
+    input: InputArgs,
+    #[command(flatten)]
+    cut: CutArgs,
+    #[command(flatten)]
+    format: FormatArgs,
+    /// Rows shown in each text table (JSON always has all of them).
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    top: usize,
+    /// The GC section: every GC's pause, reason, kind and heap sizes; totals per generation.
+    /// With no section flag, every section is shown.
+    #[arg(long)]
+    gc: bool,
+    /// The allocations section: GC/AllocationTick by type.
+    #[arg(long)]
+    allocations: bool,
+    /// The JIT section: methods compiled, by tier, the slowest.
+    #[arg(long)]
+    jit: bool,
+    /// The lock contention section: waits by thread and by lock owner.
+    #[arg(long)]
+    contention: bool,
+    /// The exceptions section: thrown by type and message.
+    #[arg(long)]
+    exceptions: bool,
+    /// The thread pool section: workers, adjustments, starvation.
+    #[arg(long)]
+    threadpool: bool,
+}
+
+#[derive(Debug, Args)]
 struct DumpArgs {
     #[command(flatten)]
     input: InputArgs,
@@ -661,6 +697,8 @@ pub(crate) enum Action {
     Collect(collect::Config),
     /// `eptrace report`.
     Report(report::Config),
+    /// `eptrace analyze`.
+    Analyze(crate::analyze::Config),
     /// `eptrace dump`.
     Dump(dump::Config),
     /// `eptrace convert`.
@@ -736,6 +774,27 @@ impl Cli {
                 json: a.format.json,
                 top: a.top,
             }),
+            Command::Analyze(a) => {
+                let chosen = eventpipe_analysis::Sections {
+                    gc: a.gc,
+                    allocations: a.allocations,
+                    jit: a.jit,
+                    contention: a.contention,
+                    exceptions: a.exceptions,
+                    threadpool: a.threadpool,
+                };
+                Action::Analyze(crate::analyze::Config {
+                    input: InputSpec::from_arg(a.input.file),
+                    cut: crate::cut::CutTraces::from_flag(a.cut.require_complete),
+                    json: a.format.json,
+                    top: a.top,
+                    sections: if chosen == eventpipe_analysis::Sections::NONE {
+                        eventpipe_analysis::Sections::ALL
+                    } else {
+                        chosen
+                    },
+                })
+            }
             Command::Dump(a) => {
                 if let (Some(from), Some(to)) = (a.from, a.to) {
                     if from > to {

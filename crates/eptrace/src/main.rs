@@ -16,6 +16,8 @@
 //!   block, and wrote what that covers ([`cut`]).
 
 mod agent;
+mod analyze;
+mod analyze_text;
 mod cli;
 mod collect;
 mod convert;
@@ -71,6 +73,10 @@ fn run() -> ExitCode {
             report::do_report(&config)
         }
         cli::Action::Dump(config) => dump::do_dump(&config),
+        cli::Action::Analyze(config) => {
+            tune_allocator_for_reading();
+            analyze::do_analyze(&config)
+        }
         cli::Action::Convert(config) => {
             tune_allocator_for_reading();
             convert::do_convert(&config)

@@ -1,0 +1,435 @@
+//! The GC analysis: one row per garbage collection, and the totals PerfView's GCStats view
+//! shows, from the runtime's `GC/*` events (keyword 0x1).
+//!
+//! Definitions are TraceEvent's (microsoft/perfview, `src/TraceEvent/Computers/
+//! TraceManagedProcess.cs`: `TraceGC`, the GC callbacks of `SetupCallbacks`, `GCStats`):
+//! * only suspensions for a GC count: `GC/SuspendEEStart` reason 1 (SuspendForGC) or 6
+//!   (SuspendForGCPrep, a background GC's final mark); other suspensions are ignored;
+//! * a GC opens at `GC/Start` (`Depth` is its generation, with `Reason` and `Type`); its
+//!   pause runs from that suspension's start to the `GC/RestartEEStop` that ends it
+//!   (`PauseDurationMSec`), its suspension to the `GC/SuspendEEStop`
+//!   (`SuspendDurationMSec`); a blocking GC is complete at that restart once its
+//!   `GC/HeapStats` has come, a background GC (`Type` 1) at its `GC/HeapStats`;
+//! * a background GC's pause is its initial suspension plus each SuspendForGCPrep pause
+//!   (`AddConcurrentPauseTime`); a gen0/1 GC opened at its start pauses from its own
+//!   `GC/Start`; foreground GCs (`Type` 2) during it have pauses of their own;
+//! * the sizes after come from `GC/HeapStats`; the size before is TraceEvent's estimate
+//!   from the previous GC's (`GenSizeBeforeMB` without per-heap history);
+//! * totals are over complete GCs; induced means reason 1 or 7 (`NumInduced`); the share
+//!   paused is the pauses over the time from the first complete GC's pause start to the
+//!   last `GC/HeapStats` (`GetGCPauseTimePercentage`'s `ProcessDuration`).
+//!
+//! One departure: a `GC/Start` with no GC suspension before it (a trace that starts in the
+//! middle of a GC) is kept, without a pause, where TraceEvent drops it; it is never
+//! complete, so it counts in no total.
+
+use serde::Serialize;
+
+use crate::fields::Fields;
+use crate::stats::Distribution;
+
+/// `Microsoft-Windows-DotNETRuntime` event ids.
+pub(crate) mod id {
+    pub(crate) const START: u32 = 1;
+    pub(crate) const END: u32 = 2;
+    pub(crate) const RESTART_EE_STOP: u32 = 3;
+    pub(crate) const HEAP_STATS: u32 = 4;
+    pub(crate) const SUSPEND_EE_STOP: u32 = 8;
+    pub(crate) const SUSPEND_EE_START: u32 = 9;
+    pub(crate) const ALLOCATION_TICK: u32 = 10;
+}
+
+/// One garbage collection.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct Gc {
+    /// The runtime's GC number (`GC.CollectionCount` counts these).
+    pub number: u64,
+    /// The generation collected (0, 1 or 2).
+    pub generation: u32,
+    /// `NonConcurrent` (blocking), `Background` or `Foreground` (a blocking ephemeral GC
+    /// during a background one).
+    pub kind: &'static str,
+    /// Why it ran: `AllocSmall`, `Induced`, `LowMemory`, `AllocLarge`, ...
+    pub reason: &'static str,
+    /// When it started, in ms from the trace's start.
+    pub start_ms: f64,
+    /// `GC/Start` to `GC/End`; `None` when the trace ends first.
+    pub duration_ms: Option<f64>,
+    /// How long the program was paused for it; `None` when the trace has no suspension
+    /// events around it.
+    pub pause_ms: Option<f64>,
+    /// The part of the pause spent suspending the program's threads.
+    pub suspend_ms: Option<f64>,
+    /// Heap size after the GC (all generations, from `GC/HeapStats`), bytes.
+    pub heap_after_bytes: Option<u64>,
+    /// Heap size before the GC, estimated from the previous GC's sizes and the allocations
+    /// since (TraceEvent's `HeapSizeBeforeMB` without per-heap history), bytes.
+    pub heap_before_bytes: Option<u64>,
+    /// Bytes that survived the GC (promoted), from `GC/HeapStats`.
+    pub promoted_bytes: Option<u64>,
+    /// Generation sizes after the GC: gen0, gen1, gen2, LOH, POH (.NET 5+), bytes.
+    pub generation_sizes_after: Option<[u64; 5]>,
+    /// Bytes allocated since the previous GC, from `GC/AllocationTick` (each tick stands
+    /// for about 100 KB allocated), taken at its `GC/HeapStats`.
+    pub allocated_since_previous_bytes: u64,
+}
+
+impl Gc {
+    /// Whether it stopped the program for its whole run: not a background GC.
+    pub fn is_blocking(&self) -> bool {
+        self.kind != "Background"
+    }
+
+    /// Whether the program asked for it (`GC.Collect`): reason Induced or
+    /// InducedNotForced, as TraceEvent's `NumInduced` counts.
+    pub fn is_induced(&self) -> bool {
+        matches!(self.reason, "Induced" | "InducedNotForced")
+    }
+}
+
+/// Totals for one generation.
+#[derive(Debug, Clone, Default, Serialize)]
+#[non_exhaustive]
+pub struct GenerationSummary {
+    /// The generation.
+    pub generation: u32,
+    /// GCs of it.
+    pub count: u64,
+    /// Of those, induced.
+    pub induced: u64,
+    /// Of those, blocking (not background).
+    pub blocking: u64,
+    /// Their pauses: total, mean and longest, ms.
+    pub total_pause_ms: f64,
+    /// Mean pause, ms.
+    pub mean_pause_ms: f64,
+    /// Longest pause, ms.
+    pub max_pause_ms: f64,
+}
+
+/// The GC section.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct GcSection {
+    /// Every GC, in the order they started (the last may be incomplete: the trace ended
+    /// during it).
+    pub gcs: Vec<Gc>,
+    /// GCs complete in the trace: the totals count these.
+    pub complete: u64,
+    /// Per generation (0, 1, 2).
+    pub generations: Vec<GenerationSummary>,
+    /// All pauses added up, ms.
+    pub total_pause_ms: f64,
+    /// `total_pause_ms` as a percentage of the time from the first GC's pause to the last
+    /// GC's end (TraceEvent's `GetGCPauseTimePercentage`).
+    pub paused_percent: f64,
+    /// The pauses' distribution.
+    pub pauses: Distribution,
+    /// GCs the program induced.
+    pub induced: u64,
+    /// Blocking gen2 GCs (the expensive kind).
+    pub blocking_gen2: u64,
+    /// Bytes allocated on the large object heap, from `GC/AllocationTick`.
+    pub loh_allocated_bytes: u64,
+    /// Bytes allocated on the pinned object heap, from `GC/AllocationTick`.
+    pub poh_allocated_bytes: u64,
+}
+
+/// Reads the GC events of a trace, one at a time.
+#[derive(Debug, Default)]
+pub(crate) struct GcAnalyzer {
+    gcs: Vec<Gc>,
+    /// Per GC (by index): whether it is complete, and its pause start.
+    state: Vec<GcState>,
+    /// The open GC suspension.
+    suspension: Option<Suspension>,
+    /// The background GC in progress, by index.
+    background: Option<usize>,
+    /// Allocation ticks' bytes by heap (small, large, pinned): in all, and at the last
+    /// `GC/HeapStats`.
+    allocated: [u64; 3],
+    allocated_at_last_gc: [u64; 3],
+    last_heap_stats_ms: Option<f64>,
+    pub(crate) events: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct GcState {
+    complete: bool,
+    pause_start_ms: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Suspension {
+    start_ms: f64,
+    stop_ms: Option<f64>,
+    /// 1: SuspendForGC; 6: SuspendForGCPrep.
+    reason: u64,
+}
+
+impl GcAnalyzer {
+    /// Takes one GC event (an [`id`]) at `at_ms`.
+    pub(crate) fn observe(&mut self, event_id: u32, at_ms: f64, fields: &Fields<'_>) {
+        self.events += 1;
+        match event_id {
+            id::SUSPEND_EE_START => match fields.u64("Reason") {
+                Some(reason @ (1 | 6)) => {
+                    self.suspension = Some(Suspension {
+                        start_ms: at_ms,
+                        stop_ms: None,
+                        reason,
+                    })
+                }
+                _ => {}
+            },
+            id::SUSPEND_EE_STOP => {
+                if let Some(s) = &mut self.suspension {
+                    if s.reason == 6 {
+                        if let Some(bgc) = self.background {
+                            *self.gcs[bgc].suspend_ms.get_or_insert(0.0) += at_ms - s.start_ms;
+                        }
+                    }
+                    s.stop_ms = Some(at_ms);
+                }
+            }
+            id::START => self.start(at_ms, fields),
+            id::END => {
+                if let Some(index) = self.current() {
+                    let gc = &mut self.gcs[index];
+                    gc.duration_ms = Some(at_ms - gc.start_ms);
+                }
+            }
+            id::HEAP_STATS => self.heap_stats(at_ms, fields),
+            id::RESTART_EE_STOP => self.restart(at_ms),
+            id::ALLOCATION_TICK => {
+                let amount = fields
+                    .u64("AllocationAmount64")
+                    .filter(|&a| a > 0)
+                    .or_else(|| fields.u64("AllocationAmount"))
+                    .unwrap_or(0);
+                let heap = match fields.u64("AllocationKind") {
+                    Some(0) => 0,
+                    Some(1) => 1,
+                    _ => 2,
+                };
+                self.allocated[heap] += amount;
+            }
+            _ => {}
+        }
+    }
+
+    /// TraceEvent's `GetCurrentGC`: the last GC while it is incomplete, else the
+    /// background GC in progress.
+    fn current(&self) -> Option<usize> {
+        match self.state.last() {
+            Some(last) if !last.complete => Some(self.state.len() - 1),
+            _ => self.background,
+        }
+    }
+
+    fn start(&mut self, at_ms: f64, fields: &Fields<'_>) {
+        let number = fields.u64("Count").unwrap_or(self.gcs.len() as u64 + 1);
+        if self.gcs.last().is_some_and(|g| g.number == number) {
+            return; // a repeated GC/Start
+        }
+        let kind = match fields.u64("Type") {
+            Some(1) => "Background",
+            Some(2) => "Foreground",
+            _ => "NonConcurrent",
+        };
+        let reason = fields.u64("Reason");
+        let at_background_start = kind == "NonConcurrent"
+            && self.background.is_some()
+            && self.state.last().is_some_and(|s| !s.complete)
+            && self.background == Some(self.gcs.len() - 1);
+        let (pause_start_ms, suspend_ms) = if at_background_start || reason == Some(0xc) {
+            (Some(at_ms), None)
+        } else {
+            match self.suspension {
+                Some(s) => (
+                    Some(s.start_ms),
+                    Some(s.stop_ms.unwrap_or(at_ms) - s.start_ms),
+                ),
+                None => (None, None),
+            }
+        };
+        let index = self.gcs.len();
+        self.gcs.push(Gc {
+            number,
+            generation: fields.u64("Depth").unwrap_or(0) as u32,
+            kind,
+            reason: reason_name(reason),
+            start_ms: at_ms,
+            duration_ms: None,
+            // A background GC's pause starts as its suspension; restarts add to it.
+            pause_ms: if kind == "Background" {
+                suspend_ms
+            } else {
+                None
+            },
+            suspend_ms,
+            heap_after_bytes: None,
+            heap_before_bytes: None,
+            promoted_bytes: None,
+            generation_sizes_after: None,
+            allocated_since_previous_bytes: 0,
+        });
+        self.state.push(GcState {
+            complete: false,
+            pause_start_ms,
+        });
+        if kind == "Background" {
+            self.background = Some(index);
+        }
+    }
+
+    /// The program runs again after a GC suspension.
+    fn restart(&mut self, at_ms: f64) {
+        let Some(s) = self.suspension.take() else {
+            return;
+        };
+        let Some(index) = self.current() else {
+            return;
+        };
+        let gc = &mut self.gcs[index];
+        let state = &mut self.state[index];
+        if gc.kind == "Background" {
+            if s.reason == 6 {
+                *gc.pause_ms.get_or_insert(0.0) += at_ms - s.start_ms;
+            } else if let Some(start) = state.pause_start_ms {
+                gc.pause_ms = Some(at_ms - start);
+            }
+        } else {
+            if let Some(start) = state.pause_start_ms {
+                gc.pause_ms = Some(at_ms - start);
+            }
+            if gc.heap_after_bytes.is_some() && state.pause_start_ms.is_some() {
+                state.complete = true;
+            }
+        }
+    }
+
+    fn heap_stats(&mut self, at_ms: f64, fields: &Fields<'_>) {
+        if let Some(index) = self.current() {
+            let size = |n: u32| fields.u64(&format!("GenerationSize{n}")).unwrap_or(0);
+            let promoted = |n: u32| fields.u64(&format!("TotalPromotedSize{n}")).unwrap_or(0);
+            let sizes = [size(0), size(1), size(2), size(3), size(4)];
+            let since: [u64; 3] =
+                std::array::from_fn(|k| self.allocated[k] - self.allocated_at_last_gc[k]);
+            let before = self.size_before(index, &sizes, since[0]);
+            let gc = &mut self.gcs[index];
+            gc.generation_sizes_after = Some(sizes);
+            gc.heap_after_bytes = Some(sizes.iter().sum());
+            gc.promoted_bytes = Some((0..5).map(promoted).sum());
+            gc.allocated_since_previous_bytes = since.iter().sum();
+            gc.heap_before_bytes = Some(before);
+            if gc.kind == "Background" {
+                if self.state[index].pause_start_ms.is_some() {
+                    self.state[index].complete = true;
+                }
+                self.background = None;
+            }
+        }
+        self.allocated_at_last_gc = self.allocated;
+        self.last_heap_stats_ms = Some(at_ms);
+    }
+
+    /// TraceEvent's `GenSizeBeforeMB` without per-heap history: from the latest earlier GC
+    /// with sizes (never the first GC's, as TraceEvent's search stops before it), gen0 at
+    /// least the small allocations since, LOH and POH at least this GC's.
+    fn size_before(&self, index: usize, after: &[u64; 5], small_allocated: u64) -> u64 {
+        let previous = (1..index)
+            .rev()
+            .find_map(|j| self.gcs[j].generation_sizes_after);
+        match previous {
+            None => small_allocated,
+            Some(p) => {
+                p[0].max(small_allocated) + p[1] + p[2] + p[3].max(after[3]) + p[4].max(after[4])
+            }
+        }
+    }
+
+    /// The section.
+    pub(crate) fn finish(self) -> GcSection {
+        let complete: Vec<&Gc> = self
+            .gcs
+            .iter()
+            .zip(&self.state)
+            .filter(|(_, s)| s.complete)
+            .map(|(g, _)| g)
+            .collect();
+        let pauses: Vec<f64> = complete.iter().filter_map(|g| g.pause_ms).collect();
+        let total_pause_ms = pauses.iter().fold(0.0, |a, b| a + b);
+        let generations = (0..=2)
+            .map(|generation| summarize(generation, &complete))
+            .collect();
+        let first_pause = self
+            .state
+            .iter()
+            .find(|s| s.complete)
+            .and_then(|s| s.pause_start_ms);
+        let span = match (first_pause, self.last_heap_stats_ms) {
+            (Some(from), Some(to)) => to - from,
+            _ => 0.0,
+        };
+        GcSection {
+            complete: complete.len() as u64,
+            induced: complete.iter().filter(|g| g.is_induced()).count() as u64,
+            blocking_gen2: complete
+                .iter()
+                .filter(|g| g.generation == 2 && g.is_blocking())
+                .count() as u64,
+            generations,
+            total_pause_ms,
+            paused_percent: crate::stats::percent(total_pause_ms, span),
+            pauses: Distribution::of(pauses),
+            loh_allocated_bytes: self.allocated[1],
+            poh_allocated_bytes: self.allocated[2],
+            gcs: self.gcs,
+        }
+    }
+}
+
+fn summarize(generation: u32, complete: &[&Gc]) -> GenerationSummary {
+    let of: Vec<&&Gc> = complete
+        .iter()
+        .filter(|g| g.generation == generation)
+        .collect();
+    let pauses: Vec<f64> = of.iter().filter_map(|g| g.pause_ms).collect();
+    let total = pauses.iter().fold(0.0, |a, b| a + b);
+    GenerationSummary {
+        generation,
+        count: of.len() as u64,
+        induced: of.iter().filter(|g| g.is_induced()).count() as u64,
+        blocking: of.iter().filter(|g| g.is_blocking()).count() as u64,
+        total_pause_ms: total,
+        mean_pause_ms: if pauses.is_empty() {
+            0.0
+        } else {
+            total / pauses.len() as f64
+        },
+        max_pause_ms: pauses.iter().copied().fold(0.0, f64::max),
+    }
+}
+
+/// The runtime's `GCReasonMap` (ClrEtwAll.man).
+fn reason_name(reason: Option<u64>) -> &'static str {
+    match reason {
+        Some(0) => "AllocSmall",
+        Some(1) => "Induced",
+        Some(2) => "LowMemory",
+        Some(3) => "Empty",
+        Some(4) => "AllocLarge",
+        Some(5) => "OutOfSpaceSOH",
+        Some(6) => "OutOfSpaceLOH",
+        Some(7) => "InducedNotForced",
+        Some(8) => "Internal",
+        Some(9) => "InducedLowMemory",
+        Some(10) => "InducedCompacting",
+        Some(11) => "LowMemoryHost",
+        Some(12) => "PMFullGC",
+        Some(13) => "LowMemoryHostBlocking",
+        _ => "Unknown",
+    }
+}

@@ -1,0 +1,304 @@
+//! Diagnoses from a trace: the questions people open PerfView's GCStats, JITStats and
+//! event views for, answered from any nettrace file on any OS.
+//!
+//! [`Analyzer`] reads a trace's events once, in file order, and keeps only what its
+//! sections need: per-GC rows, per-method compiles, open waits, counts by exception type.
+//! [`Analyzer::finish`] gives an [`Analysis`]: one section per kind of event the trace has
+//! ([`gc`], [`allocations`](AllocationSection), [`jit`], [`contention`], [`exceptions`],
+//! [`threadpool`]), a hint for each section it has no events for (what to collect), and
+//! [`findings`]: what is wrong, by documented [`RULES`], most severe first.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let bytes = std::fs::read("trace.nettrace")?;
+//! let mut reader = nettrace::TraceReader::from_slice(&bytes)?;
+//! let mut analyzer = eventpipe_analysis::Analyzer::new(eventpipe_analysis::Sections::ALL);
+//! while let Some(event) = reader.next_event()? {
+//!     analyzer.observe(&event);
+//! }
+//! let analysis = analyzer.finish("trace.nettrace");
+//! for finding in &analysis.findings {
+//!     println!("{}", finding.summary);
+//! }
+//! # Ok(()) }
+//! ```
+
+mod alloc;
+pub mod contention;
+pub mod exceptions;
+mod fields;
+mod findings;
+pub mod gc;
+pub mod jit;
+mod stats;
+pub mod threadpool;
+
+pub use alloc::{AllocationRow, AllocationSection};
+pub use contention::ContentionSection;
+pub use exceptions::ExceptionSection;
+pub use findings::{
+    Finding, Rule, CONTENTION_PERCENT, EXCEPTIONS_PER_SECOND, GC_PAUSE_PERCENT, RULES,
+};
+pub use gc::GcSection;
+pub use jit::JitSection;
+pub use stats::Distribution;
+pub use threadpool::ThreadPoolSection;
+
+use nettrace::{Event, EventRef};
+use serde::Serialize;
+
+use fields::Fields;
+
+/// The .NET runtime's provider, whose events every section reads.
+pub const RUNTIME_PROVIDER: &str = "Microsoft-Windows-DotNETRuntime";
+
+/// The sections an analysis computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sections {
+    /// GC pauses and heap sizes.
+    pub gc: bool,
+    /// Allocations by type.
+    pub allocations: bool,
+    /// JIT compiles.
+    pub jit: bool,
+    /// Lock contention.
+    pub contention: bool,
+    /// Exceptions.
+    pub exceptions: bool,
+    /// The thread pool.
+    pub threadpool: bool,
+}
+
+impl Sections {
+    /// Every section.
+    pub const ALL: Sections = Sections {
+        gc: true,
+        allocations: true,
+        jit: true,
+        contention: true,
+        exceptions: true,
+        threadpool: true,
+    };
+    /// No section (add some with the fields).
+    pub const NONE: Sections = Sections {
+        gc: false,
+        allocations: false,
+        jit: false,
+        contention: false,
+        exceptions: false,
+        threadpool: false,
+    };
+}
+
+/// What a section needs collected, for a trace that has none of its events.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct Missing {
+    /// The section: `gc`, `allocations`, `jit`, `contention`, `exceptions`, `threadpool`.
+    pub section: &'static str,
+    /// What to collect: an `eptrace collect` option.
+    pub collect: &'static str,
+}
+
+/// The analysis of one trace.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct Analysis {
+    /// The trace's name as the caller gave it.
+    pub file: String,
+    /// First to last event, ms.
+    pub duration_ms: f64,
+    /// Events read.
+    pub events: u64,
+    /// What is wrong, most severe first; empty for a healthy trace.
+    pub findings: Vec<Finding>,
+    /// GC pauses and heap sizes, when the trace has GC events.
+    pub gc: Option<GcSection>,
+    /// Allocations by type, when the trace has `GC/AllocationTick` events.
+    pub allocations: Option<AllocationSection>,
+    /// JIT compiles, when the trace has JIT events.
+    pub jit: Option<JitSection>,
+    /// Lock contention, when the trace has contention events.
+    pub contention: Option<ContentionSection>,
+    /// Exceptions, when the trace has exception events.
+    pub exceptions: Option<ExceptionSection>,
+    /// The thread pool, when the trace has its events.
+    pub threadpool: Option<ThreadPoolSection>,
+    /// The selected sections the trace has no events for, and what to collect for them.
+    pub missing: Vec<Missing>,
+}
+
+/// Reads a trace's events and builds its [`Analysis`].
+#[derive(Debug)]
+pub struct Analyzer {
+    sections: Sections,
+    gc: gc::GcAnalyzer,
+    allocations: alloc::AllocationAnalyzer,
+    jit: jit::JitAnalyzer,
+    contention: contention::ContentionAnalyzer,
+    exceptions: exceptions::ExceptionAnalyzer,
+    threadpool: threadpool::ThreadPoolAnalyzer,
+    events: u64,
+    first_ms: Option<f64>,
+    last_ms: f64,
+}
+
+impl Analyzer {
+    /// An analyzer computing `sections`.
+    pub fn new(sections: Sections) -> Analyzer {
+        Analyzer {
+            sections,
+            gc: Default::default(),
+            allocations: Default::default(),
+            jit: Default::default(),
+            contention: Default::default(),
+            exceptions: Default::default(),
+            threadpool: Default::default(),
+            events: 0,
+            first_ms: None,
+            last_ms: 0.0,
+        }
+    }
+
+    /// Takes the trace's next event (in file order).
+    pub fn observe(&mut self, event: &Event<'_>) {
+        let thread = || event.thread_id();
+        self.take(event.metadata, event.timestamp_msec(), thread, || {
+            Fields::of(event)
+        });
+    }
+
+    /// Takes the trace's next event, as the file-order reader's
+    /// [`next_event_ref`](nettrace::TraceReader::next_event_ref) yields it.
+    pub fn observe_ref(&mut self, event: &EventRef<'_>) {
+        let thread = || event.thread_id();
+        self.take(event.metadata(), event.timestamp_msec(), thread, || {
+            Fields::of_ref(event)
+        });
+    }
+
+    fn take<'r>(
+        &mut self,
+        metadata: &nettrace::EventMetadata,
+        at_ms: f64,
+        thread: impl FnOnce() -> u64,
+        fields: impl FnOnce() -> Fields<'r>,
+    ) {
+        self.events += 1;
+        self.first_ms.get_or_insert(at_ms);
+        self.last_ms = self.last_ms.max(at_ms);
+        if metadata.provider != RUNTIME_PROVIDER {
+            return;
+        }
+        let id = metadata.event_id;
+        let s = self.sections;
+        match id {
+            gc::id::ALLOCATION_TICK if s.gc || s.allocations => {
+                let fields = fields();
+                if s.gc {
+                    self.gc.observe(id, at_ms, &fields);
+                }
+                if s.allocations {
+                    self.allocations.observe(&fields);
+                }
+            }
+            gc::id::START
+            | gc::id::END
+            | gc::id::RESTART_EE_STOP
+            | gc::id::HEAP_STATS
+            | gc::id::SUSPEND_EE_STOP
+            | gc::id::SUSPEND_EE_START
+                if s.gc =>
+            {
+                self.gc.observe(id, at_ms, &fields());
+            }
+            jit::id::JITTING_STARTED
+            | jit::id::METHOD_LOAD_VERBOSE
+            | jit::id::R2R_GET_ENTRY_POINT
+                if s.jit =>
+            {
+                self.jit.observe(id, at_ms, thread(), &fields());
+            }
+            contention::id::START | contention::id::STOP if s.contention => {
+                self.contention.observe(id, at_ms, thread(), &fields());
+            }
+            exceptions::id::THROWN
+            | exceptions::id::CATCH_START
+            | exceptions::id::FINALLY_START
+                if s.exceptions =>
+            {
+                self.exceptions.observe(id, &fields());
+            }
+            threadpool::id::WORKER_START
+            | threadpool::id::WORKER_STOP
+            | threadpool::id::ADJUSTMENT
+                if s.threadpool =>
+            {
+                self.threadpool.observe(id, at_ms, &fields());
+            }
+            _ => {}
+        }
+    }
+
+    /// The analysis of the events taken, for the trace named `file`.
+    pub fn finish(self, file: &str) -> Analysis {
+        let duration_ms = self.first_ms.map_or(0.0, |first| self.last_ms - first);
+        let s = self.sections;
+        let mut missing = Vec::new();
+        let mut section = |wanted: bool, events: u64, name: &'static str, collect: &'static str| {
+            if wanted && events == 0 {
+                missing.push(Missing {
+                    section: name,
+                    collect,
+                });
+            }
+            wanted && events > 0
+        };
+        let gc = section(s.gc, self.gc.events, "gc", "--profile gc");
+        let allocations = section(
+            s.allocations,
+            self.allocations.events,
+            "allocations",
+            "--profile gc (GC/AllocationTick is written at Verbose)",
+        );
+        let jit = section(
+            s.jit,
+            self.jit.events,
+            "jit",
+            "--providers Microsoft-Windows-DotNETRuntime:0x10:Verbose",
+        );
+        let contention = section(
+            s.contention,
+            self.contention.events,
+            "contention",
+            "--providers Microsoft-Windows-DotNETRuntime:0x4000:Informational",
+        );
+        let exceptions = section(
+            s.exceptions,
+            self.exceptions.events,
+            "exceptions",
+            "--providers Microsoft-Windows-DotNETRuntime:0x8000:Informational",
+        );
+        let threadpool = section(
+            s.threadpool,
+            self.threadpool.events,
+            "threadpool",
+            "--providers Microsoft-Windows-DotNETRuntime:0x10000:Informational",
+        );
+        let mut analysis = Analysis {
+            file: file.to_owned(),
+            duration_ms,
+            events: self.events,
+            findings: Vec::new(),
+            gc: gc.then(|| self.gc.finish()),
+            allocations: allocations.then(|| self.allocations.finish()),
+            jit: jit.then(|| self.jit.finish()),
+            contention: contention.then(|| self.contention.finish(duration_ms)),
+            exceptions: exceptions.then(|| self.exceptions.finish(duration_ms)),
+            threadpool: threadpool.then(|| self.threadpool.finish()),
+            missing,
+        };
+        analysis.findings = findings::find(&analysis);
+        analysis
+    }
+}

@@ -1,0 +1,201 @@
+//! The text sections of `eptrace analyze`: one function per section, each a heading and a
+//! few aligned tables, at most `top` rows each.
+
+use std::fmt::Write as _;
+
+use eventpipe_analysis::{
+    AllocationSection, ContentionSection, ExceptionSection, GcSection, JitSection,
+    ThreadPoolSection,
+};
+
+/// Megabytes as PerfView counts them: 1,000,000 bytes.
+fn mb(bytes: u64) -> f64 {
+    bytes as f64 / 1e6
+}
+
+fn opt_ms(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |ms| format!("{ms:.2}"))
+}
+
+fn opt_mb(v: Option<u64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |b| format!("{:.1}", mb(b)))
+}
+
+pub(crate) fn gc(s: &mut String, gc: &GcSection, top: usize) {
+    let _ = writeln!(
+        s,
+        "\nGC: {} collections, {:.1} ms paused ({:.1} % of the time), {} induced, {} blocking gen2",
+        gc.gcs.len(),
+        gc.total_pause_ms,
+        gc.paused_percent,
+        gc.induced,
+        gc.blocking_gen2
+    );
+    let _ = writeln!(
+        s,
+        "  pauses: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms; LOH allocated {:.1} MB, POH {:.1} MB",
+        gc.pauses.p50,
+        gc.pauses.p90,
+        gc.pauses.p99,
+        gc.pauses.max,
+        mb(gc.loh_allocated_bytes),
+        mb(gc.poh_allocated_bytes)
+    );
+    let _ = writeln!(
+        s,
+        "  {:<4} {:>6} {:>8} {:>9} {:>12} {:>10} {:>10}",
+        "gen", "count", "induced", "blocking", "pause ms", "mean ms", "max ms"
+    );
+    for g in &gc.generations {
+        let _ = writeln!(
+            s,
+            "  {:<4} {:>6} {:>8} {:>9} {:>12.2} {:>10.2} {:>10.2}",
+            g.generation,
+            g.count,
+            g.induced,
+            g.blocking,
+            g.total_pause_ms,
+            g.mean_pause_ms,
+            g.max_pause_ms
+        );
+    }
+    let mut longest: Vec<_> = gc.gcs.iter().collect();
+    longest.sort_by(|a, b| {
+        b.pause_ms
+            .unwrap_or(0.0)
+            .total_cmp(&a.pause_ms.unwrap_or(0.0))
+    });
+    let _ = writeln!(
+        s,
+        "  longest pauses:\n  {:>6} {:>3} {:<13} {:<18} {:>10} {:>9} {:>9} {:>11} {:>11} {:>10}",
+        "GC",
+        "gen",
+        "kind",
+        "reason",
+        "start ms",
+        "pause ms",
+        "suspend",
+        "before MB",
+        "after MB",
+        "promo MB"
+    );
+    for g in longest.iter().take(top) {
+        let _ = writeln!(
+            s,
+            "  {:>6} {:>3} {:<13} {:<18} {:>10.1} {:>9} {:>9} {:>11} {:>11} {:>10}",
+            g.number,
+            g.generation,
+            g.kind,
+            g.reason,
+            g.start_ms,
+            opt_ms(g.pause_ms),
+            opt_ms(g.suspend_ms),
+            opt_mb(g.heap_before_bytes),
+            opt_mb(g.heap_after_bytes),
+            opt_mb(g.promoted_bytes)
+        );
+    }
+}
+
+pub(crate) fn allocations(s: &mut String, a: &AllocationSection, top: usize) {
+    let _ = writeln!(
+        s,
+        "\nAllocations: {} ticks, about {:.1} MB (each tick stands for ~100 KB allocated)",
+        a.ticks,
+        mb(a.estimated_bytes)
+    );
+    let _ = writeln!(s, "  {:>10} {:>7} {:<4} type", "MB", "ticks", "heap");
+    for r in a.by_type.iter().take(top) {
+        let name = if r.type_name.is_empty() {
+            "(not named)"
+        } else {
+            &r.type_name
+        };
+        let _ = writeln!(
+            s,
+            "  {:>10.1} {:>7} {:<4} {}",
+            mb(r.estimated_bytes),
+            r.ticks,
+            r.heap,
+            name
+        );
+    }
+}
+
+pub(crate) fn jit(s: &mut String, j: &JitSection, top: usize) {
+    let _ = writeln!(
+        s,
+        "\nJIT: {} methods compiled in {:.1} ms; {} ReadyToRun methods used",
+        j.methods_jitted, j.total_jit_ms, j.ready_to_run_methods
+    );
+    let _ = writeln!(s, "  {:<16} {:>8} {:>10}", "tier", "methods", "ms");
+    for t in &j.tiers {
+        let _ = writeln!(s, "  {:<16} {:>8} {:>10.1}", t.tier, t.methods, t.jit_ms);
+    }
+    let _ = writeln!(s, "  slowest:");
+    for m in j.slowest.iter().take(top) {
+        let _ = writeln!(s, "  {:>9.2} ms {:<15} {}", m.jit_ms, m.tier, m.name);
+    }
+}
+
+pub(crate) fn contention(s: &mut String, c: &ContentionSection, top: usize) {
+    let _ = writeln!(
+        s,
+        "\nLock contention: {} contentions, {:.1} ms waited; waits p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        c.count, c.total_wait_ms, c.waits.p50, c.waits.p99, c.waits.max
+    );
+    let _ = writeln!(
+        s,
+        "  {:>10} {:>6} {:>10} {:>8}",
+        "thread", "waits", "ms", "% time"
+    );
+    for t in c.threads.iter().take(top) {
+        let _ = writeln!(
+            s,
+            "  {:>10} {:>6} {:>10.1} {:>8.1}",
+            t.thread_id, t.count, t.wait_ms, t.percent_of_time
+        );
+    }
+    if !c.owners.is_empty() {
+        let _ = writeln!(s, "  by lock owner (managed thread):");
+        for (owner, n, ms) in c.owners.iter().take(top) {
+            let _ = writeln!(s, "  {owner:#18x} {n:>6} {ms:>10.1}");
+        }
+    }
+}
+
+pub(crate) fn exceptions(s: &mut String, e: &ExceptionSection, top: usize) {
+    let _ = writeln!(
+        s,
+        "\nExceptions: {} thrown ({:.1}/s), {} catch blocks, {} finally blocks",
+        e.thrown, e.per_second, e.catches, e.finallies
+    );
+    for r in e.by_type.iter().take(top) {
+        let _ = writeln!(s, "  {:>7} {}: {}", r.count, r.exception_type, r.message);
+    }
+}
+
+pub(crate) fn threadpool(s: &mut String, t: &ThreadPoolSection, top: usize) {
+    let _ = writeln!(
+        s,
+        "\nThread pool: up to {} workers, {} adjustments, {} for starvation",
+        t.max_workers,
+        t.adjustments.len(),
+        t.starvation_adjustments
+    );
+    for &(from, to) in t.starvation_spans.iter().take(top) {
+        if to > from {
+            let _ = writeln!(s, "  starved {from:.0}-{to:.0} ms");
+        } else {
+            let _ = writeln!(s, "  starved at {from:.0} ms");
+        }
+    }
+    let _ = writeln!(s, "  {:>10} {:>8} reason", "at ms", "workers");
+    for a in t.adjustments.iter().take(top) {
+        let _ = writeln!(
+            s,
+            "  {:>10.1} {:>8} {}",
+            a.at_ms, a.new_worker_count, a.reason
+        );
+    }
+}
