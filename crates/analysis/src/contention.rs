@@ -68,8 +68,8 @@ impl ContentionAnalyzer {
             }
             id::STOP => {
                 if let Some((start, owner)) = self.open.remove(&thread) {
-                    let ms = match fields.u64("DurationNs") {
-                        Some(ns) if ns > 0 => ns as f64 / 1e6,
+                    let ms = match fields.f64("DurationNs") {
+                        Some(ns) if ns > 0.0 => ns / 1e6,
                         _ => at_ms - start,
                     };
                     self.waits.push((thread, owner, ms));

@@ -42,6 +42,15 @@ impl<'r> Fields<'r> {
         self.get(name).and_then(ValueRef::as_u64)
     }
 
+    /// A number field of any type, as `f64`.
+    pub(crate) fn f64(&self, name: &str) -> Option<f64> {
+        match *self.get(name)? {
+            ValueRef::F64(v) => Some(v),
+            ValueRef::F32(v) => Some(f64::from(v)),
+            ref other => other.as_u64().map(|v| v as f64),
+        }
+    }
+
     /// A text field, as a `String` (UTF-16 and 8-bit strings alike).
     pub(crate) fn text(&self, name: &str) -> Option<String> {
         match self.get(name)? {

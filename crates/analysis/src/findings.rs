@@ -92,11 +92,11 @@ pub(crate) fn find(analysis: &Analysis) -> Vec<Finding> {
         let count = |g: usize| gc.generations.get(g).map_or(0, |s| s.count);
         add(
             "gc-pause-time",
-            gc.paused_percent,
+            gc.paused_percent_of_trace,
             GC_PAUSE_PERCENT,
             format!(
                 "GC paused the program {:.1} % of the time: {} gen0, {} gen1, {} gen2 ({} blocking); longest pause {:.1} ms",
-                gc.paused_percent,
+                gc.paused_percent_of_trace,
                 count(0),
                 count(1),
                 count(2),

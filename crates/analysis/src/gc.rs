@@ -17,7 +17,8 @@
 //!   from the previous GC's (`GenSizeBeforeMB` without per-heap history);
 //! * totals are over complete GCs; induced means reason 1 or 7 (`NumInduced`); the share
 //!   paused is the pauses over the time from the first complete GC's pause start to the
-//!   last `GC/HeapStats` (`GetGCPauseTimePercentage`'s `ProcessDuration`).
+//!   last `GC/HeapStats` (`GetGCPauseTimePercentage`'s `ProcessDuration`); the share of
+//!   the whole trace is given beside it.
 //!
 //! One departure: a `GC/Start` with no GC suspension before it (a trace that starts in the
 //! middle of a GC) is kept, without a pause, where TraceEvent drops it; it is never
@@ -122,8 +123,12 @@ pub struct GcSection {
     /// All pauses added up, ms.
     pub total_pause_ms: f64,
     /// `total_pause_ms` as a percentage of the time from the first GC's pause to the last
-    /// GC's end (TraceEvent's `GetGCPauseTimePercentage`).
+    /// GC's end (TraceEvent's `GetGCPauseTimePercentage`, PerfView's "% Time paused for
+    /// Garbage Collection").
     pub paused_percent: f64,
+    /// `total_pause_ms` as a percentage of the trace's duration, first event to last (what
+    /// the `gc-pause-time` finding measures: with few GCs, PerfView's share can pass 100 %).
+    pub paused_percent_of_trace: f64,
     /// The pauses' distribution.
     pub pauses: Distribution,
     /// GCs the program induced.
@@ -351,7 +356,7 @@ impl GcAnalyzer {
     }
 
     /// The section.
-    pub(crate) fn finish(self) -> GcSection {
+    pub(crate) fn finish(self, trace_ms: f64) -> GcSection {
         let complete: Vec<&Gc> = self
             .gcs
             .iter()
@@ -383,6 +388,7 @@ impl GcAnalyzer {
             generations,
             total_pause_ms,
             paused_percent: crate::stats::percent(total_pause_ms, span),
+            paused_percent_of_trace: crate::stats::percent(total_pause_ms, trace_ms),
             pauses: Distribution::of(pauses),
             loh_allocated_bytes: self.allocated[1],
             poh_allocated_bytes: self.allocated[2],

@@ -290,7 +290,7 @@ impl Analyzer {
             duration_ms,
             events: self.events,
             findings: Vec::new(),
-            gc: gc.then(|| self.gc.finish()),
+            gc: gc.then(|| self.gc.finish(duration_ms)),
             allocations: allocations.then(|| self.allocations.finish()),
             jit: jit.then(|| self.jit.finish()),
             contention: contention.then(|| self.contention.finish(duration_ms)),

@@ -24,9 +24,10 @@ fn opt_mb(v: Option<u64>) -> String {
 pub(crate) fn gc(s: &mut String, gc: &GcSection, top: usize) {
     let _ = writeln!(
         s,
-        "\nGC: {} collections, {:.1} ms paused ({:.1} % of the time), {} induced, {} blocking gen2",
+        "\nGC: {} collections, {:.1} ms paused ({:.1} % of the trace; {:.1} % from the first GC to the last, as PerfView's GCStats), {} induced, {} blocking gen2",
         gc.gcs.len(),
         gc.total_pause_ms,
+        gc.paused_percent_of_trace,
         gc.paused_percent,
         gc.induced,
         gc.blocking_gen2
