@@ -178,16 +178,15 @@ impl GcAnalyzer {
     pub(crate) fn observe(&mut self, event_id: u32, at_ms: f64, fields: &Fields<'_>) {
         self.events += 1;
         match event_id {
-            id::SUSPEND_EE_START => match fields.u64("Reason") {
-                Some(reason @ (1 | 6)) => {
+            id::SUSPEND_EE_START => {
+                if let Some(reason @ (1 | 6)) = fields.u64("Reason") {
                     self.suspension = Some(Suspension {
                         start_ms: at_ms,
                         stop_ms: None,
                         reason,
-                    })
+                    });
                 }
-                _ => {}
-            },
+            }
             id::SUSPEND_EE_STOP => {
                 if let Some(s) = &mut self.suspension {
                     if s.reason == 6 {

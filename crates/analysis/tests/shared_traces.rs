@@ -3,7 +3,7 @@
 //! decoded here through the reader's owned-value path, not the analysis's borrowed one.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use eventpipe_analysis::{Analyzer, Sections};
 use nettrace::{TraceReader, Value};
@@ -26,7 +26,7 @@ fn shared(name: &str) -> Option<PathBuf> {
 }
 
 /// TraceEvent's count of each `Provider/Event` in the trace (the baseline's second column).
-fn baseline_counts(trace: &PathBuf) -> BTreeMap<String, u64> {
+fn baseline_counts(trace: &Path) -> BTreeMap<String, u64> {
     let text = std::fs::read_to_string(trace.with_extension("nettrace.baseline.txt")).unwrap();
     text.lines()
         .filter_map(|line| {
