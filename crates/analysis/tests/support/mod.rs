@@ -9,10 +9,10 @@ use eventpipe_test_support::trace::{md, utf16, TraceBuilder};
 use nettrace::{EventMetadata, FormatVersion, TraceReader};
 
 /// One runtime event: thread, ms, event id, version, payload.
-pub type RuntimeEvent = (u64, f64, u32, u32, Vec<u8>);
+pub(crate) type RuntimeEvent = (u64, f64, u32, u32, Vec<u8>);
 
 /// The analysis of a trace of `events` (ms timestamps, microsecond precision).
-pub fn analyze(events: &[RuntimeEvent]) -> Analysis {
+pub(crate) fn analyze(events: &[RuntimeEvent]) -> Analysis {
     let mut rows: Vec<EventMetadata> = Vec::new();
     let mut builder = TraceBuilder::new(FormatVersion::V5).info(|info| {
         info.tick_frequency = 1_000_000;
@@ -58,24 +58,24 @@ const CLR: [u8; 2] = 3u16.to_le_bytes();
 
 /// `GC/SuspendEEStart` (id 9, V1) with `reason` (1: for a GC, 6: for a background GC's
 /// final mark, 0: other).
-pub fn suspend(thread: u64, ms: f64, reason: u32) -> RuntimeEvent {
+pub(crate) fn suspend(thread: u64, ms: f64, reason: u32) -> RuntimeEvent {
     let p = le(&[&reason.to_le_bytes(), &1u32.to_le_bytes(), &CLR]);
     (thread, ms, 9, 1, p)
 }
 
 /// `GC/SuspendEEStop` (id 8, V1).
-pub fn suspend_stop(thread: u64, ms: f64) -> RuntimeEvent {
+pub(crate) fn suspend_stop(thread: u64, ms: f64) -> RuntimeEvent {
     (thread, ms, 8, 1, CLR.to_vec())
 }
 
 /// `GC/RestartEEStop` (id 3, V1).
-pub fn restart(thread: u64, ms: f64) -> RuntimeEvent {
+pub(crate) fn restart(thread: u64, ms: f64) -> RuntimeEvent {
     (thread, ms, 3, 1, CLR.to_vec())
 }
 
 /// `GC/Start` (id 1, V2): GC `number` of generation `depth`, `reason`, `kind` (0 blocking,
 /// 1 background, 2 foreground).
-pub fn gc_start(
+pub(crate) fn gc_start(
     thread: u64,
     ms: f64,
     number: u32,
@@ -95,14 +95,19 @@ pub fn gc_start(
 }
 
 /// `GC/Stop` (id 2, V1).
-pub fn gc_end(thread: u64, ms: f64, number: u32, depth: u32) -> RuntimeEvent {
+pub(crate) fn gc_end(thread: u64, ms: f64, number: u32, depth: u32) -> RuntimeEvent {
     let p = le(&[&number.to_le_bytes(), &depth.to_le_bytes(), &CLR]);
     (thread, ms, 2, 1, p)
 }
 
 /// `GC/HeapStats` (id 4, V2): generation sizes gen0, gen1, gen2, LOH, POH and the bytes
 /// promoted from each.
-pub fn heap_stats(thread: u64, ms: f64, sizes: [u64; 5], promoted: [u64; 5]) -> RuntimeEvent {
+pub(crate) fn heap_stats(
+    thread: u64,
+    ms: f64,
+    sizes: [u64; 5],
+    promoted: [u64; 5],
+) -> RuntimeEvent {
     let mut p = Vec::new();
     for g in 0..4 {
         p.extend(sizes[g].to_le_bytes());
@@ -121,7 +126,13 @@ pub fn heap_stats(thread: u64, ms: f64, sizes: [u64; 5], promoted: [u64; 5]) -> 
 
 /// A whole blocking GC: suspended at `from`, started 0.1 ms later, ended, sizes, and the
 /// program restarted at `to`.
-pub fn blocking_gc(number: u32, depth: u32, reason: u32, from: f64, to: f64) -> Vec<RuntimeEvent> {
+pub(crate) fn blocking_gc(
+    number: u32,
+    depth: u32,
+    reason: u32,
+    from: f64,
+    to: f64,
+) -> Vec<RuntimeEvent> {
     let step = (to - from) / 5.0;
     vec![
         suspend(1, from, 1),
@@ -139,7 +150,7 @@ pub fn blocking_gc(number: u32, depth: u32, reason: u32, from: f64, to: f64) -> 
 }
 
 /// `ThreadPoolWorkerThreadAdjustment/Adjustment` (id 55): to `workers`, for `reason`.
-pub fn adjustment(ms: f64, workers: u32, reason: u32) -> RuntimeEvent {
+pub(crate) fn adjustment(ms: f64, workers: u32, reason: u32) -> RuntimeEvent {
     let p = le(&[
         &1.5f64.to_le_bytes(),
         &workers.to_le_bytes(),
@@ -150,12 +161,12 @@ pub fn adjustment(ms: f64, workers: u32, reason: u32) -> RuntimeEvent {
 }
 
 /// `Contention/Start` (id 81, V1) on `thread`.
-pub fn contention_start(thread: u64, ms: f64) -> RuntimeEvent {
+pub(crate) fn contention_start(thread: u64, ms: f64) -> RuntimeEvent {
     (thread, ms, 81, 1, le(&[&[0u8], &CLR]))
 }
 
 /// `Contention/Stop` (id 91, V1) on `thread`, with the runtime's own `DurationNs`.
-pub fn contention_stop(thread: u64, ms: f64, duration_ns: f64) -> RuntimeEvent {
+pub(crate) fn contention_stop(thread: u64, ms: f64, duration_ns: f64) -> RuntimeEvent {
     (
         thread,
         ms,
@@ -166,7 +177,7 @@ pub fn contention_stop(thread: u64, ms: f64, duration_ns: f64) -> RuntimeEvent {
 }
 
 /// `Exception/Start` (`ExceptionThrown_V1`, id 80) of `type_name` with `message`.
-pub fn thrown(ms: f64, type_name: &str, message: &str) -> RuntimeEvent {
+pub(crate) fn thrown(ms: f64, type_name: &str, message: &str) -> RuntimeEvent {
     let mut p = utf16(type_name);
     p.extend(utf16(message));
     p.extend(0x1234u64.to_le_bytes()); // ExceptionEIP
@@ -178,6 +189,6 @@ pub fn thrown(ms: f64, type_name: &str, message: &str) -> RuntimeEvent {
 
 /// Any event at `ms` that no section reads (a `GC/RestartEEStart`, id 7), to set where the
 /// trace ends.
-pub fn marker(ms: f64) -> RuntimeEvent {
+pub(crate) fn marker(ms: f64) -> RuntimeEvent {
     (9, ms, 7, 1, CLR.to_vec())
 }
