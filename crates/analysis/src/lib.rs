@@ -1,8 +1,9 @@
 //! Diagnoses from a trace: the questions people open PerfView's GCStats, JITStats and
 //! event views for, answered from any nettrace file on any OS.
 //!
-//! [`Analyzer`] reads a trace's events once, in file order, and keeps only what its
-//! sections need: per-GC rows, per-method compiles, open waits, counts by exception type.
+//! [`Analyzer`] reads a trace's events once, in time order ([`nettrace::SortedReader`]:
+//! a GC's events come from several threads, and its pause and completion follow their
+//! order), and keeps only what its sections need: per-GC rows, per-method compiles, open waits, counts by exception type.
 //! [`Analyzer::finish`] gives an [`Analysis`]: one section per kind of event the trace has
 //! ([`gc`], [`allocations`](AllocationSection), [`jit`], [`contention`], [`exceptions`],
 //! [`threadpool`]), a hint for each section it has no events for (what to collect), and
@@ -11,7 +12,8 @@
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let bytes = std::fs::read("trace.nettrace")?;
-//! let mut reader = nettrace::TraceReader::from_slice(&bytes)?;
+//! let reader = nettrace::TraceReader::from_slice(&bytes)?;
+//! let mut reader = nettrace::SortedReader::new(reader);
 //! let mut analyzer = eventpipe_analysis::Analyzer::new(eventpipe_analysis::Sections::ALL);
 //! while let Some(event) = reader.next_event()? {
 //!     analyzer.observe(&event);
@@ -160,7 +162,7 @@ impl Analyzer {
         }
     }
 
-    /// Takes the trace's next event (in file order).
+    /// Takes the trace's next event, in time order.
     pub fn observe(&mut self, event: &Event<'_>) {
         let thread = || event.thread_id();
         self.take(event.metadata, event.timestamp_msec(), thread, || {
@@ -168,8 +170,9 @@ impl Analyzer {
         });
     }
 
-    /// Takes the trace's next event, as the file-order reader's
-    /// [`next_event_ref`](nettrace::TraceReader::next_event_ref) yields it.
+    /// Takes the trace's next event, in time order, as an [`EventRef`] (for a trace whose
+    /// file order is its time order, as the file-order reader's
+    /// [`next_event_ref`](nettrace::TraceReader::next_event_ref) yields it).
     pub fn observe_ref(&mut self, event: &EventRef<'_>) {
         let thread = || event.thread_id();
         self.take(event.metadata(), event.timestamp_msec(), thread, || {
@@ -196,7 +199,7 @@ impl Analyzer {
             gc::id::ALLOCATION_TICK if s.gc || s.allocations => {
                 let fields = fields();
                 if s.gc {
-                    self.gc.observe(id, at_ms, &fields);
+                    self.gc.observe(id, at_ms, 0, &fields);
                 }
                 if s.allocations {
                     self.allocations.observe(&fields);
@@ -210,7 +213,7 @@ impl Analyzer {
             | gc::id::SUSPEND_EE_START
                 if s.gc =>
             {
-                self.gc.observe(id, at_ms, &fields());
+                self.gc.observe(id, at_ms, thread(), &fields());
             }
             jit::id::JITTING_STARTED
             | jit::id::METHOD_LOAD_VERBOSE

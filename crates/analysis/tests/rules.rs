@@ -89,6 +89,38 @@ fn a_background_gc_pauses_at_its_start_and_its_final_mark_and_foreground_gcs_pau
 }
 
 #[test]
+fn a_background_gc_that_finishes_before_the_restart_pauses_until_it() {
+    let events = vec![
+        suspend(1, 10.0, 1),
+        suspend_stop(1, 10.5),
+        gc_start(1, 11.0, 1, 2, 1, 1),
+        gc_end(1, 16.0, 1, 2),
+        heap_stats(1, 16.5, [1, 1, 1, 1, 1], [0; 5]),
+        restart(1, 17.0),
+    ];
+    let gc = analyze(&events).gc.unwrap();
+    assert_eq!(gc.complete, 1);
+    assert!(close(gc.gcs[0].pause_ms.unwrap(), 7.0), "{:?}", gc.gcs[0].pause_ms);
+}
+
+#[test]
+fn a_restart_by_another_thread_ends_no_gc_suspension() {
+    let events = vec![
+        suspend(1, 10.0, 1),
+        suspend(2, 10.2, 0),
+        restart(2, 10.4),
+        suspend_stop(1, 10.5),
+        gc_start(1, 11.0, 1, 0, 0, 0),
+        gc_end(1, 12.0, 1, 0),
+        heap_stats(1, 12.5, [1, 1, 1, 1, 1], [0; 5]),
+        restart(1, 13.0),
+    ];
+    let gc = analyze(&events).gc.unwrap();
+    assert!(close(gc.gcs[0].pause_ms.unwrap(), 3.0), "{:?}", gc.gcs[0].pause_ms);
+    assert!(close(gc.gcs[0].suspend_ms.unwrap(), 0.5));
+}
+
+#[test]
 fn a_gc_the_trace_has_no_suspension_for_is_listed_but_counts_in_no_total() {
     let mut events = vec![
         gc_start(1, 1.0, 7, 0, 0, 0),

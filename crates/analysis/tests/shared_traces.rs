@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use eventpipe_analysis::{Analyzer, Sections};
-use nettrace::{TraceReader, Value};
+use nettrace::{SortedReader, TraceReader, Value};
 
 const OBJVER4: &str = "eventpipe-dotnetcore3.0-win-x64-objver4.nettrace";
 
@@ -45,7 +45,7 @@ fn gc_rows_and_section_counts_agree_with_the_events_and_traceevents_counts() {
     let counts = baseline_counts(&path);
     let runtime = |event: &str| counts[&format!("Microsoft-Windows-DotNETRuntime/{event}")];
 
-    let mut reader = TraceReader::from_slice(&bytes).unwrap();
+    let mut reader = SortedReader::new(TraceReader::from_slice(&bytes).unwrap());
     let mut analyzer = Analyzer::new(Sections::ALL);
     // Every GC/Start as (number, generation, reason number), decoded apart.
     let mut starts: Vec<(u64, u64, u64)> = Vec::new();

@@ -1,5 +1,5 @@
 //! `eptrace analyze`: the diagnoses in a trace ([`eventpipe_analysis`]), read in one pass
-//! and printed as text (findings first, then one section each) or JSON ([`Analysis`]
+//! in time order and printed as text (findings first, then one section each) or JSON ([`Analysis`]
 //! serialized).
 
 use std::fmt::Write as _;
@@ -8,7 +8,7 @@ use std::io::{self, BufWriter, Write};
 use anyhow::{Context, Result};
 use eventpipe_analysis::{Analysis, Analyzer, Sections};
 use nettrace::source::Input;
-use nettrace::TraceReader;
+use nettrace::{SortedReader, TraceReader};
 
 use crate::input::{self, InputSpec, Opened};
 use crate::progress::Progress;
@@ -61,20 +61,23 @@ fn read<I: Input>(
     name: &str,
     total: Option<u64>,
 ) -> Result<(Analysis, Option<nettrace::Truncation>)> {
-    let mut reader = config
+    let reader = config
         .cut
         .apply(reader.with_context(|| format!("cannot read {name}"))?);
+    // In time order: a GC's events come from several threads (a background GC's own), and
+    // its pause and completion depend on their order.
+    let mut reader = SortedReader::new(reader);
     let mut analyzer = Analyzer::new(config.sections);
     let mut progress = Progress::new(total);
     let mut n = 0u64;
     while let Some(event) = reader
-        .next_event_ref()
+        .next_event()
         .with_context(|| format!("cannot read {name}"))?
     {
-        analyzer.observe_ref(&event);
+        analyzer.observe(&event);
         n += 1;
         if n % 4096 == 0 {
-            progress.set(event.offset().0);
+            progress.set(event.offset.0);
         }
     }
     progress.finish();

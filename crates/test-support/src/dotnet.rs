@@ -104,6 +104,9 @@ pub struct Dotnet {
     pub dotnet8: PathBuf,
     /// `TestApp.exe` (runs on both).
     pub testapp: PathBuf,
+    /// `AnalyzeApp.exe` (tests/dotnet/AnalyzeApp.cs: scenarios whose truth the runtime
+    /// reports about itself).
+    pub analyzeapp: PathBuf,
 }
 
 /// The .NET tests of one test binary run one at a time: several runtimes starting and
@@ -172,6 +175,7 @@ impl Dotnet {
             dotnet31: get("DOTNET31"),
             dotnet8: get("DOTNET8"),
             testapp: get("TESTAPP"),
+            analyzeapp: get("ANALYZEAPP"),
         })
     }
 }

@@ -6,7 +6,7 @@
 
 use eventpipe_analysis::{Analysis, Analyzer, Sections, RUNTIME_PROVIDER};
 use eventpipe_test_support::trace::{md, utf16, TraceBuilder};
-use nettrace::{EventMetadata, FormatVersion, TraceReader};
+use nettrace::{EventMetadata, FormatVersion, SortedReader, TraceReader};
 
 /// One runtime event: thread, ms, event id, version, payload.
 pub(crate) type RuntimeEvent = (u64, f64, u32, u32, Vec<u8>);
@@ -42,7 +42,7 @@ pub(crate) fn analyze(events: &[RuntimeEvent]) -> Analysis {
         );
     }
     let bytes = builder.build();
-    let mut reader = TraceReader::from_slice(&bytes).unwrap();
+    let mut reader = SortedReader::new(TraceReader::from_slice(&bytes).unwrap());
     let mut analyzer = Analyzer::new(Sections::ALL);
     while let Some(event) = reader.next_event().unwrap() {
         analyzer.observe(&event);

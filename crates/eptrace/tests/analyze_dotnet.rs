@@ -1,0 +1,121 @@
+//! `eptrace analyze` held against the .NET runtime's own accounting: `AnalyzeApp`
+//! (tests/dotnet/AnalyzeApp.cs) induces GCs, contends a lock, throws known exceptions and
+//! starves the thread pool, then prints what the runtime itself counted
+//! (`GC.CollectionCount`, `GC.GetTotalPauseDuration`, `Monitor.LockContentionCount`,
+//! `JitInfo.GetCompiledMethodCount`, `ThreadPool.ThreadCount`) and its own exception counts.
+//! Traced from its first event (`eptrace collect -- CMD`) on .NET 8, the analysis must
+//! agree: GC counts per generation and the exceptions exactly, the total pause, the
+//! contentions and the methods compiled within 5 %.
+//!
+//! The runtimes and the app come from `bash ci/dotnet.sh`; without them (or with
+//! `EVENTPIPE_SKIP_DOTNET=1`) the test prints one line and passes.
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use eventpipe_test_support::dotnet::with_dotnet;
+use serde_json::Value;
+use support::{eptrace_ok, text};
+
+/// GC (0x1), JIT (0x10), Contention (0x4000), Exception (0x8000), Threading (0x10000), at
+/// Verbose (JIT's events and `GC/AllocationTick` are Verbose).
+const PROVIDERS: &str = "Microsoft-Windows-DotNETRuntime:0x1C011:5";
+
+fn within(label: &str, measured: f64, truth: f64, tolerance: f64) {
+    eprintln!("{label}: analysis {measured}, runtime {truth}");
+    assert!(
+        (measured - truth).abs() <= tolerance * truth.abs(),
+        "{label}: the analysis says {measured}, the runtime {truth} (tolerance {}%)",
+        tolerance * 100.0
+    );
+}
+
+#[test]
+fn analyze_agrees_with_the_runtimes_own_accounting_on_dotnet_8() {
+    with_dotnet(|dotnet| {
+        let dir = tempfile_dir();
+        let trace = dir.join("analyze-app.nettrace");
+        let out = eptrace_ok(
+            "collect -- AnalyzeApp",
+            &[
+                "collect",
+                "--providers",
+                PROVIDERS,
+                "-o",
+                trace.to_str().unwrap(),
+                "--",
+                dotnet.dotnet8.to_str().unwrap(),
+                dotnet.analyzeapp.to_str().unwrap(),
+            ],
+        );
+        // The app shares eptrace's stdout: its "key value" lines.
+        let stdout = text(&out.stdout);
+        let truth: BTreeMap<&str, f64> = stdout
+            .lines()
+            .filter_map(|l| {
+                let (k, v) = l.split_once(' ')?;
+                Some((k, v.trim().parse().ok()?))
+            })
+            .collect();
+        assert!(stdout.contains("done ok"), "the app did not finish: {stdout}");
+        let t = |k: &str| *truth.get(k).unwrap_or_else(|| panic!("the app printed no {k}: {stdout}"));
+
+        let out = eptrace_ok("analyze --json", &["analyze", "--json", trace.to_str().unwrap()]);
+        let a: Value = serde_json::from_slice(&out.stdout).unwrap();
+
+        // GCs per generation, exactly: CollectionCount(g) counts the GCs of g and older.
+        let gcs = a["gc"]["gcs"].as_array().unwrap();
+        let of = |g: u64| gcs.iter().filter(|r| r["generation"] == g).count() as f64;
+        assert_eq!(of(2), t("gc2"), "gen2 GCs");
+        assert_eq!(of(1), t("gc1") - t("gc2"), "gen1 GCs");
+        assert_eq!(of(0), t("gc0") - t("gc1"), "gen0 GCs");
+        assert_eq!(a["gc"]["complete"].as_f64().unwrap(), t("gc0"), "every GC complete");
+        assert_eq!(a["gc"]["induced"].as_f64().unwrap(), 10.0, "the app's induced GCs");
+        // The app's GC.Collect(2, Forced, blocking: true) calls (the runtime may run the
+        // gen2 GCs it escalates to in the background).
+        assert!(a["gc"]["blocking_gen2"].as_f64().unwrap() >= 2.0);
+        within("total GC pause, ms", a["gc"]["total_pause_ms"].as_f64().unwrap(), t("pause_ms"), 0.05);
+
+        // Contention: every start the runtime counted.
+        within("contentions", a["contention"]["count"].as_f64().unwrap(), t("contentions"), 0.05);
+        assert!(a["contention"]["count"].as_f64().unwrap() >= 20.0);
+
+        // Exceptions: the app's own, exactly.
+        let thrown = |ty: &str, message: &str| {
+            a["exceptions"]["by_type"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["exception_type"] == ty && r["message"] == message)
+                .map_or(0.0, |r| r["count"].as_f64().unwrap())
+        };
+        assert_eq!(thrown("ScenarioException", "scenario one"), t("thrown_scenario_one"));
+        assert_eq!(
+            thrown("System.InvalidOperationException", "scenario two"),
+            t("thrown_scenario_two")
+        );
+
+        // JIT: the methods the runtime says it compiled.
+        within("methods compiled", a["jit"]["methods_jitted"].as_f64().unwrap(), t("jit_methods"), 0.05);
+
+        // The thread pool grew for starvation, to the workers the runtime reports.
+        assert!(a["threadpool"]["starvation_adjustments"].as_u64().unwrap() >= 1);
+        let rules: Vec<&str> = a["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["rule"].as_str().unwrap())
+            .collect();
+        for rule in ["gc-induced", "gc-blocking-gen2", "threadpool-starvation"] {
+            assert!(rules.contains(&rule), "no {rule} finding: {rules:?}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("eptrace-analyze-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

@@ -1,0 +1,154 @@
+// AnalyzeApp: scenarios whose truth the .NET runtime reports about itself, so that
+// `eptrace analyze` can be held against the runtime's own accounting.
+//
+// Build: mcs -out:AnalyzeApp.exe AnalyzeApp.cs   (ci/dotnet.sh does this, plus the
+//        AnalyzeApp.runtimeconfig.json that runs it on .NET 8)
+// Run:   dotnet AnalyzeApp.exe        runs every scenario once, prints, exits 0
+//
+// Scenarios, in order:
+//   gc          5 induced gen0, 3 induced gen1 and 2 induced blocking gen2 collections, each
+//               after 100,000 more objects are made live (so each GC has real work: its
+//               pause is long beside the suspension around it), then 200,000 small and
+//               60 large (200 KB, LOH) allocations
+//   contention  20 rounds: a thread holds a lock for 30 ms while the main thread asks for it
+//   exceptions  40 AnalyzeApp.ScenarioException("scenario one") and 25
+//               System.InvalidOperationException("scenario two"), each thrown and caught
+//   starvation  12 thread pool work items that each block their worker for 800 ms
+//               (Thread.Sleep: no blocking notification, so only starvation injects workers)
+//
+// Stdout, after the scenarios, one "key value" line each (the runtime's own numbers; APIs
+// newer than mcs's class library are called by reflection, and a line is left out where the
+// runtime lacks the API):
+//   gc0 N / gc1 N / gc2 N        GC.CollectionCount(0/1/2)
+//   pause_ms X                   GC.GetTotalPauseDuration() (.NET 7+)
+//   contentions N                Monitor.LockContentionCount (.NET Core 3.0+)
+//   jit_methods N / jit_ms X     JitInfo.GetCompiledMethodCount/GetCompilationTime (.NET 6+)
+//   threads N                    ThreadPool.ThreadCount (.NET Core 3.0+)
+//   thrown_scenario_one N / thrown_scenario_two N   the exceptions this app threw
+//   done
+
+using System;
+using System.Reflection;
+using System.Threading;
+
+class ScenarioException : Exception
+{
+    public ScenarioException(string message) : base(message) { }
+}
+
+static class AnalyzeApp
+{
+    static readonly object Gate = new object();
+    static long sink;
+
+    static int Main()
+    {
+        Collections();
+        Contention();
+        int one = 0, two = 0;
+        Exceptions(ref one, ref two);
+        Starvation();
+
+        Console.WriteLine("gc0 " + GC.CollectionCount(0));
+        Console.WriteLine("gc1 " + GC.CollectionCount(1));
+        Console.WriteLine("gc2 " + GC.CollectionCount(2));
+        MethodInfo pause = typeof(GC).GetMethod("GetTotalPauseDuration", Type.EmptyTypes);
+        if (pause != null)
+            Console.WriteLine("pause_ms " + Invariant(((TimeSpan)pause.Invoke(null, null)).TotalMilliseconds));
+        PropertyInfo contentions = typeof(Monitor).GetProperty("LockContentionCount");
+        if (contentions != null)
+            Console.WriteLine("contentions " + contentions.GetValue(null, null));
+        Type jit = Type.GetType("System.Runtime.JitInfo");
+        if (jit != null)
+        {
+            MethodInfo count = jit.GetMethod("GetCompiledMethodCount", new[] { typeof(bool) });
+            MethodInfo time = jit.GetMethod("GetCompilationTime", new[] { typeof(bool) });
+            Console.WriteLine("jit_methods " + count.Invoke(null, new object[] { false }));
+            Console.WriteLine("jit_ms " + Invariant(((TimeSpan)time.Invoke(null, new object[] { false })).TotalMilliseconds));
+        }
+        PropertyInfo threads = typeof(ThreadPool).GetProperty("ThreadCount");
+        if (threads != null)
+            Console.WriteLine("threads " + threads.GetValue(null, null));
+        Console.WriteLine("thrown_scenario_one " + one);
+        Console.WriteLine("thrown_scenario_two " + two);
+        Console.WriteLine("done " + (sink > 0 ? "ok" : "?"));
+        return 0;
+    }
+
+    static string Invariant(double value)
+    {
+        return value.ToString("R", System.Globalization.CultureInfo.InvariantCulture);
+    }
+
+    static void Collections()
+    {
+        System.Collections.Generic.List<object> live = new System.Collections.Generic.List<object>();
+        int[] generations = { 0, 0, 0, 0, 0, 1, 1, 1, 2, 2 };
+        foreach (int generation in generations)
+        {
+            for (int i = 0; i < 100000; i++) live.Add(new int[4]);
+            GC.Collect(generation, GCCollectionMode.Forced, true);
+        }
+        sink += live.Count;
+        live = null;
+        for (int i = 0; i < 200000; i++)
+        {
+            byte[] small = new byte[1000];
+            sink += small.Length;
+        }
+        for (int i = 0; i < 60; i++)
+        {
+            byte[] large = new byte[200000];
+            sink += large.Length;
+        }
+    }
+
+    static void Contention()
+    {
+        for (int round = 0; round < 20; round++)
+        {
+            ManualResetEvent held = new ManualResetEvent(false);
+            Thread holder = new Thread(() =>
+            {
+                lock (Gate)
+                {
+                    held.Set();
+                    Thread.Sleep(30);
+                }
+            });
+            holder.Start();
+            held.WaitOne();
+            lock (Gate) { sink++; }
+            holder.Join();
+        }
+    }
+
+    static void Exceptions(ref int one, ref int two)
+    {
+        for (int i = 0; i < 40; i++)
+        {
+            try { throw new ScenarioException("scenario one"); }
+            catch (ScenarioException) { one++; }
+        }
+        for (int i = 0; i < 25; i++)
+        {
+            try { throw new InvalidOperationException("scenario two"); }
+            catch (InvalidOperationException) { two++; }
+        }
+    }
+
+    static void Starvation()
+    {
+        const int items = 12;
+        CountdownEvent finished = new CountdownEvent(items);
+        for (int i = 0; i < items; i++)
+        {
+            ThreadPool.QueueUserWorkItem(_ =>
+            {
+                Thread.Sleep(800);
+                finished.Signal();
+            });
+        }
+        finished.Wait();
+    }
+}
