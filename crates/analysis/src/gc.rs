@@ -217,10 +217,8 @@ impl GcAnalyzer {
                 }
             }
             id::HEAP_STATS => self.heap_stats(at_ms, fields),
-            id::RESTART_EE_STOP => {
-                if self.suspension.is_some_and(|s| s.thread == thread) {
-                    self.restart(at_ms);
-                }
+            id::RESTART_EE_STOP if self.suspension.is_some_and(|s| s.thread == thread) => {
+                self.restart(at_ms);
             }
             id::ALLOCATION_TICK => {
                 let amount = fields

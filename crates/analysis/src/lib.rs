@@ -72,6 +72,34 @@ pub struct Sections {
 }
 
 impl Sections {
+    /// Whether any of these sections reads events of `metadata`: a sorted reader can leave
+    /// the rest unsorted ([`nettrace::SortedReader::with_filter`], [`Skipped`]).
+    pub fn reads(&self, metadata: &nettrace::EventMetadata) -> bool {
+        if metadata.provider != RUNTIME_PROVIDER {
+            return false;
+        }
+        match metadata.event_id {
+            gc::id::ALLOCATION_TICK => self.gc || self.allocations,
+            gc::id::START
+            | gc::id::END
+            | gc::id::RESTART_EE_STOP
+            | gc::id::HEAP_STATS
+            | gc::id::SUSPEND_EE_STOP
+            | gc::id::SUSPEND_EE_START => self.gc,
+            jit::id::JITTING_STARTED
+            | jit::id::METHOD_LOAD_VERBOSE
+            | jit::id::R2R_GET_ENTRY_POINT => self.jit,
+            contention::id::START | contention::id::STOP => self.contention,
+            exceptions::id::THROWN
+            | exceptions::id::CATCH_START
+            | exceptions::id::FINALLY_START => self.exceptions,
+            threadpool::id::WORKER_START
+            | threadpool::id::WORKER_STOP
+            | threadpool::id::ADJUSTMENT => self.threadpool,
+            _ => false,
+        }
+    }
+
     /// Every section.
     pub const ALL: Sections = Sections {
         gc: true,
@@ -90,6 +118,32 @@ impl Sections {
         exceptions: false,
         threadpool: false,
     };
+}
+
+/// The events a filtered read passed over ([`Sections::reads`] said no): counted, and
+/// their timestamps spanned, for the trace's totals ([`Analyzer::add_skipped`]). Shared
+/// with the filter, which runs inside the reader: its counters are atomics, each touched
+/// by the reading thread alone.
+#[derive(Debug, Default)]
+pub struct Skipped {
+    events: std::sync::atomic::AtomicU64,
+    first_ticks: std::sync::atomic::AtomicI64,
+    last_ticks: std::sync::atomic::AtomicI64,
+}
+
+impl Skipped {
+    /// Notes one event passed over, stamped `ticks`.
+    #[inline]
+    pub fn note(&self, ticks: i64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.events.fetch_add(1, Relaxed) == 0 {
+            self.first_ticks.store(ticks, Relaxed);
+            self.last_ticks.store(ticks, Relaxed);
+        } else {
+            self.first_ticks.fetch_min(ticks, Relaxed);
+            self.last_ticks.fetch_max(ticks, Relaxed);
+        }
+    }
 }
 
 /// What a section needs collected, for a trace that has none of its events.
@@ -188,7 +242,7 @@ impl Analyzer {
         fields: impl FnOnce() -> Fields<'r>,
     ) {
         self.events += 1;
-        self.first_ms.get_or_insert(at_ms);
+        self.first_ms = Some(self.first_ms.map_or(at_ms, |f| f.min(at_ms)));
         self.last_ms = self.last_ms.max(at_ms);
         if metadata.provider != RUNTIME_PROVIDER {
             return;
@@ -241,6 +295,21 @@ impl Analyzer {
             }
             _ => {}
         }
+    }
+
+    /// Counts the events a filtered read passed over ([`Skipped`]) in the trace's totals;
+    /// `trace` converts their timestamps.
+    pub fn add_skipped(&mut self, skipped: &Skipped, trace: &nettrace::TraceInfo) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let events = skipped.events.load(Relaxed);
+        if events == 0 {
+            return;
+        }
+        self.events += events;
+        let first = trace.ticks_to_msec(skipped.first_ticks.load(Relaxed));
+        let last = trace.ticks_to_msec(skipped.last_ticks.load(Relaxed));
+        self.first_ms = Some(self.first_ms.map_or(first, |f| f.min(first)));
+        self.last_ms = self.last_ms.max(last);
     }
 
     /// The analysis of the events taken, for the trace named `file`.

@@ -100,7 +100,11 @@ fn a_background_gc_that_finishes_before_the_restart_pauses_until_it() {
     ];
     let gc = analyze(&events).gc.unwrap();
     assert_eq!(gc.complete, 1);
-    assert!(close(gc.gcs[0].pause_ms.unwrap(), 7.0), "{:?}", gc.gcs[0].pause_ms);
+    assert!(
+        close(gc.gcs[0].pause_ms.unwrap(), 7.0),
+        "{:?}",
+        gc.gcs[0].pause_ms
+    );
 }
 
 #[test]
@@ -116,7 +120,11 @@ fn a_restart_by_another_thread_ends_no_gc_suspension() {
         restart(1, 13.0),
     ];
     let gc = analyze(&events).gc.unwrap();
-    assert!(close(gc.gcs[0].pause_ms.unwrap(), 3.0), "{:?}", gc.gcs[0].pause_ms);
+    assert!(
+        close(gc.gcs[0].pause_ms.unwrap(), 3.0),
+        "{:?}",
+        gc.gcs[0].pause_ms
+    );
     assert!(close(gc.gcs[0].suspend_ms.unwrap(), 0.5));
 }
 

@@ -1,5 +1,6 @@
-//! How fast the CLI reads an event-dense trace: `eptrace report`, `eptrace dump` (every
-//! event, to /dev/null) and `eptrace convert` (pprof, and the Chrome timeline) on a
+//! How fast the CLI reads an event-dense trace: `eptrace report`, `eptrace analyze`,
+//! `eptrace dump` (every event, to /dev/null) and `eptrace convert` (pprof, and the Chrome
+//! timeline) on a
 //! generated trace of about 1 GiB (`eventpipe_test_support::write_dense_trace`: ~18 M
 //! events of 18-56 bytes, 60 % with stacks, 8 threads), each timed as a whole command
 //! from start to exit, in MB/s of the file (decimal MB). Target: ≥ 300 MB/s each.
@@ -7,7 +8,7 @@
 //! The trace is written once into the target directory (`tmp/cli-read-*.nettrace`) and
 //! reused while its size matches. `CLI_READ_MB` sets its size (default 1024 MiB),
 //! `CLI_READ_RUNS` the runs per command (default 3), `CLI_READ_COMMANDS` a comma-separated
-//! choice of `report`, `dump`, `pprof`, `timeline` (default all).
+//! choice of `report`, `analyze`, `dump`, `pprof`, `timeline` (default all).
 //!
 //! `cargo bench -p eptrace --bench cli_read`
 
@@ -57,8 +58,8 @@ fn main() {
     }
     let mib = env_num("CLI_READ_MB", 1024);
     let runs = env_num("CLI_READ_RUNS", 3);
-    let commands =
-        std::env::var("CLI_READ_COMMANDS").unwrap_or_else(|_| "report,dump,pprof,timeline".into());
+    let commands = std::env::var("CLI_READ_COMMANDS")
+        .unwrap_or_else(|_| "report,analyze,dump,pprof,timeline".into());
     let path = trace(mib);
     let size = std::fs::metadata(&path).unwrap().len() as f64;
     let out_dir = path.parent().unwrap().to_path_buf();
@@ -67,6 +68,7 @@ fn main() {
     let timeline_out = out_dir.join("cli-read.timeline.json");
     let cases: Vec<(&str, Vec<String>)> = vec![
         ("report", vec!["report".into(), file.clone()]),
+        ("analyze", vec!["analyze".into(), file.clone()]),
         ("dump", vec!["dump".into(), file.clone()]),
         (
             "pprof",

@@ -6,7 +6,9 @@ use std::fmt::Write as _;
 use std::io::{self, BufWriter, Write};
 
 use anyhow::{Context, Result};
-use eventpipe_analysis::{Analysis, Analyzer, Sections};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use eventpipe_analysis::{Analysis, Analyzer, Sections, Skipped};
 use nettrace::source::Input;
 use nettrace::{SortedReader, TraceReader};
 
@@ -65,22 +67,41 @@ fn read<I: Input>(
         .cut
         .apply(reader.with_context(|| format!("cannot read {name}"))?);
     // In time order: a GC's events come from several threads (a background GC's own), and
-    // its pause and completion depend on their order.
-    let mut reader = SortedReader::new(reader);
-    let mut analyzer = Analyzer::new(config.sections);
-    let mut progress = Progress::new(total);
-    let mut n = 0u64;
+    // its pause and completion depend on their order. Only the events a section reads are
+    // sorted; the rest are counted as they pass.
+    let sections = config.sections;
+    let skipped = Arc::new(Skipped::default());
+    let tally = Arc::clone(&skipped);
+    let trace = reader.trace().clone();
+    // The filter sees every event: it moves the progress bar.
+    let progress = Arc::new(Mutex::new(Progress::new(total)));
+    let bar = Arc::clone(&progress);
+    let mut seen = 0u64;
+    let mut reader = SortedReader::with_filter(reader, move |event| {
+        seen += 1;
+        if seen % 4096 == 0 {
+            bar.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .set(event.offset().0);
+        }
+        let read = sections.reads(event.metadata());
+        if !read {
+            tally.note(event.header().timestamp);
+        }
+        read
+    });
+    let mut analyzer = Analyzer::new(sections);
     while let Some(event) = reader
         .next_event()
         .with_context(|| format!("cannot read {name}"))?
     {
         analyzer.observe(&event);
-        n += 1;
-        if n % 4096 == 0 {
-            progress.set(event.offset.0);
-        }
     }
-    progress.finish();
+    progress
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .finish();
+    analyzer.add_skipped(&skipped, &trace);
     Ok((analyzer.finish(name), reader.stats().truncation))
 }
 

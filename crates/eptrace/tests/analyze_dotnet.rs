@@ -58,10 +58,20 @@ fn analyze_agrees_with_the_runtimes_own_accounting_on_dotnet_8() {
                 Some((k, v.trim().parse().ok()?))
             })
             .collect();
-        assert!(stdout.contains("done ok"), "the app did not finish: {stdout}");
-        let t = |k: &str| *truth.get(k).unwrap_or_else(|| panic!("the app printed no {k}: {stdout}"));
+        assert!(
+            stdout.contains("done ok"),
+            "the app did not finish: {stdout}"
+        );
+        let t = |k: &str| {
+            *truth
+                .get(k)
+                .unwrap_or_else(|| panic!("the app printed no {k}: {stdout}"))
+        };
 
-        let out = eptrace_ok("analyze --json", &["analyze", "--json", trace.to_str().unwrap()]);
+        let out = eptrace_ok(
+            "analyze --json",
+            &["analyze", "--json", trace.to_str().unwrap()],
+        );
         let a: Value = serde_json::from_slice(&out.stdout).unwrap();
 
         // GCs per generation, exactly: CollectionCount(g) counts the GCs of g and older.
@@ -70,15 +80,33 @@ fn analyze_agrees_with_the_runtimes_own_accounting_on_dotnet_8() {
         assert_eq!(of(2), t("gc2"), "gen2 GCs");
         assert_eq!(of(1), t("gc1") - t("gc2"), "gen1 GCs");
         assert_eq!(of(0), t("gc0") - t("gc1"), "gen0 GCs");
-        assert_eq!(a["gc"]["complete"].as_f64().unwrap(), t("gc0"), "every GC complete");
-        assert_eq!(a["gc"]["induced"].as_f64().unwrap(), 10.0, "the app's induced GCs");
+        assert_eq!(
+            a["gc"]["complete"].as_f64().unwrap(),
+            t("gc0"),
+            "every GC complete"
+        );
+        assert_eq!(
+            a["gc"]["induced"].as_f64().unwrap(),
+            10.0,
+            "the app's induced GCs"
+        );
         // The app's GC.Collect(2, Forced, blocking: true) calls (the runtime may run the
         // gen2 GCs it escalates to in the background).
         assert!(a["gc"]["blocking_gen2"].as_f64().unwrap() >= 2.0);
-        within("total GC pause, ms", a["gc"]["total_pause_ms"].as_f64().unwrap(), t("pause_ms"), 0.05);
+        within(
+            "total GC pause, ms",
+            a["gc"]["total_pause_ms"].as_f64().unwrap(),
+            t("pause_ms"),
+            0.05,
+        );
 
         // Contention: every start the runtime counted.
-        within("contentions", a["contention"]["count"].as_f64().unwrap(), t("contentions"), 0.05);
+        within(
+            "contentions",
+            a["contention"]["count"].as_f64().unwrap(),
+            t("contentions"),
+            0.05,
+        );
         assert!(a["contention"]["count"].as_f64().unwrap() >= 20.0);
 
         // Exceptions: the app's own, exactly.
@@ -90,14 +118,22 @@ fn analyze_agrees_with_the_runtimes_own_accounting_on_dotnet_8() {
                 .find(|r| r["exception_type"] == ty && r["message"] == message)
                 .map_or(0.0, |r| r["count"].as_f64().unwrap())
         };
-        assert_eq!(thrown("ScenarioException", "scenario one"), t("thrown_scenario_one"));
+        assert_eq!(
+            thrown("ScenarioException", "scenario one"),
+            t("thrown_scenario_one")
+        );
         assert_eq!(
             thrown("System.InvalidOperationException", "scenario two"),
             t("thrown_scenario_two")
         );
 
         // JIT: the methods the runtime says it compiled.
-        within("methods compiled", a["jit"]["methods_jitted"].as_f64().unwrap(), t("jit_methods"), 0.05);
+        within(
+            "methods compiled",
+            a["jit"]["methods_jitted"].as_f64().unwrap(),
+            t("jit_methods"),
+            0.05,
+        );
 
         // The thread pool grew for starvation, to the workers the runtime reports.
         assert!(a["threadpool"]["starvation_adjustments"].as_u64().unwrap() >= 1);

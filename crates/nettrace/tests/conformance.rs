@@ -273,3 +273,37 @@ fn first_native_event_payloads_match_traceevent_baselines() {
         assert!(compared >= 150, "only {compared} native fields compared");
     }
 }
+
+/// A filtered sorted read yields exactly the events the filter keeps, in the order the
+/// unfiltered sorted read yields them, and its filter sees every event of the trace.
+#[test]
+fn a_filtered_sorted_read_keeps_the_full_reads_order_and_sees_every_event() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    for baseline in baselines() {
+        let bytes = std::fs::read(trace_of(&baseline)).unwrap();
+        let keep = |provider: &str, id: u32| provider.contains("DotNETRuntime") && id % 3 == 1;
+        let mut full = SortedReader::new(TraceReader::from_slice(&bytes).unwrap());
+        let mut expected = Vec::new();
+        let mut all = 0u64;
+        while let Some(e) = full.next_event().unwrap() {
+            all += 1;
+            if keep(&e.metadata.provider, e.metadata.event_id) {
+                expected.push((e.header.timestamp, e.offset));
+            }
+        }
+        let seen = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&seen);
+        let mut filtered =
+            SortedReader::with_filter(TraceReader::from_slice(&bytes).unwrap(), move |e| {
+                counter.fetch_add(1, Ordering::Relaxed);
+                keep(&e.metadata().provider, e.metadata().event_id)
+            });
+        let mut got = Vec::new();
+        while let Some(e) = filtered.next_event().unwrap() {
+            got.push((e.header.timestamp, e.offset));
+        }
+        assert_eq!(got, expected, "{}", baseline.display());
+        assert_eq!(seen.load(Ordering::Relaxed), all, "{}", baseline.display());
+    }
+}
