@@ -129,13 +129,13 @@ pub(crate) fn jit(s: &mut String, j: &JitSection, top: usize) {
         "\nJIT: {} methods compiled in {:.1} ms; {} ReadyToRun methods used",
         j.methods_jitted, j.total_jit_ms, j.ready_to_run_methods
     );
-    let _ = writeln!(s, "  {:<16} {:>8} {:>10}", "tier", "methods", "ms");
+    let _ = writeln!(s, "  {:<26} {:>8} {:>10}", "tier", "methods", "ms");
     for t in &j.tiers {
-        let _ = writeln!(s, "  {:<16} {:>8} {:>10.1}", t.tier, t.methods, t.jit_ms);
+        let _ = writeln!(s, "  {:<26} {:>8} {:>10.1}", t.tier, t.methods, t.jit_ms);
     }
     let _ = writeln!(s, "  slowest:");
     for m in j.slowest.iter().take(top) {
-        let _ = writeln!(s, "  {:>9.2} ms {:<15} {}", m.jit_ms, m.tier, m.name);
+        let _ = writeln!(s, "  {:>9.2} ms {:<26} {}", m.jit_ms, m.tier, m.name);
     }
 }
 

@@ -16,6 +16,8 @@ pub mod profile {}
 pub mod read {}
 #[doc = include_str!("../../../docs/dotnet.md")]
 pub mod dotnet {}
+#[doc = include_str!("../../../docs/analyze.md")]
+pub mod analyze {}
 #[doc = include_str!("../../../docs/counters.md")]
 pub mod counters {}
 #[doc = include_str!("../../../docs/heap.md")]
