@@ -66,23 +66,49 @@ fn read<I: Input>(
     let reader = config
         .cut
         .apply(reader.with_context(|| format!("cannot read {name}"))?);
-    // In time order: a GC's events come from several threads (a background GC's own), and
-    // its pause and completion depend on their order. Only the events a section reads are
-    // sorted; the rest are counted as they pass.
-    let sections = config.sections;
+    let progress = Arc::new(Mutex::new(Progress::new(total)));
+    let bar = Arc::clone(&progress);
+    let read = pass(reader, config.sections, name, false, move |offset| {
+        bar.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .set(offset);
+    })
+    .with_context(|| format!("cannot read {name}"));
+    progress
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .finish();
+    let read = read?;
+    Ok((read.analysis, read.truncation))
+}
+
+/// What [`pass`] read.
+pub(crate) struct Pass {
+    pub(crate) analysis: Analysis,
+    pub(crate) truncation: Option<nettrace::Truncation>,
+    /// The whole trace's order check, when asked for.
+    pub(crate) order: Option<nettrace::OrderCheck>,
+}
+
+/// One pass over `reader` for `sections`, in time order: only the events a section reads
+/// are sorted; the rest are counted as they pass. `at_offset` hears the stream offset every
+/// few thousand events (a progress bar). With `check_order`, the pass also checks the whole
+/// trace's time order ([`SortedReader::checking_order`]): `report`'s sorted pass.
+pub(crate) fn pass<I: Input>(
+    reader: TraceReader<I>,
+    sections: Sections,
+    name: &str,
+    check_order: bool,
+    mut at_offset: impl FnMut(u64) + Send + 'static,
+) -> nettrace::Result<Pass> {
     let skipped = Arc::new(Skipped::default());
     let tally = Arc::clone(&skipped);
     let trace = reader.trace().clone();
-    // The filter sees every event: it moves the progress bar.
-    let progress = Arc::new(Mutex::new(Progress::new(total)));
-    let bar = Arc::clone(&progress);
     let mut seen = 0u64;
     let mut reader = SortedReader::with_filter(reader, move |event| {
         seen += 1;
         if seen % 4096 == 0 {
-            bar.lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .set(event.offset().0);
+            at_offset(event.offset().0);
         }
         let read = sections.reads(event.metadata());
         if !read {
@@ -90,19 +116,19 @@ fn read<I: Input>(
         }
         read
     });
+    if check_order {
+        reader = reader.checking_order();
+    }
     let mut analyzer = Analyzer::new(sections);
-    while let Some(event) = reader
-        .next_event()
-        .with_context(|| format!("cannot read {name}"))?
-    {
+    while let Some(event) = reader.next_event()? {
         analyzer.observe(&event);
     }
-    progress
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .finish();
     analyzer.add_skipped(&skipped, &trace);
-    Ok((analyzer.finish(name), reader.stats().truncation))
+    Ok(Pass {
+        analysis: analyzer.finish(name),
+        truncation: reader.stats().truncation,
+        order: reader.order_check(),
+    })
 }
 
 /// The text form: findings, then each section, then what to collect for the rest.

@@ -18,13 +18,13 @@ use std::collections::BTreeMap;
 use std::io::{self, BufWriter, Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use eventpipe_insight::report::{
-    AsyncProfile, FileOrderPass, HotSpots, TraceReport, PROGRESS_EVERY,
-};
+use eventpipe_analysis::Sections;
+use eventpipe_insight::report::{AsyncProfile, FileOrderPass, HotSpots, TraceReport};
 use nettrace::source::Input;
 use nettrace::{OrderCheck, TraceReader};
 
@@ -75,7 +75,8 @@ pub(crate) fn do_report(config: &Config) -> Result<()> {
 /// Reads the whole trace twice (file order and sorted) and builds the report.
 fn gather(opened: Opened, name: &str, cut: crate::cut::CutTraces) -> Result<TraceReport> {
     let stop = AtomicBool::new(false);
-    let sorted_pos = AtomicU64::new(0);
+    // Shared with the sorted pass's filter, which the reader owns.
+    let sorted_pos = Arc::new(AtomicU64::new(0));
     match opened {
         Opened::Mapped(_) => {
             let bytes = opened.bytes().unwrap_or(&[]);
@@ -87,7 +88,7 @@ fn gather(opened: Opened, name: &str, cut: crate::cut::CutTraces) -> Result<Trac
             thread::scope(|s| {
                 let sorted = s.spawn(|| {
                     let input = PagedInput::new(bytes, &pages, 1);
-                    sorted_pass(cut.apply(TraceReader::new(input)?), &sorted_pos, &stop)
+                    sorted_pass(cut.apply(TraceReader::new(input)?), &sorted_pos, name)
                 });
                 // The profile (its events' stacks, then their symbols) is most of the
                 // work: it gets its own reader and thread, beside the tallies.
@@ -129,9 +130,11 @@ fn gather(opened: Opened, name: &str, cut: crate::cut::CutTraces) -> Result<Trac
                     Ok(result) => result.context("profile pass")?,
                     Err(panic) => std::panic::resume_unwind(panic),
                 };
-                let sorted_check = wait_sorted(sorted, &mut progress, &sorted_pos)?;
+                let (sorted_check, findings) = wait_sorted(sorted, &mut progress, &sorted_pos)?;
                 progress.finish();
-                Ok(main.into_report_with_profile(profile, &sorted_check, total, name))
+                let mut report = main.into_report_with_profile(profile, &sorted_check, total, name);
+                report.findings = findings;
+                Ok(report)
             })
         }
         Opened::Stream(stream) => {
@@ -153,7 +156,7 @@ fn gather(opened: Opened, name: &str, cut: crate::cut::CutTraces) -> Result<Trac
                     sorted_pass(
                         cut.apply(TraceReader::from_read(reader)?),
                         &sorted_pos,
-                        &stop,
+                        name,
                     )
                 });
                 // The file-order reader owns the tee; it is dropped when the pass returns,
@@ -170,7 +173,7 @@ fn gather(opened: Opened, name: &str, cut: crate::cut::CutTraces) -> Result<Trac
 /// Waits for the sorted pass and combines both passes; the file-order error wins.
 fn finish(
     main: nettrace::Result<FileOrderPass>,
-    sorted: thread::ScopedJoinHandle<'_, nettrace::Result<OrderCheck>>,
+    sorted: thread::ScopedJoinHandle<'_, nettrace::Result<SortedPass>>,
     file_bytes: u64,
     name: &str,
     progress: &mut Progress,
@@ -185,17 +188,19 @@ fn finish(
             return Err(e.into());
         }
     };
-    let sorted = wait_sorted(sorted, progress, sorted_pos)?;
+    let (sorted, findings) = wait_sorted(sorted, progress, sorted_pos)?;
     progress.finish();
-    Ok(main.into_report(&sorted, file_bytes, name))
+    let mut report = main.into_report(&sorted, file_bytes, name);
+    report.findings = findings;
+    Ok(report)
 }
 
-/// The sorted pass's check, once it is done.
+/// The sorted pass's check and findings, once it is done.
 fn wait_sorted(
-    sorted: thread::ScopedJoinHandle<'_, nettrace::Result<OrderCheck>>,
+    sorted: thread::ScopedJoinHandle<'_, nettrace::Result<SortedPass>>,
     progress: &mut Progress,
     sorted_pos: &AtomicU64,
-) -> Result<OrderCheck> {
+) -> Result<SortedPass> {
     while !sorted.is_finished() {
         // Relaxed: a display value only.
         progress.set(sorted_pos.load(Ordering::Relaxed));
@@ -219,20 +224,24 @@ fn file_pass<I: Input>(
     })
 }
 
-/// The sorted pass: only the order is checked, so only timestamps are held, not the
-/// events. It stops early when `stop` is set.
+/// What the sorted pass gives: the trace's order check and the findings.
+type SortedPass = (OrderCheck, Vec<eventpipe_analysis::Finding>);
+
+/// The sorted pass: the whole trace's time order is checked by timestamps alone, and the
+/// runtime events the analyses read are sorted and analyzed for the findings
+/// ([`crate::analyze::pass`]); nothing else is held.
 fn sorted_pass<I: Input>(
-    mut reader: TraceReader<I>,
-    pos: &AtomicU64,
-    stop: &AtomicBool,
-) -> nettrace::Result<OrderCheck> {
-    let check = nettrace::check_sorted_order(&mut reader, PROGRESS_EVERY, |_, offset| {
-        // Relaxed: progress display and an early-exit hint; nothing is published.
-        pos.fetch_max(offset, Ordering::Relaxed);
-        !stop.load(Ordering::Relaxed)
+    reader: TraceReader<I>,
+    pos: &Arc<AtomicU64>,
+    name: &str,
+) -> nettrace::Result<SortedPass> {
+    let at = Arc::clone(pos);
+    let pass = crate::analyze::pass(reader, Sections::ALL, name, true, move |offset| {
+        // Relaxed: a progress display value only.
+        at.fetch_max(offset, Ordering::Relaxed);
     })?;
     pos.store(u64::MAX, Ordering::Relaxed);
-    Ok(check)
+    Ok((pass.order.unwrap_or_default(), pass.analysis.findings))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -401,6 +410,16 @@ fn render_text(r: &TraceReport, top: usize) -> String {
     render_hot_spots(&mut s, &r.profile, top);
     if let Some(a) = &r.async_profile {
         render_async(&mut s, a, top);
+    }
+    if !r.findings.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nfindings ({}; eptrace analyze has the detail):",
+            r.findings.len()
+        );
+        for f in &r.findings {
+            let _ = writeln!(s, "  - {}", f.summary);
+        }
     }
     s
 }

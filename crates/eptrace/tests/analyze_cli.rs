@@ -87,3 +87,34 @@ fn a_missing_or_malformed_trace_is_a_clear_error() {
     assert!(!err.contains("panicked"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn report_ends_with_the_findings_one_line_each() {
+    let Some(trace) = objver4() else { return };
+    let out = text(&eptrace_ok("report", &["report", trace.to_str().unwrap()]).stdout);
+    let tail = &out[out
+        .find("\nfindings (2; eptrace analyze has the detail):\n")
+        .expect(&out)..];
+    let lines: Vec<&str> = tail.lines().skip(2).collect();
+    assert_eq!(lines.len(), 2, "{tail}");
+    assert!(
+        lines[0].starts_with("  - the thread pool was starved"),
+        "{tail}"
+    );
+    assert!(lines[1].starts_with("  - GC paused the program"), "{tail}");
+    // The same findings, read from standard input (one read, teed to the passes).
+    let piped = std::process::Command::new(env!("CARGO_BIN_EXE_eptrace"))
+        .args(["report", "--json", "-"])
+        .stdin(std::fs::File::open(&trace).unwrap())
+        .output()
+        .unwrap();
+    let r: serde_json::Value = serde_json::from_slice(&piped.stdout).unwrap();
+    let rules: Vec<&str> = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["rule"].as_str().unwrap())
+        .collect();
+    assert_eq!(rules, ["threadpool-starvation", "gc-pause-time"]);
+    assert_eq!(r["time_order"]["sorted_events"], 105_540);
+}

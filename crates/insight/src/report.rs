@@ -76,6 +76,9 @@ pub struct TraceReport {
     /// What instrumented futures did, when the trace has async-profiler data.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub async_profile: Option<AsyncProfile>,
+    /// What is wrong, by `eventpipe_analysis`'s rules, most severe first (`eptrace analyze`
+    /// has the detail); empty for a healthy trace, or when the caller ran no analysis.
+    pub findings: Vec<eventpipe_analysis::Finding>,
 }
 
 /// Where a cut-off trace ends.
@@ -483,6 +486,7 @@ impl ReportBuilder {
             },
             time_order,
             async_profile: profile.async_trace.as_ref().map(async_profile),
+            findings: Vec::new(),
             profile: hot_spots(profile),
         }
     }

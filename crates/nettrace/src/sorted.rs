@@ -24,6 +24,8 @@ pub struct SortedReader<I: Input> {
     current: Option<OwnedEvent>,
     peak_pending: usize,
     filter: Option<SortFilter>,
+    /// The order check of every event, filtered out or not ([`SortedReader::checking_order`]).
+    order: Option<OrderTally>,
 }
 
 impl<I: Input> std::fmt::Debug for SortedReader<I> {
@@ -46,7 +48,23 @@ impl<I: Input> SortedReader<I> {
             current: None,
             peak_pending: 0,
             filter: None,
+            order: None,
         }
+    }
+
+    /// Also checks, as [`check_sorted_order`] does, that every event (a filtered-out one
+    /// too) comes in order: one pass for a reader that wants some events sorted and the
+    /// whole trace's order checked. The result is [`order_check`](Self::order_check).
+    #[must_use]
+    pub fn checking_order(mut self) -> Self {
+        self.order = Some(OrderTally::default());
+        self
+    }
+
+    /// What the order check found so far (all of it once [`next_event`](Self::next_event)
+    /// has returned `None`); `None` without [`checking_order`](Self::checking_order).
+    pub fn order_check(&self) -> Option<OrderCheck> {
+        self.order.as_ref().map(|t| t.check)
     }
 
     /// Sorts only the events `keep` accepts. `keep` sees every event, in file order, as the
@@ -95,11 +113,14 @@ impl<I: Input> SortedReader<I> {
             }
             match self.reader.step()? {
                 Step::Event(loc) => {
-                    if let Some(keep) = &mut self.filter {
+                    if self.filter.is_some() || self.order.is_some() {
                         let event = self.reader.event_ref_at(loc)?;
                         let (timestamp, sorted) =
                             (event.header().timestamp, event.header().is_sorted);
-                        if !keep(&event) {
+                        if let Some(order) = &mut self.order {
+                            order.hold(timestamp, sorted);
+                        }
+                        if !self.filter.as_mut().is_none_or(|keep| keep(&event)) {
                             // Its place in the order still releases what it follows.
                             if sorted {
                                 self.release(Some(timestamp));
@@ -122,8 +143,16 @@ impl<I: Input> SortedReader<I> {
                         self.peak_pending = self.peak_pending.max(self.pending.len());
                     }
                 }
-                Step::SequencePoint => self.release(None),
+                Step::SequencePoint => {
+                    if let Some(order) = &mut self.order {
+                        order.release(None);
+                    }
+                    self.release(None);
+                }
                 Step::End => {
+                    if let Some(order) = &mut self.order {
+                        order.release(None);
+                    }
                     self.release(None);
                     if self.ready.is_empty() {
                         self.current = None;
@@ -235,31 +264,8 @@ pub fn check_sorted_order<I: Input>(
     every: u64,
     mut progress: impl FnMut(u64, u64) -> bool,
 ) -> Result<OrderCheck> {
-    let mut check = OrderCheck::default();
-    let mut pending: Vec<i64> = Vec::new();
-    let mut out: Vec<i64> = Vec::new();
-    let mut last = i64::MIN;
+    let mut tally = OrderTally::default();
     let every = every.max(1);
-    // Moves the pending timestamps `releasable` accepts out, in order, and counts them.
-    let mut release =
-        |pending: &mut Vec<i64>, check: &mut OrderCheck, releasable: &dyn Fn(i64) -> bool| {
-            out.clear();
-            pending.retain(|&ts| {
-                let go = releasable(ts);
-                if go {
-                    out.push(ts);
-                }
-                !go
-            });
-            out.sort_unstable();
-            for &ts in &out {
-                check.events += 1;
-                if ts < last {
-                    check.violations += 1;
-                }
-                last = ts;
-            }
-        };
     loop {
         match reader.step()? {
             Step::Event(loc) => {
@@ -268,20 +274,73 @@ pub fn check_sorted_order<I: Input>(
                     let h = event.header();
                     (h.timestamp, h.is_sorted, event.offset().0)
                 };
-                pending.push(ts);
-                if sorted {
-                    release(&mut pending, &mut check, &|t| t <= ts);
-                }
-                let seen = check.events + pending.len() as u64;
-                if seen % every == 0 && !progress(seen, offset) {
-                    return Ok(check);
+                tally.hold(ts, sorted);
+                if tally.seen() % every == 0 && !progress(tally.seen(), offset) {
+                    return Ok(tally.check);
                 }
             }
-            Step::SequencePoint => release(&mut pending, &mut check, &|_| true),
+            Step::SequencePoint => tally.release(None),
             Step::End => {
-                release(&mut pending, &mut check, &|_| true);
-                return Ok(check);
+                tally.release(None);
+                return Ok(tally.check);
             }
+        }
+    }
+}
+
+/// The order check of every event, by timestamps alone: held and released at the points
+/// [`SortedReader`] releases events, and counted in the order it would yield them.
+#[derive(Debug)]
+struct OrderTally {
+    check: OrderCheck,
+    pending: Vec<i64>,
+    out: Vec<i64>,
+    last: i64,
+}
+
+impl Default for OrderTally {
+    fn default() -> Self {
+        OrderTally {
+            check: OrderCheck::default(),
+            pending: Vec::new(),
+            out: Vec::new(),
+            last: i64::MIN,
+        }
+    }
+}
+
+impl OrderTally {
+    /// An event stamped `ts`; an `IsSorted` one releases everything up to it.
+    fn hold(&mut self, ts: i64, sorted: bool) {
+        self.pending.push(ts);
+        if sorted {
+            self.release(Some(ts));
+        }
+    }
+
+    /// Events seen so far, released or not.
+    fn seen(&self) -> u64 {
+        self.check.events + self.pending.len() as u64
+    }
+
+    /// Counts the pending timestamps at or before `bound` (all when `None`), in order.
+    fn release(&mut self, bound: Option<i64>) {
+        let out = &mut self.out;
+        out.clear();
+        self.pending.retain(|&ts| {
+            let go = bound.is_none_or(|b| ts <= b);
+            if go {
+                out.push(ts);
+            }
+            !go
+        });
+        out.sort_unstable();
+        for &ts in out.iter() {
+            self.check.events += 1;
+            if ts < self.last {
+                self.check.violations += 1;
+            }
+            self.last = ts;
         }
     }
 }

@@ -298,12 +298,23 @@ fn a_filtered_sorted_read_keeps_the_full_reads_order_and_sees_every_event() {
             SortedReader::with_filter(TraceReader::from_slice(&bytes).unwrap(), move |e| {
                 counter.fetch_add(1, Ordering::Relaxed);
                 keep(&e.metadata().provider, e.metadata().event_id)
-            });
+            })
+            .checking_order();
         let mut got = Vec::new();
         while let Some(e) = filtered.next_event().unwrap() {
             got.push((e.header.timestamp, e.offset));
         }
         assert_eq!(got, expected, "{}", baseline.display());
         assert_eq!(seen.load(Ordering::Relaxed), all, "{}", baseline.display());
+        // Its order check is the one a pass holding timestamps alone makes.
+        let mut reader = TraceReader::from_slice(&bytes).unwrap();
+        let alone = nettrace::check_sorted_order(&mut reader, 1024, |_, _| true).unwrap();
+        assert_eq!(
+            filtered.order_check(),
+            Some(alone),
+            "{}",
+            baseline.display()
+        );
+        assert_eq!(alone.events, all);
     }
 }
