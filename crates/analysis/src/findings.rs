@@ -1,6 +1,6 @@
 //! Findings: what an analysis says is wrong, each by a documented rule with a threshold,
 //! ranked by how far past its threshold the trace is. A healthy trace has none. The rules
-//! are [`RULES`]; the guide's table (`docs/analyze.md`) is generated from the same words.
+//! are [`RULES`]; the guide's table (`docs/analyze.md`) states the same rules.
 
 use serde::Serialize;
 

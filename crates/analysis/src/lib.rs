@@ -7,7 +7,7 @@
 //! [`Analyzer::finish`] gives an [`Analysis`]: one section per kind of event the trace has
 //! ([`gc`], [`allocations`](AllocationSection), [`jit`], [`contention`], [`exceptions`],
 //! [`threadpool`]), a hint for each section it has no events for (what to collect), and
-//! [`findings`]: what is wrong, by documented [`RULES`], most severe first.
+//! findings ([`Finding`]): what is wrong, by documented [`RULES`], most severe first.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
