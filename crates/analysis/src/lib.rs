@@ -51,6 +51,44 @@ use serde::Serialize;
 
 use fields::Fields;
 
+/// Which analysis a runtime event (by id) goes to: the one table both
+/// [`Sections::reads`] and the [`Analyzer`] follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// `GC/AllocationTick`: the GC section's and the allocations section's.
+    AllocationTick,
+    Gc,
+    Jit,
+    Contention,
+    Exceptions,
+    ThreadPool,
+}
+
+impl Route {
+    fn of(event_id: u32) -> Option<Route> {
+        Some(match event_id {
+            gc::id::ALLOCATION_TICK => Route::AllocationTick,
+            gc::id::START
+            | gc::id::END
+            | gc::id::RESTART_EE_STOP
+            | gc::id::HEAP_STATS
+            | gc::id::SUSPEND_EE_STOP
+            | gc::id::SUSPEND_EE_START => Route::Gc,
+            jit::id::JITTING_STARTED
+            | jit::id::METHOD_LOAD_VERBOSE
+            | jit::id::R2R_GET_ENTRY_POINT => Route::Jit,
+            contention::id::START | contention::id::STOP => Route::Contention,
+            exceptions::id::THROWN
+            | exceptions::id::CATCH_START
+            | exceptions::id::FINALLY_START => Route::Exceptions,
+            threadpool::id::WORKER_START
+            | threadpool::id::WORKER_STOP
+            | threadpool::id::ADJUSTMENT => Route::ThreadPool,
+            _ => return None,
+        })
+    }
+}
+
 /// The .NET runtime's provider, whose events every section reads.
 pub const RUNTIME_PROVIDER: &str = "Microsoft-Windows-DotNETRuntime";
 
@@ -78,25 +116,14 @@ impl Sections {
         if metadata.provider != RUNTIME_PROVIDER {
             return false;
         }
-        match metadata.event_id {
-            gc::id::ALLOCATION_TICK => self.gc || self.allocations,
-            gc::id::START
-            | gc::id::END
-            | gc::id::RESTART_EE_STOP
-            | gc::id::HEAP_STATS
-            | gc::id::SUSPEND_EE_STOP
-            | gc::id::SUSPEND_EE_START => self.gc,
-            jit::id::JITTING_STARTED
-            | jit::id::METHOD_LOAD_VERBOSE
-            | jit::id::R2R_GET_ENTRY_POINT => self.jit,
-            contention::id::START | contention::id::STOP => self.contention,
-            exceptions::id::THROWN
-            | exceptions::id::CATCH_START
-            | exceptions::id::FINALLY_START => self.exceptions,
-            threadpool::id::WORKER_START
-            | threadpool::id::WORKER_STOP
-            | threadpool::id::ADJUSTMENT => self.threadpool,
-            _ => false,
+        match Route::of(metadata.event_id) {
+            Some(Route::AllocationTick) => self.gc || self.allocations,
+            Some(Route::Gc) => self.gc,
+            Some(Route::Jit) => self.jit,
+            Some(Route::Contention) => self.contention,
+            Some(Route::Exceptions) => self.exceptions,
+            Some(Route::ThreadPool) => self.threadpool,
+            None => false,
         }
     }
 
@@ -244,13 +271,14 @@ impl Analyzer {
         self.events += 1;
         self.first_ms = Some(self.first_ms.map_or(at_ms, |f| f.min(at_ms)));
         self.last_ms = self.last_ms.max(at_ms);
-        if metadata.provider != RUNTIME_PROVIDER {
-            return;
-        }
         let id = metadata.event_id;
         let s = self.sections;
-        match id {
-            gc::id::ALLOCATION_TICK if s.gc || s.allocations => {
+        // `reads` checks the provider and the selected sections.
+        let Some(route) = Route::of(id).filter(|_| s.reads(metadata)) else {
+            return;
+        };
+        match route {
+            Route::AllocationTick => {
                 let fields = fields();
                 if s.gc {
                     self.gc.observe(id, at_ms, 0, &fields);
@@ -259,41 +287,11 @@ impl Analyzer {
                     self.allocations.observe(&fields);
                 }
             }
-            gc::id::START
-            | gc::id::END
-            | gc::id::RESTART_EE_STOP
-            | gc::id::HEAP_STATS
-            | gc::id::SUSPEND_EE_STOP
-            | gc::id::SUSPEND_EE_START
-                if s.gc =>
-            {
-                self.gc.observe(id, at_ms, thread(), &fields());
-            }
-            jit::id::JITTING_STARTED
-            | jit::id::METHOD_LOAD_VERBOSE
-            | jit::id::R2R_GET_ENTRY_POINT
-                if s.jit =>
-            {
-                self.jit.observe(id, at_ms, thread(), &fields());
-            }
-            contention::id::START | contention::id::STOP if s.contention => {
-                self.contention.observe(id, at_ms, thread(), &fields());
-            }
-            exceptions::id::THROWN
-            | exceptions::id::CATCH_START
-            | exceptions::id::FINALLY_START
-                if s.exceptions =>
-            {
-                self.exceptions.observe(id, &fields());
-            }
-            threadpool::id::WORKER_START
-            | threadpool::id::WORKER_STOP
-            | threadpool::id::ADJUSTMENT
-                if s.threadpool =>
-            {
-                self.threadpool.observe(id, at_ms, &fields());
-            }
-            _ => {}
+            Route::Gc => self.gc.observe(id, at_ms, thread(), &fields()),
+            Route::Jit => self.jit.observe(id, at_ms, thread(), &fields()),
+            Route::Contention => self.contention.observe(id, at_ms, thread(), &fields()),
+            Route::Exceptions => self.exceptions.observe(id, &fields()),
+            Route::ThreadPool => self.threadpool.observe(id, at_ms, &fields()),
         }
     }
 
