@@ -70,17 +70,23 @@ pub enum Preset {
     /// `eventpipe_profiler::futures`) with the CPU sampler at 1 kHz, so CPU samples show
     /// their async callstacks. .NET: not available.
     Async,
+    /// Rust: the CPU sampler at 1 kHz with off-CPU stacks (`OffCpu=1`): besides CPU time,
+    /// where each thread waited and how long (`eptrace convert --samples offcpu`,
+    /// `eptrace analyze --offcpu`). .NET: as cpu-sampling, whose thread time already counts
+    /// the time threads wait.
+    OffCpu,
 }
 
 impl Preset {
     /// Every preset, in the order `--help` lists them.
-    pub const ALL: [Preset; 6] = [
+    pub const ALL: [Preset; 7] = [
         Preset::CpuSampling,
         Preset::Tracing,
         Preset::Gc,
         Preset::Default,
         Preset::Alloc,
         Preset::Async,
+        Preset::OffCpu,
     ];
 
     /// The preset's name, as `--profile` takes it (`cpu-sampling`).
@@ -92,6 +98,7 @@ impl Preset {
             Preset::Default => "default",
             Preset::Alloc => "alloc",
             Preset::Async => "async",
+            Preset::OffCpu => "off-cpu",
         }
     }
 }
@@ -104,7 +111,7 @@ impl std::fmt::Display for Preset {
 
 /// A preset name that names none ([`Preset`]'s `FromStr`).
 #[derive(Debug, thiserror::Error)]
-#[error("unknown profile `{0}` (known: cpu-sampling, tracing, gc, default, alloc, async)")]
+#[error("unknown profile `{0}` (known: cpu-sampling, tracing, gc, default, alloc, async, off-cpu)")]
 pub struct UnknownPreset(String);
 
 impl std::str::FromStr for Preset {
@@ -125,12 +132,13 @@ const RUST_ALLOCATIONS: &str = "EventPipeRs-Allocations:0:Informational:SampleIn
 fn specs(preset: Preset, is_rust: bool) -> Result<Vec<&'static str>, RequestError> {
     Ok(match (preset, is_rust) {
         (Preset::Default, true) => vec!["*:0xFFFFFFFFFFFFFFFF:Verbose"],
-        (Preset::CpuSampling | Preset::Default, false) => vec![
+        (Preset::CpuSampling | Preset::Default | Preset::OffCpu, false) => vec![
             "Microsoft-DotNETCore-SampleProfiler:0xF00000000000:Informational",
             "Microsoft-Windows-DotNETRuntime:0x14C14FCCBD:Informational",
         ],
         (Preset::Gc, false) => vec!["Microsoft-Windows-DotNETRuntime:0x1:Verbose"],
         (Preset::CpuSampling, true) => vec!["EventPipeRs-CpuSampler:0:Informational"],
+        (Preset::OffCpu, true) => vec!["EventPipeRs-CpuSampler:0:Informational:OffCpu=1"],
         (Preset::Tracing, true) => vec!["*:0xFFFFFFFFFFFFFFFF:Informational"],
         (Preset::Tracing, false) => {
             return Err(RequestError::wrong_runtime(

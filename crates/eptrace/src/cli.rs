@@ -644,8 +644,8 @@ struct ConvertArgs {
     output: Option<PathBuf>,
     /// Which events are the samples: auto (CPU samples, else .NET thread time, else
     /// allocation samples, else every event with a stack), cpu, thread-time (.NET: time in
-    /// and outside managed code), managed (.NET: time in managed code only), alloc,
-    /// live-heap (what was still allocated at the last heap profile), events, or an event
+    /// and outside managed code), managed (.NET: time in managed code only), offcpu
+    /// (Rust: where threads waited, from `--profile off-cpu`), alloc, live-heap (what was still allocated at the last heap profile), events, or an event
     /// name (Provider/Event).
     #[arg(long, value_name = "WHAT", default_value = "auto")]
     samples: String,
@@ -937,6 +937,7 @@ fn parse_samples(s: &str) -> SampleSelection {
         "cpu" => SampleSelection::Cpu,
         "thread-time" | "threadtime" => SampleSelection::ThreadTime,
         "managed" => SampleSelection::ManagedCode,
+        "offcpu" | "off-cpu" => SampleSelection::OffCpu,
         "alloc" | "allocations" => SampleSelection::Allocations,
         "live-heap" | "heap" => SampleSelection::LiveHeap,
         "events" => SampleSelection::EventsWithStacks,

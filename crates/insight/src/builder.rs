@@ -53,6 +53,9 @@ pub enum SampleSelection {
     /// .NET's sample profiler, only the samples taken while the thread ran managed code,
     /// each weighing the time it stands for.
     ManagedCode,
+    /// Off-CPU time: where threads waited, each sample weighing the wall time its thread
+    /// spent waiting in its stack (this project's CPU sampler with `OffCpu=1`).
+    OffCpu,
     /// Allocation samples only (`AllocationSample`), weighted by the bytes each stands for.
     Allocations,
     /// The live heap: the `LiveAllocation` events of the trace's last heap profile (highest
@@ -73,6 +76,7 @@ impl SampleSelection {
             SampleSelection::Cpu => "CPU samples".into(),
             SampleSelection::ThreadTime => ".NET thread-time samples".into(),
             SampleSelection::ManagedCode => ".NET samples in managed code".into(),
+            SampleSelection::OffCpu => "off-CPU samples".into(),
             SampleSelection::Allocations => "allocation samples".into(),
             SampleSelection::LiveHeap => "live-heap samples".into(),
             SampleSelection::EventsWithStacks => "events with a stack".into(),
@@ -87,6 +91,7 @@ impl SampleSelection {
             SampleSelection::Cpu => "cpu".into(),
             SampleSelection::ThreadTime => "thread-time".into(),
             SampleSelection::ManagedCode => "managed".into(),
+            SampleSelection::OffCpu => "offcpu".into(),
             SampleSelection::Allocations => "alloc".into(),
             SampleSelection::LiveHeap => "live-heap".into(),
             SampleSelection::EventsWithStacks => "events".into(),
@@ -104,6 +109,8 @@ enum Kind {
     Cpu,
     /// .NET's sample profiler.
     DotnetSamples,
+    /// The CPU sampler's off-CPU samples with the stack waited in.
+    OffCpu,
     Allocations,
     LiveHeap,
     Events,
@@ -112,11 +119,11 @@ enum Kind {
 /// A value per [`Kind`], looked up by index: the builder touches two of these for every
 /// sample, where a hash map cost a hash and a probe each time.
 #[derive(Debug)]
-struct PerKind<T>([Option<T>; 5]);
+struct PerKind<T>([Option<T>; 6]);
 
 impl<T> Default for PerKind<T> {
     fn default() -> Self {
-        PerKind([None, None, None, None, None])
+        PerKind([None, None, None, None, None, None])
     }
 }
 
@@ -317,7 +324,8 @@ impl ProfileBuilder {
         }
         let (kind, weight, alloc) = self.classify(event);
         let cpu = CpuFields::of(event);
-        let weight = if kind == Kind::Cpu {
+        let kind = if cpu.waiting { Kind::OffCpu } else { kind };
+        let weight = if matches!(kind, Kind::Cpu | Kind::OffCpu) {
             // Nanoseconds: the periods the capture stands for.
             let period_ns = cpu.period_ns.unwrap_or(self.cpu_interval_ns);
             if cpu.period_ns.is_some() {
@@ -422,6 +430,7 @@ impl ProfileBuilder {
             SampleSelection::ThreadTime | SampleSelection::ManagedCode => {
                 kind == Kind::DotnetSamples
             }
+            SampleSelection::OffCpu => kind == Kind::OffCpu,
             SampleSelection::Allocations => kind == Kind::Allocations,
             // Allocation samples too, for a trace without a heap profile.
             SampleSelection::LiveHeap => matches!(kind, Kind::LiveHeap | Kind::Allocations),
@@ -470,6 +479,11 @@ impl ProfileBuilder {
                 SampleUnit::ThreadTime,
                 ".NET thread time in managed code".to_owned(),
             ),
+            SampleSelection::OffCpu => (
+                Some(Kind::OffCpu),
+                SampleUnit::OffCpuTime,
+                "Off-CPU time (where threads waited)".to_owned(),
+            ),
             SampleSelection::Allocations => allocations,
             SampleSelection::LiveHeap => (
                 Some(Kind::LiveHeap),
@@ -489,6 +503,7 @@ impl ProfileBuilder {
         [
             (SampleSelection::Cpu, count(Kind::Cpu)),
             (SampleSelection::ThreadTime, count(Kind::DotnetSamples)),
+            (SampleSelection::OffCpu, count(Kind::OffCpu)),
             (SampleSelection::Allocations, count(Kind::Allocations)),
             (SampleSelection::LiveHeap, count(Kind::LiveHeap)),
             (SampleSelection::EventsWithStacks, count(Kind::Events)),
@@ -769,6 +784,8 @@ impl AllocFields {
 struct CpuFields {
     /// The thread was waiting, not running (`State` 2): not CPU time.
     blocked: bool,
+    /// Off-CPU time with the stack waited in (`State` 3).
+    waiting: bool,
     /// The innermost instrumented future being polled (`AsyncContext`; absent before the
     /// async profiler, which reads as 0: none).
     async_context: u64,
@@ -784,6 +801,7 @@ impl Default for CpuFields {
     fn default() -> Self {
         CpuFields {
             blocked: false,
+            waiting: false,
             async_context: 0,
             periods: 1,
             period_ns: None,
@@ -794,13 +812,17 @@ impl Default for CpuFields {
 impl CpuFields {
     fn of(event: &Event<'_>) -> CpuFields {
         const STATE_BLOCKED: u64 = 2;
+        const STATE_WAITING: u64 = 3;
         let mut out = CpuFields::default();
         if event.metadata.provider != CPU_SAMPLER_PROVIDER {
             return out;
         }
         for (name, value) in event.decode_payload().unwrap_or_default() {
             match name {
-                "State" => out.blocked = value.as_u64() == Some(STATE_BLOCKED),
+                "State" => {
+                    out.blocked = value.as_u64() == Some(STATE_BLOCKED);
+                    out.waiting = value.as_u64() == Some(STATE_WAITING);
+                }
                 "AsyncContext" => out.async_context = value.as_u64().unwrap_or(0),
                 // A sample of no period would weigh nothing: read it as one.
                 "Periods" => out.periods = value.as_u64().unwrap_or(1).max(1),

@@ -291,6 +291,10 @@ fn sample_types(unit: SampleUnit) -> (&'static [(&'static str, &'static str)], &
             &[("samples", "count"), ("thread_time", "nanoseconds")],
             "thread_time",
         ),
+        SampleUnit::OffCpuTime => (
+            &[("samples", "count"), ("off_cpu", "nanoseconds")],
+            "off_cpu",
+        ),
         SampleUnit::Bytes => (
             &[("samples", "count"), ("alloc_space", "bytes")],
             "alloc_space",
@@ -421,7 +425,7 @@ pub fn build_pprof(profile: &Profile, options: &PprofOptions) -> Result<proto::P
     let mut location_ids: HashMap<(FrameId, u32), u64> = HashMap::new();
     for ((thread, stack, lines), count, weight) in totals {
         let value = match profile.unit {
-            SampleUnit::CpuTime | SampleUnit::ThreadTime => {
+            SampleUnit::CpuTime | SampleUnit::ThreadTime | SampleUnit::OffCpuTime => {
                 vec![to_i64("sample count", count)?, to_i64("time (ns)", weight)?]
             }
             SampleUnit::Bytes | SampleUnit::LiveBytes | SampleUnit::HeapBytes => {

@@ -39,6 +39,10 @@ pub enum SampleUnit {
     /// the thread was running or waiting (.NET's sample profiler, weighed as TraceEvent's
     /// thread-time computer does: see [`crate::thread_time`]).
     ThreadTime,
+    /// Nanoseconds a thread spent off the CPU, waiting, by the stack it waited in (this
+    /// project's CPU sampler with off-CPU stacks, `OffCpu=1`: `State` 3, periods × the
+    /// sampling interval of wall time each).
+    OffCpuTime,
     /// Allocation samples whose weight is an estimate of bytes allocated.
     Bytes,
     /// Live-heap samples whose weight is an estimate of bytes still allocated (pprof's
@@ -54,7 +58,10 @@ pub enum SampleUnit {
 impl SampleUnit {
     /// Whether weights are nanoseconds.
     pub fn is_time(self) -> bool {
-        matches!(self, SampleUnit::CpuTime | SampleUnit::ThreadTime)
+        matches!(
+            self,
+            SampleUnit::CpuTime | SampleUnit::ThreadTime | SampleUnit::OffCpuTime
+        )
     }
 
     /// What the weight measures, in words: `CPU time`, `thread time`, `bytes allocated`.
@@ -62,6 +69,7 @@ impl SampleUnit {
         match self {
             SampleUnit::CpuTime => "CPU time",
             SampleUnit::ThreadTime => "thread time",
+            SampleUnit::OffCpuTime => "off-CPU time",
             SampleUnit::Bytes => "bytes allocated",
             SampleUnit::LiveBytes => "bytes still allocated",
             SampleUnit::HeapBytes => "heap bytes retained",
@@ -287,7 +295,7 @@ impl Profile {
     pub fn weight_text(&self, weight: u64) -> String {
         let w = weight as f64;
         match self.unit {
-            SampleUnit::CpuTime | SampleUnit::ThreadTime => {
+            SampleUnit::CpuTime | SampleUnit::ThreadTime | SampleUnit::OffCpuTime => {
                 let time = if w >= 1e9 {
                     format!("{:.3} s", w / 1e9)
                 } else {

@@ -21,6 +21,8 @@ pub const STATE_RUNNING: u32 = 1;
 /// `State` of a thread that was blocked: off the CPU (no stack), or caught in a system
 /// call (with the stack it waits in).
 pub const STATE_BLOCKED: u32 = 2;
+/// `State` of a thread that was off the CPU, waiting in the stack the sample carries.
+pub const STATE_WAITING: u32 = 3;
 
 /// The CPU sampler's provider (declared; nothing writes to it here).
 pub static PROVIDER: Provider = Provider::new(PROVIDER_NAME);

@@ -208,10 +208,11 @@ pub fn workload(unit: SampleUnit) -> Profile {
 }
 
 /// Every sample unit, the order the converter tests go through them.
-pub fn units() -> [SampleUnit; 6] {
+pub fn units() -> [SampleUnit; 7] {
     [
         SampleUnit::CpuTime,
         SampleUnit::ThreadTime,
+        SampleUnit::OffCpuTime,
         SampleUnit::Bytes,
         SampleUnit::LiveBytes,
         SampleUnit::HeapBytes,

@@ -83,7 +83,7 @@ const _: () = assert!(
 
 /// One capture: a stack and what the handler saw.
 struct Record {
-    /// Timer periods this capture stands for: 1 + the timer's overrun.
+    /// Timer periods this capture stands for: 1 + the timer's overrun; 0 for a probe.
     periods: AtomicU32,
     /// The thread was interrupted in (or restarting) a system call: waiting, not running.
     in_syscall: AtomicBool,
@@ -223,6 +223,9 @@ pub(crate) fn claim(tid: i32) -> Option<Claim> {
 pub(crate) struct Capture<'a> {
     /// Timer periods this capture stands for (at least 1).
     pub(crate) periods: u32,
+    /// A probe's capture ([`send_probe`]): where the thread was, standing for no CPU time
+    /// (`periods` then reads 1).
+    pub(crate) probe: bool,
     /// The thread was waiting in a system call.
     pub(crate) in_syscall: bool,
     /// The async profiler's innermost context (0: none).
@@ -264,8 +267,10 @@ impl Claim {
             let len = r.len.load(Ordering::Relaxed).min(MAX_FRAMES);
             scratch.clear();
             scratch.extend(r.frames[..len].iter().map(|f| f.load(Ordering::Relaxed)));
+            let periods = r.periods.load(Ordering::Relaxed);
             each(Capture {
-                periods: r.periods.load(Ordering::Relaxed).max(1),
+                periods: periods.max(1),
+                probe: periods == 0,
                 in_syscall: r.in_syscall.load(Ordering::Relaxed),
                 async_context: r.async_context.load(Ordering::Relaxed),
                 stack: scratch,
@@ -367,12 +372,29 @@ const _: () = assert!(
     "the timer view lies within siginfo_t"
 );
 
-/// Sends thread `tid` the signal its timer would, carrying `value` and `overrun`, as if a
-/// timer had fired (`rt_tgsigqueueinfo` lets a process queue any negative code to its own
-/// threads). Sent to the calling thread, the handler has run when this returns. Returns
+/// The overrun a probe's signal carries: no timer's signal has a negative one.
+const PROBE_OVERRUN: libc::c_int = -1;
+
+/// Sends thread `tid` one **probe**: the signal its timer would, outside the timer, so
+/// that the handler records the stack it interrupts as a capture of no CPU period
+/// ([`Capture::probe`]). How the off-CPU accounting learns where a thread waits. Returns
 /// false when the thread does not exist.
+pub(crate) fn send_probe(tid: i32, value: usize) -> bool {
+    queue_timer_signal(tid, value, PROBE_OVERRUN)
+}
+
+/// Sends thread `tid` the signal its timer would, carrying `value` and `overrun`, as if a
+/// timer had fired.
 #[cfg(test)]
 pub(crate) fn send_as_timer(tid: i32, value: usize, overrun: i32) -> bool {
+    queue_timer_signal(tid, value, overrun)
+}
+
+/// Queues [`SAMPLE_SIGNAL`] with a timer's code, `value` and `overrun` to thread `tid`
+/// (`rt_tgsigqueueinfo` lets a process queue any negative code to its own threads). Sent
+/// to the calling thread, the handler has run when this returns. Returns false when the
+/// thread does not exist.
+fn queue_timer_signal(tid: i32, value: usize, overrun: i32) -> bool {
     // SAFETY: a zeroed siginfo_t is valid; the timer view lies within it (asserted above)
     // and has its layout.
     unsafe {
@@ -468,7 +490,11 @@ extern "C" fn on_sample_signal(
     let slot = unsafe { &*ptr };
     // SAFETY: gettid has no preconditions and is async-signal-safe.
     let me = unsafe { libc::gettid() } as u32 as u64;
-    let periods = 1 + u32::try_from(overrun).unwrap_or(0);
+    let periods = if overrun == PROBE_OVERRUN {
+        0
+    } else {
+        1 + u32::try_from(overrun).unwrap_or(0)
+    };
     slot.push(me, periods, |frames, rule_cache| {
         // The system calls below may set errno, which belongs to the interrupted code.
         // SAFETY: __errno_location returns this thread's errno slot, valid for the thread.

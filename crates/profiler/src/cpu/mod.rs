@@ -69,6 +69,7 @@
 //! back, and the new thread gets a timer of its own at the next listing.
 
 mod capture;
+mod off_cpu;
 mod threads;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod unwind;
@@ -96,6 +97,10 @@ pub const STATE_RUNNING: u32 = 1;
 /// `State` of a thread that was blocked: off the CPU (no stack), or caught in a system
 /// call (with the stack it waits in).
 pub const STATE_BLOCKED: u32 = 2;
+/// `State` of a thread that was off the CPU, waiting in the stack the sample carries, for
+/// `Periods × PeriodNs` of wall time: written only for sessions that asked for off-CPU
+/// stacks (`OffCpu=1`, see [`parse_off_cpu`]).
+pub const STATE_WAITING: u32 = 3;
 
 /// The CPU sampler's provider.
 pub static PROVIDER: Provider = Provider::with_callback(PROVIDER_NAME, on_enable_change);
@@ -127,9 +132,17 @@ pub fn register() -> std::io::Result<()> {
     Ok(())
 }
 
-/// The sessions enabling the sampler, by session slot, and the rate each asked for.
+/// What one session asked of the sampler.
+#[derive(Debug, Clone, Copy)]
+struct Asked {
+    slot: usize,
+    rate: u32,
+    off_cpu: bool,
+}
+
+/// The sessions enabling the sampler, by session slot, and what each asked for.
 struct Control {
-    sessions: Vec<(usize, u32)>,
+    sessions: Vec<Asked>,
 }
 
 static CONTROL: Mutex<Control> = Mutex::new(Control {
@@ -164,22 +177,25 @@ fn on_enable_change(change: &EnableChange<'_>) {
     let mut control = CONTROL.lock().unwrap_or_else(|p| p.into_inner());
     control
         .sessions
-        .retain(|&(slot, _)| slot != change.session_slot);
+        .retain(|asked| asked.slot != change.session_slot);
     if change.enabled {
-        control
-            .sessions
-            .push((change.session_slot, parse_rate(change.filter_args)));
+        control.sessions.push(Asked {
+            slot: change.session_slot,
+            rate: parse_rate(change.filter_args),
+            off_cpu: parse_off_cpu(change.filter_args),
+        });
     }
     LAST_CHANGE_STARTED.store(change.enabled, Ordering::Relaxed);
     let generation = GENERATION.fetch_add(1, Ordering::Release) + 1;
     // The collector is never joined here: it may be writing to the session that is being
     // stopped; it sees the new generation and exits on its own within one interval,
     // deleting its timers.
-    if let Some(rate) = control.sessions.iter().map(|&(_, rate)| rate).max() {
+    if let Some(rate) = control.sessions.iter().map(|asked| asked.rate).max() {
+        let off_cpu = control.sessions.iter().any(|asked| asked.off_cpu);
         let spawned = capture::install_handler().is_ok()
             && std::thread::Builder::new()
                 .name("eventpipe-cpu-sampler".into())
-                .spawn(move || run_collector(generation, rate))
+                .spawn(move || run_collector(generation, rate, off_cpu))
                 .is_ok();
         drop(control);
         if spawned {
@@ -209,13 +225,28 @@ fn announce_armed(generation: u64) {
 /// `Rate=N` (Hz) from the session's filter arguments (`key=value` pairs separated by `;`
 /// or `,`), clamped to `1..=MAX_RATE_HZ`; the default otherwise.
 pub fn parse_rate(filter_args: Option<&str>) -> u32 {
+    filter_arg(filter_args, "rate")
+        .and_then(|v| v.parse::<u32>().ok())
+        .map_or(DEFAULT_RATE_HZ, |r| r.clamp(1, MAX_RATE_HZ))
+}
+
+/// `OffCpu=1` (or `true`) in the session's filter arguments: the session asks for off-CPU
+/// stacks, `STATE_WAITING` samples saying where each thread waited (`off_cpu`'s docs say
+/// how). Each waiting thread is interrupted once per wait, which its blocking call
+/// restarts (`SA_RESTART`) or, for the few calls that never restart (`epoll_wait`, `poll`,
+/// `nanosleep`), returns `EINTR` from: Rust's standard library and tokio retry those.
+pub fn parse_off_cpu(filter_args: Option<&str>) -> bool {
+    filter_arg(filter_args, "offcpu").is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
+}
+
+/// The value of `key` (any case) among `key=value` pairs separated by `;` or `,`.
+fn filter_arg<'a>(filter_args: Option<&'a str>, key: &str) -> Option<&'a str> {
     filter_args
         .into_iter()
         .flat_map(|a| a.split([';', ',']))
         .filter_map(|kv| kv.split_once('='))
-        .find(|(k, _)| k.trim().eq_ignore_ascii_case("rate"))
-        .and_then(|(_, v)| v.trim().parse::<u32>().ok())
-        .map_or(DEFAULT_RATE_HZ, |r| r.clamp(1, MAX_RATE_HZ))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case(key))
+        .map(|(_, v)| v.trim())
 }
 
 /// How often the collector drains the records and accounts off-CPU time.
@@ -235,8 +266,11 @@ struct Tracked {
     /// The thread's CPU clock and the wall clock at the previous visit.
     cpu_ns: u64,
     at: Instant,
-    /// Off-CPU time not yet reported as blocked samples (less than one period).
+    /// Off-CPU time not yet reported as blocked samples (less than one period), without
+    /// off-CPU stacks.
     off_cpu_ns: u64,
+    /// With off-CPU stacks: where the thread waits, and the time not yet written.
+    waits: off_cpu::WaitTracker,
 }
 
 /// The collector's state: one per generation, on its own thread.
@@ -245,12 +279,14 @@ struct Collector {
     /// The generation it was started for.
     generation: u64,
     period: Duration,
+    /// Whether a session asked for off-CPU stacks.
+    off_cpu: bool,
     tracked: HashMap<i32, Tracked>,
     /// A stack read out of a ring.
     scratch: Vec<usize>,
 }
 
-fn run_collector(generation: u64, rate: u32) {
+fn run_collector(generation: u64, rate: u32, off_cpu: bool) {
     let _only = COLLECTOR.lock().unwrap_or_else(|p| p.into_inner());
     never_preempt_on_wakeup();
     let mut c = Collector {
@@ -258,6 +294,7 @@ fn run_collector(generation: u64, rate: u32) {
         me: unsafe { libc::gettid() },
         generation,
         period: Duration::from_nanos(1_000_000_000 / u64::from(rate.max(1))),
+        off_cpu,
         tracked: HashMap::new(),
         scratch: Vec::with_capacity(capture::MAX_FRAMES),
     };
@@ -344,13 +381,15 @@ impl Collector {
                     cpu_ns,
                     at: Instant::now(),
                     off_cpu_ns: 0,
+                    waits: off_cpu::WaitTracker::default(),
                 },
             );
         }
     }
 
     /// Writes every thread's captures, and blocked samples for the time it spent off the
-    /// CPU; stops sampling threads that have exited.
+    /// CPU (with the stack it waited in, for sessions that asked); stops sampling threads
+    /// that have exited.
     fn collect(&mut self) {
         let writes = self.writes();
         let period_ns = self.period.as_nanos() as u64;
@@ -358,8 +397,15 @@ impl Collector {
         let period_field = u32::try_from(period_ns).unwrap_or(u32::MAX);
         let mut gone = Vec::new();
         for (&tid, t) in &mut self.tracked {
+            let mut answer = None;
             t.claim.drain(&mut self.scratch, |capture| {
-                if writes {
+                if capture.probe {
+                    answer = Some(off_cpu::ProbeAnswer {
+                        in_syscall: capture.in_syscall,
+                        async_context: capture.async_context,
+                        stack: capture.stack.to_vec(),
+                    });
+                } else if writes {
                     write_capture(tid, capture, period_field);
                 }
             });
@@ -371,7 +417,22 @@ impl Collector {
             let now = Instant::now();
             let wall_ns = now.duration_since(t.at).as_nanos() as u64;
             let ran_ns = cpu_ns.saturating_sub(t.cpu_ns);
-            t.off_cpu_ns += wall_ns.saturating_sub(ran_ns);
+            let off_ns = wall_ns.saturating_sub(ran_ns);
+            t.cpu_ns = cpu_ns;
+            t.at = now;
+            if self.off_cpu {
+                let write = |time: off_cpu::OffCpuTime<'_>| {
+                    if writes {
+                        write_off_cpu(tid, &time, period_ns, period_field);
+                    }
+                };
+                let visit = t.waits.visit(answer, cpu_ns, off_ns, period_ns, write);
+                if visit.probe {
+                    capture::send_probe(tid, t.claim.signal_value());
+                }
+                continue;
+            }
+            t.off_cpu_ns += off_ns;
             let blocked = t.off_cpu_ns / period_ns;
             t.off_cpu_ns -= blocked * period_ns;
             if blocked > 0 && writes {
@@ -379,8 +440,6 @@ impl Collector {
                 let values = (STATE_BLOCKED, 0, periods, period_field);
                 SAMPLE.write_about_thread(tid as u64, &[], values);
             }
-            t.cpu_ns = cpu_ns;
-            t.at = now;
         }
         for tid in gone {
             self.untrack(tid);
@@ -390,12 +449,25 @@ impl Collector {
     /// Deletes thread `tid`'s timer, writes what its ring still holds and gives it back.
     fn untrack(&mut self, tid: i32) {
         let writes = self.writes();
-        if let Some(Tracked { timer, claim, .. }) = self.tracked.remove(&tid) {
+        if let Some(Tracked {
+            timer,
+            claim,
+            mut waits,
+            ..
+        }) = self.tracked.remove(&tid)
+        {
             drop(timer);
-            let period_ns = u32::try_from(self.period.as_nanos()).unwrap_or(u32::MAX);
+            let period = self.period.as_nanos() as u64;
+            let period_field = u32::try_from(period).unwrap_or(u32::MAX);
             claim.release(&mut self.scratch, |capture| {
+                if writes && !capture.probe {
+                    write_capture(tid, capture, period_field);
+                }
+            });
+            // The wait it was last found in, as far as it was seen.
+            waits.flush(period, &mut |time| {
                 if writes {
-                    write_capture(tid, capture, period_ns);
+                    write_off_cpu(tid, &time, period, period_field);
                 }
             });
         }
@@ -412,6 +484,22 @@ impl Collector {
         let all: Vec<i32> = self.tracked.keys().copied().collect();
         for tid in all {
             self.untrack(tid);
+        }
+    }
+}
+
+/// Writes `time` thread `tid` spent off the CPU: with the stack it waited in
+/// ([`STATE_WAITING`]), or without one ([`STATE_BLOCKED`]), as whole periods.
+fn write_off_cpu(tid: i32, time: &off_cpu::OffCpuTime<'_>, period_ns: u64, period_field: u32) {
+    let periods = u32::try_from(time.ns / period_ns.max(1)).unwrap_or(u32::MAX);
+    match time.wait {
+        Some(wait) => SAMPLE.write_about_thread(
+            tid as u64,
+            &wait.stack,
+            (STATE_WAITING, wait.async_context, periods, period_field),
+        ),
+        None => {
+            SAMPLE.write_about_thread(tid as u64, &[], (STATE_BLOCKED, 0, periods, period_field))
         }
     }
 }
