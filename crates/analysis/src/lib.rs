@@ -32,6 +32,7 @@ mod fields;
 mod findings;
 pub mod gc;
 pub mod jit;
+pub mod offcpu;
 mod stats;
 pub mod threadpool;
 
@@ -43,6 +44,7 @@ pub use findings::{
 };
 pub use gc::GcSection;
 pub use jit::JitSection;
+pub use offcpu::OffCpuSection;
 pub use stats::Distribution;
 pub use threadpool::ThreadPoolSection;
 
@@ -62,10 +64,25 @@ enum Route {
     Contention,
     Exceptions,
     ThreadPool,
+    /// The CPU sampler's `Sample`.
+    Sample,
+    /// The rundown's `Thread`: a thread's name.
+    ThreadName,
 }
 
 impl Route {
-    fn of(event_id: u32) -> Option<Route> {
+    fn of(metadata: &nettrace::EventMetadata) -> Option<Route> {
+        match metadata.provider.as_str() {
+            RUNTIME_PROVIDER => Route::of_runtime(metadata.event_id),
+            offcpu::CPU_SAMPLER_PROVIDER if metadata.event_id == offcpu::id::SAMPLE => {
+                Some(Route::Sample)
+            }
+            offcpu::RUNDOWN_PROVIDER if metadata.event_name == "Thread" => Some(Route::ThreadName),
+            _ => None,
+        }
+    }
+
+    fn of_runtime(event_id: u32) -> Option<Route> {
         Some(match event_id {
             gc::id::ALLOCATION_TICK => Route::AllocationTick,
             gc::id::START
@@ -107,22 +124,22 @@ pub struct Sections {
     pub exceptions: bool,
     /// The thread pool.
     pub threadpool: bool,
+    /// Off-CPU time (Rust's CPU sampler).
+    pub offcpu: bool,
 }
 
 impl Sections {
     /// Whether any of these sections reads events of `metadata`: a sorted reader can leave
     /// the rest unsorted ([`nettrace::SortedReader::with_filter`], [`Skipped`]).
     pub fn reads(&self, metadata: &nettrace::EventMetadata) -> bool {
-        if metadata.provider != RUNTIME_PROVIDER {
-            return false;
-        }
-        match Route::of(metadata.event_id) {
+        match Route::of(metadata) {
             Some(Route::AllocationTick) => self.gc || self.allocations,
             Some(Route::Gc) => self.gc,
             Some(Route::Jit) => self.jit,
             Some(Route::Contention) => self.contention,
             Some(Route::Exceptions) => self.exceptions,
             Some(Route::ThreadPool) => self.threadpool,
+            Some(Route::Sample | Route::ThreadName) => self.offcpu,
             None => false,
         }
     }
@@ -135,6 +152,7 @@ impl Sections {
         contention: true,
         exceptions: true,
         threadpool: true,
+        offcpu: true,
     };
     /// No section (add some with the fields).
     pub const NONE: Sections = Sections {
@@ -144,6 +162,7 @@ impl Sections {
         contention: false,
         exceptions: false,
         threadpool: false,
+        offcpu: false,
     };
 }
 
@@ -177,7 +196,8 @@ impl Skipped {
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
 pub struct Missing {
-    /// The section: `gc`, `allocations`, `jit`, `contention`, `exceptions`, `threadpool`.
+    /// The section: `gc`, `allocations`, `jit`, `contention`, `exceptions`, `threadpool`,
+    /// `offcpu`.
     pub section: &'static str,
     /// What to collect: an `eptrace collect` option.
     pub collect: &'static str,
@@ -207,6 +227,8 @@ pub struct Analysis {
     pub exceptions: Option<ExceptionSection>,
     /// The thread pool, when the trace has its events.
     pub threadpool: Option<ThreadPoolSection>,
+    /// Off-CPU time per thread, when the trace has the CPU sampler's samples.
+    pub offcpu: Option<OffCpuSection>,
     /// The selected sections the trace has no events for, and what to collect for them.
     pub missing: Vec<Missing>,
 }
@@ -221,6 +243,7 @@ pub struct Analyzer {
     contention: contention::ContentionAnalyzer,
     exceptions: exceptions::ExceptionAnalyzer,
     threadpool: threadpool::ThreadPoolAnalyzer,
+    offcpu: offcpu::OffCpuAnalyzer,
     events: u64,
     first_ms: Option<f64>,
     last_ms: f64,
@@ -237,6 +260,7 @@ impl Analyzer {
             contention: Default::default(),
             exceptions: Default::default(),
             threadpool: Default::default(),
+            offcpu: Default::default(),
             events: 0,
             first_ms: None,
             last_ms: 0.0,
@@ -246,9 +270,14 @@ impl Analyzer {
     /// Takes the trace's next event, in time order.
     pub fn observe(&mut self, event: &Event<'_>) {
         let thread = || event.thread_id();
-        self.take(event.metadata, event.timestamp_msec(), thread, || {
-            Fields::of(event)
-        });
+        let has_stack = event.stack.is_some_and(|s| !s.is_empty());
+        self.take(
+            event.metadata,
+            event.timestamp_msec(),
+            thread,
+            has_stack,
+            || Fields::of(event),
+        );
     }
 
     /// Takes the trace's next event, in time order, as an [`EventRef`] (for a trace whose
@@ -256,9 +285,14 @@ impl Analyzer {
     /// [`next_event_ref`](nettrace::TraceReader::next_event_ref) yields it).
     pub fn observe_ref(&mut self, event: &EventRef<'_>) {
         let thread = || event.thread_id();
-        self.take(event.metadata(), event.timestamp_msec(), thread, || {
-            Fields::of_ref(event)
-        });
+        let has_stack = event.stack().is_some_and(|s| !s.is_empty());
+        self.take(
+            event.metadata(),
+            event.timestamp_msec(),
+            thread,
+            has_stack,
+            || Fields::of_ref(event),
+        );
     }
 
     fn take<'r>(
@@ -266,6 +300,7 @@ impl Analyzer {
         metadata: &nettrace::EventMetadata,
         at_ms: f64,
         thread: impl FnOnce() -> u64,
+        has_stack: bool,
         fields: impl FnOnce() -> Fields<'r>,
     ) {
         self.events += 1;
@@ -274,7 +309,7 @@ impl Analyzer {
         let id = metadata.event_id;
         let s = self.sections;
         // `reads` checks the provider and the selected sections.
-        let Some(route) = Route::of(id).filter(|_| s.reads(metadata)) else {
+        let Some(route) = Route::of(metadata).filter(|_| s.reads(metadata)) else {
             return;
         };
         match route {
@@ -292,6 +327,8 @@ impl Analyzer {
             Route::Contention => self.contention.observe(id, at_ms, thread(), &fields()),
             Route::Exceptions => self.exceptions.observe(id, &fields()),
             Route::ThreadPool => self.threadpool.observe(id, at_ms, &fields()),
+            Route::Sample => self.offcpu.observe(thread(), has_stack, &fields()),
+            Route::ThreadName => self.offcpu.observe_name(&fields()),
         }
     }
 
@@ -355,6 +392,12 @@ impl Analyzer {
             "threadpool",
             "--providers Microsoft-Windows-DotNETRuntime:0x10000:Informational",
         );
+        let offcpu = section(
+            s.offcpu,
+            self.offcpu.events,
+            "offcpu",
+            "--profile off-cpu (Rust programs that register eventpipe_profiler::cpu)",
+        );
         let mut analysis = Analysis {
             file: file.to_owned(),
             duration_ms,
@@ -366,6 +409,7 @@ impl Analyzer {
             contention: contention.then(|| self.contention.finish(duration_ms)),
             exceptions: exceptions.then(|| self.exceptions.finish(duration_ms)),
             threadpool: threadpool.then(|| self.threadpool.finish()),
+            offcpu: offcpu.then(|| self.offcpu.finish()),
             missing,
         };
         analysis.findings = findings::find(&analysis);

@@ -264,7 +264,8 @@ fn a_healthy_trace_has_no_findings_and_says_what_to_collect_for_the_rest() {
             "jit",
             "contention",
             "exceptions",
-            "threadpool"
+            "threadpool",
+            "offcpu"
         ]
     );
 }

@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use eventpipe_analysis::{Analysis, Analyzer, Sections, Skipped};
+use eventpipe_insight::SampleSelection;
 use nettrace::source::Input;
 use nettrace::{SortedReader, TraceReader};
 
@@ -38,9 +39,26 @@ pub(crate) fn do_analyze(config: &Config) -> Result<()> {
         Opened::Mapped(_) => {
             let bytes = opened.bytes().unwrap_or(&[]);
             let total = Some(bytes.len() as u64);
-            read(crate::input::paged_reader(bytes), config, &name, total)?
+            let (mut analysis, cut) =
+                read(crate::input::paged_reader(bytes), config, &name, total)?;
+            add_wait_stacks(&mut analysis, bytes, config)
+                .with_context(|| format!("cannot read {name}'s off-CPU stacks"))?;
+            (analysis, cut)
         }
-        Opened::Stream(stream) => read(TraceReader::from_read(stream), config, &name, None)?,
+        Opened::Stream(stream) => {
+            let (analysis, cut) = read(TraceReader::from_read(stream), config, &name, None)?;
+            if analysis
+                .offcpu
+                .as_ref()
+                .is_some_and(|o| o.off_cpu_with_stack_ms > 0.0)
+            {
+                eprintln!(
+                    "note: the stacks threads waited in need a second read, which a stream \
+                     does not allow: analyze a file for them"
+                );
+            }
+            (analysis, cut)
+        }
     };
     let text = if config.json {
         let mut s =
@@ -55,6 +73,23 @@ pub(crate) fn do_analyze(config: &Config) -> Result<()> {
         .context("cannot write to stdout")?;
     out.flush().context("cannot write to stdout")?;
     crate::cut::verdict(&name, cut.as_ref(), analysis.events)
+}
+
+/// Where the threads waited, by stack, for a trace with off-CPU stacks: a second pass over
+/// `bytes`, which symbolizes (the analysis's own pass reads no symbols).
+fn add_wait_stacks(analysis: &mut Analysis, bytes: &[u8], config: &Config) -> Result<()> {
+    let Some(offcpu) = analysis.offcpu.as_mut() else {
+        return Ok(());
+    };
+    if offcpu.off_cpu_with_stack_ms <= 0.0 {
+        return Ok(());
+    }
+    let mut reader = config.cut.apply(crate::input::paged_reader(bytes)?);
+    let built = eventpipe_insight::build_profile(&mut reader, SampleSelection::OffCpu)?;
+    // JSON has every stack; the text shows `top`.
+    let top = if config.json { usize::MAX } else { config.top };
+    offcpu.waits = crate::analyze_stacks::wait_stacks(&built.profile, top);
+    Ok(())
 }
 
 fn read<I: Input>(
@@ -165,6 +200,9 @@ pub(crate) fn render_text(a: &Analysis, top: usize) -> String {
     }
     if let Some(t) = &a.threadpool {
         crate::analyze_text::threadpool(&mut s, t, top);
+    }
+    if let Some(o) = &a.offcpu {
+        crate::analyze_text::offcpu(&mut s, o, top);
     }
     if !a.missing.is_empty() {
         s.push_str("\nNot in this trace\n");

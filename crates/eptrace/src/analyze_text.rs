@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use eventpipe_analysis::{
-    AllocationSection, ContentionSection, ExceptionSection, GcSection, JitSection,
+    AllocationSection, ContentionSection, ExceptionSection, GcSection, JitSection, OffCpuSection,
     ThreadPoolSection,
 };
 
@@ -198,5 +198,51 @@ pub(crate) fn threadpool(s: &mut String, t: &ThreadPoolSection, top: usize) {
             "  {:>10.1} {:>8} {}",
             a.at_ms, a.new_worker_count, a.reason
         );
+    }
+}
+
+pub(crate) fn offcpu(s: &mut String, o: &OffCpuSection, top: usize) {
+    let percent = |part: f64, all: f64| if all > 0.0 { part * 100.0 / all } else { 0.0 };
+    let _ = writeln!(
+        s,
+        "\nOff-CPU time: {:.1} s waiting, {:.1} s on the CPU, over {} threads; {:.0} % of the \
+         waiting has its stack",
+        o.off_cpu_ms / 1000.0,
+        o.cpu_ms / 1000.0,
+        o.threads.len(),
+        percent(o.off_cpu_with_stack_ms, o.off_cpu_ms)
+    );
+    let _ = writeln!(
+        s,
+        "  {:>10} {:>10} {:>7}  thread",
+        "off-CPU ms", "CPU ms", "off %"
+    );
+    for t in o.threads.iter().take(top) {
+        let name = t
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("thread {}", t.thread_id));
+        let _ = writeln!(
+            s,
+            "  {:>10.1} {:>10.1} {:>6.1}%  {name} ({})",
+            t.off_cpu_ms, t.cpu_ms, t.off_cpu_percent, t.thread_id
+        );
+    }
+    if o.off_cpu_with_stack_ms <= 0.0 {
+        s.push_str("  where they waited: collect with --profile off-cpu for the stacks\n");
+        return;
+    }
+    s.push_str("  Where they waited (eptrace convert --samples offcpu draws it):\n");
+    for w in &o.waits {
+        let _ = writeln!(
+            s,
+            "  {:.1} ms ({:.1} %) on {}",
+            w.ms,
+            percent(w.ms, o.off_cpu_ms),
+            w.threads.join(", ")
+        );
+        for frame in &w.frames {
+            let _ = writeln!(s, "      {frame}");
+        }
     }
 }

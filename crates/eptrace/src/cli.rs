@@ -586,6 +586,10 @@ struct AnalyzeArgs {
     /// The thread pool section: workers, adjustments, starvation.
     #[arg(long)]
     threadpool: bool,
+    /// The off-CPU section (Rust's CPU sampler): each thread's CPU and off-CPU time, and,
+    /// from `--profile off-cpu` traces, the stacks threads waited in.
+    #[arg(long)]
+    offcpu: bool,
 }
 
 #[derive(Debug, Args)]
@@ -782,6 +786,7 @@ impl Cli {
                     contention: a.contention,
                     exceptions: a.exceptions,
                     threadpool: a.threadpool,
+                    offcpu: a.offcpu,
                 };
                 Action::Analyze(crate::analyze::Config {
                     input: InputSpec::from_arg(a.input.file),

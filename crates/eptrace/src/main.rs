@@ -17,6 +17,7 @@
 
 mod agent;
 mod analyze;
+mod analyze_stacks;
 mod analyze_text;
 mod cli;
 mod collect;

@@ -236,7 +236,12 @@ fn sorted_pass<I: Input>(
     name: &str,
 ) -> nettrace::Result<SortedPass> {
     let at = Arc::clone(pos);
-    let pass = crate::analyze::pass(reader, Sections::ALL, name, true, move |offset| {
+    // The findings' sections: no rule reads off-CPU time, whose samples would only add sorting.
+    let sections = Sections {
+        offcpu: false,
+        ..Sections::ALL
+    };
+    let pass = crate::analyze::pass(reader, sections, name, true, move |offset| {
         // Relaxed: a progress display value only.
         at.fetch_max(offset, Ordering::Relaxed);
     })?;

@@ -1,0 +1,155 @@
+//! Off-CPU time of a real Rust program, as a user gets it: `collect --profile off-cpu` on
+//! the demo workload, then `analyze --offcpu` (text and JSON) and
+//! `convert --samples offcpu`. The workload's diagnostics listener waits in its accept loop
+//! the whole session, and must be found there; how exactly each wait is timed is the
+//! profiler's own test (`eventpipe-profiler`'s `tests/off_cpu.rs`).
+
+mod support;
+
+use std::path::PathBuf;
+
+use support::{eptrace_ok, text};
+
+fn collect_off_cpu(name: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("eptrace-{name}-{}.nettrace", std::process::id()));
+    let exe = env!("CARGO_BIN_EXE_eptrace");
+    eptrace_ok(
+        "collect --profile off-cpu",
+        &[
+            "collect",
+            "--profile",
+            "off-cpu",
+            "--duration",
+            "2s",
+            "-o",
+            path.to_str().unwrap(),
+            "--",
+            exe,
+            "demo-workload",
+            "--seconds",
+            "30",
+        ],
+    );
+    path
+}
+
+#[test]
+fn the_listener_is_found_waiting_in_its_accept_loop() {
+    let trace = collect_off_cpu("offcpu");
+    let file = trace.to_str().unwrap();
+    let json: serde_json::Value = serde_json::from_slice(
+        &eptrace_ok(
+            "analyze --offcpu --json",
+            &["analyze", "--offcpu", "--json", file],
+        )
+        .stdout,
+    )
+    .unwrap();
+    let duration_ms = json["duration_ms"].as_f64().unwrap();
+    let o = &json["offcpu"];
+    let off_ms = o["off_cpu_ms"].as_f64().unwrap();
+    let with_stack_ms = o["off_cpu_with_stack_ms"].as_f64().unwrap();
+    assert!(with_stack_ms > 0.5 * off_ms, "{o}");
+    // The listener thread (its name as the kernel keeps it: 15 characters).
+    let listener = o["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"].as_str() == Some("eventpipe-diagn"))
+        .unwrap_or_else(|| panic!("no listener thread in {o}"));
+    let waited = listener["off_cpu_ms"].as_f64().unwrap();
+    assert!(
+        waited >= 0.8 * duration_ms,
+        "the listener waited {waited} ms of {duration_ms}: {listener}"
+    );
+    // Where: a wait stack of that thread through the accept loop.
+    let waits = o["waits"].as_array().unwrap();
+    let accept = waits
+        .iter()
+        .find(|w| {
+            w["threads"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t == "eventpipe-diagn")
+                && w["frames"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|f| f.as_str().unwrap().contains("accept::run"))
+        })
+        .unwrap_or_else(|| panic!("no wait in the accept loop among {waits:?}"));
+    assert!(
+        accept["ms"].as_f64().unwrap() >= 0.5 * duration_ms,
+        "{accept}"
+    );
+    let total: f64 = waits.iter().map(|w| w["ms"].as_f64().unwrap()).sum();
+    assert!(total <= with_stack_ms + 1.0, "{total} > {with_stack_ms}");
+
+    let out = text(&eptrace_ok("analyze --offcpu", &["analyze", "--offcpu", file]).stdout);
+    assert!(out.contains("\nOff-CPU time: "), "{out}");
+    assert!(out.contains("Where they waited"), "{out}");
+    assert!(out.contains("eventpipe::diagnostics::accept::run"), "{out}");
+
+    // The same waits as a profile: collapsed stacks weighted in microseconds.
+    let folded = text(
+        &eptrace_ok(
+            "convert --samples offcpu",
+            &[
+                "convert",
+                "--samples",
+                "offcpu",
+                "--format",
+                "collapsed",
+                "-o",
+                "-",
+                file,
+            ],
+        )
+        .stdout,
+    );
+    let in_accept: u64 = folded
+        .lines()
+        .filter(|l| l.contains("accept::run"))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    assert!(in_accept > 0, "{folded}");
+    std::fs::remove_file(&trace).ok();
+}
+
+#[test]
+fn a_trace_without_off_cpu_stacks_says_how_to_get_them() {
+    let path =
+        std::env::temp_dir().join(format!("eptrace-cpu-only-{}.nettrace", std::process::id()));
+    let exe = env!("CARGO_BIN_EXE_eptrace");
+    eptrace_ok(
+        "collect --profile cpu-sampling",
+        &[
+            "collect",
+            "--profile",
+            "cpu-sampling",
+            "--duration",
+            "1s",
+            "-o",
+            path.to_str().unwrap(),
+            "--",
+            exe,
+            "demo-workload",
+            "--seconds",
+            "30",
+        ],
+    );
+    let out = text(
+        &eptrace_ok(
+            "analyze --offcpu",
+            &["analyze", "--offcpu", path.to_str().unwrap()],
+        )
+        .stdout,
+    );
+    assert!(out.contains("\nOff-CPU time: "), "{out}");
+    assert!(
+        out.contains("collect with --profile off-cpu for the stacks"),
+        "{out}"
+    );
+    std::fs::remove_file(&path).ok();
+}
