@@ -60,9 +60,9 @@ enum Command {
     Collect(CollectArgs),
     /// Summarize a trace: facts, event counts, threads, lost events, stacks, time order.
     Report(ReportArgs),
-    /// Diagnose a .NET trace: findings first (GC pauses, induced and blocking gen2 GCs,
-    /// thread pool starvation, lock contention, exception rates), then GC, allocations,
-    /// JIT, contention, exceptions and thread pool sections.
+    /// Diagnose a trace: findings first (GC pauses, induced and blocking gen2 GCs, thread
+    /// pool starvation, lock contention, exception rates), then GC, allocations, JIT,
+    /// contention, exceptions and thread pool sections (.NET) and off-CPU time (Rust).
     Analyze(AnalyzeArgs),
     /// Print events, one per line, as text or JSON lines.
     Dump(DumpArgs),

@@ -34,6 +34,10 @@
 //!   collector — the same total the earlier tick-by-tick sampler wrote, and wall-clock
 //!   profiles (every state) stay proportional across threads while CPU profiles (running
 //!   only) count CPU time alone;
+//! * with **off-CPU stacks** (a session's `OffCpu=1`, [`parse_off_cpu`]), writes that
+//!   off-CPU time as [`STATE_WAITING`] samples with the stack each thread waited in, which
+//!   it learns by interrupting a waiting thread once per wait (`off_cpu` says how and what
+//!   it costs); time it could not place keeps its stackless blocked samples;
 //! * re-lists `/proc/self/task` every 100 ms, and sooner when the thread count (the
 //!   directory's link count, one `stat`) changed: new threads get a timer and a record
 //!   ring, exited ones have theirs deleted and given back.
