@@ -9,8 +9,9 @@
 //   gc          5 induced gen0, 3 induced gen1 and 2 induced blocking gen2 collections, each
 //               after 100,000 more objects are made live (so each GC has real work: its
 //               pause is long beside the suspension around it), then 200,000 small and
-//               60 large (200 KB, LOH) allocations
+//               (in LargeAllocations) 60 large (200 KB, LOH) allocations
 //   contention  20 rounds: a thread holds a lock for 30 ms while the main thread asks for it
+//               (in WaitForGate, which times its own waits)
 //   exceptions  40 AnalyzeApp.ScenarioException("scenario one") and 25
 //               System.InvalidOperationException("scenario two"), each thrown and caught
 //   starvation  12 thread pool work items that each block their worker for 800 ms
@@ -25,10 +26,15 @@
 //   jit_methods N / jit_ms X     JitInfo.GetCompiledMethodCount/GetCompilationTime (.NET 6+)
 //   threads N                    ThreadPool.ThreadCount (.NET Core 3.0+)
 //   thrown_scenario_one N / thrown_scenario_two N   the exceptions this app threw
+//   large_bytes N                the bytes LargeAllocations allocated
+//                                (GC.GetAllocatedBytesForCurrentThread, .NET Core 3.0+)
+//   contention_wait_ms X         how long WaitForGate waited for the lock (Stopwatch)
 //   done
 
 using System;
+using System.Diagnostics;
 using System.Reflection;
+using System.Runtime.CompilerServices;
 using System.Threading;
 
 class ScenarioException : Exception
@@ -40,6 +46,8 @@ static class AnalyzeApp
 {
     static readonly object Gate = new object();
     static long sink;
+    static long largeBytes = -1;
+    static double contentionWaitMs;
 
     static int Main()
     {
@@ -71,6 +79,9 @@ static class AnalyzeApp
             Console.WriteLine("threads " + threads.GetValue(null, null));
         Console.WriteLine("thrown_scenario_one " + one);
         Console.WriteLine("thrown_scenario_two " + two);
+        if (largeBytes >= 0)
+            Console.WriteLine("large_bytes " + largeBytes);
+        Console.WriteLine("contention_wait_ms " + Invariant(contentionWaitMs));
         Console.WriteLine("done " + (sink > 0 ? "ok" : "?"));
         return 0;
     }
@@ -96,11 +107,21 @@ static class AnalyzeApp
             byte[] small = new byte[1000];
             sink += small.Length;
         }
+        LargeAllocations();
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static void LargeAllocations()
+    {
+        MethodInfo allocated = typeof(GC).GetMethod("GetAllocatedBytesForCurrentThread", Type.EmptyTypes);
+        long before = allocated != null ? (long)allocated.Invoke(null, null) : 0;
         for (int i = 0; i < 60; i++)
         {
             byte[] large = new byte[200000];
             sink += large.Length;
         }
+        if (allocated != null)
+            largeBytes = (long)allocated.Invoke(null, null) - before;
     }
 
     static void Contention()
@@ -118,9 +139,16 @@ static class AnalyzeApp
             });
             holder.Start();
             held.WaitOne();
-            lock (Gate) { sink++; }
+            WaitForGate();
             holder.Join();
         }
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static void WaitForGate()
+    {
+        Stopwatch waited = Stopwatch.StartNew();
+        lock (Gate) { contentionWaitMs += waited.Elapsed.TotalMilliseconds; sink++; }
     }
 
     static void Exceptions(ref int one, ref int two)

@@ -10,9 +10,12 @@ use serde::Serialize;
 use crate::fields::Fields;
 use crate::stats::Distribution;
 
-pub(crate) mod id {
-    pub(crate) const START: u32 = 81;
-    pub(crate) const STOP: u32 = 91;
+/// The runtime's event ids of the `Contention/*` events this section reads (its manifest).
+pub mod id {
+    /// `Contention/Start`.
+    pub const START: u32 = 81;
+    /// `Contention/Stop`.
+    pub const STOP: u32 = 91;
 }
 
 /// The waits of one thread.

@@ -8,10 +8,14 @@ use serde::Serialize;
 
 use crate::fields::Fields;
 
-pub(crate) mod id {
-    pub(crate) const THROWN: u32 = 80;
-    pub(crate) const CATCH_START: u32 = 250;
-    pub(crate) const FINALLY_START: u32 = 252;
+/// The runtime's event ids of the `Exception/*` events this section reads (its manifest).
+pub mod id {
+    /// `Exception/Start (ExceptionThrown_V1)`.
+    pub const THROWN: u32 = 80;
+    /// `ExceptionCatch/Start`.
+    pub const CATCH_START: u32 = 250;
+    /// `ExceptionFinally/Start`.
+    pub const FINALLY_START: u32 = 252;
 }
 
 /// Exceptions of one type and message.

@@ -37,15 +37,22 @@ use serde::Serialize;
 use crate::fields::Fields;
 use crate::stats::Distribution;
 
-/// `Microsoft-Windows-DotNETRuntime` event ids.
-pub(crate) mod id {
-    pub(crate) const START: u32 = 1;
-    pub(crate) const END: u32 = 2;
-    pub(crate) const RESTART_EE_STOP: u32 = 3;
-    pub(crate) const HEAP_STATS: u32 = 4;
-    pub(crate) const SUSPEND_EE_STOP: u32 = 8;
-    pub(crate) const SUSPEND_EE_START: u32 = 9;
-    pub(crate) const ALLOCATION_TICK: u32 = 10;
+/// The runtime's event ids of the `GC/*` events this section reads (its manifest).
+pub mod id {
+    /// `GC/Start`.
+    pub const START: u32 = 1;
+    /// `GC/Stop`.
+    pub const END: u32 = 2;
+    /// `GC/RestartEEStop`.
+    pub const RESTART_EE_STOP: u32 = 3;
+    /// `GC/HeapStats`.
+    pub const HEAP_STATS: u32 = 4;
+    /// `GC/SuspendEEStop`.
+    pub const SUSPEND_EE_STOP: u32 = 8;
+    /// `GC/SuspendEEStart`.
+    pub const SUSPEND_EE_START: u32 = 9;
+    /// `GC/AllocationTick`.
+    pub const ALLOCATION_TICK: u32 = 10;
 }
 
 /// One garbage collection.

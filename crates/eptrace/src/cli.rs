@@ -649,7 +649,9 @@ struct ConvertArgs {
     /// Which events are the samples: auto (CPU samples, else .NET thread time, else
     /// allocation samples, else every event with a stack), cpu, thread-time (.NET: time in
     /// and outside managed code), managed (.NET: time in managed code only), offcpu
-    /// (Rust: where threads waited, from `--profile off-cpu`), alloc, live-heap (what was still allocated at the last heap profile), events, or an event
+    /// (Rust: where threads waited, from `--profile off-cpu`), alloc (Rust's allocation
+    /// samples, or .NET's GC/AllocationTick by bytes), contention (.NET: lock waits by
+    /// time), exceptions (.NET: by throw stack), live-heap (what was still allocated at the last heap profile), events, or an event
     /// name (Provider/Event).
     #[arg(long, value_name = "WHAT", default_value = "auto")]
     samples: String,
@@ -943,6 +945,8 @@ fn parse_samples(s: &str) -> SampleSelection {
         "thread-time" | "threadtime" => SampleSelection::ThreadTime,
         "managed" => SampleSelection::ManagedCode,
         "offcpu" | "off-cpu" => SampleSelection::OffCpu,
+        "contention" => SampleSelection::Contention,
+        "exceptions" => SampleSelection::Exceptions,
         "alloc" | "allocations" => SampleSelection::Allocations,
         "live-heap" | "heap" => SampleSelection::LiveHeap,
         "events" => SampleSelection::EventsWithStacks,

@@ -22,6 +22,16 @@ use support::{eptrace_ok, text};
 /// Verbose (JIT's events and `GC/AllocationTick` are Verbose).
 const PROVIDERS: &str = "Microsoft-Windows-DotNETRuntime:0x1C011:5";
 
+/// The total weight of the collapsed-stack lines whose stack passes `keep`.
+fn weight_where(folded: &str, keep: impl Fn(&str) -> bool) -> f64 {
+    folded
+        .lines()
+        .filter_map(|line| line.rsplit_once(' '))
+        .filter(|(stack, _)| keep(stack))
+        .map(|(_, weight)| weight.parse::<f64>().unwrap())
+        .sum()
+}
+
 fn within(label: &str, measured: f64, truth: f64, tolerance: f64) {
     eprintln!("{label}: analysis {measured}, runtime {truth}");
     assert!(
@@ -146,6 +156,63 @@ fn analyze_agrees_with_the_runtimes_own_accounting_on_dotnet_8() {
         for rule in ["gc-induced", "gc-blocking-gen2", "threadpool-starvation"] {
             assert!(rules.contains(&rule), "no {rule} finding: {rules:?}");
         }
+
+        // The same events as profiles, on the stacks the runtime recorded with them.
+        let trace_path = trace.to_str().unwrap();
+        let folded = |samples: &str| {
+            let out = eptrace_ok(
+                &format!("convert --samples {samples}"),
+                &[
+                    "convert",
+                    "--samples",
+                    samples,
+                    "-f",
+                    "collapsed",
+                    "-o",
+                    "-",
+                    trace_path,
+                ],
+            );
+            text(&out.stdout)
+        };
+        // Each exception at its throw stack, ending in the type thrown: the app's counts.
+        let exceptions = folded("exceptions");
+        assert_eq!(
+            weight_where(&exceptions, |stack| stack
+                .ends_with(";Throw ScenarioException")),
+            t("thrown_scenario_one"),
+            "{exceptions}"
+        );
+        assert_eq!(
+            weight_where(&exceptions, |stack| {
+                stack.ends_with(";Throw System.InvalidOperationException")
+            }),
+            t("thrown_scenario_two"),
+            "{exceptions}"
+        );
+        // Lock waits by time (collapsed weights are µs), in the method that waited: what
+        // it timed itself.
+        let contention = folded("contention");
+        within(
+            "WaitForGate's lock waits, ms",
+            weight_where(&contention, |stack| {
+                stack.contains("AnalyzeApp.WaitForGate")
+            }) / 1000.0,
+            t("contention_wait_ms"),
+            0.10,
+        );
+        // Allocations by the bytes each tick stands for (~100 KB: the error of one tick on
+        // 12 MB), ending in the type: what the runtime counted for the method.
+        let alloc = folded("alloc");
+        within(
+            "LargeAllocations' byte[] bytes",
+            weight_where(&alloc, |stack| {
+                stack.contains("AnalyzeApp.LargeAllocations")
+                    && stack.ends_with(";Type System.Byte[]")
+            }),
+            t("large_bytes"),
+            0.05,
+        );
         let _ = std::fs::remove_dir_all(&dir);
     });
 }

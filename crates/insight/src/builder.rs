@@ -25,6 +25,7 @@ use nettrace::{Event, TraceInfo, TraceReader};
 use crate::async_stacks;
 use crate::async_trace::{AsyncFrameId, AsyncTrace, AsyncTraceBuilder, ContextId};
 use crate::profile::{Frame, FrameKind, LinesId, Profile, Sample, SampleUnit, StackId};
+use crate::runtime_samples::RuntimeSample;
 use crate::thread_time;
 use eventpipe_symbols::{rundown_thread, Symbolizer};
 
@@ -56,8 +57,16 @@ pub enum SampleSelection {
     /// Off-CPU time: where threads waited, each sample weighing the wall time its thread
     /// spent waiting in its stack (this project's CPU sampler with `OffCpu=1`).
     OffCpu,
-    /// Allocation samples only (`AllocationSample`), weighted by the bytes each stands for.
+    /// Allocation samples only, weighted by the bytes each stands for: this project's
+    /// allocation profiler's `AllocationSample`s, or the .NET runtime's
+    /// `GC/AllocationTick`s (about 100 KB each), ending in the type allocated.
     Allocations,
+    /// .NET lock contention: each `Contention/Start`'s stack, weighted by how long the
+    /// thread waited (to its `Contention/Stop`, or its `DurationNs` on .NET 8+).
+    Contention,
+    /// .NET exceptions: each `Exception/Start`'s throw stack, one each, ending in the type
+    /// thrown.
+    Exceptions,
     /// The live heap: the `LiveAllocation` events of the trace's last heap profile (highest
     /// `Snapshot`), weighted by the bytes each stands for; in a trace without one, the
     /// allocation samples that no `FreeSample` of their address ended.
@@ -77,6 +86,8 @@ impl SampleSelection {
             SampleSelection::ThreadTime => ".NET thread-time samples".into(),
             SampleSelection::ManagedCode => ".NET samples in managed code".into(),
             SampleSelection::OffCpu => "off-CPU samples".into(),
+            SampleSelection::Contention => "lock contentions".into(),
+            SampleSelection::Exceptions => "exceptions".into(),
             SampleSelection::Allocations => "allocation samples".into(),
             SampleSelection::LiveHeap => "live-heap samples".into(),
             SampleSelection::EventsWithStacks => "events with a stack".into(),
@@ -92,6 +103,8 @@ impl SampleSelection {
             SampleSelection::ThreadTime => "thread-time".into(),
             SampleSelection::ManagedCode => "managed".into(),
             SampleSelection::OffCpu => "offcpu".into(),
+            SampleSelection::Contention => "contention".into(),
+            SampleSelection::Exceptions => "exceptions".into(),
             SampleSelection::Allocations => "alloc".into(),
             SampleSelection::LiveHeap => "live-heap".into(),
             SampleSelection::EventsWithStacks => "events".into(),
@@ -113,17 +126,21 @@ enum Kind {
     OffCpu,
     Allocations,
     LiveHeap,
+    /// .NET lock waits.
+    Contention,
+    /// .NET exceptions thrown.
+    Exceptions,
     Events,
 }
 
 /// A value per [`Kind`], looked up by index: the builder touches two of these for every
 /// sample, where a hash map cost a hash and a probe each time.
 #[derive(Debug)]
-struct PerKind<T>([Option<T>; 6]);
+struct PerKind<T>([Option<T>; 8]);
 
 impl<T> Default for PerKind<T> {
     fn default() -> Self {
-        PerKind([None, None, None, None, None, None])
+        PerKind([None, None, None, None, None, None, None, None])
     }
 }
 
@@ -165,9 +182,16 @@ struct RawSample {
     stack: u32,
     /// A CPU sample's `AsyncContext` (0: none, or a trace that predates the field).
     async_ctx: u64,
-    /// A .NET sample taken outside managed code (`Type` External).
-    external: bool,
+    /// The frame after the stack's leaf: [`LEAF_NONE`], [`LEAF_EXTERNAL`] (a .NET sample
+    /// taken outside managed code), or a name in `leaf_names` (at `leaf - 2`): the type a
+    /// runtime sample allocated or threw.
+    leaf: u32,
 }
+
+/// [`RawSample::leaf`]: nothing after the leaf.
+const LEAF_NONE: u32 = 0;
+/// [`RawSample::leaf`]: [`EXTERNAL_CODE_FRAME`].
+const LEAF_EXTERNAL: u32 = 1;
 
 /// Builds a [`Profile`] from events fed one at a time.
 #[derive(Debug)]
@@ -205,6 +229,11 @@ pub struct ProfileBuilder {
     async_trace: AsyncTraceBuilder,
     /// Whether CPU samples get their async callstacks.
     async_stacks: bool,
+    /// The names [`RawSample::leaf`] points at, and their ids.
+    leaf_names: Vec<String>,
+    leaf_ids: HashMap<String, u32>,
+    /// Each thread's lock wait in progress: its `Contention/Start`'s stack and time.
+    contention_starts: HashMap<u64, (u32, i64), FastHash>,
 }
 
 /// A profile and what could not be symbolized.
@@ -229,9 +258,9 @@ pub struct BuiltProfile {
     pub binaries: eventpipe_symbols::BinaryCache,
 }
 
-/// A distinct symbolized stack: the raw stack, the async callstack spliced in, and whether
-/// it ends outside managed code.
-type StackKey = (u32, Option<Vec<AsyncFrameId>>, bool);
+/// A distinct symbolized stack: the raw stack, the async callstack spliced in, and the
+/// frame after its leaf ([`RawSample::leaf`]).
+type StackKey = (u32, Option<Vec<AsyncFrameId>>, u32);
 
 impl ProfileBuilder {
     /// A builder selecting samples by `selection`.
@@ -255,6 +284,9 @@ impl ProfileBuilder {
             live_snapshot: 0,
             async_trace: AsyncTraceBuilder::new(),
             async_stacks: true,
+            leaf_names: Vec::new(),
+            leaf_ids: HashMap::new(),
+            contention_starts: HashMap::default(),
         }
     }
 
@@ -318,11 +350,23 @@ impl ProfileBuilder {
             }
             return;
         }
+        let runtime = self.runtime_sample(event);
+        if let Some(RuntimeSample::ContentionStop { duration_ns }) = runtime {
+            self.end_contention(event, duration_ns);
+            return;
+        }
         let stack_bytes = event.stack.unwrap_or(&[]);
         if stack_bytes.len() < event.trace.pointer_size.max(1) as usize {
             return;
         }
-        let (kind, weight, alloc) = self.classify(event);
+        let (kind, weight, alloc) = match &runtime {
+            Some(RuntimeSample::Allocation { bytes, .. }) => {
+                (Kind::Allocations, *bytes, AllocFields::default())
+            }
+            Some(RuntimeSample::ContentionStart) => (Kind::Contention, 0, AllocFields::default()),
+            Some(RuntimeSample::Exception { .. }) => (Kind::Exceptions, 1, AllocFields::default()),
+            _ => self.classify(event),
+        };
         let cpu = CpuFields::of(event);
         let kind = if cpu.waiting { Kind::OffCpu } else { kind };
         let weight = if matches!(kind, Kind::Cpu | Kind::OffCpu) {
@@ -374,14 +418,73 @@ impl ProfileBuilder {
                 id
             }
         };
+        if kind == Kind::Contention {
+            // Weighed, and kept, when the wait ends.
+            self.contention_starts
+                .insert(tid, (stack, event.header.timestamp));
+            return;
+        }
+        let leaf = if kind == Kind::DotnetSamples && dotnet_sample_is_external(event) {
+            LEAF_EXTERNAL
+        } else {
+            runtime
+                .and_then(|r| r.leaf())
+                .map_or(LEAF_NONE, |name| self.leaf_id(name))
+        };
         self.samples.or_default(kind).push(RawSample {
             thread: tid,
             ticks: event.header.timestamp,
             weight,
             stack,
             async_ctx: cpu.async_context,
-            external: kind == Kind::DotnetSamples && dotnet_sample_is_external(event),
+            leaf,
         });
+    }
+
+    /// The runtime sample `event` is, unless the selection takes events by name (or all
+    /// events with stacks), one each.
+    fn runtime_sample(&self, event: &Event<'_>) -> Option<RuntimeSample> {
+        match self.selection {
+            SampleSelection::Event(_) | SampleSelection::EventsWithStacks => None,
+            _ => RuntimeSample::of(event),
+        }
+    }
+
+    /// A `Contention/Stop`: the thread's wait, begun at its `Contention/Start`, becomes a
+    /// sample weighing its length (the runtime's `DurationNs` where it writes one).
+    fn end_contention(&mut self, event: &Event<'_>, duration_ns: Option<f64>) {
+        let tid = event.thread_id();
+        let Some((stack, start_ticks)) = self.contention_starts.remove(&tid) else {
+            return;
+        };
+        let ns = duration_ns
+            .filter(|d| d.is_finite() && *d >= 0.0)
+            .map_or_else(
+                || {
+                    let ticks = event.header.timestamp.saturating_sub(start_ticks).max(0);
+                    (ticks as f64 * 1e9 / self.tick_frequency.max(1) as f64) as u64
+                },
+                |d| d as u64,
+            );
+        self.samples.or_default(Kind::Contention).push(RawSample {
+            thread: tid,
+            ticks: start_ticks,
+            weight: ns,
+            stack,
+            async_ctx: 0,
+            leaf: LEAF_NONE,
+        });
+    }
+
+    /// The id of the leaf frame named `name`.
+    fn leaf_id(&mut self, name: String) -> u32 {
+        if let Some(&id) = self.leaf_ids.get(&name) {
+            return id;
+        }
+        let id = self.leaf_names.len() as u32 + 2;
+        self.leaf_names.push(name.clone());
+        self.leaf_ids.insert(name, id);
+        id
     }
 
     /// The allocation samples not ended by a `FreeSample`: those whose address has no later
@@ -431,6 +534,8 @@ impl ProfileBuilder {
                 kind == Kind::DotnetSamples
             }
             SampleSelection::OffCpu => kind == Kind::OffCpu,
+            SampleSelection::Contention => kind == Kind::Contention,
+            SampleSelection::Exceptions => kind == Kind::Exceptions,
             SampleSelection::Allocations => kind == Kind::Allocations,
             // Allocation samples too, for a trace without a heap profile.
             SampleSelection::LiveHeap => matches!(kind, Kind::LiveHeap | Kind::Allocations),
@@ -484,6 +589,16 @@ impl ProfileBuilder {
                 SampleUnit::OffCpuTime,
                 "Off-CPU time (where threads waited)".to_owned(),
             ),
+            SampleSelection::Contention => (
+                Some(Kind::Contention),
+                SampleUnit::LockWait,
+                "Lock contention (time waiting)".to_owned(),
+            ),
+            SampleSelection::Exceptions => (
+                Some(Kind::Exceptions),
+                SampleUnit::Events,
+                "Exceptions thrown".to_owned(),
+            ),
             SampleSelection::Allocations => allocations,
             SampleSelection::LiveHeap => (
                 Some(Kind::LiveHeap),
@@ -504,6 +619,8 @@ impl ProfileBuilder {
             (SampleSelection::Cpu, count(Kind::Cpu)),
             (SampleSelection::ThreadTime, count(Kind::DotnetSamples)),
             (SampleSelection::OffCpu, count(Kind::OffCpu)),
+            (SampleSelection::Contention, count(Kind::Contention)),
+            (SampleSelection::Exceptions, count(Kind::Exceptions)),
             (SampleSelection::Allocations, count(Kind::Allocations)),
             (SampleSelection::LiveHeap, count(Kind::LiveHeap)),
             (SampleSelection::EventsWithStacks, count(Kind::Events)),
@@ -544,7 +661,7 @@ impl ProfileBuilder {
                     sample.weight = weight;
                 }
                 if self.selection == SampleSelection::ManagedCode {
-                    samples.retain(|s| !s.external);
+                    samples.retain(|s| s.leaf != LEAF_EXTERNAL);
                 }
                 samples
             }
@@ -570,7 +687,8 @@ impl ProfileBuilder {
         // A native stack with (or without) an async callstack spliced in.
         let mut stack_ids: HashMap<StackKey, (StackId, Option<LinesId>), FastHash> =
             HashMap::default();
-        // The ids of each raw stack without an async callstack, at `2 × raw id + external`.
+        // The ids of each raw stack without an async callstack or a named leaf, at
+        // `2 × raw id + leaf`.
         let mut plain_ids: Vec<Option<(StackId, Option<LinesId>)>> =
             vec![None; self.raw_stack_list.len() * 2];
         // Each thread's index in the profile: its name and process are known by now, so
@@ -601,9 +719,8 @@ impl ProfileBuilder {
                 _ => None,
             };
             // Without an async callstack (most samples), the ids are found by index.
-            let plain_slot = async_frames
-                .is_none()
-                .then(|| sample.stack as usize * 2 + usize::from(sample.external));
+            let plain_slot = (async_frames.is_none() && sample.leaf <= LEAF_EXTERNAL)
+                .then(|| sample.stack as usize * 2 + sample.leaf as usize);
             if let Some(&Some(ids)) = plain_slot.and_then(|slot| plain_ids.get(slot)) {
                 let thread = thread_index(&mut profile, &mut thread_ids, &self, sample.thread);
                 profile.push_sample(Sample {
@@ -615,13 +732,20 @@ impl ProfileBuilder {
                 });
                 continue;
             }
-            let key = (sample.stack, async_frames, sample.external);
+            let key = (sample.stack, async_frames, sample.leaf);
             let (stack, lines) = match stack_ids.get(&key) {
                 Some(&ids) => ids,
                 None => {
                     let mut frames = self.symbolize_stack(sample.stack as usize, trim);
-                    if sample.external {
-                        frames.push(Frame::named(EXTERNAL_CODE_FRAME, FrameKind::ThreadState));
+                    match sample.leaf {
+                        LEAF_NONE => {}
+                        LEAF_EXTERNAL => {
+                            frames.push(Frame::named(EXTERNAL_CODE_FRAME, FrameKind::ThreadState))
+                        }
+                        named => frames.push(Frame::named(
+                            self.leaf_names[named as usize - 2].clone(),
+                            FrameKind::HeapType,
+                        )),
                     }
                     if let (Some(t), Some(ids)) = (splice_from, &key.1) {
                         let spliced = ids.iter().map(|&id| async_stacks::async_frame(t, id));

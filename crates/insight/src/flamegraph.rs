@@ -123,7 +123,10 @@ pub fn write_collapsed(profile: &Profile, grouping: Grouping, w: impl Write) -> 
 /// of samples: `CPU samples: CPU time in µs, 1,470 samples`.
 pub fn flamegraph_title(profile: &Profile) -> String {
     let measure = match profile.unit {
-        SampleUnit::CpuTime | SampleUnit::ThreadTime | SampleUnit::OffCpuTime => {
+        SampleUnit::CpuTime
+        | SampleUnit::ThreadTime
+        | SampleUnit::OffCpuTime
+        | SampleUnit::LockWait => {
             format!("{} in µs", profile.unit.describe())
         }
         unit => unit.describe().to_owned(),
@@ -155,7 +158,10 @@ pub fn write_flamegraph(profile: &Profile, grouping: Grouping, w: impl Write) ->
     let mut options = inferno::flamegraph::Options::default();
     options.title = flamegraph_title(profile);
     options.count_name = match profile.unit {
-        SampleUnit::CpuTime | SampleUnit::ThreadTime | SampleUnit::OffCpuTime => "µs",
+        SampleUnit::CpuTime
+        | SampleUnit::ThreadTime
+        | SampleUnit::OffCpuTime
+        | SampleUnit::LockWait => "µs",
         SampleUnit::Bytes | SampleUnit::LiveBytes | SampleUnit::HeapBytes => "bytes",
         SampleUnit::Events => "events",
     }

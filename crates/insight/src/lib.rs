@@ -52,6 +52,7 @@ pub mod pprof;
 pub mod profile;
 pub mod report;
 pub mod retention;
+mod runtime_samples;
 pub mod speedscope;
 pub mod thread_time;
 pub mod write_behind;

@@ -295,6 +295,11 @@ fn sample_types(unit: SampleUnit) -> (&'static [(&'static str, &'static str)], &
             &[("samples", "count"), ("off_cpu", "nanoseconds")],
             "off_cpu",
         ),
+        // What a Go mutex profile calls them.
+        SampleUnit::LockWait => (
+            &[("contentions", "count"), ("delay", "nanoseconds")],
+            "delay",
+        ),
         SampleUnit::Bytes => (
             &[("samples", "count"), ("alloc_space", "bytes")],
             "alloc_space",
@@ -425,7 +430,10 @@ pub fn build_pprof(profile: &Profile, options: &PprofOptions) -> Result<proto::P
     let mut location_ids: HashMap<(FrameId, u32), u64> = HashMap::new();
     for ((thread, stack, lines), count, weight) in totals {
         let value = match profile.unit {
-            SampleUnit::CpuTime | SampleUnit::ThreadTime | SampleUnit::OffCpuTime => {
+            SampleUnit::CpuTime
+            | SampleUnit::ThreadTime
+            | SampleUnit::OffCpuTime
+            | SampleUnit::LockWait => {
                 vec![to_i64("sample count", count)?, to_i64("time (ns)", weight)?]
             }
             SampleUnit::Bytes | SampleUnit::LiveBytes | SampleUnit::HeapBytes => {

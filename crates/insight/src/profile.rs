@@ -43,6 +43,9 @@ pub enum SampleUnit {
     /// project's CPU sampler with off-CPU stacks, `OffCpu=1`: `State` 3, periods × the
     /// sampling interval of wall time each).
     OffCpuTime,
+    /// Nanoseconds threads waited for locks (.NET's `Contention` events, each wait on the
+    /// stack it began in).
+    LockWait,
     /// Allocation samples whose weight is an estimate of bytes allocated.
     Bytes,
     /// Live-heap samples whose weight is an estimate of bytes still allocated (pprof's
@@ -60,7 +63,10 @@ impl SampleUnit {
     pub fn is_time(self) -> bool {
         matches!(
             self,
-            SampleUnit::CpuTime | SampleUnit::ThreadTime | SampleUnit::OffCpuTime
+            SampleUnit::CpuTime
+                | SampleUnit::ThreadTime
+                | SampleUnit::OffCpuTime
+                | SampleUnit::LockWait
         )
     }
 
@@ -70,6 +76,7 @@ impl SampleUnit {
             SampleUnit::CpuTime => "CPU time",
             SampleUnit::ThreadTime => "thread time",
             SampleUnit::OffCpuTime => "off-CPU time",
+            SampleUnit::LockWait => "time waiting on locks",
             SampleUnit::Bytes => "bytes allocated",
             SampleUnit::LiveBytes => "bytes still allocated",
             SampleUnit::HeapBytes => "heap bytes retained",
@@ -295,7 +302,10 @@ impl Profile {
     pub fn weight_text(&self, weight: u64) -> String {
         let w = weight as f64;
         match self.unit {
-            SampleUnit::CpuTime | SampleUnit::ThreadTime | SampleUnit::OffCpuTime => {
+            SampleUnit::CpuTime
+            | SampleUnit::ThreadTime
+            | SampleUnit::OffCpuTime
+            | SampleUnit::LockWait => {
                 let time = if w >= 1e9 {
                     format!("{:.3} s", w / 1e9)
                 } else {

@@ -75,7 +75,10 @@ struct Sampled<'a> {
 /// speedscope's name of `unit`.
 fn unit_name(unit: SampleUnit) -> &'static str {
     match unit {
-        SampleUnit::CpuTime | SampleUnit::ThreadTime | SampleUnit::OffCpuTime => "nanoseconds",
+        SampleUnit::CpuTime
+        | SampleUnit::ThreadTime
+        | SampleUnit::OffCpuTime
+        | SampleUnit::LockWait => "nanoseconds",
         SampleUnit::Bytes | SampleUnit::LiveBytes | SampleUnit::HeapBytes => "bytes",
         SampleUnit::Events => "none",
     }

@@ -52,7 +52,10 @@ fn expected_values(unit: SampleUnit) -> BTreeMap<(u64, Vec<String>), Vec<i64>> {
         .map(|(key, w)| {
             let w = w as i64;
             let values = match unit {
-                SampleUnit::CpuTime | SampleUnit::ThreadTime | SampleUnit::OffCpuTime => {
+                SampleUnit::CpuTime
+                | SampleUnit::ThreadTime
+                | SampleUnit::OffCpuTime
+                | SampleUnit::LockWait => {
                     vec![counts[&key] as i64, w * common::PERIOD_NS as i64]
                 }
                 SampleUnit::Bytes | SampleUnit::LiveBytes | SampleUnit::HeapBytes => {
@@ -70,6 +73,7 @@ fn expected_types(unit: SampleUnit) -> Vec<(&'static str, &'static str)> {
         SampleUnit::CpuTime => vec![("samples", "count"), ("cpu", "nanoseconds")],
         SampleUnit::ThreadTime => vec![("samples", "count"), ("thread_time", "nanoseconds")],
         SampleUnit::OffCpuTime => vec![("samples", "count"), ("off_cpu", "nanoseconds")],
+        SampleUnit::LockWait => vec![("contentions", "count"), ("delay", "nanoseconds")],
         SampleUnit::Bytes => vec![("samples", "count"), ("alloc_space", "bytes")],
         SampleUnit::LiveBytes => vec![("samples", "count"), ("inuse_space", "bytes")],
         SampleUnit::HeapBytes => vec![("objects", "count"), ("inuse_space", "bytes")],
@@ -158,7 +162,10 @@ fn decoded_profile_has_the_table_values_leaf_last_reversed() {
         assert_eq!(i128::from(p.time_nanos), TRACE_START + 10_000_000);
         assert_eq!(p.duration_nanos, 10_000_000);
         match unit {
-            SampleUnit::CpuTime | SampleUnit::ThreadTime | SampleUnit::OffCpuTime => {
+            SampleUnit::CpuTime
+            | SampleUnit::ThreadTime
+            | SampleUnit::OffCpuTime
+            | SampleUnit::LockWait => {
                 let pt = p.period_type.unwrap();
                 assert_eq!((s(pt.r#type), s(pt.unit)), (types[1].0, "nanoseconds"));
                 assert_eq!(p.period, common::PERIOD_NS as i64);
@@ -379,6 +386,7 @@ fn go_pprof_reads_the_same_values_per_thread_and_stack() {
             SampleUnit::CpuTime => "cpu",
             SampleUnit::ThreadTime => "thread-time",
             SampleUnit::OffCpuTime => "off-cpu",
+            SampleUnit::LockWait => "lock-wait",
             SampleUnit::Bytes => "bytes",
             SampleUnit::LiveBytes => "live-bytes",
             SampleUnit::HeapBytes => "heap-bytes",

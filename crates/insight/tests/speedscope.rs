@@ -79,9 +79,10 @@ fn stacks_weights_and_threads_read_back_exactly() {
         let tids = [7u64, 8, 9];
 
         let (unit_name, per_weight) = match unit {
-            SampleUnit::CpuTime | SampleUnit::ThreadTime | SampleUnit::OffCpuTime => {
-                ("nanoseconds", common::PERIOD_NS as f64)
-            }
+            SampleUnit::CpuTime
+            | SampleUnit::ThreadTime
+            | SampleUnit::OffCpuTime
+            | SampleUnit::LockWait => ("nanoseconds", common::PERIOD_NS as f64),
             SampleUnit::Bytes | SampleUnit::LiveBytes | SampleUnit::HeapBytes => ("bytes", 1.0),
             SampleUnit::Events => ("none", 1.0),
         };

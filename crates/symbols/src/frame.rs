@@ -23,7 +23,8 @@ pub enum FrameKind {
     /// managed code ends in `eventpipe_insight::EXTERNAL_CODE_FRAME`), or the mark at the root end of
     /// a stack the sampler could not finish (`[truncated]`).
     ThreadState,
-    /// Not code: a type in a heap snapshot's retention view.
+    /// Not code: a type, in a heap snapshot's retention view or at the leaf of a .NET
+    /// runtime sample's stack (the type allocated or thrown: `Type System.String`).
     HeapType,
 }
 

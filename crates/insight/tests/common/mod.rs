@@ -208,11 +208,12 @@ pub fn workload(unit: SampleUnit) -> Profile {
 }
 
 /// Every sample unit, the order the converter tests go through them.
-pub fn units() -> [SampleUnit; 7] {
+pub fn units() -> [SampleUnit; 8] {
     [
         SampleUnit::CpuTime,
         SampleUnit::ThreadTime,
         SampleUnit::OffCpuTime,
+        SampleUnit::LockWait,
         SampleUnit::Bytes,
         SampleUnit::LiveBytes,
         SampleUnit::HeapBytes,
