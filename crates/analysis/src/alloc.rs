@@ -35,6 +35,9 @@ pub struct AllocationSection {
     pub estimated_bytes: u64,
     /// By type and heap, most bytes first.
     pub by_type: Vec<AllocationRow>,
+    /// By allocating stack, most MB first (empty until a caller that symbolizes fills it
+    /// in).
+    pub stacks: Vec<crate::TopStack>,
 }
 
 #[derive(Debug, Default)]
@@ -87,6 +90,7 @@ impl AllocationAnalyzer {
             ticks: self.events,
             estimated_bytes: by_type.iter().map(|r| r.estimated_bytes).sum(),
             by_type,
+            stacks: Vec::new(),
         }
     }
 }

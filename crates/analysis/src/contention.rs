@@ -49,6 +49,8 @@ pub struct ContentionSection {
     /// By the thread that held the lock (.NET 8+'s `LockOwnerThreadID`), most wait first:
     /// (owner's managed thread pointer, waits, ms).
     pub owners: Vec<(u64, u64, f64)>,
+    /// By waiting stack, most ms first (empty until a caller that symbolizes fills it in).
+    pub stacks: Vec<crate::TopStack>,
 }
 
 #[derive(Debug, Default)]
@@ -120,6 +122,7 @@ impl ContentionAnalyzer {
             waits: Distribution::of(times),
             threads,
             owners,
+            stacks: Vec::new(),
         }
     }
 }

@@ -44,6 +44,9 @@ pub struct ExceptionSection {
     pub catches: u64,
     /// Finally blocks run, where the trace has the events.
     pub finallies: u64,
+    /// By throw stack, most thrown first (empty until a caller that symbolizes fills it
+    /// in).
+    pub stacks: Vec<crate::TopStack>,
 }
 
 #[derive(Debug, Default)]
@@ -94,6 +97,7 @@ impl ExceptionAnalyzer {
                 0.0
             },
             by_type,
+            stacks: Vec::new(),
             catches: self.catches,
             finallies: self.finallies,
         }

@@ -106,6 +106,32 @@ impl Route {
     }
 }
 
+/// One stack a section's events happened on, and how much of the section it holds: filled
+/// in by a caller that symbolizes (this crate reads no symbols), from the profile of the
+/// same events (`eptrace convert --samples ...`).
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct TopStack {
+    /// The section's measure on this stack: ms (off-CPU, contention), MB (allocations) or
+    /// a count (exceptions).
+    pub value: f64,
+    /// The threads it happened on, by name (or `thread ID`).
+    pub threads: Vec<String>,
+    /// The stack's functions, leaf first.
+    pub frames: Vec<String>,
+}
+
+impl TopStack {
+    /// `value` on the stack `frames` (leaf first), by `threads`.
+    pub fn new(value: f64, threads: Vec<String>, frames: Vec<String>) -> TopStack {
+        TopStack {
+            value,
+            threads,
+            frames,
+        }
+    }
+}
+
 /// The .NET runtime's provider, whose events every section reads.
 pub const RUNTIME_PROVIDER: &str = "Microsoft-Windows-DotNETRuntime";
 

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use crate::fields::Fields;
+use crate::TopStack;
 
 /// The CPU sampler's provider.
 pub const CPU_SAMPLER_PROVIDER: &str = "EventPipeRs-CpuSampler";
@@ -50,29 +51,6 @@ pub struct ThreadTime {
     pub off_cpu_percent: f64,
 }
 
-/// One stack threads waited in, and for how long: filled in by a caller that symbolizes.
-#[derive(Debug, Clone, Serialize)]
-#[non_exhaustive]
-pub struct WaitStack {
-    /// Time off the CPU in this stack (ms), over every thread.
-    pub ms: f64,
-    /// The threads that waited there, by name (or id).
-    pub threads: Vec<String>,
-    /// The stack's functions, leaf first.
-    pub frames: Vec<String>,
-}
-
-impl WaitStack {
-    /// A wait of `ms` in `frames` (leaf first) by `threads`.
-    pub fn new(ms: f64, threads: Vec<String>, frames: Vec<String>) -> WaitStack {
-        WaitStack {
-            ms,
-            threads,
-            frames,
-        }
-    }
-}
-
 /// Off-CPU time per thread.
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
@@ -88,9 +66,9 @@ pub struct OffCpuSection {
     /// The part of `off_cpu_ms` whose stack is known: 0 in a trace collected without
     /// off-CPU stacks.
     pub off_cpu_with_stack_ms: f64,
-    /// Where threads waited, most time first (empty until a caller that symbolizes fills
-    /// it in).
-    pub waits: Vec<WaitStack>,
+    /// Where threads waited, most time first, in ms (empty until a caller that
+    /// symbolizes fills it in).
+    pub waits: Vec<TopStack>,
 }
 
 #[derive(Debug, Default)]

@@ -9,7 +9,6 @@ use anyhow::{Context, Result};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use eventpipe_analysis::{Analysis, Analyzer, Sections, Skipped};
-use eventpipe_insight::SampleSelection;
 use nettrace::source::Input;
 use nettrace::{SortedReader, TraceReader};
 
@@ -41,20 +40,19 @@ pub(crate) fn do_analyze(config: &Config) -> Result<()> {
             let total = Some(bytes.len() as u64);
             let (mut analysis, cut) =
                 read(crate::input::paged_reader(bytes), config, &name, total)?;
-            add_wait_stacks(&mut analysis, bytes, config)
-                .with_context(|| format!("cannot read {name}'s off-CPU stacks"))?;
+            // JSON has every stack; the text shows `top`.
+            let top = if config.json { usize::MAX } else { config.top };
+            let reader = config.cut.apply(crate::input::paged_reader(bytes)?);
+            crate::analyze_stacks::add_stacks(&mut analysis, reader, top)
+                .with_context(|| format!("cannot read {name}'s stacks"))?;
             (analysis, cut)
         }
         Opened::Stream(stream) => {
             let (analysis, cut) = read(TraceReader::from_read(stream), config, &name, None)?;
-            if analysis
-                .offcpu
-                .as_ref()
-                .is_some_and(|o| o.off_cpu_with_stack_ms > 0.0)
-            {
+            if crate::analyze_stacks::has_stacks(&analysis) {
                 eprintln!(
-                    "note: the stacks threads waited in need a second read, which a stream \
-                     does not allow: analyze a file for them"
+                    "note: the sections' stacks need a second read, which a stream does not \
+                     allow: analyze a file for them"
                 );
             }
             (analysis, cut)
@@ -73,23 +71,6 @@ pub(crate) fn do_analyze(config: &Config) -> Result<()> {
         .context("cannot write to stdout")?;
     out.flush().context("cannot write to stdout")?;
     crate::cut::verdict(&name, cut.as_ref(), analysis.events)
-}
-
-/// Where the threads waited, by stack, for a trace with off-CPU stacks: a second pass over
-/// `bytes`, which symbolizes (the analysis's own pass reads no symbols).
-fn add_wait_stacks(analysis: &mut Analysis, bytes: &[u8], config: &Config) -> Result<()> {
-    let Some(offcpu) = analysis.offcpu.as_mut() else {
-        return Ok(());
-    };
-    if offcpu.off_cpu_with_stack_ms <= 0.0 {
-        return Ok(());
-    }
-    let mut reader = config.cut.apply(crate::input::paged_reader(bytes)?);
-    let built = eventpipe_insight::build_profile(&mut reader, SampleSelection::OffCpu)?;
-    // JSON has every stack; the text shows `top`.
-    let top = if config.json { usize::MAX } else { config.top };
-    offcpu.waits = crate::analyze_stacks::wait_stacks(&built.profile, top);
-    Ok(())
 }
 
 fn read<I: Input>(

@@ -1,19 +1,130 @@
 //! Stacks for the analysis's sections: the analyses read events without symbols
-//! ([`eventpipe_analysis`]); where a section has stacks, a profile of the same samples
-//! ([`eventpipe_insight`]) names their frames.
+//! ([`eventpipe_analysis`]); where a section has stacks (allocations, contention,
+//! exceptions, off-CPU waits), a profile of the same events ([`eventpipe_insight`], as
+//! `convert --samples ...` draws it) names their frames. The profiles are built in one more
+//! pass over the file, only for the sections the trace has.
 
 use std::collections::{BTreeSet, HashMap};
 
-use eventpipe_analysis::offcpu::WaitStack;
-use eventpipe_insight::{Profile, StackId};
+use anyhow::Result;
+use eventpipe_analysis::{Analysis, TopStack};
+use eventpipe_insight::{Profile, ProfileBuilder, SampleSelection, StackId};
+use nettrace::source::Input;
+use nettrace::TraceReader;
 
-/// Frames of each wait stack shown, from the leaf: enough to reach the program's own
-/// function through the standard library's and libc's.
+/// Frames of each stack shown, from the leaf: enough to reach the program's own function
+/// through the runtime's, the standard library's and libc's.
 const FRAMES: usize = 10;
 
-/// The `top` stacks of an off-CPU profile, most time first: each with its time over every
-/// thread, the threads that waited there, and its frames from the leaf.
-pub(crate) fn wait_stacks(profile: &Profile, top: usize) -> Vec<WaitStack> {
+/// Which section a profile's stacks go to, and the unit they are shown in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Section {
+    Allocations,
+    Contention,
+    Exceptions,
+    OffCpu,
+}
+
+impl Section {
+    fn selection(self) -> SampleSelection {
+        match self {
+            Section::Allocations => SampleSelection::Allocations,
+            Section::Contention => SampleSelection::Contention,
+            Section::Exceptions => SampleSelection::Exceptions,
+            Section::OffCpu => SampleSelection::OffCpu,
+        }
+    }
+
+    /// A profile weight in the section's unit: MB as PerfView counts them, ms, or a count.
+    fn value(self, weight: u64) -> f64 {
+        match self {
+            Section::Allocations => weight as f64 / 1e6,
+            Section::Contention | Section::OffCpu => weight as f64 / 1e6,
+            Section::Exceptions => weight as f64,
+        }
+    }
+}
+
+/// The sections of `analysis` that have stacks to show.
+fn with_stacks(analysis: &Analysis) -> Vec<Section> {
+    let mut sections = Vec::new();
+    if analysis.allocations.is_some() {
+        sections.push(Section::Allocations);
+    }
+    if analysis.contention.as_ref().is_some_and(|c| c.measured > 0) {
+        sections.push(Section::Contention);
+    }
+    if analysis.exceptions.as_ref().is_some_and(|e| e.thrown > 0) {
+        sections.push(Section::Exceptions);
+    }
+    if analysis
+        .offcpu
+        .as_ref()
+        .is_some_and(|o| o.off_cpu_with_stack_ms > 0.0)
+    {
+        sections.push(Section::OffCpu);
+    }
+    sections
+}
+
+/// Whether any section of `analysis` has stacks that [`add_stacks`] would add.
+pub(crate) fn has_stacks(analysis: &Analysis) -> bool {
+    !with_stacks(analysis).is_empty()
+}
+
+/// Fills in the `top` stacks of each section of `analysis` that has them, from one pass
+/// over `reader`.
+pub(crate) fn add_stacks<I: Input>(
+    analysis: &mut Analysis,
+    mut reader: TraceReader<I>,
+    top: usize,
+) -> Result<()> {
+    let sections = with_stacks(analysis);
+    if sections.is_empty() {
+        return Ok(());
+    }
+    let mut builders: Vec<ProfileBuilder> = sections
+        .iter()
+        .map(|s| ProfileBuilder::new(s.selection()))
+        .collect();
+    while let Some(event) = reader.next_event_ref()? {
+        let event = event.to_event();
+        for builder in &mut builders {
+            builder.observe(&event);
+        }
+    }
+    for (section, builder) in sections.into_iter().zip(builders) {
+        let built = builder.finish();
+        let stacks = top_stacks(&built.profile, top, |w| section.value(w));
+        match section {
+            Section::Allocations => {
+                if let Some(a) = analysis.allocations.as_mut() {
+                    a.stacks = stacks;
+                }
+            }
+            Section::Contention => {
+                if let Some(c) = analysis.contention.as_mut() {
+                    c.stacks = stacks;
+                }
+            }
+            Section::Exceptions => {
+                if let Some(e) = analysis.exceptions.as_mut() {
+                    e.stacks = stacks;
+                }
+            }
+            Section::OffCpu => {
+                if let Some(o) = analysis.offcpu.as_mut() {
+                    o.waits = stacks;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The `top` stacks of `profile`, most weight first: each with its weight over every
+/// thread (as `value` gives it), the threads, and its frames from the leaf.
+fn top_stacks(profile: &Profile, top: usize, value: impl Fn(u64) -> f64) -> Vec<TopStack> {
     let mut by_stack: HashMap<StackId, (u64, BTreeSet<usize>)> = HashMap::new();
     for sample in &profile.samples {
         let entry = by_stack.entry(sample.stack).or_default();
@@ -25,7 +136,7 @@ pub(crate) fn wait_stacks(profile: &Profile, top: usize) -> Vec<WaitStack> {
     ranked
         .into_iter()
         .take(top)
-        .map(|(stack, (ns, threads))| {
+        .map(|(stack, (weight, threads))| {
             let threads = threads
                 .into_iter()
                 .map(|t| {
@@ -43,7 +154,7 @@ pub(crate) fn wait_stacks(profile: &Profile, top: usize) -> Vec<WaitStack> {
                 .take(FRAMES)
                 .map(|&f| profile.frames[f].function.clone())
                 .collect();
-            WaitStack::new(ns as f64 / 1e6, threads, frames)
+            TopStack::new(value(weight), threads, frames)
         })
         .collect()
 }

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use eventpipe_analysis::{
     AllocationSection, ContentionSection, ExceptionSection, GcSection, JitSection, OffCpuSection,
-    ThreadPoolSection,
+    ThreadPoolSection, TopStack,
 };
 
 /// Megabytes as PerfView counts them: 1,000,000 bytes.
@@ -121,6 +121,19 @@ pub(crate) fn allocations(s: &mut String, a: &AllocationSection, top: usize) {
             name
         );
     }
+    let all = mb(a.estimated_bytes);
+    stacks(
+        s,
+        "by stack (eptrace convert --samples alloc draws them)",
+        &a.stacks,
+        |v| {
+            format!(
+                "{v:.1} MB ({:.1} %)",
+                if all > 0.0 { v * 100.0 / all } else { 0.0 }
+            )
+        },
+        top,
+    );
 }
 
 pub(crate) fn jit(s: &mut String, j: &JitSection, top: usize) {
@@ -163,6 +176,13 @@ pub(crate) fn contention(s: &mut String, c: &ContentionSection, top: usize) {
             let _ = writeln!(s, "  {owner:#18x} {n:>6} {ms:>10.1}");
         }
     }
+    stacks(
+        s,
+        "by waiting stack (eptrace convert --samples contention draws them)",
+        &c.stacks,
+        |v| format!("{v:.1} ms"),
+        top,
+    );
 }
 
 pub(crate) fn exceptions(s: &mut String, e: &ExceptionSection, top: usize) {
@@ -174,6 +194,13 @@ pub(crate) fn exceptions(s: &mut String, e: &ExceptionSection, top: usize) {
     for r in e.by_type.iter().take(top) {
         let _ = writeln!(s, "  {:>7} {}: {}", r.count, r.exception_type, r.message);
     }
+    stacks(
+        s,
+        "by throw stack (eptrace convert --samples exceptions draws them)",
+        &e.stacks,
+        |v| format!("{v:.0} thrown"),
+        top,
+    );
 }
 
 pub(crate) fn threadpool(s: &mut String, t: &ThreadPoolSection, top: usize) {
@@ -232,16 +259,44 @@ pub(crate) fn offcpu(s: &mut String, o: &OffCpuSection, top: usize) {
         s.push_str("  where they waited: collect with --profile off-cpu for the stacks\n");
         return;
     }
-    s.push_str("  Where they waited (eptrace convert --samples offcpu draws it):\n");
-    for w in &o.waits {
-        let _ = writeln!(
-            s,
-            "  {:.1} ms ({:.1} %) on {}",
-            w.ms,
-            percent(w.ms, o.off_cpu_ms),
-            w.threads.join(", ")
-        );
-        for frame in &w.frames {
+    stacks(
+        s,
+        "Where they waited (eptrace convert --samples offcpu draws it)",
+        &o.waits,
+        |v| format!("{v:.1} ms ({:.1} %)", percent(v, o.off_cpu_ms)),
+        top,
+    );
+}
+
+/// Stacks shown in a section's text, at most: the rest are in `--json` and the profile.
+const STACKS_SHOWN: usize = 5;
+
+/// A section's top stacks under `title`, each with its value as `value` words it, the
+/// threads it happened on, and its frames from the leaf.
+fn stacks(
+    s: &mut String,
+    title: &str,
+    rows: &[TopStack],
+    value: impl Fn(f64) -> String,
+    top: usize,
+) {
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "  {title}:");
+    for row in rows.iter().take(top.min(STACKS_SHOWN)) {
+        let mut threads = row
+            .threads
+            .iter()
+            .take(3)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
+        if row.threads.len() > 3 {
+            let _ = write!(threads, " and {} more", row.threads.len() - 3);
+        }
+        let _ = writeln!(s, "  {} on {threads}", value(row.value));
+        for frame in &row.frames {
             let _ = writeln!(s, "      {frame}");
         }
     }

@@ -157,6 +157,43 @@ fn analyze_agrees_with_the_runtimes_own_accounting_on_dotnet_8() {
             assert!(rules.contains(&rule), "no {rule} finding: {rules:?}");
         }
 
+        // The sections' stacks: the throw stack of each exception type with its count, and
+        // the lock waits in the method that waited.
+        let top_stacks = |section: &str| a[section]["stacks"].as_array().unwrap().clone();
+        let thrown_at = |leaf: &str| {
+            top_stacks("exceptions")
+                .iter()
+                .filter(|s| s["frames"][0] == leaf)
+                .map(|s| s["value"].as_f64().unwrap())
+                .sum::<f64>()
+        };
+        assert_eq!(
+            thrown_at("Throw ScenarioException"),
+            t("thrown_scenario_one")
+        );
+        assert_eq!(
+            thrown_at("Throw System.InvalidOperationException"),
+            t("thrown_scenario_two")
+        );
+        let waited_in_gate: f64 = top_stacks("contention")
+            .iter()
+            .filter(|s| {
+                s["frames"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|f| f.as_str().unwrap().contains("AnalyzeApp.WaitForGate"))
+            })
+            .map(|s| s["value"].as_f64().unwrap())
+            .sum();
+        within(
+            "contention stacks in WaitForGate, ms",
+            waited_in_gate,
+            t("contention_wait_ms"),
+            0.10,
+        );
+        assert!(!top_stacks("allocations").is_empty());
+
         // The same events as profiles, on the stacks the runtime recorded with them.
         let trace_path = trace.to_str().unwrap();
         let folded = |samples: &str| {

@@ -80,10 +80,10 @@ fn the_listener_is_found_waiting_in_its_accept_loop() {
         })
         .unwrap_or_else(|| panic!("no wait in the accept loop among {waits:?}"));
     assert!(
-        accept["ms"].as_f64().unwrap() >= 0.5 * duration_ms,
+        accept["value"].as_f64().unwrap() >= 0.5 * duration_ms,
         "{accept}"
     );
-    let total: f64 = waits.iter().map(|w| w["ms"].as_f64().unwrap()).sum();
+    let total: f64 = waits.iter().map(|w| w["value"].as_f64().unwrap()).sum();
     assert!(total <= with_stack_ms + 1.0, "{total} > {with_stack_ms}");
 
     let out = text(&eptrace_ok("analyze --offcpu", &["analyze", "--offcpu", file]).stdout);
