@@ -57,6 +57,11 @@ pub const RULES: &[Rule] = &[
         when: "100 exceptions a second or more",
         threshold: EXCEPTIONS_PER_SECOND,
     },
+    Rule {
+        id: "async-long-poll",
+        when: "any poll an executor ran for 10 ms or more (--long-poll sets the 10)",
+        threshold: crate::async_polls::LONG_POLL_MS,
+    },
 ];
 
 /// One finding.
@@ -194,6 +199,29 @@ pub(crate) fn find(analysis: &Analysis) -> Vec<Finding> {
             ),
             "exceptions",
         );
+    }
+    if let Some(polls) = &analysis.async_polls {
+        let worst = polls
+            .longest
+            .first()
+            .map(|p| format!("; the slowest future in them: {} ({:.1} ms)", p.future, p.ms))
+            .unwrap_or_default();
+        // Severity: how far past the threshold the longest poll ran.
+        if polls.long_polls > 0 {
+            found.push(Finding {
+                rule: "async-long-poll",
+                summary: format!(
+                    "{} poll{} blocked an executor thread for {:.0} ms or more (longest \
+                     {:.1} ms){worst}",
+                    polls.long_polls,
+                    plural(polls.long_polls),
+                    polls.threshold_ms,
+                    polls.longest_poll_ms
+                ),
+                detail: format!("eptrace analyze --async {file}"),
+                severity: polls.longest_poll_ms / polls.threshold_ms.max(f64::MIN_POSITIVE),
+            });
+        }
     }
     found.sort_by(|a, b| b.severity.total_cmp(&a.severity));
     found

@@ -26,6 +26,7 @@
 //! ```
 
 mod alloc;
+pub mod async_polls;
 pub mod contention;
 pub mod exceptions;
 mod fields;
@@ -37,6 +38,7 @@ mod stats;
 pub mod threadpool;
 
 pub use alloc::{AllocationRow, AllocationSection};
+pub use async_polls::AsyncSection;
 pub use contention::ContentionSection;
 pub use exceptions::ExceptionSection;
 pub use findings::{
@@ -68,6 +70,8 @@ enum Route {
     Sample,
     /// The rundown's `Thread`: a thread's name.
     ThreadName,
+    /// Any of the async profiler's events (counted: decoding them is the caller's).
+    AsyncProfiler,
 }
 
 impl Route {
@@ -78,6 +82,7 @@ impl Route {
                 Some(Route::Sample)
             }
             offcpu::RUNDOWN_PROVIDER if metadata.event_name == "Thread" => Some(Route::ThreadName),
+            async_polls::ASYNC_PROFILER_PROVIDER => Some(Route::AsyncProfiler),
             _ => None,
         }
     }
@@ -152,6 +157,8 @@ pub struct Sections {
     pub threadpool: bool,
     /// Off-CPU time (Rust's CPU sampler).
     pub offcpu: bool,
+    /// Async polls and futures (Rust's async profiler).
+    pub async_polls: bool,
 }
 
 impl Sections {
@@ -166,6 +173,7 @@ impl Sections {
             Some(Route::Exceptions) => self.exceptions,
             Some(Route::ThreadPool) => self.threadpool,
             Some(Route::Sample | Route::ThreadName) => self.offcpu,
+            Some(Route::AsyncProfiler) => self.async_polls,
             None => false,
         }
     }
@@ -179,6 +187,7 @@ impl Sections {
         exceptions: true,
         threadpool: true,
         offcpu: true,
+        async_polls: true,
     };
     /// No section (add some with the fields).
     pub const NONE: Sections = Sections {
@@ -189,6 +198,7 @@ impl Sections {
         exceptions: false,
         threadpool: false,
         offcpu: false,
+        async_polls: false,
     };
 }
 
@@ -223,7 +233,7 @@ impl Skipped {
 #[non_exhaustive]
 pub struct Missing {
     /// The section: `gc`, `allocations`, `jit`, `contention`, `exceptions`, `threadpool`,
-    /// `offcpu`.
+    /// `offcpu`, `async`.
     pub section: &'static str,
     /// What to collect: an `eptrace collect` option.
     pub collect: &'static str,
@@ -255,8 +265,23 @@ pub struct Analysis {
     pub threadpool: Option<ThreadPoolSection>,
     /// Off-CPU time per thread, when the trace has the CPU sampler's samples.
     pub offcpu: Option<OffCpuSection>,
+    /// Long polls and unfinished futures: added by a caller that decodes the async
+    /// profiler's records ([`Analysis::set_async`]); `None` until then.
+    #[serde(rename = "async")]
+    pub async_polls: Option<AsyncSection>,
+    /// The async profiler's events read (what [`Analysis::set_async`] decodes).
+    pub async_events: u64,
     /// The selected sections the trace has no events for, and what to collect for them.
     pub missing: Vec<Missing>,
+}
+
+impl Analysis {
+    /// Adds the async section, which a caller that decodes the async profiler's records
+    /// computes (`eventpipe_insight::async_section`), and the findings it brings.
+    pub fn set_async(&mut self, section: AsyncSection) {
+        self.async_polls = Some(section);
+        self.findings = findings::find(self);
+    }
 }
 
 /// Reads a trace's events and builds its [`Analysis`].
@@ -270,6 +295,7 @@ pub struct Analyzer {
     exceptions: exceptions::ExceptionAnalyzer,
     threadpool: threadpool::ThreadPoolAnalyzer,
     offcpu: offcpu::OffCpuAnalyzer,
+    async_events: u64,
     events: u64,
     first_ms: Option<f64>,
     last_ms: f64,
@@ -287,6 +313,7 @@ impl Analyzer {
             exceptions: Default::default(),
             threadpool: Default::default(),
             offcpu: Default::default(),
+            async_events: 0,
             events: 0,
             first_ms: None,
             last_ms: 0.0,
@@ -355,6 +382,7 @@ impl Analyzer {
             Route::ThreadPool => self.threadpool.observe(id, at_ms, &fields()),
             Route::Sample => self.offcpu.observe(thread(), has_stack, &fields()),
             Route::ThreadName => self.offcpu.observe_name(&fields()),
+            Route::AsyncProfiler => self.async_events += 1,
         }
     }
 
@@ -424,6 +452,12 @@ impl Analyzer {
             "offcpu",
             "--profile off-cpu (Rust programs that register eventpipe_profiler::cpu)",
         );
+        section(
+            s.async_polls,
+            self.async_events,
+            "async",
+            "--profile async (Rust programs with futures marked #[profiled])",
+        );
         let mut analysis = Analysis {
             file: file.to_owned(),
             duration_ms,
@@ -436,6 +470,8 @@ impl Analyzer {
             exceptions: exceptions.then(|| self.exceptions.finish(duration_ms)),
             threadpool: threadpool.then(|| self.threadpool.finish()),
             offcpu: offcpu.then(|| self.offcpu.finish()),
+            async_polls: None,
+            async_events: if s.async_polls { self.async_events } else { 0 },
             missing,
         };
         analysis.findings = findings::find(&analysis);

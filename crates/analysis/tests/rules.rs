@@ -265,7 +265,8 @@ fn a_healthy_trace_has_no_findings_and_says_what_to_collect_for_the_rest() {
             "contention",
             "exceptions",
             "threadpool",
-            "offcpu"
+            "offcpu",
+            "async"
         ]
     );
 }

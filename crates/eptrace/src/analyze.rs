@@ -28,6 +28,8 @@ pub(crate) struct Config {
     pub(crate) sections: Sections,
     /// Whether a cut-off trace is read.
     pub(crate) cut: crate::cut::CutTraces,
+    /// Polls this long or longer (ms) are long polls.
+    pub(crate) long_poll_ms: f64,
 }
 
 /// Runs `eptrace analyze`.
@@ -43,7 +45,7 @@ pub(crate) fn do_analyze(config: &Config) -> Result<()> {
             // JSON has every stack; the text shows `top`.
             let top = if config.json { usize::MAX } else { config.top };
             let reader = config.cut.apply(crate::input::paged_reader(bytes)?);
-            crate::analyze_stacks::add_stacks(&mut analysis, reader, top)
+            crate::analyze_stacks::add_stacks(&mut analysis, reader, top, config.long_poll_ms)
                 .with_context(|| format!("cannot read {name}'s stacks"))?;
             (analysis, cut)
         }
@@ -184,6 +186,9 @@ pub(crate) fn render_text(a: &Analysis, top: usize) -> String {
     }
     if let Some(o) = &a.offcpu {
         crate::analyze_text::offcpu(&mut s, o, top);
+    }
+    if let Some(p) = &a.async_polls {
+        crate::analyze_text::async_polls(&mut s, p, top);
     }
     if !a.missing.is_empty() {
         s.push_str("\nNot in this trace\n");

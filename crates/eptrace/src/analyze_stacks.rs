@@ -1,8 +1,9 @@
 //! Stacks for the analysis's sections: the analyses read events without symbols
 //! ([`eventpipe_analysis`]); where a section has stacks (allocations, contention,
 //! exceptions, off-CPU waits), a profile of the same events ([`eventpipe_insight`], as
-//! `convert --samples ...` draws it) names their frames. The profiles are built in one more
-//! pass over the file, only for the sections the trace has.
+//! `convert --samples ...` draws it) names their frames. The async section needs the async
+//! profiler's records decoded, with a CPU profile for the slow futures' stacks. The profiles
+//! are built in one more pass over the file, only for the sections the trace has.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -23,6 +24,8 @@ enum Section {
     Contention,
     Exceptions,
     OffCpu,
+    /// Long polls and unfinished futures: the async trace, and CPU samples.
+    Async,
 }
 
 impl Section {
@@ -32,6 +35,7 @@ impl Section {
             Section::Contention => SampleSelection::Contention,
             Section::Exceptions => SampleSelection::Exceptions,
             Section::OffCpu => SampleSelection::OffCpu,
+            Section::Async => SampleSelection::Cpu,
         }
     }
 
@@ -40,7 +44,7 @@ impl Section {
         match self {
             Section::Allocations => weight as f64 / 1e6,
             Section::Contention | Section::OffCpu => weight as f64 / 1e6,
-            Section::Exceptions => weight as f64,
+            Section::Exceptions | Section::Async => weight as f64,
         }
     }
 }
@@ -64,6 +68,9 @@ fn with_stacks(analysis: &Analysis) -> Vec<Section> {
     {
         sections.push(Section::OffCpu);
     }
+    if analysis.async_events > 0 {
+        sections.push(Section::Async);
+    }
     sections
 }
 
@@ -72,12 +79,13 @@ pub(crate) fn has_stacks(analysis: &Analysis) -> bool {
     !with_stacks(analysis).is_empty()
 }
 
-/// Fills in the `top` stacks of each section of `analysis` that has them, from one pass
-/// over `reader`.
+/// Fills in the `top` stacks of each section of `analysis` that has them, and its async
+/// section (polls of `long_poll_ms` or longer), from one pass over `reader`.
 pub(crate) fn add_stacks<I: Input>(
     analysis: &mut Analysis,
     mut reader: TraceReader<I>,
     top: usize,
+    long_poll_ms: f64,
 ) -> Result<()> {
     let sections = with_stacks(analysis);
     if sections.is_empty() {
@@ -87,14 +95,28 @@ pub(crate) fn add_stacks<I: Input>(
         .iter()
         .map(|s| ProfileBuilder::new(s.selection()))
         .collect();
+    let mut start_ticks = i64::MAX;
     while let Some(event) = reader.next_event_ref()? {
         let event = event.to_event();
+        start_ticks = start_ticks.min(event.header.timestamp);
         for builder in &mut builders {
             builder.observe(&event);
         }
     }
     for (section, builder) in sections.into_iter().zip(builders) {
         let built = builder.finish();
+        if section == Section::Async {
+            if let Some(trace) = &built.async_trace {
+                let cpu = Some(&built.profile).filter(|p| !p.samples.is_empty());
+                analysis.set_async(eventpipe_insight::async_section(
+                    trace,
+                    cpu,
+                    long_poll_ms,
+                    start_ticks,
+                ));
+            }
+            continue;
+        }
         let stacks = top_stacks(&built.profile, top, |w| section.value(w));
         match section {
             Section::Allocations => {
@@ -117,6 +139,7 @@ pub(crate) fn add_stacks<I: Input>(
                     o.waits = stacks;
                 }
             }
+            Section::Async => {}
         }
     }
     Ok(())

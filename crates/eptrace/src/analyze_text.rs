@@ -4,8 +4,8 @@
 use std::fmt::Write as _;
 
 use eventpipe_analysis::{
-    AllocationSection, ContentionSection, ExceptionSection, GcSection, JitSection, OffCpuSection,
-    ThreadPoolSection, TopStack,
+    AllocationSection, AsyncSection, ContentionSection, ExceptionSection, GcSection, JitSection,
+    OffCpuSection, ThreadPoolSection, TopStack,
 };
 
 /// Megabytes as PerfView counts them: 1,000,000 bytes.
@@ -299,5 +299,65 @@ fn stacks(
         for frame in &row.frames {
             let _ = writeln!(s, "      {frame}");
         }
+    }
+}
+
+pub(crate) fn async_polls(s: &mut String, a: &AsyncSection, top: usize) {
+    let _ = writeln!(
+        s,
+        "\nAsync: {} futures, {} polls; {} poll{} of {:.0} ms or more blocked an executor \
+         thread (longest {:.1} ms); {} task{} not finished at the end",
+        a.futures,
+        a.polls,
+        a.long_polls,
+        if a.long_polls == 1 { "" } else { "s" },
+        a.threshold_ms,
+        a.longest_poll_ms,
+        a.never_completed.len(),
+        if a.never_completed.len() == 1 {
+            ""
+        } else {
+            "s"
+        },
+    );
+    if !a.by_future.is_empty() {
+        let _ = writeln!(
+            s,
+            "  {:>7} {:>6} {:>10} {:>8}  future (and the CPU stack in its polls)",
+            "polls", "long", "long ms", "max ms"
+        );
+    }
+    for f in a.by_future.iter().take(top) {
+        let _ = writeln!(
+            s,
+            "  {:>7} {:>6} {:>10.1} {:>8.1}  {}",
+            f.polls, f.long_polls, f.long_poll_ms, f.max_poll_ms, f.future
+        );
+        for frame in f.cpu_stack.iter().take(6) {
+            let _ = writeln!(s, "{:>40}{frame}", "");
+        }
+    }
+    if !a.longest.is_empty() {
+        s.push_str("  longest polls:\n");
+    }
+    for p in a.longest.iter().take(top.min(STACKS_SHOWN)) {
+        let _ = writeln!(
+            s,
+            "  {:.1} ms at {:.0} ms on thread {}: {}",
+            p.ms,
+            p.at_ms,
+            p.thread,
+            p.callstack.join(" ← ")
+        );
+    }
+    if !a.never_completed.is_empty() {
+        s.push_str("  not finished when the trace ended (oldest first):\n");
+    }
+    for t in a.never_completed.iter().take(top) {
+        let _ = writeln!(
+            s,
+            "  {} (alive {:.0} ms, {} polls)",
+            t.future, t.alive_ms, t.polls
+        );
     }
 }

@@ -590,6 +590,15 @@ struct AnalyzeArgs {
     /// from `--profile off-cpu` traces, the stacks threads waited in.
     #[arg(long)]
     offcpu: bool,
+    /// The async section (Rust's async profiler): polls that blocked an executor thread,
+    /// by future with their CPU stacks, and tasks that never finished.
+    #[arg(long = "async")]
+    async_polls: bool,
+    /// A poll this long or longer (ms) is a long poll: the async section's threshold and
+    /// its finding's.
+    #[arg(long, value_name = "MS", value_parser = positive_ms,
+          default_value_t = eventpipe_analysis::async_polls::LONG_POLL_MS)]
+    long_poll: f64,
 }
 
 #[derive(Debug, Args)]
@@ -789,8 +798,10 @@ impl Cli {
                     exceptions: a.exceptions,
                     threadpool: a.threadpool,
                     offcpu: a.offcpu,
+                    async_polls: a.async_polls,
                 };
                 Action::Analyze(crate::analyze::Config {
+                    long_poll_ms: a.long_poll,
                     input: InputSpec::from_arg(a.input.file),
                     cut: crate::cut::CutTraces::from_flag(a.cut.require_complete),
                     json: a.format.json,
@@ -934,6 +945,16 @@ impl Cli {
                 }
             },
         })
+    }
+}
+
+/// A positive, finite number of milliseconds.
+fn positive_ms(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(ms) if ms.is_finite() && ms > 0.0 => Ok(ms),
+        _ => Err(format!(
+            "expected a positive number of milliseconds, not `{s}`"
+        )),
     }
 }
 

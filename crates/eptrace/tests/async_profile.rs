@@ -301,3 +301,70 @@ fn convert_splices_async_stacks_unless_told_not_to() {
     assert!(polls.contains(&("handle", "unwind")), "{polls:?}");
     assert!(String::from_utf8_lossy(&chrome.stderr).contains("5 async polls"));
 }
+
+/// `analyze --async` on the known polls: serve's one outermost poll runs 1.0-6.0 ms, with
+/// handle 11's 2.0-4.0 ms and handle 13's 4.0-4.5 ms inside it; serve 10 and serve 20
+/// never finish.
+#[test]
+fn analyze_finds_polls_at_the_threshold_and_the_future_inside_that_kept_the_thread() {
+    let path = trace_file("analyze-async");
+    let file = path.to_str().unwrap();
+    let analyze = |long_poll: &str| -> Value {
+        let out = run(&[
+            "analyze",
+            "--async",
+            "--json",
+            "--long-poll",
+            long_poll,
+            file,
+        ]);
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let rules = |a: &Value| -> Vec<String> {
+        a["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["rule"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    // At its threshold the 5 ms poll is long; just above it, nothing is.
+    let at = analyze("5");
+    assert_eq!(at["async"]["long_polls"], 1, "{at}");
+    assert!(close(&at["async"]["longest_poll_ms"], 5.0));
+    assert_eq!(rules(&at), ["async-long-poll"]);
+    let above = analyze("5.001");
+    assert_eq!(above["async"]["long_polls"], 0);
+    assert!(rules(&above).is_empty(), "{above}");
+    // At 2 ms, handle's 2 ms poll inside serve's is the one named, under serve.
+    let two = analyze("2");
+    let longest = &two["async"]["longest"][0];
+    assert_eq!(longest["future"], "app::handle", "{two}");
+    assert_eq!(
+        longest["callstack"],
+        serde_json::json!(["app::handle", "app::serve"])
+    );
+    assert!(close(&longest["ms"], 2.0));
+    let by_future: Vec<&str> = two["async"]["by_future"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["future"].as_str().unwrap())
+        .collect();
+    assert_eq!(by_future, ["app::serve", "app::handle"]);
+    let pending: Vec<&str> = two["async"]["never_completed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["future"].as_str().unwrap())
+        .collect();
+    assert_eq!(pending, ["app::serve", "app::serve"]);
+    // A threshold that is not a positive number is refused, naming the flag's unit.
+    let out = Command::new(env!("CARGO_BIN_EXE_eptrace"))
+        .args(["analyze", "--long-poll", "0", file])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("positive number of milliseconds"));
+    std::fs::remove_file(&path).ok();
+}

@@ -38,6 +38,7 @@
 //! `io::Write` and reports failures as [`Error`].
 #![forbid(unsafe_code)]
 
+mod async_analysis;
 mod async_stacks;
 pub mod async_trace;
 pub mod builder;
@@ -62,6 +63,7 @@ pub use eventpipe_heap as heap;
 pub use eventpipe_heap::{gcdump, live_heap};
 pub use eventpipe_symbols as symbolize;
 
+pub use async_analysis::async_section;
 pub use async_trace::{read_async_trace, AsyncTrace, AsyncTraceBuilder};
 pub use builder::{
     build_profile, BuiltProfile, ProfileBuilder, SampleSelection, EXTERNAL_CODE_FRAME,

@@ -1,14 +1,26 @@
-//! Off-CPU time of a real Rust program, as a user gets it: `collect --profile off-cpu` on
-//! the demo workload, then `analyze --offcpu` (text and JSON) and
-//! `convert --samples offcpu`. The workload's diagnostics listener waits in its accept loop
-//! the whole session, and must be found there; how exactly each wait is timed is the
-//! profiler's own test (`eventpipe-profiler`'s `tests/off_cpu.rs`).
+//! `eptrace analyze` on real Rust programs, as a user runs it.
+//!
+//! * Off-CPU time: `collect --profile off-cpu` on the demo workload, then `analyze
+//!   --offcpu` (text and JSON) and `convert --samples offcpu`. The workload's diagnostics
+//!   listener waits in its accept loop the whole session, and must be found there; how
+//!   exactly each wait is timed is the profiler's own test (`eventpipe-profiler`'s
+//!   `tests/off_cpu.rs`).
+//! * Async: `collect --profile async` on `async-demo --slow-every N --stuck`, whose
+//!   `blocking_lookup` spins 25 ms inside its poll and whose `wait_forever` never finishes;
+//!   `analyze --async` must name both, with the CPU stack of the slow polls.
 
 mod support;
 
 use std::path::PathBuf;
 
 use support::{eptrace_ok, text};
+
+/// `async-demo`, built once.
+fn async_demo() -> PathBuf {
+    static PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| support::build_example("eventpipe-profiler", "async-demo"))
+        .clone()
+}
 
 fn collect_off_cpu(name: &str) -> PathBuf {
     let path = std::env::temp_dir().join(format!("eptrace-{name}-{}.nettrace", std::process::id()));
@@ -151,5 +163,97 @@ fn a_trace_without_off_cpu_stacks_says_how_to_get_them() {
         out.contains("collect with --profile off-cpu for the stacks"),
         "{out}"
     );
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn a_future_that_blocks_its_thread_and_a_task_that_never_ends_are_named() {
+    let path = std::env::temp_dir().join(format!("eptrace-async-{}.nettrace", std::process::id()));
+    let file = path.to_str().unwrap();
+    let demo = async_demo();
+    eptrace_ok(
+        "collect --profile async",
+        &[
+            "collect",
+            "--profile",
+            "async",
+            "--duration",
+            "2s",
+            "-o",
+            file,
+            "--",
+            demo.to_str().unwrap(),
+            "--seconds",
+            "30",
+            "--slow-every",
+            "20",
+            "--stuck",
+        ],
+    );
+    let a: serde_json::Value = serde_json::from_slice(
+        &eptrace_ok(
+            "analyze --async --json",
+            &["analyze", "--async", "--json", file],
+        )
+        .stdout,
+    )
+    .unwrap();
+    let rules: Vec<&str> = a["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["rule"].as_str().unwrap())
+        .collect();
+    assert_eq!(rules, ["async-long-poll"], "{a}");
+    let section = &a["async"];
+    let lookup = section["by_future"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["future"] == "async_demo::blocking_lookup")
+        .unwrap_or_else(|| panic!("blocking_lookup is not among the slow futures: {section}"));
+    // Each of its polls spins 25 ms of wall time: every one is long.
+    let polls = lookup["polls"].as_u64().unwrap();
+    assert!(polls >= 10, "{lookup}");
+    assert_eq!(lookup["long_polls"].as_u64().unwrap(), polls, "{lookup}");
+    assert!(lookup["max_poll_ms"].as_f64().unwrap() >= 25.0, "{lookup}");
+    assert!(
+        lookup["cpu_stack"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f.as_str().unwrap().contains("spin_for")),
+        "{lookup}"
+    );
+    // The longest polls name it inside its request.
+    let longest = &section["longest"][0];
+    assert_eq!(
+        longest["future"], "async_demo::blocking_lookup",
+        "{section}"
+    );
+    assert_eq!(longest["callstack"][1], "async_demo::handle_request");
+    // The stuck task, alive the whole trace.
+    let duration_ms = a["duration_ms"].as_f64().unwrap();
+    let stuck = section["never_completed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["future"] == "async_demo::wait_forever")
+        .unwrap_or_else(|| panic!("wait_forever is not among the unfinished: {section}"));
+    assert!(
+        stuck["alive_ms"].as_f64().unwrap() >= 0.8 * duration_ms,
+        "{stuck}"
+    );
+    // A higher threshold leaves the 25 ms polls alone.
+    let calm: serde_json::Value = serde_json::from_slice(
+        &eptrace_ok(
+            "analyze --async --long-poll 50",
+            &["analyze", "--async", "--json", "--long-poll", "50", file],
+        )
+        .stdout,
+    )
+    .unwrap();
+    assert_eq!(calm["async"]["long_polls"], 0, "{calm}");
+    assert!(calm["findings"].as_array().unwrap().is_empty());
     std::fs::remove_file(&path).ok();
 }
