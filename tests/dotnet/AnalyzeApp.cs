@@ -4,6 +4,9 @@
 // Build: mcs -out:AnalyzeApp.exe AnalyzeApp.cs   (ci/dotnet.sh does this, plus the
 //        AnalyzeApp.runtimeconfig.json that runs it on .NET 8)
 // Run:   dotnet AnalyzeApp.exe        runs every scenario once, prints, exits 0
+//        dotnet AnalyzeApp.exe --wait prints "pid N" and "ready", and starts once a line
+//                                     arrives on stdin (a tracer attaches meanwhile: .NET
+//                                     Core 3.1 has no diagnostic port to start suspended)
 //
 // Scenarios, in order:
 //   gc          5 induced gen0, 3 induced gen1 and 2 induced blocking gen2 collections, each
@@ -49,8 +52,15 @@ static class AnalyzeApp
     static long largeBytes = -1;
     static double contentionWaitMs;
 
-    static int Main()
+    static int Main(string[] args)
     {
+        if (args.Length > 0 && args[0] == "--wait")
+        {
+            Console.WriteLine("pid " + System.Diagnostics.Process.GetCurrentProcess().Id);
+            Console.WriteLine("ready");
+            Console.Out.Flush();
+            Console.ReadLine();
+        }
         Collections();
         Contention();
         int one = 0, two = 0;

@@ -204,7 +204,12 @@ pub(crate) fn find(analysis: &Analysis) -> Vec<Finding> {
         let worst = polls
             .longest
             .first()
-            .map(|p| format!("; the slowest future in them: {} ({:.1} ms)", p.future, p.ms))
+            .map(|p| {
+                format!(
+                    "; the slowest future in them: {} ({:.1} ms)",
+                    p.future, p.ms
+                )
+            })
             .unwrap_or_default();
         // Severity: how far past the threshold the longest poll ran.
         if polls.long_polls > 0 {

@@ -13,6 +13,7 @@
 mod support;
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use eventpipe_test_support::dotnet::with_dotnet;
 use serde_json::Value;
@@ -44,40 +45,9 @@ fn within(label: &str, measured: f64, truth: f64, tolerance: f64) {
 #[test]
 fn analyze_agrees_with_the_runtimes_own_accounting_on_dotnet_8() {
     with_dotnet(|dotnet| {
-        let dir = tempfile_dir();
-        let trace = dir.join("analyze-app.nettrace");
-        let out = eptrace_ok(
-            "collect -- AnalyzeApp",
-            &[
-                "collect",
-                "--providers",
-                PROVIDERS,
-                "-o",
-                trace.to_str().unwrap(),
-                "--",
-                dotnet.dotnet8.to_str().unwrap(),
-                dotnet.analyzeapp.to_str().unwrap(),
-            ],
-        );
-        // The app shares eptrace's stdout: its "key value" lines.
-        let stdout = text(&out.stdout);
-        let truth: BTreeMap<&str, f64> = stdout
-            .lines()
-            .filter_map(|l| {
-                let (k, v) = l.split_once(' ')?;
-                Some((k, v.trim().parse().ok()?))
-            })
-            .collect();
-        assert!(
-            stdout.contains("done ok"),
-            "the app did not finish: {stdout}"
-        );
-        let t = |k: &str| {
-            *truth
-                .get(k)
-                .unwrap_or_else(|| panic!("the app printed no {k}: {stdout}"))
-        };
-
+        let run = traced_app(&dotnet.dotnet8, &dotnet.analyzeapp, "8");
+        let (dir, trace) = (&run.dir, &run.trace);
+        let t = |k: &str| run.truth(k);
         let out = eptrace_ok(
             "analyze --json",
             &["analyze", "--json", trace.to_str().unwrap()],
@@ -250,12 +220,176 @@ fn analyze_agrees_with_the_runtimes_own_accounting_on_dotnet_8() {
             t("large_bytes"),
             0.05,
         );
-        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(dir);
     });
 }
 
-fn tempfile_dir() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("eptrace-analyze-{}", std::process::id()));
+/// AnalyzeApp traced from its first event by `dotnet` (a .NET host), and what it printed.
+struct TracedApp {
+    dir: PathBuf,
+    trace: PathBuf,
+    stdout: String,
+    truth: BTreeMap<String, f64>,
+}
+
+impl TracedApp {
+    /// The runtime's own number `key`, which the app must have printed.
+    fn truth(&self, key: &str) -> f64 {
+        *self
+            .truth
+            .get(key)
+            .unwrap_or_else(|| panic!("the app printed no {key}: {}", self.stdout))
+    }
+}
+
+/// AnalyzeApp started waiting (`--wait`), traced by `collect -p PID` from before it starts
+/// its scenarios until it exits: for runtimes without a diagnostic port (.NET Core 3.1).
+fn attached_app(dotnet: &Path, app: &Path, label: &str) -> TracedApp {
+    let dir = scratch(label);
+    let trace = dir.join("analyze-app.nettrace");
+    let mut command = std::process::Command::new(dotnet);
+    command.arg(app).arg("--wait");
+    let mut program = support::Program::start(command, "AnalyzeApp --wait");
+    let mut collect = std::process::Command::new(env!("CARGO_BIN_EXE_eptrace"))
+        .args([
+            "collect",
+            "-p",
+            &program.pid.to_string(),
+            "--providers",
+            PROVIDERS,
+            "-o",
+        ])
+        .arg(&trace)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // `collect` says where it traces (on stderr, off a terminal) once the session runs.
+    let mut said = std::io::BufReader::new(collect.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with("Tracing") {
+        line.clear();
+        let n = std::io::BufRead::read_line(&mut said, &mut line).unwrap();
+        assert!(n > 0, "collect ended before tracing");
+    }
+    // The rest of what it says, read so that it never waits on a full pipe.
+    std::thread::spawn(move || std::io::copy(&mut said, &mut std::io::sink()));
+    program.send("go");
+    let mut stdout = String::new();
+    loop {
+        let line = program.line("");
+        stdout.push_str(&line);
+        stdout.push('\n');
+        if line.starts_with("done") {
+            break;
+        }
+    }
+    let status = collect.wait().unwrap();
+    assert!(status.success(), "collect -p failed: {status}");
+    TracedApp {
+        dir,
+        trace,
+        truth: truth_of(&stdout),
+        stdout,
+    }
+}
+
+fn scratch(label: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("eptrace-analyze-{label}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// The app's "key value" lines.
+fn truth_of(stdout: &str) -> BTreeMap<String, f64> {
+    stdout
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            Some((k.to_owned(), v.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+fn traced_app(dotnet: &Path, app: &Path, label: &str) -> TracedApp {
+    let dir = scratch(label);
+    let trace = dir.join("analyze-app.nettrace");
+    let out = eptrace_ok(
+        "collect -- AnalyzeApp",
+        &[
+            "collect",
+            "--providers",
+            PROVIDERS,
+            "-o",
+            trace.to_str().unwrap(),
+            "--",
+            dotnet.to_str().unwrap(),
+            app.to_str().unwrap(),
+        ],
+    );
+    // The app shares eptrace's stdout: its "key value" lines.
+    let stdout = text(&out.stdout);
+    let truth = truth_of(&stdout);
+    assert!(
+        stdout.contains("done ok"),
+        "the app did not finish: {stdout}"
+    );
+    TracedApp {
+        dir,
+        trace,
+        stdout,
+        truth,
+    }
+}
+
+/// .NET Core 3.1 writes the same GC, contention and exception events, but has no
+/// `GC.GetTotalPauseDuration` or `JitInfo` to check the pause and the JIT against, and no
+/// diagnostic port to start the app suspended (the app waits while `collect -p` attaches):
+/// the parts it has are held as on .NET 8.
+#[test]
+fn analyze_agrees_with_the_runtimes_own_accounting_on_dotnet_core_3_1() {
+    with_dotnet(|dotnet| {
+        let run = attached_app(&dotnet.dotnet31, &dotnet.analyzeapp, "31");
+        let t = |k: &str| run.truth(k);
+        assert!(!run.truth.contains_key("pause_ms") && !run.truth.contains_key("jit_methods"));
+        let out = eptrace_ok(
+            "analyze --json",
+            &["analyze", "--json", run.trace.to_str().unwrap()],
+        );
+        let a: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let gcs = a["gc"]["gcs"].as_array().unwrap();
+        let of = |g: u64| gcs.iter().filter(|r| r["generation"] == g).count() as f64;
+        assert_eq!(of(2), t("gc2"), "gen2 GCs");
+        assert_eq!(of(1), t("gc1") - t("gc2"), "gen1 GCs");
+        assert_eq!(of(0), t("gc0") - t("gc1"), "gen0 GCs");
+        assert_eq!(a["gc"]["induced"].as_f64().unwrap(), 10.0);
+        within(
+            "contentions",
+            a["contention"]["count"].as_f64().unwrap(),
+            t("contentions"),
+            0.05,
+        );
+        let thrown = |ty: &str| {
+            a["exceptions"]["by_type"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| r["exception_type"] == ty)
+                .map(|r| r["count"].as_f64().unwrap())
+                .sum::<f64>()
+        };
+        assert_eq!(thrown("ScenarioException"), t("thrown_scenario_one"));
+        assert_eq!(
+            thrown("System.InvalidOperationException"),
+            t("thrown_scenario_two")
+        );
+        assert!(a["jit"]["methods_jitted"].as_f64().unwrap() > 0.0);
+        assert!(a["threadpool"]["starvation_adjustments"].as_u64().unwrap() >= 1);
+        let waited: f64 = a["contention"]["total_wait_ms"].as_f64().unwrap();
+        assert!(
+            waited >= 0.9 * t("contention_wait_ms"),
+            "{waited} ms of lock waits against the app's own {}",
+            t("contention_wait_ms")
+        );
+        let _ = std::fs::remove_dir_all(&run.dir);
+    });
 }
