@@ -137,10 +137,18 @@ pub(crate) fn allocations(s: &mut String, a: &AllocationSection, top: usize) {
 }
 
 pub(crate) fn jit(s: &mut String, j: &JitSection, top: usize) {
+    // `Method/R2RGetEntryPoint` is written only under the CompilationDiagnostic keyword:
+    // none seen most often means it was not collected.
+    let ready_to_run = if j.ready_to_run_methods > 0 {
+        format!("{} ReadyToRun methods used", j.ready_to_run_methods)
+    } else {
+        "ReadyToRun use not seen (it needs keyword CompilationDiagnostic, 0x2000000000)"
+            .to_owned()
+    };
     let _ = writeln!(
         s,
-        "\nJIT: {} methods compiled in {:.1} ms; {} ReadyToRun methods used",
-        j.methods_jitted, j.total_jit_ms, j.ready_to_run_methods
+        "\nJIT: {} methods compiled in {:.1} ms; {ready_to_run}",
+        j.methods_jitted, j.total_jit_ms
     );
     let _ = writeln!(s, "  {:<26} {:>8} {:>10}", "tier", "methods", "ms");
     for t in &j.tiers {

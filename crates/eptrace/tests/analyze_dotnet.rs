@@ -19,9 +19,10 @@ use eventpipe_test_support::dotnet::with_dotnet;
 use serde_json::Value;
 use support::{eptrace_ok, text};
 
-/// GC (0x1), JIT (0x10), Contention (0x4000), Exception (0x8000), Threading (0x10000), at
-/// Verbose (JIT's events and `GC/AllocationTick` are Verbose).
-const PROVIDERS: &str = "Microsoft-Windows-DotNETRuntime:0x1C011:5";
+/// GC (0x1), JIT (0x10), Contention (0x4000), Exception (0x8000), Threading (0x10000) and
+/// CompilationDiagnostic (0x2000000000, for ReadyToRun use), at Verbose (JIT's events and
+/// `GC/AllocationTick` are Verbose).
+const PROVIDERS: &str = "Microsoft-Windows-DotNETRuntime:0x200001C011:5";
 
 /// The total weight of the collapsed-stack lines whose stack passes `keep`.
 fn weight_where(folded: &str, keep: impl Fn(&str) -> bool) -> f64 {
@@ -114,6 +115,8 @@ fn analyze_agrees_with_the_runtimes_own_accounting_on_dotnet_8() {
             t("jit_methods"),
             0.05,
         );
+        // The framework's own code is precompiled: its methods run as ReadyToRun.
+        assert!(a["jit"]["ready_to_run_methods"].as_u64().unwrap() > 0);
 
         // The thread pool grew for starvation, to the workers the runtime reports.
         assert!(a["threadpool"]["starvation_adjustments"].as_u64().unwrap() >= 1);
