@@ -142,8 +142,7 @@ pub(crate) fn jit(s: &mut String, j: &JitSection, top: usize) {
     let ready_to_run = if j.ready_to_run_methods > 0 {
         format!("{} ReadyToRun methods used", j.ready_to_run_methods)
     } else {
-        "ReadyToRun use not seen (it needs keyword CompilationDiagnostic, 0x2000000000)"
-            .to_owned()
+        "ReadyToRun use not seen (it needs keyword CompilationDiagnostic, 0x2000000000)".to_owned()
     };
     let _ = writeln!(
         s,
