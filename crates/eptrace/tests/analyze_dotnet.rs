@@ -49,18 +49,8 @@ fn analyze_agrees_with_the_runtimes_own_accounting_on_dotnet_8() {
         let run = traced_app(&dotnet.dotnet8, &dotnet.analyzeapp, "8");
         let (dir, trace) = (&run.dir, &run.trace);
         let t = |k: &str| run.truth(k);
-        let out = eptrace_ok(
-            "analyze --json",
-            &["analyze", "--json", trace.to_str().unwrap()],
-        );
-        let a: Value = serde_json::from_slice(&out.stdout).unwrap();
-
-        // GCs per generation, exactly: CollectionCount(g) counts the GCs of g and older.
-        let gcs = a["gc"]["gcs"].as_array().unwrap();
-        let of = |g: u64| gcs.iter().filter(|r| r["generation"] == g).count() as f64;
-        assert_eq!(of(2), t("gc2"), "gen2 GCs");
-        assert_eq!(of(1), t("gc1") - t("gc2"), "gen1 GCs");
-        assert_eq!(of(0), t("gc0") - t("gc1"), "gen0 GCs");
+        let a = run.analysis();
+        run.assert_gc_counts(&a);
         assert_eq!(
             a["gc"]["complete"].as_f64().unwrap(),
             t("gc0"),
@@ -236,6 +226,26 @@ struct TracedApp {
 }
 
 impl TracedApp {
+    /// `analyze --json` of its trace.
+    fn analysis(&self) -> Value {
+        let out = eptrace_ok(
+            "analyze --json",
+            &["analyze", "--json", self.trace.to_str().unwrap()],
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// The analysis's GCs per generation against the runtime's, exactly:
+    /// `CollectionCount(g)` counts the GCs of g and older.
+    fn assert_gc_counts(&self, a: &Value) {
+        let gcs = a["gc"]["gcs"].as_array().unwrap();
+        let of = |g: u64| gcs.iter().filter(|r| r["generation"] == g).count() as f64;
+        let t = |k: &str| self.truth(k);
+        assert_eq!(of(2), t("gc2"), "gen2 GCs");
+        assert_eq!(of(1), t("gc1") - t("gc2"), "gen1 GCs");
+        assert_eq!(of(0), t("gc0") - t("gc1"), "gen0 GCs");
+    }
+
     /// The runtime's own number `key`, which the app must have printed.
     fn truth(&self, key: &str) -> f64 {
         *self
@@ -354,16 +364,8 @@ fn analyze_agrees_with_the_runtimes_own_accounting_on_dotnet_core_3_1() {
         let run = attached_app(&dotnet.dotnet31, &dotnet.analyzeapp, "31");
         let t = |k: &str| run.truth(k);
         assert!(!run.truth.contains_key("pause_ms") && !run.truth.contains_key("jit_methods"));
-        let out = eptrace_ok(
-            "analyze --json",
-            &["analyze", "--json", run.trace.to_str().unwrap()],
-        );
-        let a: Value = serde_json::from_slice(&out.stdout).unwrap();
-        let gcs = a["gc"]["gcs"].as_array().unwrap();
-        let of = |g: u64| gcs.iter().filter(|r| r["generation"] == g).count() as f64;
-        assert_eq!(of(2), t("gc2"), "gen2 GCs");
-        assert_eq!(of(1), t("gc1") - t("gc2"), "gen1 GCs");
-        assert_eq!(of(0), t("gc0") - t("gc1"), "gen0 GCs");
+        let a = run.analysis();
+        run.assert_gc_counts(&a);
         assert_eq!(a["gc"]["induced"].as_f64().unwrap(), 10.0);
         within(
             "contentions",

@@ -47,25 +47,6 @@ const DEFAULT_THREADS: usize = 2;
 const UNITS: u64 = 2_500;
 const RATE_HZ: u32 = 1000;
 
-#[inline(never)]
-fn unit(mut x: u64) -> u64 {
-    for i in 0..20_000u64 {
-        x = std::hint::black_box(x.rotate_left(5) ^ i).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-    x
-}
-
-/// User plus system CPU time of the whole process so far.
-fn process_cpu_time() -> Duration {
-    // SAFETY: an all-zero rusage is a valid value for getrusage to overwrite.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `usage` is a valid, writable rusage.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
-    assert_eq!(rc, 0, "getrusage");
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(usage.ru_utime) + tv(usage.ru_stime)
-}
-
 /// One run of the work, three ways.
 #[derive(Debug, Clone, Copy)]
 struct Run {
@@ -84,7 +65,7 @@ fn work(seed: u64) -> Duration {
     let before = common::thread_cpu_time();
     let mut x = seed;
     for _ in 0..UNITS {
-        x = unit(x);
+        x = common::unit(x);
     }
     std::hint::black_box(x);
     common::thread_cpu_time() - before
@@ -92,12 +73,12 @@ fn work(seed: u64) -> Duration {
 
 /// Times `f`, which runs the work and returns each worker's CPU time.
 fn measure(f: impl FnOnce() -> Vec<Duration>) -> Run {
-    let cpu = process_cpu_time();
+    let cpu = common::process_cpu_time();
     let start = Instant::now();
     let workers = f();
     Run {
         wall: start.elapsed(),
-        process_cpu: process_cpu_time() - cpu,
+        process_cpu: common::process_cpu_time() - cpu,
         worker_cpu: workers.iter().copied().max().unwrap_or_default(),
         workers_cpu: workers.iter().sum(),
     }
@@ -161,11 +142,6 @@ fn session(spec: &str, path: &std::path::Path) -> Session {
         Output::File(path.to_owned()),
     ))
     .expect("start a session")
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// The running periods (1/rate of CPU time) the trace's `Sample` events stand for.
@@ -239,13 +215,13 @@ fn bench(workers: &Workers, threads: usize, path: &std::path::Path) {
          per-round overhead: wall {:+.2}%, process CPU time {:+.2}%, busiest worker's CPU \
          time {:+.2}%",
         workers.describe(),
-        median(plain_wall) * 1e3,
-        median(sampled_wall) * 1e3,
+        common::median(plain_wall) * 1e3,
+        common::median(sampled_wall) * 1e3,
         events / rounds,
         periods / rounds,
-        overhead(median(wall_ratios)),
-        overhead(median(cpu_ratios)),
-        overhead(median(worker_ratios)),
+        overhead(common::median(wall_ratios)),
+        overhead(common::median(cpu_ratios)),
+        overhead(common::median(worker_ratios)),
     );
 }
 

@@ -17,6 +17,8 @@
 //!
 //! `cargo bench -p eventpipe-profiler --bench offcpu_overhead`
 
+mod common;
+
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -29,25 +31,6 @@ const ROUNDS: usize = 31;
 const THREADS: usize = 8;
 /// Hand-offs per run: one thread runs at a time, about 0.4 s of work at ~100 µs a unit.
 const HOPS: u64 = 4_000;
-
-#[inline(never)]
-fn unit(mut x: u64) -> u64 {
-    for i in 0..20_000u64 {
-        x = std::hint::black_box(x.rotate_left(5) ^ i).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-    x
-}
-
-/// User plus system CPU time of the whole process so far.
-fn process_cpu_time() -> Duration {
-    // SAFETY: an all-zero rusage is a valid value for getrusage to overwrite.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `usage` is a valid, writable rusage.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
-    assert_eq!(rc, 0, "getrusage");
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(usage.ru_utime) + tv(usage.ru_stime)
-}
 
 /// The ring's threads, alive across runs: a run sends the token in and waits for it to
 /// come back after `HOPS` hops.
@@ -70,7 +53,7 @@ impl Ring {
             std::thread::spawn(move || {
                 while let Ok(token) = my_rx.recv() {
                     let hops = token >> 32;
-                    let x = unit(token & 0xFFFF_FFFF) & 0xFFFF_FFFF;
+                    let x = common::unit(token & 0xFFFF_FFFF) & 0xFFFF_FFFF;
                     let token = ((hops + 1) << 32) | x;
                     let sent = if hops + 1 >= HOPS {
                         back_tx.send(token)
@@ -90,11 +73,11 @@ impl Ring {
 
     /// One run: wall time and the process's CPU time.
     fn run(&self) -> (Duration, Duration) {
-        let cpu = process_cpu_time();
+        let cpu = common::process_cpu_time();
         let start = Instant::now();
         self.first.send(1).unwrap();
         std::hint::black_box(self.back.recv().unwrap());
-        (start.elapsed(), process_cpu_time() - cpu)
+        (start.elapsed(), common::process_cpu_time() - cpu)
     }
 }
 
@@ -104,11 +87,6 @@ fn session(spec: &str, path: &std::path::Path) -> Session {
         Output::File(path.to_owned()),
     ))
     .expect("start a session")
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// Off-CPU nanoseconds the trace at `path` wrote: (with a stack, in all).
@@ -188,13 +166,13 @@ fn main() {
         }
     }
     std::fs::remove_file(&path).ok();
-    let pct = |v: &Vec<f64>| (median(v.clone()) - 1.0) * 100.0;
+    let pct = |v: &Vec<f64>| (common::median(v.clone()) - 1.0) * 100.0;
     println!(
         "offcpu_overhead: a ring of {THREADS} threads, {HOPS} hops a run, {ROUNDS} rounds; \
          median wall: unsampled {:.1} ms, CPU sampler {:.1} ms, with off-CPU stacks {:.1} ms",
-        median(walls[0].clone()) * 1e3,
-        median(walls[1].clone()) * 1e3,
-        median(walls[2].clone()) * 1e3,
+        common::median(walls[0].clone()) * 1e3,
+        common::median(walls[1].clone()) * 1e3,
+        common::median(walls[2].clone()) * 1e3,
     );
     println!(
         "  median per-round overhead, wall / process CPU time: CPU sampler {:+.2}% / {:+.2}%; \

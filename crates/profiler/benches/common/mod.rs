@@ -111,3 +111,33 @@ pub(crate) fn thread_cpu_time() -> std::time::Duration {
     assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
     std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
+
+/// One unit of CPU work, about 100 µs in a release build: the samplers' overhead benches
+/// time a fixed number of them.
+#[allow(dead_code)]
+#[inline(never)]
+pub(crate) fn unit(mut x: u64) -> u64 {
+    for i in 0..20_000u64 {
+        x = std::hint::black_box(x.rotate_left(5) ^ i).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    x
+}
+
+/// User plus system CPU time of the whole process so far.
+#[allow(dead_code)]
+pub(crate) fn process_cpu_time() -> std::time::Duration {
+    // SAFETY: an all-zero rusage is a valid value for getrusage to overwrite.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid, writable rusage.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    assert_eq!(rc, 0, "getrusage");
+    let tv = |t: libc::timeval| std::time::Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// The median of `v` (the upper one of an even count).
+#[allow(dead_code)]
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
