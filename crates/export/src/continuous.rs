@@ -104,10 +104,14 @@ pub fn period_profiles(
         read?;
         if first {
             first = false;
-            if built
-                .available
-                .iter()
-                .any(|(s, n)| *s == SampleSelection::Allocations && *n > 0)
+            // The allocation profiler's samples (Rust). A .NET trace's `GC/AllocationTick`s
+            // also count as allocation samples, but the agent's .NET sessions do not
+            // collect them (they are Verbose), and its .NET series stay thread time alone.
+            if !period.dotnet
+                && built
+                    .available
+                    .iter()
+                    .any(|(s, n)| *s == SampleSelection::Allocations && *n > 0)
             {
                 selections.push(SampleSelection::Allocations);
             }
