@@ -25,6 +25,9 @@ pub struct FuturePolls {
     pub future: String,
     /// Its polls.
     pub polls: u64,
+    /// Its polls whose end the records do not hold (still running when the trace ended,
+    /// or their records lost): their length is a lower bound.
+    pub unfinished_polls: u64,
     /// Its polls of `threshold_ms` or longer.
     pub long_polls: u64,
     /// Their time added up (ms).
@@ -111,6 +114,7 @@ impl FuturePolls {
         FuturePolls {
             future,
             polls: 0,
+            unfinished_polls: 0,
             long_polls: 0,
             long_poll_ms: 0.0,
             max_poll_ms: 0.0,

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use eventpipe_analysis::async_polls::{FuturePolls, LongPoll, PendingTask};
 use eventpipe_analysis::AsyncSection;
 
-use crate::async_trace::{AsyncFrameId, AsyncTrace, PollSpan};
+use crate::async_trace::{AsyncFrameId, AsyncTrace, PollSpan, SpanEnd};
 use crate::profile::{FrameKind, Profile, StackId};
 
 /// Frames of a CPU stack kept, from the leaf.
@@ -43,6 +43,7 @@ pub fn async_section(
             .entry(span.frame)
             .or_insert_with(|| FuturePolls::new(trace.frame_name(span.frame).into_owned()));
         row.polls += 1;
+        row.unfinished_polls += u64::from(matches!(span.ended, SpanEnd::Lost | SpanEnd::OpenAtEnd));
         row.max_poll_ms = row.max_poll_ms.max(ms);
         if long {
             row.long_polls += 1;
