@@ -6,7 +6,11 @@
 // Run:   dotnet AnalyzeApp.exe        runs every scenario once, prints, exits 0
 //        dotnet AnalyzeApp.exe --wait prints "pid N" and "ready", and starts once a line
 //                                     arrives on stdin (a tracer attaches meanwhile: .NET
-//                                     Core 3.1 has no diagnostic port to start suspended)
+//                                     Core 3.1 has no diagnostic port to start suspended);
+//                                     then prints the runtime's counts so far as start_gc0,
+//                                     start_gc1, start_gc2 and start_pause_ms
+//        dotnet AnalyzeApp.exe --wait --hold   also waits for another line after "done"
+//                                     before exiting (a watcher reads its totals meanwhile)
 //
 // Scenarios, in order:
 //   gc          5 induced gen0, 3 induced gen1 and 2 induced blocking gen2 collections, each
@@ -54,12 +58,18 @@ static class AnalyzeApp
 
     static int Main(string[] args)
     {
-        if (args.Length > 0 && args[0] == "--wait")
+        bool wait = args.Length > 0 && args[0] == "--wait";
+        bool hold = wait && args.Length > 1 && args[1] == "--hold";
+        if (wait)
         {
             Console.WriteLine("pid " + System.Diagnostics.Process.GetCurrentProcess().Id);
             Console.WriteLine("ready");
             Console.Out.Flush();
             Console.ReadLine();
+            Console.WriteLine("start_gc0 " + GC.CollectionCount(0));
+            Console.WriteLine("start_gc1 " + GC.CollectionCount(1));
+            Console.WriteLine("start_gc2 " + GC.CollectionCount(2));
+            Console.WriteLine("start_pause_ms " + PauseMs());
         }
         Collections();
         Contention();
@@ -70,9 +80,9 @@ static class AnalyzeApp
         Console.WriteLine("gc0 " + GC.CollectionCount(0));
         Console.WriteLine("gc1 " + GC.CollectionCount(1));
         Console.WriteLine("gc2 " + GC.CollectionCount(2));
-        MethodInfo pause = typeof(GC).GetMethod("GetTotalPauseDuration", Type.EmptyTypes);
-        if (pause != null)
-            Console.WriteLine("pause_ms " + Invariant(((TimeSpan)pause.Invoke(null, null)).TotalMilliseconds));
+        string pauseMs = PauseMs();
+        if (pauseMs != null)
+            Console.WriteLine("pause_ms " + pauseMs);
         PropertyInfo contentions = typeof(Monitor).GetProperty("LockContentionCount");
         if (contentions != null)
             Console.WriteLine("contentions " + contentions.GetValue(null, null));
@@ -93,7 +103,17 @@ static class AnalyzeApp
             Console.WriteLine("large_bytes " + largeBytes);
         Console.WriteLine("contention_wait_ms " + Invariant(contentionWaitMs));
         Console.WriteLine("done " + (sink > 0 ? "ok" : "?"));
+        Console.Out.Flush();
+        if (hold)
+            Console.ReadLine();
         return 0;
+    }
+
+    // GC.GetTotalPauseDuration() in ms (.NET 7+), or null.
+    static string PauseMs()
+    {
+        MethodInfo pause = typeof(GC).GetMethod("GetTotalPauseDuration", Type.EmptyTypes);
+        return pause == null ? null : Invariant(((TimeSpan)pause.Invoke(null, null)).TotalMilliseconds);
     }
 
     static string Invariant(double value)

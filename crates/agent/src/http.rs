@@ -888,6 +888,7 @@ async fn counters(State(agent): State<Arc<Agent>>, query: Params) -> Reply {
             duration: Some(duration),
             max_time_series: 1000,
             max_histograms: 20,
+            runtime_events: false,
         };
         let mut sink = LineSink {
             tx,

@@ -37,6 +37,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context, Result};
+use eventpipe_client::capture::counters::RuntimeNews;
 use eventpipe_counters::CounterValue;
 
 use self::operations::{Handle, Operations};
@@ -527,15 +528,32 @@ struct Watcher {
     problems: Vec<String>,
     /// Counter values as OTLP metrics, when exporting.
     export: Option<otlp::CounterExport>,
+    /// The session carries the runtime's events (a .NET target).
+    runtime_events: bool,
 }
 
 impl CounterListener for Watcher {
+    fn started(&mut self) {
+        if self.runtime_events {
+            self.agent.store.start_gc_totals(&self.labels);
+        }
+    }
     fn value(&mut self, value: CounterValue, at: SystemTime) {
         self.agent.store.record(&self.labels, &value);
         if let Some(export) = &mut self.export {
             export.value(&value, at);
         }
         for firing in self.agent.rules.on_value(&self.process, &value, at) {
+            act(&self.agent, &self.process, &firing);
+        }
+    }
+    fn runtime(&mut self, news: RuntimeNews, at: SystemTime) {
+        if let RuntimeNews::Gc(gc) = &news {
+            self.agent
+                .store
+                .record_gc(&self.labels, gc.generation, gc.pause_ms.unwrap_or(0.0));
+        }
+        for firing in self.agent.rules.on_runtime(&self.process, &news, at) {
             act(&self.agent, &self.process, &firing);
         }
     }
@@ -572,6 +590,8 @@ fn start_watcher(agent: &Arc<Agent>, process: Process, stop: Arc<AtomicBool>) {
         }
     }
     let interval = agent.settings.metrics.interval_seconds;
+    let runtime_events = process.kind == Some(processes::RuntimeKind::Dotnet)
+        && (agent.settings.metrics.runtime_events || agent.rules.read_runtime_events(&process));
     let thread_agent = Arc::clone(agent);
     let spawned = std::thread::Builder::new()
         .name(format!("eptrace-agent-counters-{}", process.pid))
@@ -595,12 +615,14 @@ fn start_watcher(agent: &Arc<Agent>, process: Process, stop: Arc<AtomicBool>) {
                     .otlp
                     .as_ref()
                     .map(|e| otlp::CounterExport::new(Arc::clone(e), &process)),
+                runtime_events,
             };
             while !stop.load(Ordering::Relaxed) {
                 let outcome = sessions::watch_counters(
                     &process,
                     specs.clone(),
                     interval,
+                    runtime_events,
                     &stop,
                     &mut watcher,
                 );

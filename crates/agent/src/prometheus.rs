@@ -5,6 +5,9 @@
 //! interval) is summed into a counter ending in `_total`; a histogram is a summary with
 //! `quantile` labels. Every series is labelled `pid`, `process` and `runtime` (`rust` or
 //! `dotnet`), plus the counter's own tags.
+//!
+//! A .NET target watched with its runtime's events also has its GC totals, labelled
+//! `generation`: `dotnet_gc_collections_total` and `dotnet_gc_pause_seconds_total`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -51,11 +54,7 @@ impl Store {
             name.push('_');
             name.push_str(suffix);
         }
-        let mut labels = vec![
-            ("pid".to_owned(), target.pid.to_string()),
-            ("process".to_owned(), target.process.clone()),
-            ("runtime".to_owned(), target.runtime.clone()),
-        ];
+        let mut labels = base_labels(target);
         for tag in v.tags.split(',').filter(|t| !t.is_empty()) {
             let (k, val) = tag.split_once('=').unwrap_or((tag, ""));
             let k = normalize(k);
@@ -124,6 +123,57 @@ impl Store {
         }
     }
 
+    /// Starts a .NET target's GC totals at zero for each generation, so that they exist
+    /// (and `rate()` sees their first increase) before its first GC.
+    pub(crate) fn start_gc_totals(&self, target: &TargetLabels) {
+        for generation in 0..=2 {
+            self.add_gc(target, generation, 0, 0.0);
+        }
+    }
+
+    /// Counts a complete GC of `generation` that paused the program `pause_ms`, in the
+    /// target's GC totals (from its runtime's GC events: counted from when the agent's
+    /// session began, as `GC.CollectionCount` counts from the process's start).
+    pub(crate) fn record_gc(&self, target: &TargetLabels, generation: u32, pause_ms: f64) {
+        self.add_gc(target, generation, 1, pause_ms);
+    }
+
+    fn add_gc(&self, target: &TargetLabels, generation: u32, count: u64, pause_ms: f64) {
+        let mut labels = base_labels(target);
+        labels.push(("generation".to_owned(), generation.to_string()));
+        let key = label_text(&labels);
+        let mut targets = self.lock();
+        let families = targets.entry(target.pid).or_default();
+        for (name, help, add) in [
+            (
+                GC_COUNT,
+                "GCs complete, by the generation each collected (.NET runtime events; \
+                 since the agent attached)",
+                count as f64,
+            ),
+            (
+                GC_PAUSE,
+                "Time the program was paused for GCs, by generation (.NET runtime events; \
+                 since the agent attached)",
+                pause_ms / 1000.0,
+            ),
+        ] {
+            let family = families.entry(name.to_owned()).or_insert_with(|| Family {
+                kind: "counter",
+                help: help.to_owned(),
+                series: BTreeMap::new(),
+            });
+            family
+                .series
+                .entry(key.clone())
+                .or_insert(Series {
+                    labels: labels.clone(),
+                    value: 0.0,
+                })
+                .value += add;
+        }
+    }
+
     /// Forgets a target that exited.
     pub(crate) fn forget(&self, pid: u32) {
         self.lock().remove(&pid);
@@ -155,6 +205,20 @@ impl Store {
             }
         }
     }
+}
+
+/// The family of GC counts per generation.
+pub(crate) const GC_COUNT: &str = "dotnet_gc_collections_total";
+/// The family of GC pause time per generation.
+pub(crate) const GC_PAUSE: &str = "dotnet_gc_pause_seconds_total";
+
+/// The labels every series of `target` carries.
+fn base_labels(target: &TargetLabels) -> Vec<(String, String)> {
+    vec![
+        ("pid".to_owned(), target.pid.to_string()),
+        ("process".to_owned(), target.process.clone()),
+        ("runtime".to_owned(), target.runtime.clone()),
+    ]
 }
 
 /// One family of the agent's own metrics.

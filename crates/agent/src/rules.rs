@@ -6,11 +6,18 @@
 //! target's own timestamps) was past the threshold; a value on the other side starts the
 //! wait again, and so does a firing, so a condition that persists fires again only after
 //! another full `for_seconds` (and only if the limit allows).
+//!
+//! The triggers on a .NET runtime's events hear its news as the counters session reads it
+//! ([`RuntimeNews`]): a GC pause trigger holds for each complete GC paused longer than its
+//! threshold; an exceptions trigger once `per_second` × `for_seconds` exceptions (rounded
+//! up) were thrown within `for_seconds` (again by the target's timestamps; a firing empties
+//! the window); a starvation trigger at each starvation adjustment.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
+use eventpipe_client::capture::counters::RuntimeNews;
 use eventpipe_counters::CounterValue;
 
 use super::processes::Process;
@@ -29,6 +36,8 @@ struct State {
     since: HashMap<(usize, u32), SystemTime>,
     /// (rule, pid) → when it acted, within the window.
     acted: HashMap<(usize, u32), VecDeque<Instant>>,
+    /// (rule, pid) → the times of the exceptions within an exceptions trigger's window.
+    thrown: HashMap<(usize, u32), VecDeque<SystemTime>>,
     fired: Vec<u64>,
     suppressed: Vec<u64>,
 }
@@ -83,9 +92,99 @@ impl Rules {
             .filter(|r| applies(r, process))
             .filter_map(|r| match &r.trigger {
                 Trigger::Counter { provider, .. } => Some(provider.clone()),
-                Trigger::ProcessStart => None,
+                _ => None,
             })
             .collect()
+    }
+
+    /// Whether a rule for `process` reads its runtime's events.
+    pub(crate) fn read_runtime_events(&self, process: &Process) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.trigger.reads_runtime_events() && applies(r, process))
+    }
+
+    /// News from `process`'s runtime, of its event at `at`: the rules that act.
+    pub(crate) fn on_runtime(
+        &self,
+        process: &Process,
+        news: &RuntimeNews,
+        at: SystemTime,
+    ) -> Vec<Firing> {
+        let now = Instant::now();
+        let mut state = self.lock();
+        let mut out = Vec::new();
+        for (i, rule) in self.rules.iter().enumerate() {
+            if !rule.trigger.reads_runtime_events() || !applies(rule, process) {
+                continue;
+            }
+            let why = match (&rule.trigger, news) {
+                (
+                    Trigger::GcPause {
+                        above_ms,
+                        generation,
+                    },
+                    RuntimeNews::Gc(gc),
+                ) => match gc.pause_ms {
+                    Some(pause)
+                        if pause > *above_ms && generation.is_none_or(|g| g == gc.generation) =>
+                    {
+                        format!(
+                            "GC {} (gen{} {}, {}) paused the program {pause:.1} ms, above \
+                             {above_ms} ms",
+                            gc.number, gc.generation, gc.kind, gc.reason
+                        )
+                    }
+                    _ => continue,
+                },
+                (
+                    Trigger::Exceptions {
+                        per_second,
+                        for_seconds,
+                        exception_type,
+                    },
+                    RuntimeNews::Exception {
+                        exception_type: thrown,
+                    },
+                ) => {
+                    if exception_type.as_ref().is_some_and(|t| t != thrown) {
+                        continue;
+                    }
+                    let needed = exceptions_needed(*per_second, *for_seconds);
+                    let window = Duration::from_secs_f64(*for_seconds);
+                    let times = state.thrown.entry((i, process.pid)).or_default();
+                    times.push_back(at);
+                    while times
+                        .front()
+                        .is_some_and(|t| at.duration_since(*t).unwrap_or_default() >= window)
+                    {
+                        times.pop_front();
+                    }
+                    if (times.len() as u64) < needed {
+                        continue;
+                    }
+                    let first = times.front().copied().unwrap_or(at);
+                    times.clear();
+                    let what = exception_type.as_deref().unwrap_or("exceptions");
+                    format!(
+                        "{needed} {what} thrown within {:.1} s (at least {per_second}/s over \
+                         {for_seconds} s)",
+                        at.duration_since(first).unwrap_or_default().as_secs_f64()
+                    )
+                }
+                (Trigger::ThreadPoolStarvation, RuntimeNews::Starvation { new_worker_count }) => {
+                    format!(
+                        "the thread pool added a worker for starvation ({new_worker_count} \
+                         workers now)"
+                    )
+                }
+                _ => continue,
+            };
+            if admit(&mut state, rule, i, process.pid, now) {
+                out.push(Firing { rule: i, why });
+            }
+        }
+        out
     }
 
     /// A process was found: the process-start rules that act.
@@ -173,7 +272,16 @@ impl Rules {
         let mut state = self.lock();
         state.since.retain(|(_, p), _| *p != pid);
         state.acted.retain(|(_, p), _| *p != pid);
+        state.thrown.retain(|(_, p), _| *p != pid);
     }
+}
+
+/// How many exceptions an exceptions trigger waits for: `per_second` × `for_seconds`,
+/// rounded up (at least one).
+fn exceptions_needed(per_second: f64, for_seconds: f64) -> u64 {
+    // Rounded first, so that 6.6/s over 10 s needs 66, not 67 for 66.00000000000001.
+    let exact = (per_second * for_seconds * 1e6).round() / 1e6;
+    (exact.ceil() as u64).max(1)
 }
 
 /// Whether the rule's filter takes the process.
@@ -299,5 +407,140 @@ mod tests {
         let mut dotnet = process(3, "c");
         dotnet.kind = Some(crate::processes::RuntimeKind::Dotnet);
         assert!(rules.on_start(&dotnet).is_empty());
+    }
+
+    fn dotnet(pid: u32) -> Process {
+        let mut p = process(pid, "api");
+        p.runtime = ".NET 8.0".into();
+        p.kind = Some(crate::processes::RuntimeKind::Dotnet);
+        p
+    }
+
+    fn gc(number: u64, generation: u32, pause_ms: f64) -> RuntimeNews {
+        RuntimeNews::Gc(eventpipe_client::capture::counters::CompletedGc {
+            number,
+            generation,
+            kind: "NonConcurrent",
+            reason: "AllocSmall",
+            pause_ms: Some(pause_ms),
+            heap_after_bytes: Some(1 << 20),
+        })
+    }
+
+    fn thrown(kind: &str) -> RuntimeNews {
+        RuntimeNews::Exception {
+            exception_type: kind.into(),
+        }
+    }
+
+    fn runtime_rules(triggers: &[&str]) -> Rules {
+        let mut text = String::from("egress = \"/tmp\"\n");
+        for (i, trigger) in triggers.iter().enumerate() {
+            text.push_str(&format!(
+                "[[rules]]\nname = \"r{i}\"\ntrigger = {trigger}\naction = {{ kind = \"gcdump\" }}\n\
+                 limit = {{ count = 100, window_seconds = 3600 }}\n"
+            ));
+        }
+        Rules::new(parse(&text).unwrap().rules)
+    }
+
+    #[test]
+    fn a_gc_pause_trigger_fires_above_its_threshold_for_its_generation() {
+        let rules = runtime_rules(&[
+            r#"{ kind = "gc-pause", above_ms = 10 }"#,
+            r#"{ kind = "gc-pause", above_ms = 10, generation = 2 }"#,
+        ]);
+        let api = dotnet(7);
+        let t = SystemTime::UNIX_EPOCH;
+        // At the threshold: no firing; just above it: the any-generation rule only.
+        assert!(rules.on_runtime(&api, &gc(1, 0, 10.0), t).is_empty());
+        let fired = rules.on_runtime(&api, &gc(2, 0, 10.001), t);
+        assert_eq!(fired.iter().map(|f| f.rule).collect::<Vec<_>>(), [0]);
+        assert!(
+            fired[0]
+                .why
+                .contains("GC 2 (gen0 NonConcurrent, AllocSmall)"),
+            "{}",
+            fired[0].why
+        );
+        // A long gen2: both.
+        assert_eq!(rules.on_runtime(&api, &gc(3, 2, 48.0), t).len(), 2);
+        // A Rust program's news would never come; other news is not a GC.
+        assert!(rules.on_runtime(&api, &thrown("E"), t).is_empty());
+        assert!(rules.read_runtime_events(&api));
+    }
+
+    #[test]
+    fn an_exceptions_trigger_fires_at_its_count_within_its_window() {
+        // 6.6/s over 10 s: 66 exceptions within 10 s.
+        let rules = runtime_rules(&[
+            r#"{ kind = "exceptions", per_second = 6.6, for_seconds = 10 }"#,
+            r#"{ kind = "exceptions", per_second = 0.2, exception_type = "System.TimeoutException" }"#,
+        ]);
+        let api = dotnet(7);
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        // 65 in the first 6.5 s: not yet.
+        for n in 0..65 {
+            assert!(rules.on_runtime(&api, &thrown("E"), ms(n * 100)).is_empty());
+        }
+        // The 66th, 6.5 s after the first: fires, and empties the window.
+        let fired = rules.on_runtime(&api, &thrown("E"), ms(6500));
+        assert_eq!(fired.len(), 1);
+        assert!(
+            fired[0]
+                .why
+                .starts_with("66 exceptions thrown within 6.5 s"),
+            "{}",
+            fired[0].why
+        );
+        // 65 more, spread so that the window never holds 66 (the first ones leave it).
+        for n in 0..200 {
+            assert!(rules
+                .on_runtime(&api, &thrown("E"), ms(7000 + n * 160))
+                .is_empty());
+        }
+        // The typed rule: 2 TimeoutExceptions within 10 s (0.2/s), others not counted.
+        let typed = |at| {
+            rules
+                .on_runtime(&api, &thrown("System.TimeoutException"), at)
+                .into_iter()
+                .filter(|f| f.rule == 1)
+                .count()
+        };
+        assert_eq!(typed(ms(60_000)), 0);
+        assert_eq!(
+            typed(ms(70_000)),
+            0,
+            "10 s apart: the first left the window"
+        );
+        assert_eq!(typed(ms(79_999)), 1);
+    }
+
+    #[test]
+    fn a_starvation_trigger_fires_at_each_adjustment_within_its_limit() {
+        let settings = parse(
+            r#"
+            egress = "/tmp"
+            [[rules]]
+            name = "starved"
+            trigger = { kind = "thread-pool-starvation" }
+            action = { kind = "trace", duration_seconds = 5, profile = "cpu-sampling" }
+            limit = { count = 1, window_seconds = 3600 }
+            "#,
+        )
+        .unwrap();
+        let rules = Rules::new(settings.rules);
+        let api = dotnet(7);
+        let starved = RuntimeNews::Starvation {
+            new_worker_count: 9,
+        };
+        let fired = rules.on_runtime(&api, &starved, SystemTime::UNIX_EPOCH);
+        assert_eq!(fired.len(), 1);
+        assert!(fired[0].why.contains("9 workers"), "{}", fired[0].why);
+        assert!(rules
+            .on_runtime(&api, &starved, SystemTime::UNIX_EPOCH)
+            .is_empty());
+        assert_eq!(rules.counts()[0], ("starved".to_owned(), 1, 1));
     }
 }

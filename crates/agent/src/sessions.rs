@@ -16,7 +16,7 @@ use eventpipe_counters::CounterValue;
 use super::processes::Process;
 use super::processes::RuntimeKind;
 use eventpipe_client::capture::counters::{
-    run, CounterSpec, SessionConfig, SessionEnd, Sink, SinkResult,
+    run, CounterSpec, RuntimeNews, SessionConfig, SessionEnd, Sink, SinkResult,
 };
 use eventpipe_client::capture::{gcdump, heap, Report};
 use eventpipe_client::request::{Preset, TraceRequest};
@@ -240,7 +240,11 @@ pub(crate) fn take_snapshot(
 
 /// What a standing counters session does with what it hears.
 pub(crate) trait CounterListener: Send {
+    /// The session runs.
+    fn started(&mut self) {}
     fn value(&mut self, value: CounterValue, at: SystemTime);
+    /// A .NET target's runtime news (with `runtime_events`).
+    fn runtime(&mut self, news: RuntimeNews, at: SystemTime);
     fn problem(&mut self, problem: &str);
 }
 
@@ -250,8 +254,16 @@ struct ListenerSink<'a> {
 }
 
 impl Sink for ListenerSink<'_> {
+    fn started(&mut self) -> SinkResult<()> {
+        self.listener.started();
+        Ok(())
+    }
     fn value(&mut self, value: CounterValue, at: SystemTime) -> SinkResult<()> {
         self.listener.value(value, at);
+        Ok(())
+    }
+    fn runtime(&mut self, news: RuntimeNews, at: SystemTime) -> SinkResult<()> {
+        self.listener.runtime(news, at);
         Ok(())
     }
     fn problem(&mut self, problem: String) -> SinkResult<()> {
@@ -273,12 +285,13 @@ impl Sink for ListenerSink<'_> {
     }
 }
 
-/// Watches `process`'s counters (`specs`, every `interval`) until `stop` is raised or
-/// the process ends its session.
+/// Watches `process`'s counters (`specs`, every `interval`; a .NET runtime's events too
+/// with `runtime_events`) until `stop` is raised or the process ends its session.
 pub(crate) fn watch_counters(
     process: &Process,
     specs: Vec<CounterSpec>,
     interval: f64,
+    runtime_events: bool,
     stop: &AtomicBool,
     listener: &mut dyn CounterListener,
 ) -> Result<()> {
@@ -289,6 +302,7 @@ pub(crate) fn watch_counters(
         duration: None,
         max_time_series: 1000,
         max_histograms: 20,
+        runtime_events,
     };
     let mut sink = ListenerSink { listener, stop };
     run(&config, &mut sink, stop)

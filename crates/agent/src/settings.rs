@@ -221,10 +221,6 @@ pub(crate) enum PyroscopeApi {
     Ingest,
 }
 
-fn ten() -> f64 {
-    10.0
-}
-
 fn hundred() -> u32 {
     100
 }
@@ -271,6 +267,11 @@ pub(crate) struct MetricsSettings {
     /// `eptrace counters --counters` takes them (`MyMeter[requests,latency]`).
     #[serde(default)]
     pub(crate) counters: Vec<String>,
+    /// In .NET targets, the runtime's GC, exception and thread pool events in the same
+    /// session: GC counts and pause time per generation in `/metrics`. (Rules whose
+    /// triggers read them enable them for the processes they apply to either way.)
+    #[serde(default = "yes")]
+    pub(crate) runtime_events: bool,
 }
 
 impl Default for MetricsSettings {
@@ -279,6 +280,7 @@ impl Default for MetricsSettings {
             enabled: true,
             interval_seconds: 5.0,
             counters: Vec::new(),
+            runtime_events: true,
         }
     }
 }
@@ -344,6 +346,38 @@ pub(crate) enum Trigger {
     },
     /// The agent finds the process (at its start, or when the agent starts).
     ProcessStart,
+    /// A .NET GC paused the program longer than `above_ms` (a GC of `generation` only,
+    /// when given). From the runtime's GC events, as `eptrace analyze` reads them.
+    GcPause {
+        above_ms: f64,
+        generation: Option<u32>,
+    },
+    /// At least `per_second` × `for_seconds` exceptions thrown within `for_seconds` in a
+    /// .NET process (of `exception_type` only, when given: the full type name).
+    Exceptions {
+        per_second: f64,
+        #[serde(default = "ten")]
+        for_seconds: f64,
+        exception_type: Option<String>,
+    },
+    /// The .NET thread pool added a worker because queued work made no progress
+    /// (hill climbing's Starvation adjustment).
+    ThreadPoolStarvation,
+}
+
+impl Trigger {
+    /// Whether it listens to the runtime's events (a .NET target's, in its counters
+    /// session), not to counters or the process list.
+    pub(crate) fn reads_runtime_events(&self) -> bool {
+        matches!(
+            self,
+            Trigger::GcPause { .. } | Trigger::Exceptions { .. } | Trigger::ThreadPoolStarvation
+        )
+    }
+}
+
+fn ten() -> f64 {
+    10.0
 }
 
 /// What a rule does.
@@ -495,6 +529,7 @@ pub(crate) fn check(s: &Settings) -> Result<()> {
                 bail!("{at}: for_seconds must be between 0 and 86400");
             }
         }
+        check_runtime_trigger(rule, &at)?;
         if !(rule.limit.count >= 1 && rule.limit.window_seconds > 0.0) {
             bail!("{at}: limit.count must be at least 1 and limit.window_seconds above 0");
         }
@@ -519,6 +554,45 @@ pub(crate) fn check(s: &Settings) -> Result<()> {
         if let Some(template) = rule.action.name_template() {
             crate::egress::check_template(template).with_context(|| at.clone())?;
         }
+    }
+    Ok(())
+}
+
+/// The checks of a trigger on the runtime's events: numbers in range, and a filter that
+/// can take a .NET process.
+fn check_runtime_trigger(rule: &Rule, at: &str) -> Result<()> {
+    match &rule.trigger {
+        Trigger::GcPause {
+            above_ms,
+            generation,
+        } => {
+            if !(above_ms.is_finite() && *above_ms >= 0.0) {
+                bail!("{at}: above_ms is {above_ms}: it must be 0 or more");
+            }
+            if generation.is_some_and(|g| g > 2) {
+                bail!("{at}: generation must be 0, 1 or 2");
+            }
+        }
+        Trigger::Exceptions {
+            per_second,
+            for_seconds,
+            ..
+        } => {
+            if !(per_second.is_finite() && *per_second > 0.0) {
+                bail!("{at}: per_second is {per_second}: it must be above 0");
+            }
+            if !(*for_seconds > 0.0 && *for_seconds <= 86_400.0) {
+                bail!("{at}: for_seconds must be above 0 and at most 86400");
+            }
+        }
+        Trigger::ThreadPoolStarvation => {}
+        Trigger::Counter { .. } | Trigger::ProcessStart => return Ok(()),
+    }
+    if rule.filter.runtime == Some(RuntimeKind::Rust) {
+        bail!(
+            "{at}: its trigger reads the .NET runtime's events, and its filter takes only \
+             Rust processes"
+        );
     }
     Ok(())
 }
@@ -728,6 +802,30 @@ mod tests {
             (
                 "egress = \"/x\"\n[[rules]]\nname = \"r\"\ntrigger = { kind = \"process-start\" }\naction = { kind = \"heap\", name = \"{user}\" }",
                 "{user}",
+            ),
+            (
+                "egress = \"/x\"\n[[rules]]\nname = \"r\"\ntrigger = { kind = \"gc-pause\", above_ms = 5, generation = 3 }\naction = { kind = \"gcdump\" }",
+                "generation must be 0, 1 or 2",
+            ),
+            (
+                "egress = \"/x\"\n[[rules]]\nname = \"r\"\ntrigger = { kind = \"gc-pause\", above_ms = -1 }\naction = { kind = \"gcdump\" }",
+                "above_ms is -1",
+            ),
+            (
+                "egress = \"/x\"\n[[rules]]\nname = \"r\"\ntrigger = { kind = \"exceptions\", per_second = 0 }\naction = { kind = \"gcdump\" }",
+                "per_second is 0",
+            ),
+            (
+                "egress = \"/x\"\n[[rules]]\nname = \"r\"\ntrigger = { kind = \"exceptions\", per_second = 1, for_seconds = 0 }\naction = { kind = \"gcdump\" }",
+                "for_seconds must be above 0",
+            ),
+            (
+                "egress = \"/x\"\n[[rules]]\nname = \"r\"\nfilter = { runtime = \"rust\" }\ntrigger = { kind = \"thread-pool-starvation\" }\naction = { kind = \"heap\" }",
+                "reads the .NET runtime's events, and its filter takes only Rust",
+            ),
+            (
+                "egress = \"/x\"\n[[rules]]\nname = \"r\"\ntrigger = { kind = \"gc-pause\", above = 5 }\naction = { kind = \"gcdump\" }",
+                "above",
             ),
             ("api_keys = [\"hunter2\"]", "sha256:"),
             ("[metrics]\ninterval_seconds = 0", "interval_seconds"),

@@ -178,6 +178,8 @@ pub(crate) struct GcAnalyzer {
 struct GcState {
     complete: bool,
     pause_start_ms: Option<f64>,
+    /// Handed to a live watcher already ([`GcAnalyzer::take_completed`]).
+    taken: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -303,6 +305,7 @@ impl GcAnalyzer {
         self.state.push(GcState {
             complete: false,
             pause_start_ms,
+            taken: false,
         });
         if kind == "Background" {
             self.background = Some(index);
@@ -380,6 +383,40 @@ impl GcAnalyzer {
                 p[0].max(small_allocated) + p[1] + p[2] + p[3].max(after[3]) + p[4].max(after[4])
             }
         }
+    }
+
+    /// For a watcher that reads as long as its target runs: the GCs complete since the
+    /// last call (a background GC completes after the foreground ones it let run), and the
+    /// rows no event can change any more are dropped, so memory stays bounded. The row
+    /// kept before the oldest still open is what the next `GC/HeapStats` estimates its size
+    /// before from (with the first rows dropped, that can be the first row, which the
+    /// whole-trace estimate never uses).
+    pub(crate) fn take_completed(&mut self) -> Vec<Gc> {
+        let mut done = Vec::new();
+        for (gc, state) in self.gcs.iter().zip(self.state.iter_mut()) {
+            if state.complete && !state.taken {
+                state.taken = true;
+                done.push(gc.clone());
+            }
+        }
+        let settled = self
+            .state
+            .iter()
+            .take(self.gcs.len().saturating_sub(1))
+            .enumerate()
+            .take_while(|(i, s)| s.taken && Some(*i) != self.background)
+            .count();
+        if settled > 0 {
+            self.gcs.drain(..settled);
+            self.state.drain(..settled);
+            self.background = self.background.map(|b| b - settled);
+        }
+        done
+    }
+
+    /// The GC rows held.
+    pub(crate) fn held(&self) -> usize {
+        self.gcs.len()
     }
 
     /// The section.

@@ -33,6 +33,7 @@ mod fields;
 mod findings;
 pub mod gc;
 pub mod jit;
+pub mod live;
 pub mod offcpu;
 mod stats;
 pub mod threadpool;

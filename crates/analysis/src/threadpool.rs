@@ -14,6 +14,10 @@ pub(crate) mod id {
     pub(crate) const ADJUSTMENT: u32 = 55;
 }
 
+/// `ThreadPoolWorkerThreadAdjustment/Adjustment`'s reason for a worker added because
+/// queued work made no progress.
+pub(crate) const STARVATION: u64 = 6;
+
 /// Starvation adjustments closer than this belong to one starvation span.
 const SPAN_GAP_MS: f64 = 1000.0;
 
@@ -110,7 +114,7 @@ fn reason_name(reason: Option<u64>) -> &'static str {
         Some(3) => "ClimbingMove",
         Some(4) => "ChangePointMove",
         Some(5) => "Stabilizing",
-        Some(6) => "Starvation",
+        Some(STARVATION) => "Starvation",
         Some(7) => "ThreadTimedOut",
         _ => "Unknown",
     }

@@ -110,3 +110,50 @@ fn gc_rows_and_section_counts_agree_with_the_events_and_traceevents_counts() {
     assert!(a.findings.iter().any(|f| f.rule == "threadpool-starvation"));
     assert!(a.missing.iter().any(|m| m.section == "exceptions"));
 }
+
+#[test]
+fn a_live_watch_reports_each_gc_and_starvation_as_the_whole_trace_analysis_has_them() {
+    use eventpipe_analysis::live::{RuntimeNews, RuntimeWatch};
+    let Some(path) = shared(OBJVER4) else { return };
+    let bytes = std::fs::read(&path).unwrap();
+    let mut reader = SortedReader::new(TraceReader::from_slice(&bytes).unwrap());
+    let mut analyzer = Analyzer::new(Sections::ALL);
+    let mut watch = RuntimeWatch::new();
+    let mut news = Vec::new();
+    let mut most_held = 0;
+    while let Some(event) = reader.next_event().unwrap() {
+        analyzer.observe(&event);
+        watch.observe(&event, &mut news);
+        most_held = most_held.max(watch.held());
+    }
+    let a = analyzer.finish(OBJVER4);
+    // The whole-trace rows (held against the events and TraceEvent's counts above): every
+    // complete one is reported once, with the same generation and pause.
+    let gc = a.gc.as_ref().unwrap();
+    let mut reported: Vec<(u64, u32, Option<f64>)> = news
+        .iter()
+        .filter_map(|n| match n {
+            RuntimeNews::Gc(g) => Some((g.number, g.generation, g.pause_ms)),
+            _ => None,
+        })
+        .collect();
+    reported.sort_by_key(|r| r.0);
+    assert_eq!(reported.len() as u64, gc.complete);
+    let expected: Vec<(u64, u32, Option<f64>)> = gc
+        .gcs
+        .iter()
+        .map(|g| (g.number, g.generation, g.pause_ms))
+        .collect();
+    assert_eq!(reported, expected);
+    // 478 GCs, and never more than a few rows held at once.
+    assert!(most_held <= 3, "{most_held} rows held");
+    let starved = news
+        .iter()
+        .filter(|n| matches!(n, RuntimeNews::Starvation { .. }))
+        .count() as u64;
+    assert_eq!(
+        starved,
+        a.threadpool.as_ref().unwrap().starvation_adjustments
+    );
+    assert!(starved > 0);
+}

@@ -397,6 +397,7 @@ impl CountersSessionArgs {
             duration: self.duration,
             max_time_series: self.max_time_series,
             max_histograms: self.max_histograms,
+            runtime_events: false,
         })
     }
 }

@@ -3,17 +3,23 @@
 //! runtime publish) and, for .NET targets, `System.Diagnostics.Metrics` listening to the
 //! same names (Meters, .NET 6+). Values are decoded as they stream in
 //! ([`eventpipe_counters`]) and handed to a [`Sink`].
+//!
+//! A .NET target's session can also carry the runtime's GC, exception and thread pool
+//! events ([`SessionConfig::runtime_events`]): read in time order, they reach the sink as
+//! [`RuntimeNews`] (a GC complete with its pause, an exception, a starvation adjustment).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant, SystemTime};
 
+pub use eventpipe_analysis::live::{CompletedGc, RuntimeNews};
+use eventpipe_analysis::live::{RuntimeWatch, RUNTIME_KEYWORDS, RUNTIME_LEVEL};
 use eventpipe_counters::{
     decode_counter_event, meters_filter_args, CounterEvent, CounterValue, METERS_PROVIDER,
 };
 use eventpipe_ipc::command::CollectTracing;
 use eventpipe_ipc::ProviderRequest;
-use nettrace::TraceReader;
+use nettrace::{Event, SortedReader, TraceReader};
 
 use super::CaptureError;
 
@@ -96,6 +102,9 @@ pub struct SessionConfig {
     pub max_time_series: u32,
     /// The most histograms a .NET Meter listener keeps.
     pub max_histograms: u32,
+    /// For a .NET target, also the runtime's GC, exception and thread pool events, told
+    /// to [`Sink::runtime`] (a Rust target has none: ignored there).
+    pub runtime_events: bool,
 }
 
 /// The default counters of a runtime.
@@ -126,6 +135,8 @@ struct Live {
 enum Delivery {
     /// An event, and when the target wrote it.
     Event(Box<(CounterEvent, SystemTime)>),
+    /// The runtime's news, and when.
+    Runtime(Box<(RuntimeNews, SystemTime)>),
     /// The stream ended; why, if it was not the end of the trace.
     Ended(Option<String>),
 }
@@ -150,6 +161,16 @@ fn start(config: &SessionConfig) -> Result<Live, CaptureError> {
         })
         .collect();
     let meters_session = format!("eptrace-{}-{}", std::process::id(), target.pid());
+    let runtime_events = config.runtime_events && !is_rust;
+    if runtime_events {
+        providers.push(ProviderRequest {
+            keywords: RUNTIME_KEYWORDS,
+            level: RUNTIME_LEVEL,
+            name: eventpipe_analysis::RUNTIME_PROVIDER.to_owned(),
+            arguments: String::new(),
+            filter: None,
+        });
+    }
     if !is_rust {
         let metrics: Vec<String> = specs
             .iter()
@@ -194,24 +215,15 @@ fn start(config: &SessionConfig) -> Result<Live, CaptureError> {
     let wanted_session = meters_session;
     let session = TraceSession::spawn(stream, "counters-reader", move |stream| {
         let ended = (|| -> Result<(), String> {
-            let mut reader = TraceReader::from_read(stream).map_err(|e| crate::with_causes(&e))?;
-            while let Some(event) = reader.next_event().map_err(|e| crate::with_causes(&e))? {
-                if let Some(decoded) = decode_counter_event(&event, Some(&wanted_session)) {
-                    // The event's own time, not when it reached us: delivery comes in
-                    // bursts.
-                    let at = event
-                        .trace
-                        .ticks_to_unix_nanos(event.header.timestamp)
-                        .and_then(|ns| u64::try_from(ns).ok())
-                        .map_or_else(SystemTime::now, |ns| {
-                            SystemTime::UNIX_EPOCH + Duration::from_nanos(ns)
-                        });
-                    if tx.send(Delivery::Event(Box::new((decoded, at)))).is_err() {
-                        return Ok(());
-                    }
-                }
+            let reader = TraceReader::from_read(stream).map_err(|e| crate::with_causes(&e))?;
+            if runtime_events {
+                // A GC's events come from several threads: its pause follows their order.
+                // .NET writes its stream in time order, so sorting holds nothing back.
+                let mut watch = Some(RuntimeWatch::new());
+                pump(SortedReader::new(reader), &wanted_session, &mut watch, &tx)
+            } else {
+                pump(reader, &wanted_session, &mut None, &tx)
             }
-            Ok(())
         })();
         let _ = tx.send(Delivery::Ended(ended.err()));
     })?;
@@ -225,6 +237,57 @@ fn start(config: &SessionConfig) -> Result<Live, CaptureError> {
         specs,
         series_ms: (config.refresh_sec * 1000.0).round() as u64,
     })
+}
+
+/// A reader of events, in file order or in time order.
+trait Events {
+    fn next(&mut self) -> nettrace::Result<Option<Event<'_>>>;
+}
+
+impl<I: nettrace::source::Input> Events for TraceReader<I> {
+    fn next(&mut self) -> nettrace::Result<Option<Event<'_>>> {
+        self.next_event()
+    }
+}
+
+impl<I: nettrace::source::Input> Events for SortedReader<I> {
+    fn next(&mut self) -> nettrace::Result<Option<Event<'_>>> {
+        self.next_event()
+    }
+}
+
+/// Reads `events` until the stream ends or the receiver goes: counter events decoded, the
+/// runtime's through `watch`, each sent with the time the target wrote it.
+fn pump(
+    mut events: impl Events,
+    meters_session: &str,
+    watch: &mut Option<RuntimeWatch>,
+    tx: &mpsc::Sender<Delivery>,
+) -> Result<(), String> {
+    let mut news = Vec::new();
+    while let Some(event) = events.next().map_err(|e| crate::with_causes(&e))? {
+        // The event's own time, not when it reached us: delivery comes in bursts.
+        let at = event
+            .trace
+            .ticks_to_unix_nanos(event.header.timestamp)
+            .and_then(|ns| u64::try_from(ns).ok())
+            .map_or_else(SystemTime::now, |ns| {
+                SystemTime::UNIX_EPOCH + Duration::from_nanos(ns)
+            });
+        if let Some(decoded) = decode_counter_event(&event, Some(meters_session)) {
+            if tx.send(Delivery::Event(Box::new((decoded, at)))).is_err() {
+                return Ok(());
+            }
+        } else if let Some(watch) = watch {
+            watch.observe(&event, &mut news);
+            for item in news.drain(..) {
+                if tx.send(Delivery::Runtime(Box::new((item, at)))).is_err() {
+                    return Ok(());
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Live {
@@ -269,6 +332,12 @@ pub trait Sink {
     }
     /// A value the target published at `at`.
     fn value(&mut self, value: CounterValue, at: SystemTime) -> SinkResult<()>;
+    /// The runtime's news, of the event at `at` that completed it (only with
+    /// [`SessionConfig::runtime_events`]).
+    fn runtime(&mut self, news: RuntimeNews, at: SystemTime) -> SinkResult<()> {
+        let _ = (news, at);
+        Ok(())
+    }
     /// Something the session noticed: a provider that stays silent, a Meter listener's
     /// complaint.
     fn problem(&mut self, problem: String) -> SinkResult<()>;
@@ -373,24 +442,24 @@ pub fn run(
         if config.duration.is_some_and(|d| began.elapsed() >= d) {
             break None;
         }
-        match live
-            .events
-            .recv_timeout(sink.tick_interval())
-            .map(|d| match d {
-                Delivery::Event(e) => Ok(*e),
-                Delivery::Ended(why) => Err(why),
-            }) {
-            Ok(Ok((CounterEvent::Value(v), at))) => {
-                for (spec, heard) in live.specs.iter().zip(heard.iter_mut()) {
-                    *heard |= spec.provider.eq_ignore_ascii_case(&v.provider);
+        match live.events.recv_timeout(sink.tick_interval()) {
+            Ok(Delivery::Event(event)) => match *event {
+                (CounterEvent::Value(v), at) => {
+                    for (spec, heard) in live.specs.iter().zip(heard.iter_mut()) {
+                        *heard |= spec.provider.eq_ignore_ascii_case(&v.provider);
+                    }
+                    if live.wanted(&v) {
+                        sink.value(v, at).map_err(CaptureError::Sink)?;
+                    }
                 }
-                if live.wanted(&v) {
-                    sink.value(v, at).map_err(CaptureError::Sink)?;
-                }
+                (CounterEvent::Problem(p), _) => sink.problem(p).map_err(CaptureError::Sink)?,
+                (CounterEvent::Instrument { .. }, _) => {}
+            },
+            Ok(Delivery::Runtime(news)) => {
+                let (news, at) = *news;
+                sink.runtime(news, at).map_err(CaptureError::Sink)?;
             }
-            Ok(Ok((CounterEvent::Problem(p), _))) => sink.problem(p).map_err(CaptureError::Sink)?,
-            Ok(Ok((CounterEvent::Instrument { .. }, _))) => {}
-            Ok(Err(why)) => break Some(why),
+            Ok(Delivery::Ended(why)) => break Some(why),
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break Some(None),
         }
