@@ -89,6 +89,9 @@ pub(crate) fn requested_name(name: &str) -> Result<String> {
     Ok(name.to_owned())
 }
 
+/// The most numbered variants of one name [`Pending::create_numbered`] tries.
+const MAX_NUMBER: u32 = 1000;
+
 /// A file being written into the folder.
 #[derive(Debug)]
 pub(crate) struct Pending {
@@ -112,6 +115,42 @@ impl Pending {
             .open(&partial)
             .map_err(|e| anyhow::anyhow!("creating {}: {e}", partial.display()))?;
         Ok((Pending { partial, done }, file))
+    }
+
+    /// As [`create`](Self::create), for a name the agent made (a rule's, which can fire
+    /// twice within the second its name is stamped with): a name taken, done or still
+    /// being written, gets a number before its extension `ext` instead (`-2`, `-3`, ...).
+    pub(crate) fn create_numbered(
+        dir: &Path,
+        name: &str,
+        ext: &str,
+    ) -> Result<(Pending, std::fs::File)> {
+        let stem = name.strip_suffix(ext).unwrap_or(name);
+        for n in 1..=MAX_NUMBER {
+            let candidate = if n == 1 {
+                name.to_owned()
+            } else {
+                format!("{stem}-{n}{ext}")
+            };
+            let done = dir.join(&candidate);
+            if done.exists() {
+                continue;
+            }
+            let partial = dir.join(format!(".{candidate}.partial"));
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&partial)
+            {
+                Ok(file) => return Ok((Pending { partial, done }, file)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => bail!("creating {}: {e}", partial.display()),
+            }
+        }
+        bail!(
+            "{}: {MAX_NUMBER} files of this name and its numbered ones exist already",
+            dir.join(name).display()
+        )
     }
 
     /// Where the partial file is.
@@ -162,6 +201,29 @@ mod tests {
         assert!(check_template("{rule}-{oops}").is_err());
         assert!(check_template("{rule").is_err());
         check_template("{rule}-{process}-{pid}-{time}").unwrap();
+    }
+
+    #[test]
+    fn a_name_the_agent_made_is_numbered_when_taken() {
+        let dir =
+            std::env::temp_dir().join(format!("eptrace-egress-numbered-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let ext = ".gcdump.nettrace";
+        // One still being written, one done: the third gets -3.
+        let (first, _) = Pending::create_numbered(&dir, "app_1_rule.gcdump.nettrace", ext).unwrap();
+        let (second, _) =
+            Pending::create_numbered(&dir, "app_1_rule.gcdump.nettrace", ext).unwrap();
+        assert_eq!(
+            second.commit().unwrap(),
+            dir.join("app_1_rule-2.gcdump.nettrace")
+        );
+        let (third, _) = Pending::create_numbered(&dir, "app_1_rule.gcdump.nettrace", ext).unwrap();
+        assert_eq!(third.done, dir.join("app_1_rule-3.gcdump.nettrace"));
+        assert_eq!(first.done, dir.join("app_1_rule.gcdump.nettrace"));
+        // A name given by a client is never renumbered.
+        assert!(Pending::create(&dir, "app_1_rule-2.gcdump.nettrace").is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use super::processes::Process;
 use super::processes::RuntimeKind;
 use super::sessions::{self, Snapshot, TraceAsk};
-use super::{egress, lock, log, prometheus, run_operation, Agent, Listen, Work};
+use super::{egress, lock, log, prometheus, run_operation, Agent, Listen, Naming, Work};
 
 /// Connections served at once; more wait in the kernel's backlog.
 const MAX_CONNECTIONS: usize = 512;
@@ -667,7 +667,14 @@ async fn start_trace(
             .operations
             .start("trace", process.pid, &process.name, None);
         let id = handle.id.clone();
-        run_operation(&agent, process, Work::Trace(ask), dir, name, handle);
+        run_operation(
+            &agent,
+            process,
+            Work::Trace(ask),
+            dir,
+            Naming::Exact(name),
+            handle,
+        );
         return Ok(accepted(&agent, &id));
     }
     let (tx, body) = channel_body();
@@ -729,7 +736,14 @@ async fn snapshot(agent: Arc<Agent>, query: Params, which: Snapshot) -> Reply {
             .operations
             .start(which.kind(), process.pid, &process.name, None);
         let id = handle.id.clone();
-        run_operation(&agent, process, Work::Snapshot(which), dir, name, handle);
+        run_operation(
+            &agent,
+            process,
+            Work::Snapshot(which),
+            dir,
+            Naming::Exact(name),
+            handle,
+        );
         return Ok(accepted(&agent, &id));
     }
     // Taken into a staging file first: the snapshot must be whole before a byte is sent.

@@ -691,7 +691,14 @@ fn act(agent: &Arc<Agent>, process: &Process, firing: &Firing) {
         Action::Gcdump { .. } => Work::Snapshot(Snapshot::Gcdump),
         Action::Heap { .. } => Work::Snapshot(Snapshot::Heap),
     };
-    run_operation(agent, process.clone(), work, egress, name, handle);
+    run_operation(
+        agent,
+        process.clone(),
+        work,
+        egress,
+        Naming::Numbered(name),
+        handle,
+    );
 }
 
 /// What an operation does.
@@ -701,13 +708,32 @@ pub(crate) enum Work {
     Snapshot(Snapshot),
 }
 
+impl Work {
+    /// The extension of the file it writes.
+    fn extension(&self) -> &'static str {
+        match self {
+            Work::Trace(_) => ".nettrace",
+            Work::Snapshot(which) => which.extension(),
+        }
+    }
+}
+
+/// The name of an operation's file.
+#[derive(Debug, Clone)]
+pub(crate) enum Naming {
+    /// As a client asked: taken already is an error.
+    Exact(String),
+    /// As a rule made it (ending in the work's extension): numbered when taken.
+    Numbered(String),
+}
+
 /// Runs `work` on its own thread, into `dir/name` (appearing only once complete).
 pub(crate) fn run_operation(
     agent: &Arc<Agent>,
     process: Process,
     work: Work,
     dir: PathBuf,
-    name: String,
+    name: Naming,
     handle: Handle,
 ) {
     let thread_agent = Arc::clone(agent);
@@ -729,10 +755,14 @@ fn operate(
     process: &Process,
     work: &Work,
     dir: &std::path::Path,
-    name: &str,
+    name: &Naming,
     handle: &Handle,
 ) -> std::result::Result<String, String> {
-    let (pending, mut file) = egress::Pending::create(dir, name).map_err(|e| format!("{e:#}"))?;
+    let created = match name {
+        Naming::Exact(name) => egress::Pending::create(dir, name),
+        Naming::Numbered(name) => egress::Pending::create_numbered(dir, name, work.extension()),
+    };
+    let (pending, mut file) = created.map_err(|e| format!("{e:#}"))?;
     let result: Result<()> = (|| match work {
         Work::Trace(ask) => {
             let request = sessions::trace_request(process, ask)?;

@@ -1892,3 +1892,149 @@ queue_folder = "{}"
     drop(agent);
     drop(app);
 }
+
+/// The value of `family`'s series for `pid` and `generation` in a `/metrics` text.
+fn gc_total(text: &str, family: &str, pid: u32, generation: u32) -> Option<f64> {
+    let pid = format!("pid=\"{pid}\"");
+    let generation = format!("generation=\"{generation}\"");
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{family}{{")))
+        .find(|l| l.contains(&pid) && l.contains(&generation))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// The agent's rules on a .NET runtime's events, and its GC totals, held against what
+/// AnalyzeApp's runtime says of itself (`GC.CollectionCount`, `GC.GetTotalPauseDuration`)
+/// and the exceptions it throws (tests/dotnet/AnalyzeApp.cs): 40 ScenarioExceptions and 25
+/// InvalidOperationExceptions, then 12 work items that starve the thread pool.
+#[test]
+fn dotnet_runtime_rules_and_gc_totals_agree_with_the_runtimes_own_accounting() {
+    let _one = serial();
+    dotnet::with_dotnet(|d| {
+        let dir = scratch("runtime-rules");
+        let out = dir.join("out");
+        let mut command = Command::new(&d.dotnet8);
+        command.arg(&d.analyzeapp).args(["--wait", "--hold"]);
+        let mut app = support::Program::start(command, "AnalyzeApp --wait --hold");
+        let rule = |name: &str, trigger: &str, count: u32| {
+            format!(
+                "[[rules]]\nname = \"{name}\"\nfilter = {{ command_line = \"AnalyzeApp.exe\" }}\n\
+                 trigger = {trigger}\naction = {{ kind = \"trace\", duration_seconds = 1, \
+                 providers = [\"Microsoft-Windows-DotNETRuntime:0x1:4\"] }}\n\
+                 limit = {{ count = {count}, window_seconds = 3600 }}\n"
+            )
+        };
+        let config = [
+            format!("egress = \"{}\"\n[metrics]\ninterval_seconds = 1\n", out.display()),
+            // Every gen2 GC (all paused longer than 0 ms), and none of them: no GC here
+            // pauses for 10 s.
+            rule("gen2", r#"{ kind = "gc-pause", above_ms = 0, generation = 2 }"#, 100),
+            rule("ten-seconds", r#"{ kind = "gc-pause", above_ms = 10000 }"#, 100),
+            // 65 exceptions within 10 s reach 6.5/s exactly, not 6.6/s.
+            rule("all-65", r#"{ kind = "exceptions", per_second = 6.5 }"#, 100),
+            rule("all-66", r#"{ kind = "exceptions", per_second = 6.6 }"#, 100),
+            rule(
+                "invalid-25",
+                r#"{ kind = "exceptions", per_second = 2.5, exception_type = "System.InvalidOperationException" }"#,
+                100,
+            ),
+            rule(
+                "invalid-26",
+                r#"{ kind = "exceptions", per_second = 2.6, exception_type = "System.InvalidOperationException" }"#,
+                100,
+            ),
+            rule("starved", r#"{ kind = "thread-pool-starvation" }"#, 1),
+        ]
+        .concat();
+        let agent = Agent::start(&dir, &config);
+        agent.wait_for_process(app.pid);
+        // The session runs (and carries the runtime's events) once the GC totals exist.
+        wait_for("the agent's GC totals of the app", 30, || {
+            let (_, body) = agent.request("GET", "/metrics", None);
+            gc_total(
+                &String::from_utf8_lossy(&body),
+                "dotnet_gc_collections_total",
+                app.pid,
+                0,
+            )
+        });
+        app.send("go");
+        let t = |app: &mut support::Program, key: &str| -> f64 {
+            app.line(&format!("{key} ")).parse().unwrap()
+        };
+        let start = [
+            t(&mut app, "start_gc0"),
+            t(&mut app, "start_gc1"),
+            t(&mut app, "start_gc2"),
+        ];
+        let start_pause = t(&mut app, "start_pause_ms");
+        let end = [t(&mut app, "gc0"), t(&mut app, "gc1"), t(&mut app, "gc2")];
+        let end_pause = t(&mut app, "pause_ms");
+        assert_eq!(t(&mut app, "thrown_scenario_one"), 40.0);
+        assert_eq!(t(&mut app, "thrown_scenario_two"), 25.0);
+        app.line("done");
+
+        // CollectionCount(n) counts every GC of generation n or higher.
+        let runs = |n: usize| end[n] - start[n];
+        let by_generation = [runs(0) - runs(1), runs(1) - runs(2), runs(2)];
+        assert!(by_generation[2] >= 2.0, "{by_generation:?}");
+        let scraped = wait_for("the GC totals to count every GC", 30, || {
+            let (_, body) = agent.request("GET", "/metrics", None);
+            let text = String::from_utf8_lossy(&body).into_owned();
+            let counts: Vec<f64> = (0..3)
+                .map(|g| gc_total(&text, "dotnet_gc_collections_total", app.pid, g))
+                .collect::<Option<_>>()?;
+            (counts == by_generation).then_some(text)
+        });
+        let pause_ms: f64 = (0..3)
+            .map(|g| gc_total(&scraped, "dotnet_gc_pause_seconds_total", app.pid, g).unwrap())
+            .sum::<f64>()
+            * 1000.0;
+        let runtime_pause = end_pause - start_pause;
+        assert!(
+            (pause_ms - runtime_pause).abs() <= 0.05 * runtime_pause,
+            "GC pauses {pause_ms:.2} ms in /metrics, {runtime_pause:.2} ms by the runtime"
+        );
+
+        let actions = |rule: &str| {
+            let (_, body) = agent.request("GET", "/metrics", None);
+            metric(
+                &String::from_utf8_lossy(&body),
+                &format!("eptrace_agent_rule_actions_total{{rule=\"{rule}\"}}"),
+            )
+            .unwrap_or(0.0)
+        };
+        wait_for("the starvation rule to act", 30, || {
+            (actions("starved") == 1.0).then_some(())
+        });
+        for (rule, expected) in [
+            ("gen2", by_generation[2]),
+            ("ten-seconds", 0.0),
+            ("all-65", 1.0),
+            ("all-66", 0.0),
+            ("invalid-25", 1.0),
+            ("invalid-26", 0.0),
+            ("starved", 1.0),
+        ] {
+            assert_eq!(actions(rule), expected, "rule {rule}");
+        }
+        assert!(agent.logged("rule `all-65` fired"));
+        assert!(agent.logged("65 exceptions thrown within"));
+        assert!(agent.logged("System.InvalidOperationException thrown within"));
+        assert!(agent.logged("added a worker for starvation"));
+        // Each action's trace is whole and holds the runtime's GC events.
+        let actions_total = by_generation[2] as usize + 3;
+        let traces = wait_for("every action's trace", 60, || {
+            let files: Vec<PathBuf> = std::fs::read_dir(&out)
+                .ok()?
+                .filter_map(|e| Some(e.ok()?.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "nettrace"))
+                .collect();
+            (files.len() == actions_total).then_some(files)
+        });
+        for trace in traces {
+            assert!(report_events(&trace) > 0, "{}", trace.display());
+        }
+        app.send("exit");
+    });
+}
