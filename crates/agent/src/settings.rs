@@ -784,6 +784,22 @@ mod tests {
     }
 
     #[test]
+    fn the_guides_rules_parse() {
+        let page = include_str!("../../../docs/agent.md");
+        let blocks: Vec<&str> = page
+            .split("```toml\n")
+            .skip(1)
+            .map(|b| b.split("```").next().unwrap())
+            .collect();
+        assert!(blocks.len() >= 2);
+        for block in blocks {
+            let text = format!("egress = \"/x\"\n{block}");
+            let settings = parse(&text).unwrap_or_else(|e| panic!("{block}\n=> {e:#}"));
+            assert!(!settings.rules.is_empty());
+        }
+    }
+
+    #[test]
     fn mistakes_are_named() {
         let cases = [
             ("lissen = \"x\"", "lissen"),
