@@ -400,6 +400,8 @@ impl Collector {
         // At least 1 Hz: a period is at most a second, which fits.
         let period_field = u32::try_from(period_ns).unwrap_or(u32::MAX);
         let mut gone = Vec::new();
+        // The threads that asked for a probe, with the time each holds.
+        let mut wanted: Vec<(u64, i32)> = Vec::new();
         for (&tid, t) in &mut self.tracked {
             let mut answer = None;
             t.claim.drain(&mut self.scratch, |capture| {
@@ -432,7 +434,7 @@ impl Collector {
                 };
                 let visit = t.waits.visit(answer, cpu_ns, off_ns, period_ns, write);
                 if visit.probe {
-                    capture::send_probe(tid, t.claim.signal_value());
+                    wanted.push((t.waits.held_ns(), tid));
                 }
                 continue;
             }
@@ -443,6 +445,18 @@ impl Collector {
                 let periods = u32::try_from(blocked).unwrap_or(u32::MAX);
                 let values = (STATE_BLOCKED, 0, periods, period_field);
                 SAMPLE.write_about_thread(tid as u64, &[], values);
+            }
+        }
+        // Those holding the most time first (off_cpu.rs: the budget per visit).
+        wanted.sort_unstable_by(|a, b| b.cmp(a));
+        for (i, &(_, tid)) in wanted.iter().enumerate() {
+            let Some(t) = self.tracked.get_mut(&tid) else {
+                continue;
+            };
+            if i < off_cpu::PROBES_PER_VISIT {
+                capture::send_probe(tid, t.claim.signal_value());
+            } else {
+                t.waits.probe_declined();
             }
         }
         for tid in gone {

@@ -20,11 +20,22 @@
 //! * A probe that finds the thread running (it woke meanwhile), or that no answer follows
 //!   within an interval, leaves the held time without a stack, as sampling without
 //!   off-CPU stacks writes it.
-//! * Time in a known wait is written with its stack every [`WAIT_FLUSH`] and when the wait
-//!   ends, so a long wait is a few events, not one per visit.
+//! * Time in a known wait is written with its stack every [`WAIT_FLUSH_NS`] and when the
+//!   wait ends, so a long wait is a few events, not one per visit.
+//! * A visit sends at most [`PROBES_PER_VISIT`] probes, to the threads holding the most
+//!   time without a stack; a thread passed over keeps holding its time, which the probe it
+//!   gets at a later visit attributes (it holds more by then, so it comes first). Each probe
+//!   wakes a waiting thread, and a program of many threads that keep waking would otherwise
+//!   pay one wakeup per thread per visit; async-profiler's wall-clock mode bounds the
+//!   threads it samples per tick for the same reason. The cost: a thread passed over whose
+//!   wait changed place has the earlier wait's time attributed to the later one.
 
 /// How much time in one known wait is written at once, at most.
 pub(crate) const WAIT_FLUSH_NS: u64 = 100_000_000;
+
+/// The most probes one collector visit sends (a visit every 10 ms: 200 wakeups a second
+/// at most, whatever the number of threads).
+pub(crate) const PROBES_PER_VISIT: usize = 2;
 
 /// What a probe's handler recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,6 +127,19 @@ impl WaitTracker {
             }
             _ => Visit::default(),
         }
+    }
+
+    /// The probe [`visit`](Self::visit) asked for is not sent this time: the thread keeps
+    /// holding its time for a later probe.
+    pub(crate) fn probe_declined(&mut self) {
+        if matches!(self.state, State::Probing) {
+            self.state = State::Unknown;
+        }
+    }
+
+    /// Off-CPU time not yet written, ns: which threads a visit probes first.
+    pub(crate) fn held_ns(&self) -> u64 {
+        self.held_ns
     }
 
     /// Writes the held time in whole periods (with the known wait's stack, if any) and
@@ -231,6 +255,23 @@ mod tests {
         assert_eq!(writes, [(3 * MS, None), (3 * MS, None), (2 * MS, None)]);
         // Less than a period is held, not lost.
         assert_eq!(t.held_ns, MS / 2);
+    }
+
+    #[test]
+    fn a_declined_probe_keeps_the_time_for_the_next_one() {
+        let mut t = WaitTracker::default();
+        assert!(t.visit(None, 1, 8 * MS, MS, |_| panic!()).probe);
+        t.probe_declined();
+        assert_eq!(t.held_ns(), 8 * MS);
+        // Ran a little, waited again: asks again, holding both intervals.
+        assert!(t.visit(None, 2, 9 * MS, MS, |_| panic!()).probe);
+        assert_eq!(t.held_ns(), 17 * MS);
+        let mut writes = Vec::new();
+        t.visit(Some(waiting(&[0xD])), 2, 10 * MS, MS, |w| {
+            writes.push((w.ns, w.wait.map(|w| w.stack[0])))
+        });
+        t.flush(MS, &mut |w| writes.push((w.ns, w.wait.map(|w| w.stack[0]))));
+        assert_eq!(writes, [(27 * MS, Some(0xD))]);
     }
 
     #[test]
