@@ -3,7 +3,8 @@
 //! attached to with `eptrace collect --profile cpu-sampling,tracing` (the binary in
 //! `$EPTRACE`; `ci/real-service.sh` builds it). Its CPU samples must reach the program's
 //! code through libc (which keeps no frame pointers), its threads must be named, and its
-//! `tracing` spans must arrive.
+//! `tracing` spans must arrive. Then `--profile off-cpu` on the same server: `eptrace
+//! analyze --offcpu` must find where its tokio workers wait, with stacks.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -49,7 +50,7 @@ fn mini_redis_under_load_profiles_whole_named_and_with_its_spans() {
         }
     };
     let load = Command::new(env!("CARGO_BIN_EXE_load"))
-        .args([&port.to_string(), "6", "8"])
+        .args([&port.to_string(), "8", "8"])
         .stdout(Stdio::piped())
         .spawn()
         .expect("the load starts");
@@ -65,6 +66,20 @@ fn mini_redis_under_load_profiles_whole_named_and_with_its_spans() {
             "-o",
         ])
         .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(
+        collect.status.success(),
+        "{}",
+        String::from_utf8_lossy(&collect.stderr)
+    );
+    // Where it waits: a second session, off-CPU stacks, while the load goes on.
+    let offcpu =
+        std::env::temp_dir().join(format!("mini-redis-{}-offcpu.nettrace", std::process::id()));
+    let collect = Command::new(&eptrace)
+        .args(["collect", "-p", &server.0.id().to_string()])
+        .args(["--profile", "off-cpu", "--duration", "2s", "-o"])
+        .arg(&offcpu)
         .output()
         .unwrap();
     assert!(
@@ -143,5 +158,60 @@ fn mini_redis_under_load_profiles_whole_named_and_with_its_spans() {
     assert!(
         names.iter().flatten().any(|n| n.starts_with("tokio-")),
         "{names:?}"
+    );
+
+    where_the_workers_wait(&eptrace, &offcpu);
+}
+
+/// `analyze --offcpu` of the off-CPU session: most of the waiting has its stack, and the
+/// tokio workers' waits reach the driver's `epoll_wait` or a worker's park through libc.
+fn where_the_workers_wait(eptrace: &std::path::Path, trace: &std::path::Path) {
+    let out = Command::new(eptrace)
+        .args(["analyze", "--offcpu", "--json"])
+        .arg(trace)
+        .output()
+        .unwrap();
+    std::fs::remove_file(trace).ok();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let a: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let section = &a["offcpu"];
+    let off = section["off_cpu_ms"].as_f64().unwrap();
+    let with_stack = section["off_cpu_with_stack_ms"].as_f64().unwrap();
+    println!(
+        "off-CPU: {off:.0} ms waiting, {with_stack:.0} ms of it with its stack; top waits: {}",
+        section["waits"]
+    );
+    assert!(off > 1000.0, "{off} ms off the CPU in 2 s");
+    assert!(
+        with_stack >= 0.5 * off,
+        "{with_stack} of {off} ms with a stack"
+    );
+    let workers_wait: f64 = section["waits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| {
+            w["threads"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t.as_str().unwrap_or("").starts_with("tokio-"))
+        })
+        .filter(|w| {
+            w["frames"].as_array().unwrap().iter().any(|f| {
+                let f = f.as_str().unwrap_or("");
+                f.contains("epoll_wait") || f.contains("park")
+            })
+        })
+        .map(|w| w["value"].as_f64().unwrap())
+        .sum();
+    assert!(
+        workers_wait > 0.0,
+        "no tokio worker waits in epoll_wait or a park: {}",
+        section["waits"]
     );
 }
