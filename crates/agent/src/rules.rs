@@ -111,74 +111,87 @@ impl Rules {
         news: &RuntimeNews,
         at: SystemTime,
     ) -> Vec<Firing> {
+        self.acting(process, |state, i, rule| match (&rule.trigger, news) {
+            (
+                Trigger::GcPause {
+                    above_ms,
+                    generation,
+                },
+                RuntimeNews::Gc(gc),
+            ) => match gc.pause_ms {
+                Some(pause)
+                    if pause > *above_ms && generation.is_none_or(|g| g == gc.generation) =>
+                {
+                    Some(format!(
+                        "GC {} (gen{} {}, {}) paused the program {pause:.1} ms, above \
+                         {above_ms} ms",
+                        gc.number, gc.generation, gc.kind, gc.reason
+                    ))
+                }
+                _ => None,
+            },
+            (
+                Trigger::Exceptions {
+                    per_second,
+                    for_seconds,
+                    exception_type,
+                },
+                RuntimeNews::Exception {
+                    exception_type: thrown,
+                },
+            ) => {
+                if exception_type.as_ref().is_some_and(|t| t != thrown) {
+                    return None;
+                }
+                let needed = exceptions_needed(*per_second, *for_seconds);
+                let window = Duration::from_secs_f64(*for_seconds);
+                let times = state.thrown.entry((i, process.pid)).or_default();
+                times.push_back(at);
+                while times
+                    .front()
+                    .is_some_and(|t| at.duration_since(*t).unwrap_or_default() >= window)
+                {
+                    times.pop_front();
+                }
+                if (times.len() as u64) < needed {
+                    return None;
+                }
+                let first = times.front().copied().unwrap_or(at);
+                times.clear();
+                let what = exception_type.as_deref().unwrap_or("exceptions");
+                Some(format!(
+                    "{needed} {what} thrown within {:.1} s (at least {per_second}/s over \
+                         {for_seconds} s)",
+                    at.duration_since(first).unwrap_or_default().as_secs_f64()
+                ))
+            }
+            (Trigger::ThreadPoolStarvation, RuntimeNews::Starvation { new_worker_count }) => {
+                Some(format!(
+                    "the thread pool added a worker for starvation ({new_worker_count} \
+                         workers now)"
+                ))
+            }
+            _ => None,
+        })
+    }
+
+    /// The rules that apply to `process` and act: `why` says, for each (with the state
+    /// and the rule's index), why it holds now, or `None`; a rule that holds is counted
+    /// against its limit.
+    fn acting(
+        &self,
+        process: &Process,
+        mut why: impl FnMut(&mut State, usize, &Rule) -> Option<String>,
+    ) -> Vec<Firing> {
         let now = Instant::now();
         let mut state = self.lock();
         let mut out = Vec::new();
         for (i, rule) in self.rules.iter().enumerate() {
-            if !rule.trigger.reads_runtime_events() || !applies(rule, process) {
+            if !applies(rule, process) {
                 continue;
             }
-            let why = match (&rule.trigger, news) {
-                (
-                    Trigger::GcPause {
-                        above_ms,
-                        generation,
-                    },
-                    RuntimeNews::Gc(gc),
-                ) => match gc.pause_ms {
-                    Some(pause)
-                        if pause > *above_ms && generation.is_none_or(|g| g == gc.generation) =>
-                    {
-                        format!(
-                            "GC {} (gen{} {}, {}) paused the program {pause:.1} ms, above \
-                             {above_ms} ms",
-                            gc.number, gc.generation, gc.kind, gc.reason
-                        )
-                    }
-                    _ => continue,
-                },
-                (
-                    Trigger::Exceptions {
-                        per_second,
-                        for_seconds,
-                        exception_type,
-                    },
-                    RuntimeNews::Exception {
-                        exception_type: thrown,
-                    },
-                ) => {
-                    if exception_type.as_ref().is_some_and(|t| t != thrown) {
-                        continue;
-                    }
-                    let needed = exceptions_needed(*per_second, *for_seconds);
-                    let window = Duration::from_secs_f64(*for_seconds);
-                    let times = state.thrown.entry((i, process.pid)).or_default();
-                    times.push_back(at);
-                    while times
-                        .front()
-                        .is_some_and(|t| at.duration_since(*t).unwrap_or_default() >= window)
-                    {
-                        times.pop_front();
-                    }
-                    if (times.len() as u64) < needed {
-                        continue;
-                    }
-                    let first = times.front().copied().unwrap_or(at);
-                    times.clear();
-                    let what = exception_type.as_deref().unwrap_or("exceptions");
-                    format!(
-                        "{needed} {what} thrown within {:.1} s (at least {per_second}/s over \
-                         {for_seconds} s)",
-                        at.duration_since(first).unwrap_or_default().as_secs_f64()
-                    )
-                }
-                (Trigger::ThreadPoolStarvation, RuntimeNews::Starvation { new_worker_count }) => {
-                    format!(
-                        "the thread pool added a worker for starvation ({new_worker_count} \
-                         workers now)"
-                    )
-                }
-                _ => continue,
+            let Some(why) = why(&mut state, i, rule) else {
+                continue;
             };
             if admit(&mut state, rule, i, process.pid, now) {
                 out.push(Firing { rule: i, why });
@@ -189,21 +202,9 @@ impl Rules {
 
     /// A process was found: the process-start rules that act.
     pub(crate) fn on_start(&self, process: &Process) -> Vec<Firing> {
-        let now = Instant::now();
-        let mut state = self.lock();
-        let mut out = Vec::new();
-        for (i, rule) in self.rules.iter().enumerate() {
-            if matches!(rule.trigger, Trigger::ProcessStart)
-                && applies(rule, process)
-                && admit(&mut state, rule, i, process.pid, now)
-            {
-                out.push(Firing {
-                    rule: i,
-                    why: "the process started".to_owned(),
-                });
-            }
-        }
-        out
+        self.acting(process, |_, _, rule| {
+            matches!(rule.trigger, Trigger::ProcessStart).then(|| "the process started".to_owned())
+        })
     }
 
     /// A counter value from `process`, published at `at`: the counter rules that act.
@@ -213,10 +214,7 @@ impl Rules {
         value: &CounterValue,
         at: SystemTime,
     ) -> Vec<Firing> {
-        let now = Instant::now();
-        let mut state = self.lock();
-        let mut out = Vec::new();
-        for (i, rule) in self.rules.iter().enumerate() {
+        self.acting(process, |state, i, rule| {
             let Trigger::Counter {
                 provider,
                 counter,
@@ -225,45 +223,36 @@ impl Rules {
                 for_seconds,
             } = &rule.trigger
             else {
-                continue;
+                return None;
             };
-            if !provider.eq_ignore_ascii_case(&value.provider)
-                || *counter != value.name
-                || !applies(rule, process)
-            {
-                continue;
+            if !provider.eq_ignore_ascii_case(&value.provider) || *counter != value.name {
+                return None;
             }
             let key = (i, process.pid);
             let past =
                 above.is_none_or(|a| value.value > a) && below.is_none_or(|b| value.value < b);
             if !past {
                 state.since.remove(&key);
-                continue;
+                return None;
             }
             let since = *state.since.entry(key).or_insert(at);
             let held = at.duration_since(since).unwrap_or_default();
             if held + Duration::from_millis(1) < Duration::from_secs_f64(*for_seconds) {
-                continue;
+                return None;
             }
             state.since.remove(&key);
-            if admit(&mut state, rule, i, process.pid, now) {
-                let threshold = match (above, below) {
-                    (Some(a), None) => format!("above {a}"),
-                    (None, Some(b)) => format!("below {b}"),
-                    (Some(a), Some(b)) => format!("between {a} and {b}"),
-                    (None, None) => String::new(),
-                };
-                out.push(Firing {
-                    rule: i,
-                    why: format!(
-                        "{provider}/{counter} was {threshold} for {:.1} s (last value {})",
-                        held.as_secs_f64(),
-                        value.value
-                    ),
-                });
-            }
-        }
-        out
+            let threshold = match (above, below) {
+                (Some(a), None) => format!("above {a}"),
+                (None, Some(b)) => format!("below {b}"),
+                (Some(a), Some(b)) => format!("between {a} and {b}"),
+                (None, None) => String::new(),
+            };
+            Some(format!(
+                "{provider}/{counter} was {threshold} for {:.1} s (last value {})",
+                held.as_secs_f64(),
+                value.value
+            ))
+        })
     }
 
     /// Forgets an exited process's trigger state (its limit history goes too: a new

@@ -30,6 +30,38 @@ extern "C" {
     fn libc_kill(pid: i32, signal: i32) -> i32;
 }
 
+/// `eptrace collect -p PID --profile PROFILE --duration D` into a temporary file.
+fn collect(
+    eptrace: &std::path::Path,
+    pid: u32,
+    profile: &str,
+    duration: &str,
+    tag: &str,
+) -> PathBuf {
+    let trace =
+        std::env::temp_dir().join(format!("mini-redis-{}{tag}.nettrace", std::process::id()));
+    let collect = Command::new(eptrace)
+        .args([
+            "collect",
+            "-p",
+            &pid.to_string(),
+            "--profile",
+            profile,
+            "--duration",
+            duration,
+            "-o",
+        ])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(
+        collect.status.success(),
+        "{}",
+        String::from_utf8_lossy(&collect.stderr)
+    );
+    trace
+}
+
 #[test]
 fn mini_redis_under_load_profiles_whole_named_and_with_its_spans() {
     let Some(eptrace) = std::env::var_os("EPTRACE").map(PathBuf::from) else {
@@ -55,38 +87,10 @@ fn mini_redis_under_load_profiles_whole_named_and_with_its_spans() {
         .spawn()
         .expect("the load starts");
     std::thread::sleep(std::time::Duration::from_secs(1));
-    let trace = std::env::temp_dir().join(format!("mini-redis-{}.nettrace", std::process::id()));
-    let collect = Command::new(&eptrace)
-        .args(["collect", "-p", &server.0.id().to_string()])
-        .args([
-            "--profile",
-            "cpu-sampling,tracing",
-            "--duration",
-            "3s",
-            "-o",
-        ])
-        .arg(&trace)
-        .output()
-        .unwrap();
-    assert!(
-        collect.status.success(),
-        "{}",
-        String::from_utf8_lossy(&collect.stderr)
-    );
+    let pid = server.0.id();
+    let trace = collect(&eptrace, pid, "cpu-sampling,tracing", "3s", "");
     // Where it waits: a second session, off-CPU stacks, while the load goes on.
-    let offcpu =
-        std::env::temp_dir().join(format!("mini-redis-{}-offcpu.nettrace", std::process::id()));
-    let collect = Command::new(&eptrace)
-        .args(["collect", "-p", &server.0.id().to_string()])
-        .args(["--profile", "off-cpu", "--duration", "2s", "-o"])
-        .arg(&offcpu)
-        .output()
-        .unwrap();
-    assert!(
-        collect.status.success(),
-        "{}",
-        String::from_utf8_lossy(&collect.stderr)
-    );
+    let offcpu = collect(&eptrace, pid, "off-cpu", "2s", "-offcpu");
     let load = load.wait_with_output().unwrap();
     let ops = String::from_utf8_lossy(&load.stdout);
     assert!(ops.starts_with("ops "), "the load ran: {ops}");
