@@ -5,10 +5,12 @@
 //! stacks need symbols, neither of which this crate reads: it counts the profiler's events
 //! and holds the section's shape; `eventpipe_insight::async_section` fills it in and
 //! [`Analysis::set_async`](crate::Analysis::set_async) adds it, with its finding. The
-//! records say when each poll began and ended, not when its future was woken: the time
-//! from wake to poll is not in them.
+//! records say when each poll began and ended, and when a task's outermost future was
+//! woken: the time from a wake to the poll it led to is how long the task waited to run.
 
 use serde::Serialize;
+
+use crate::Distribution;
 
 /// The async profiler's provider.
 pub const ASYNC_PROFILER_PROVIDER: &str = "EventPipeRs-AsyncProfiler";
@@ -67,6 +69,35 @@ pub struct PendingTask {
     pub polls: u64,
 }
 
+/// How long the tasks of one outermost future waited to be run after being woken.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct WakeToPoll {
+    /// The tasks' outermost future.
+    pub future: String,
+    /// Wakes followed by a poll.
+    pub wakes: u64,
+    /// From each such wake to the poll it led to (ms).
+    pub delay_ms: Distribution,
+    /// Those delays added up (ms).
+    pub total_ms: f64,
+    /// Wakes with no poll after them when the trace ended.
+    pub waiting_at_end: u64,
+}
+
+impl WakeToPoll {
+    /// `future`'s wake-to-poll delays (ms), and its wakes still waiting at the end.
+    pub fn new(future: String, delays_ms: Vec<f64>, waiting_at_end: u64) -> WakeToPoll {
+        WakeToPoll {
+            future,
+            wakes: delays_ms.len() as u64,
+            total_ms: delays_ms.iter().sum(),
+            delay_ms: Distribution::of(delays_ms),
+            waiting_at_end,
+        }
+    }
+}
+
 /// The async section.
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
@@ -90,6 +121,9 @@ pub struct AsyncSection {
     /// Tasks (outermost futures) not finished when the trace ended, the oldest first: ones
     /// that never finish, and requests still in flight.
     pub never_completed: Vec<PendingTask>,
+    /// By outermost future, how long its tasks waited to run after a wake, the longest
+    /// wait first.
+    pub wake_to_poll: Vec<WakeToPoll>,
 }
 
 impl AsyncSection {
@@ -104,6 +138,7 @@ impl AsyncSection {
             by_future: Vec::new(),
             longest: Vec::new(),
             never_completed: Vec::new(),
+            wake_to_poll: Vec::new(),
         }
     }
 }

@@ -367,4 +367,23 @@ pub(crate) fn async_polls(s: &mut String, a: &AsyncSection, top: usize) {
             t.future, t.alive_ms, t.polls
         );
     }
+    if !a.wake_to_poll.is_empty() {
+        let _ = writeln!(
+            s,
+            "  waiting to run after a wake:\n  {:>7} {:>8} {:>8} {:>8}  task (its outermost future)",
+            "wakes", "p50 ms", "p99 ms", "max ms"
+        );
+    }
+    for w in a.wake_to_poll.iter().take(top) {
+        let waiting = if w.waiting_at_end > 0 {
+            format!(" ({} woken, not yet run at the end)", w.waiting_at_end)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            s,
+            "  {:>7} {:>8.2} {:>8.2} {:>8.2}  {}{waiting}",
+            w.wakes, w.delay_ms.p50, w.delay_ms.p99, w.delay_ms.max, w.future
+        );
+    }
 }

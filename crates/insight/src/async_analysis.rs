@@ -1,7 +1,7 @@
 //! The async section of an analysis (`eventpipe_analysis::AsyncSection`), from the decoded
 //! async-profiler data: polls long enough to block an executor thread, by future and the
 //! longest of them, with the CPU stack sampled inside each future's polls; and the tasks
-//! that never finished.
+//! that never finished; and how long tasks waited to run after a wake.
 //!
 //! A poll of an outermost future (depth 0) is one an executor ran directly: its length is
 //! how long it kept that thread. Nested polls run inside their parent's, so only outermost
@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use eventpipe_analysis::async_polls::{FuturePolls, LongPoll, PendingTask};
+use eventpipe_analysis::async_polls::{FuturePolls, LongPoll, PendingTask, WakeToPoll};
 use eventpipe_analysis::AsyncSection;
 
 use crate::async_trace::{AsyncFrameId, AsyncTrace, PollSpan, SpanEnd};
@@ -104,7 +104,39 @@ pub fn async_section(
             PendingTask::new(future, trace.ticks_to_ms(trace.alive_ticks(c)), c.polls)
         })
         .collect();
+    section.wake_to_poll = wake_to_poll(trace);
     section
+}
+
+/// The wake-to-poll delays, by the woken context's future, the longest first.
+fn wake_to_poll(trace: &AsyncTrace) -> Vec<WakeToPoll> {
+    let mut by_future: HashMap<String, (Vec<f64>, u64)> = HashMap::new();
+    for wake in &trace.wakes {
+        let future = trace
+            .contexts
+            .get(&wake.ctx)
+            .and_then(|c| c.frame)
+            .map_or_else(|| wake.ctx.to_string(), |f| trace.frame_name(f).into_owned());
+        let entry = by_future.entry(future).or_default();
+        match wake.polled {
+            Some(polled) => {
+                let ticks = u64::try_from(polled.saturating_sub(wake.woken)).unwrap_or(0);
+                entry.0.push(trace.ticks_to_ms(ticks));
+            }
+            None => entry.1 += 1,
+        }
+    }
+    let mut rows: Vec<WakeToPoll> = by_future
+        .into_iter()
+        .map(|(future, (delays, waiting))| WakeToPoll::new(future, delays, waiting))
+        .collect();
+    rows.sort_by(|a, b| {
+        b.delay_ms
+            .max
+            .total_cmp(&a.delay_ms.max)
+            .then_with(|| a.future.cmp(&b.future))
+    });
+    rows
 }
 
 /// The long polls with no long poll nested inside them (on their thread, deeper, within

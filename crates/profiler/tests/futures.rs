@@ -399,3 +399,105 @@ fn outside_flushes_racing_writers_lose_and_tear_nothing() {
     // Outside flushes did happen mid-stream: more buffers than full ones alone would make.
     assert!(trace.diagnostics.buffers > 3, "{:?}", trace.diagnostics);
 }
+
+/// How long a task waited to run after a wake, against what the test measured itself: a
+/// task woken (from another thread) while the runtime's only thread is kept busy for a
+/// known 30 ms by another task can run only when that ends.
+#[test]
+fn a_wake_and_the_poll_it_leads_to_give_the_time_a_task_waited_to_run() {
+    use std::time::Instant;
+    const ROUNDS: usize = 5;
+    const BUSY: Duration = Duration::from_millis(30);
+    let _one = one_at_a_time();
+    let (session, path) = start("wakes", "");
+    let notify = Arc::new(tokio::sync::Notify::new());
+    let busy = Arc::new(AtomicBool::new(false));
+    let release = Arc::new(AtomicBool::new(false));
+    // When the test woke the task, and when the task ran, as the test saw them.
+    let woke_at = Arc::new(Mutex::new(Vec::new()));
+    let ran_at = Arc::new(Mutex::new(Vec::new()));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let waiter = {
+            let (notify, ran_at) = (Arc::clone(&notify), Arc::clone(&ran_at));
+            tokio::spawn(
+                async move {
+                    for _ in 0..ROUNDS {
+                        notify.notified().await;
+                        ran_at.lock().unwrap().push(Instant::now());
+                    }
+                }
+                .profiled("woken task"),
+            )
+        };
+        let blocker = {
+            let (busy, release) = (Arc::clone(&busy), Arc::clone(&release));
+            tokio::spawn(async move {
+                for _ in 0..ROUNDS {
+                    // Let the waiter register its waker, then keep the thread.
+                    tokio::task::yield_now().await;
+                    busy.store(true, Ordering::SeqCst);
+                    while !release.swap(false, Ordering::SeqCst) {
+                        std::hint::spin_loop();
+                    }
+                    busy.store(false, Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                }
+            })
+        };
+        let waker = {
+            let (notify, busy, release) = (
+                Arc::clone(&notify),
+                Arc::clone(&busy),
+                Arc::clone(&release),
+            );
+            let woke_at = Arc::clone(&woke_at);
+            std::thread::spawn(move || {
+                for _ in 0..ROUNDS {
+                    while !busy.load(Ordering::SeqCst) {
+                        std::thread::yield_now();
+                    }
+                    woke_at.lock().unwrap().push(Instant::now());
+                    notify.notify_one();
+                    std::thread::sleep(BUSY);
+                    release.store(true, Ordering::SeqCst);
+                    while busy.load(Ordering::SeqCst) {
+                        std::thread::yield_now();
+                    }
+                }
+            })
+        };
+        waiter.await.unwrap();
+        blocker.await.unwrap();
+        waker.join().unwrap();
+    });
+    session.stop().unwrap();
+
+    let trace = common::read_clean_async_file(&path);
+    let measured: Vec<f64> = woke_at
+        .lock()
+        .unwrap()
+        .iter()
+        .zip(ran_at.lock().unwrap().iter())
+        .map(|(w, r)| (*r - *w).as_secs_f64() * 1e3)
+        .collect();
+    let recorded: Vec<f64> = trace
+        .wakes
+        .iter()
+        .filter(|w| {
+            trace.contexts[&w.ctx]
+                .frame
+                .is_some_and(|f| trace.frame_name(f) == "woken task")
+        })
+        .map(|w| trace.ticks_to_ms(u64::try_from(w.polled.unwrap() - w.woken).unwrap()))
+        .collect();
+    assert_eq!(recorded.len(), ROUNDS, "{recorded:?} against {measured:?}");
+    for (r, m) in recorded.iter().zip(&measured) {
+        // The thread was busy for BUSY after the wake; the trace's wake is a little after
+        // the test's clock read, its poll a little before the task's.
+        assert!(*r >= BUSY.as_secs_f64() * 1e3 * 0.95, "{recorded:?}");
+        assert!((r - m).abs() <= 1.0, "{recorded:?} against {measured:?}");
+    }
+}

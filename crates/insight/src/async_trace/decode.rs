@@ -76,6 +76,10 @@ pub(crate) enum Fact {
         ctx: ContextId,
         ts: i64,
     },
+    Woken {
+        ctx: ContextId,
+        ts: i64,
+    },
     Span(PollSpan),
 }
 
@@ -457,6 +461,7 @@ impl Machine<'_> {
             Record::Unwind { ts } => self.pop(ts, SpanEnd::Unwind),
             Record::Stack { ts, entries } => self.reconcile(&entries, ts),
             Record::Drop { ctx, ts } => self.out.push(Fact::Dropped { ctx, ts }),
+            Record::Wake { ctx, ts } => self.out.push(Fact::Woken { ctx, ts }),
         }
         self.state.last_ts = Some(ts);
     }

@@ -48,7 +48,7 @@ use nettrace::{Event, TraceReader};
 pub(crate) use decode::{AsyncEvent, Decoder, Fact};
 pub use model::{
     AsyncFrame, AsyncFrameId, AsyncStackId, AsyncTrace, ClockReference, Context, ContextEnd,
-    ContextId, Diagnostics, FrameStats, MalformedBuffer, PollSpan, SpanEnd,
+    ContextId, Diagnostics, FrameStats, MalformedBuffer, PollSpan, SpanEnd, Wake,
 };
 pub use records::{decode_records, encode_records, Record, RecordError, RecordErrorKind};
 
@@ -67,6 +67,8 @@ pub struct AsyncTraceBuilder {
     frames: BTreeMap<AsyncFrameId, AsyncFrame>,
     contexts: BTreeMap<ContextId, Context>,
     spans: Vec<PollSpan>,
+    /// (context, when) of each wake.
+    woken: Vec<(ContextId, i64)>,
     first_ts: Option<i64>,
     last_ts: Option<i64>,
     trace_frequency: i64,
@@ -134,6 +136,7 @@ impl AsyncTraceBuilder {
                         c.end = ContextEnd::Drop(ts);
                     }
                 }
+                Fact::Woken { ctx, ts } => self.woken.push((ctx, ts)),
                 Fact::Span(span) => {
                     let c = self.context(span.ctx);
                     c.frame.get_or_insert(span.frame);
@@ -179,6 +182,7 @@ impl AsyncTraceBuilder {
         for (i, s) in self.spans.iter().enumerate() {
             span_index.entry((s.thread, s.ctx)).or_default().push(i);
         }
+        let wakes = pair_wakes(std::mem::take(&mut self.woken), &self.spans);
         let tick_frequency = match self.reference {
             Some(r) if r.timestamp_frequency > 0 => r.timestamp_frequency,
             _ => u64::try_from(self.trace_frequency).unwrap_or(0),
@@ -188,6 +192,7 @@ impl AsyncTraceBuilder {
             frames: self.frames,
             contexts: self.contexts,
             spans: self.spans,
+            wakes,
             diagnostics: std::mem::take(&mut self.decoder.diagnostics),
             start_ts: self.first_ts.unwrap_or(end_ts).min(end_ts),
             end_ts,
@@ -196,6 +201,37 @@ impl AsyncTraceBuilder {
             span_index,
         })
     }
+}
+
+/// Each wake with the first poll of its context that began at or after it. A wake is
+/// written by the thread that woke, the poll by the one that ran it, so the two are matched
+/// here, by time, and not in the order their buffers were read.
+fn pair_wakes(mut woken: Vec<(ContextId, i64)>, spans: &[PollSpan]) -> Vec<Wake> {
+    let mut starts: HashMap<ContextId, Vec<i64>> = HashMap::new();
+    for (ctx, _) in &woken {
+        starts.entry(*ctx).or_default();
+    }
+    for span in spans {
+        if let Some(list) = starts.get_mut(&span.ctx) {
+            list.push(span.start);
+        }
+    }
+    for list in starts.values_mut() {
+        list.sort_unstable();
+    }
+    woken.sort_by_key(|&(ctx, ts)| (ts, ctx));
+    woken
+        .into_iter()
+        .map(|(ctx, ts)| {
+            let list = &starts[&ctx];
+            let next = list.partition_point(|&start| start < ts);
+            Wake {
+                ctx,
+                woken: ts,
+                polled: list.get(next).copied(),
+            }
+        })
+        .collect()
 }
 
 /// Reads every event `reader` has left into an [`AsyncTrace`]; `None` when the trace has no

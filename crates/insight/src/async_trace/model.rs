@@ -317,6 +317,18 @@ impl FrameStats {
     }
 }
 
+/// A wake of a task's outermost future, and the poll it led to: the time between is the
+/// time the task waited to be run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wake {
+    /// The context woken.
+    pub ctx: ContextId,
+    /// When it was woken.
+    pub woken: i64,
+    /// When its next poll began; `None` when none did before the trace ended.
+    pub polled: Option<i64>,
+}
+
 /// Everything the async profiler's events of one trace say.
 #[derive(Debug, Clone)]
 pub struct AsyncTrace {
@@ -328,6 +340,8 @@ pub struct AsyncTrace {
     pub contexts: BTreeMap<ContextId, Context>,
     /// Poll spans, by thread, then start (an outer poll before the polls nested in it).
     pub spans: Vec<PollSpan>,
+    /// Wakes of outermost futures, in time order, each with the poll it led to.
+    pub wakes: Vec<Wake>,
     /// What the decoder could not take at face value.
     pub diagnostics: Diagnostics,
     /// The trace's first and last timestamps (events and records), in ticks.

@@ -73,6 +73,14 @@ pub enum Record {
         /// The context dropped.
         ctx: ContextId,
     },
+    /// The context (an outermost one) was woken: the first wake since its last poll began.
+    /// Written by the thread that woke it.
+    Wake {
+        /// When.
+        ts: i64,
+        /// The context woken.
+        ctx: ContextId,
+    },
 }
 
 impl Record {
@@ -85,7 +93,8 @@ impl Record {
             | Record::Complete { ts }
             | Record::Unwind { ts }
             | Record::Stack { ts, .. }
-            | Record::Drop { ts, .. } => ts,
+            | Record::Drop { ts, .. }
+            | Record::Wake { ts, .. } => ts,
         }
     }
 }
@@ -99,6 +108,7 @@ pub(crate) mod kind {
     pub(crate) const UNWIND: u8 = 4;
     pub(crate) const STACK: u8 = 5;
     pub(crate) const DROP: u8 = 6;
+    pub(crate) const WAKE: u8 = 7;
 }
 
 /// Why a buffer's records could not be decoded, and where.
@@ -121,9 +131,6 @@ pub enum RecordErrorKind {
     /// A varint is longer than its type allows.
     #[error("the {0} overflows 64 bits")]
     Overflow(&'static str),
-    /// The head names kind 7, which the format does not define.
-    #[error("record kind {0} is not defined")]
-    UnknownKind(u8),
     /// A frame id delta leads outside `u32`.
     #[error("frame id {0} is outside 0..=4294967295")]
     FrameOutOfRange(i128),
@@ -275,7 +282,11 @@ pub fn decode_records(bytes: &[u8], base_ts: i64) -> Result<Vec<Record>, RecordE
                 let ctx = prev.ctx(&mut c)?;
                 Record::Drop { ts, ctx }
             }
-            other => return Err(c.error(at, RecordErrorKind::UnknownKind(other))),
+            // kind::WAKE: the last of the eight kinds three bits hold.
+            _ => {
+                let ctx = prev.ctx(&mut c)?;
+                Record::Wake { ts, ctx }
+            }
         });
     }
     Ok(out)
@@ -324,6 +335,7 @@ pub(crate) mod encode {
                 Record::Unwind { .. } => kind::UNWIND,
                 Record::Stack { .. } => kind::STACK,
                 Record::Drop { .. } => kind::DROP,
+                Record::Wake { .. } => kind::WAKE,
             };
             let delta = r.ts().wrapping_sub(ts);
             ts = r.ts();
@@ -353,7 +365,9 @@ pub(crate) mod encode {
                         frame_delta(&mut out, f.0);
                     }
                 }
-                Record::Drop { ctx: c, .. } => ctx_delta(&mut out, c.0),
+                Record::Drop { ctx: c, .. } | Record::Wake { ctx: c, .. } => {
+                    ctx_delta(&mut out, c.0)
+                }
                 Record::Suspend { .. } | Record::Complete { .. } | Record::Unwind { .. } => {}
             }
         }
@@ -429,6 +443,10 @@ mod tests {
             Record::Drop {
                 ts: 130,
                 ctx: ctx(13),
+            },
+            Record::Wake {
+                ts: 131,
+                ctx: ctx(12),
             },
         ];
         let bytes = encode(&records, 100);
@@ -527,10 +545,6 @@ mod tests {
 
     #[test]
     fn bad_kinds_frames_and_counts_are_rejected() {
-        assert_eq!(
-            decode_records(&[7], 0).unwrap_err().kind,
-            RecordErrorKind::UnknownKind(7)
-        );
         // A frame delta of -1 from frame 0.
         let mut bytes = vec![kind::RESUME, 0];
         varint(&mut bytes, u128::from(zigzag(-1)));
@@ -591,7 +605,11 @@ mod tests {
                         .collect(),
                 }
             }),
-            (ts, id).prop_map(|(ts, c)| Record::Drop {
+            (ts, id.clone()).prop_map(|(ts, c)| Record::Drop {
+                ts,
+                ctx: ContextId(c)
+            }),
+            (ts, id).prop_map(|(ts, c)| Record::Wake {
                 ts,
                 ctx: ContextId(c)
             }),

@@ -279,7 +279,7 @@ fn the_first_buffer_seen_of_a_thread_may_have_any_sequence() {
 fn a_malformed_buffer_is_reported_and_skipped_whole() {
     let mut b = AsyncTraceBuilder::new();
     b.buffer(T, 0, 0, &encode(&[resume(10, 1, 100)], 0));
-    // A valid Resume, then kind 7: nothing of it is applied.
+    // A valid Resume, then a Wake cut off before its context: nothing of it is applied.
     let mut bad = encode(&[resume(20, 2, 200)], 10);
     bad.push(7);
     b.buffer(T, 1, 10, &bad);
@@ -297,7 +297,7 @@ fn a_malformed_buffer_is_reported_and_skipped_whole() {
     let d = &t.diagnostics;
     assert_eq!(d.malformed.len(), 1);
     assert_eq!((d.malformed[0].thread, d.malformed[0].sequence), (T, 1));
-    assert_eq!(d.malformed[0].error.kind, RecordErrorKind::UnknownKind(7));
+    assert_eq!(d.malformed[0].error.kind, RecordErrorKind::Truncated("context delta"));
     assert_eq!((d.buffers, d.lost_buffers, d.stack_mismatches), (3, 0, 0));
     assert!(!t.contexts.contains_key(&c(2)));
 }

@@ -315,7 +315,10 @@ impl<W: Write> Converter<W> {
                     self.frame_names.insert(id, name);
                 }
                 Fact::Span(span) => self.poll_span(&span)?,
-                Fact::Reference(_) | Fact::Created { .. } | Fact::Dropped { .. } => {}
+                Fact::Reference(_)
+                | Fact::Created { .. }
+                | Fact::Dropped { .. }
+                | Fact::Woken { .. } => {}
             }
         }
         self.facts = facts;

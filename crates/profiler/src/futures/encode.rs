@@ -16,6 +16,7 @@ pub(crate) enum Kind {
     Unwind = 4,
     Stack = 5,
     Drop = 6,
+    Wake = 7,
 }
 
 /// The largest record other than Stack: a head and three deltas of at most ten bytes each.
@@ -90,7 +91,7 @@ impl Encoder {
         self.len + bytes <= out.len()
     }
 
-    /// Create, Resume, Drop, Suspend, Complete or Unwind. The caller has checked
+    /// Create, Resume, Drop, Wake, Suspend, Complete or Unwind. The caller has checked
     /// `fits(out, MAX_RECORD)`.
     #[inline]
     pub(crate) fn record(&mut self, out: &mut [u8], ts: i64, event: Event) {
@@ -109,6 +110,10 @@ impl Encoder {
             }
             Event::Drop { ctx } => {
                 self.head(out, ts, Kind::Drop);
+                self.ctx(out, ctx);
+            }
+            Event::Wake { ctx } => {
+                self.head(out, ts, Kind::Wake);
                 self.ctx(out, ctx);
             }
             Event::Suspend => self.head(out, ts, Kind::Suspend),
@@ -147,6 +152,7 @@ pub(crate) enum Event {
     Complete,
     Unwind,
     Drop { ctx: u64 },
+    Wake { ctx: u64 },
 }
 
 #[cfg(test)]

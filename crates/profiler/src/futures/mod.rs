@@ -47,7 +47,7 @@ pub const MIN_BUFFER_SIZE: usize = 1 << 10;
 /// Largest buffer size accepted (a payload's byte array is u16-counted).
 pub const MAX_BUFFER_SIZE: usize = 60 << 10;
 /// The format version in `AsyncProfilerMetadata`.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 /// The async profiler's provider.
 pub static PROVIDER: Provider = Provider::with_callback(PROVIDER_NAME, on_enable_change);

@@ -1,9 +1,17 @@
 //! The instrumented future: a wrapper that records its inner future's life.
+//!
+//! An outermost instrumented future (none of its callers' polls is running: it is a task, or
+//! the first instrumented future in one) also records when it is woken: it polls its inner
+//! future with a waker of its own that records a Wake, at most one per poll (the first
+//! wake from the poll's start on), and wakes the executor's. The time from that Wake to the
+//! next poll is the time the task waited to be run.
 
 use std::future::Future;
 use std::panic::Location;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 
 use super::encode::Event;
 use super::site::{self, Site};
@@ -27,6 +35,8 @@ pin_project_lite::pin_project! {
         ctx: u64,
         // Completed or unwound: its end is recorded, so dropping it is not a cancellation.
         ended: bool,
+        // The waker that records wakes, while the executor's waker stays the same one.
+        wake: Option<Arc<WakeRecorder>>,
     }
 
     impl<F> PinnedDrop for Profiled<F> {
@@ -52,6 +62,7 @@ impl<F> Profiled<F> {
             site,
             ctx,
             ended: false,
+            wake: None,
         }
     }
 
@@ -86,13 +97,33 @@ impl<F: Future> Future for Profiled<F> {
             *this.ctx = create(this.site);
         }
         let (ctx, frame) = (*this.ctx, this.site.id());
+        let outermost = current_context() == 0;
         record(
             now(),
             Event::Resume { ctx, frame },
             StackEffect::Push(ctx, frame),
         );
         let unwind = UnwindGuard { ended: this.ended };
-        let result = this.inner.poll(cx);
+        let result = if outermost {
+            let recorder = match this.wake {
+                Some(w) if w.inner.will_wake(cx.waker()) => Arc::clone(w),
+                _ => {
+                    let w = Arc::new(WakeRecorder {
+                        ctx,
+                        inner: cx.waker().clone(),
+                        armed: AtomicBool::new(false),
+                    });
+                    *this.wake = Some(Arc::clone(&w));
+                    w
+                }
+            };
+            // Relaxed: the flag only decides which wake is recorded, and orders nothing.
+            recorder.armed.store(true, Ordering::Relaxed);
+            let waker = Waker::from(recorder);
+            this.inner.poll(&mut Context::from_waker(&waker))
+        } else {
+            this.inner.poll(cx)
+        };
         let ended = unwind.defuse();
         let end = if result.is_ready() {
             *ended = true;
@@ -103,6 +134,29 @@ impl<F: Future> Future for Profiled<F> {
         // The pop happens even if recording stopped meanwhile: the poll stack must unwind.
         record(now(), end, StackEffect::Pop);
         result
+    }
+}
+
+/// The waker an outermost instrumented future polls with: records its first wake since the
+/// last poll began, then wakes the executor's waker.
+#[derive(Debug)]
+struct WakeRecorder {
+    ctx: u64,
+    inner: Waker,
+    armed: AtomicBool,
+}
+
+impl Wake for WakeRecorder {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if self.armed.swap(false, Ordering::Relaxed) && config::is_recording(config::current())
+        {
+            record(now(), Event::Wake { ctx: self.ctx }, StackEffect::None);
+        }
+        self.inner.wake_by_ref();
     }
 }
 
