@@ -116,7 +116,10 @@ fn wake_to_poll(trace: &AsyncTrace) -> Vec<WakeToPoll> {
             .contexts
             .get(&wake.ctx)
             .and_then(|c| c.frame)
-            .map_or_else(|| wake.ctx.to_string(), |f| trace.frame_name(f).into_owned());
+            .map_or_else(
+                || wake.ctx.to_string(),
+                |f| trace.frame_name(f).into_owned(),
+            );
         let entry = by_future.entry(future).or_default();
         match wake.polled {
             Some(polled) => {

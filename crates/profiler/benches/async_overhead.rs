@@ -2,7 +2,7 @@
 //! number of polls timed uninstrumented (plain futures, no session) and instrumented with a
 //! session recording, interleaved round by round; at two poll rates, 100k and 1M resumes per
 //! second (the uninstrumented rate, set by a calibrated spin between yields). Also reports
-//! the bytes per resume/suspend record and checks that no buffer was lost.
+//! the bytes per record and per poll, and checks that no buffer was lost.
 //!
 //! `cargo bench -p eventpipe-profiler --bench async_overhead`
 //! (`ASYNC_BENCH_SESSION_ONLY=1`: the session runs, the futures stay plain — the cost of the
@@ -168,14 +168,17 @@ fn main() {
         std::fs::remove_file(&path).ok();
         let (p, s, i) = (median(&mut plain), median(&mut profiled), median(&mut idle));
         let polls = (TASKS * polls_per_task) as f64;
-        // Each poll is one resume and one suspend (or complete) record.
-        let per_record = record_bytes as f64 / (ROUNDS as f64 * polls * 2.0);
+        // Each poll is three records: its resume, its suspend (or complete), and the wake
+        // that the yield after it makes.
+        let per_poll = record_bytes as f64 / (ROUNDS as f64 * polls);
+        let per_record = per_poll / 3.0;
         println!(
             "async_overhead at {:.0}k resumes/s uninstrumented (spin {work}, measured {:.0}k/s): \
              {TASKS} tasks x {polls_per_task} polls on {WORKERS} workers, {ROUNDS} rounds: median \
              uninstrumented {:.1} ms, instrumented without a session {:.1} ms ({:+.2}%), profiled {:.1} ms: \
              throughput loss {:+.2}%; \
-             {per_record:.2} bytes per resume/suspend record; {dropped} events dropped, {gaps} buffers missing",
+             {per_record:.2} bytes per record, {per_poll:.2} per poll (resume, suspend, wake); \
+             {dropped} events dropped, {gaps} buffers missing",
             target / 1e3,
             rate / 1e3,
             p * 1e3,

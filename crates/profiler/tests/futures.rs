@@ -448,11 +448,8 @@ fn a_wake_and_the_poll_it_leads_to_give_the_time_a_task_waited_to_run() {
             })
         };
         let waker = {
-            let (notify, busy, release) = (
-                Arc::clone(&notify),
-                Arc::clone(&busy),
-                Arc::clone(&release),
-            );
+            let (notify, busy, release) =
+                (Arc::clone(&notify), Arc::clone(&busy), Arc::clone(&release));
             let woke_at = Arc::clone(&woke_at);
             std::thread::spawn(move || {
                 for _ in 0..ROUNDS {

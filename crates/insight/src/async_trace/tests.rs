@@ -297,7 +297,10 @@ fn a_malformed_buffer_is_reported_and_skipped_whole() {
     let d = &t.diagnostics;
     assert_eq!(d.malformed.len(), 1);
     assert_eq!((d.malformed[0].thread, d.malformed[0].sequence), (T, 1));
-    assert_eq!(d.malformed[0].error.kind, RecordErrorKind::Truncated("context delta"));
+    assert_eq!(
+        d.malformed[0].error.kind,
+        RecordErrorKind::Truncated("context delta")
+    );
     assert_eq!((d.buffers, d.lost_buffers, d.stack_mismatches), (3, 0, 0));
     assert!(!t.contexts.contains_key(&c(2)));
 }

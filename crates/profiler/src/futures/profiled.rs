@@ -4,7 +4,10 @@
 //! the first instrumented future in one) also records when it is woken: it polls its inner
 //! future with a waker of its own that records a Wake, at most one per poll (the first
 //! wake from the poll's start on), and wakes the executor's. The time from that Wake to the
-//! next poll is the time the task waited to be run.
+//! next poll is the time the task waited to be run. A wake from inside the future's own
+//! poll (it asks to be polled again at once) is not recorded, and ends the wait for a first
+//! wake: the task waits for nothing but its turn. (tokio defers a yield's wake to after the
+//! poll: that one is recorded.)
 
 use std::future::Future;
 use std::panic::Location;
@@ -35,8 +38,9 @@ pin_project_lite::pin_project! {
         ctx: u64,
         // Completed or unwound: its end is recorded, so dropping it is not a cancellation.
         ended: bool,
-        // The waker that records wakes, while the executor's waker stays the same one.
-        wake: Option<Arc<WakeRecorder>>,
+        // The waker that records wakes (and its recorder), while the executor's waker
+        // stays the same one.
+        wake: Option<(Arc<WakeRecorder>, Waker)>,
     }
 
     impl<F> PinnedDrop for Profiled<F> {
@@ -105,22 +109,25 @@ impl<F: Future> Future for Profiled<F> {
         );
         let unwind = UnwindGuard { ended: this.ended };
         let result = if outermost {
-            let recorder = match this.wake {
-                Some(w) if w.inner.will_wake(cx.waker()) => Arc::clone(w),
-                _ => {
-                    let w = Arc::new(WakeRecorder {
-                        ctx,
-                        inner: cx.waker().clone(),
-                        armed: AtomicBool::new(false),
-                    });
-                    *this.wake = Some(Arc::clone(&w));
-                    w
-                }
-            };
+            if this
+                .wake
+                .as_ref()
+                .is_some_and(|(recorder, _)| !recorder.inner.will_wake(cx.waker()))
+            {
+                *this.wake = None;
+            }
+            let (recorder, waker) = this.wake.get_or_insert_with(|| {
+                let recorder = Arc::new(WakeRecorder {
+                    ctx,
+                    inner: cx.waker().clone(),
+                    armed: AtomicBool::new(false),
+                });
+                let waker = Waker::from(Arc::clone(&recorder));
+                (recorder, waker)
+            });
             // Relaxed: the flag only decides which wake is recorded, and orders nothing.
             recorder.armed.store(true, Ordering::Relaxed);
-            let waker = Waker::from(recorder);
-            this.inner.poll(&mut Context::from_waker(&waker))
+            this.inner.poll(&mut Context::from_waker(waker))
         } else {
             this.inner.poll(cx)
         };
@@ -152,7 +159,9 @@ impl Wake for WakeRecorder {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        if self.armed.swap(false, Ordering::Relaxed) && config::is_recording(config::current())
+        if self.armed.swap(false, Ordering::Relaxed)
+            && current_context() != self.ctx
+            && config::is_recording(config::current())
         {
             record(now(), Event::Wake { ctx: self.ctx }, StackEffect::None);
         }
