@@ -249,6 +249,21 @@ fn a_future_that_blocks_its_thread_and_a_task_that_never_ends_are_named() {
         stuck["alive_ms"].as_f64().unwrap() >= 0.8 * duration_ms,
         "{stuck}"
     );
+    // Each request waits 2 ms on a timer, whose wake the task's wrapper records: the wait
+    // from each wake to the poll it led to.
+    let woken = section["wake_to_poll"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["future"] == "async_demo::handle_request")
+        .unwrap_or_else(|| panic!("no wakes of handle_request: {section}"));
+    assert!(woken["wakes"].as_u64().unwrap() >= 100, "{woken}");
+    let delay = &woken["delay_ms"];
+    assert!(
+        delay["p50"].as_f64().unwrap() <= delay["max"].as_f64().unwrap()
+            && delay["max"].as_f64().unwrap() < duration_ms,
+        "{woken}"
+    );
     // A higher threshold leaves the 25 ms polls alone.
     let calm: serde_json::Value = serde_json::from_slice(
         &eptrace_ok(
