@@ -38,11 +38,13 @@ Examples:
   eptrace counters monitor -p 1234 --counters System.Runtime,MyMeter[requests]
   eptrace counters collect -n my-service --format json -o counters.json --duration 1m
   eptrace heap diff then.heap.nettrace now.heap.nettrace
+  eptrace diff --fail-if 'total > +10%' base.nettrace new.nettrace
 
 Exit status:
   0  success (also when stdout is closed early, as by `| head`)
   1  the trace could not be read or the output could not be written
-  2  the command line is wrong";
+  2  the command line is wrong
+  4  `diff --fail-if`: a change crossed its threshold";
 
 /// Collect and inspect NetTrace (EventPipe) traces of Rust and .NET processes.
 #[derive(Debug, Parser)]
@@ -69,6 +71,10 @@ enum Command {
     /// Convert a trace to speedscope, Chrome/Perfetto JSON, pprof, a flame graph SVG or
     /// collapsed stacks.
     Convert(ConvertArgs),
+    /// Compare two traces' profiles (CPU, thread time, allocations, off-CPU): the
+    /// functions whose time or bytes changed beyond sampling noise; a differential flame
+    /// graph, a pprof of the difference; `--fail-if` for CI.
+    Diff(DiffArgs),
     /// Snapshot a .NET process's GC heap (as dotnet-gcdump does), and read snapshots: the
     /// heap per type with retained bytes, the growth between two, the retention view.
     Gcdump(GcdumpArgs),
@@ -677,6 +683,55 @@ struct ConvertArgs {
 }
 
 #[derive(Debug, Args)]
+struct DiffArgs {
+    /// The trace before the change.
+    #[arg(value_name = "BASE")]
+    base: PathBuf,
+    /// The trace after it.
+    #[arg(value_name = "NEW")]
+    new: PathBuf,
+    /// Which samples, as `convert --samples` takes them: auto, cpu, thread-time, managed,
+    /// offcpu, alloc, contention, exceptions, ...
+    #[arg(long, value_name = "WHAT", default_value = "auto")]
+    samples: String,
+    /// How the two are made comparable: per-second (each trace's weights per second of
+    /// its duration), share (as shares of each profile's total) or raw (as recorded, what
+    /// `go tool pprof -diff_base` subtracts).
+    #[arg(long, value_name = "HOW", default_value = "per-second", value_parser = parse_normalize)]
+    normalize: eventpipe_insight::diff::Normalize,
+    /// Print JSON: every function, with its errors.
+    #[arg(long)]
+    json: bool,
+    /// Functions shown, the largest change first.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    top: usize,
+    /// Show functions whose change is within the noise too.
+    #[arg(long)]
+    all: bool,
+    /// Also write a differential flame graph (SVG): the new profile, red where it grew,
+    /// blue where it shrank.
+    #[arg(long, value_name = "FILE")]
+    flamegraph: Option<PathBuf>,
+    /// Also write the new profile minus the base as pprof (gzipped protobuf).
+    #[arg(long, value_name = "FILE")]
+    pprof: Option<PathBuf>,
+    /// Exit with status 4 when a function's total (or `total`) changed past a threshold,
+    /// beyond noise: `'parse > +10%'`, `'total < -5%'`. Repeatable.
+    #[arg(long, value_name = "'NAME > +N%'", value_parser = crate::diff::parse_threshold)]
+    fail_if: Vec<crate::diff::Threshold>,
+}
+
+fn parse_normalize(s: &str) -> Result<eventpipe_insight::diff::Normalize, String> {
+    use eventpipe_insight::diff::Normalize;
+    match s {
+        "raw" => Ok(Normalize::Raw),
+        "per-second" => Ok(Normalize::PerSecond),
+        "share" => Ok(Normalize::Share),
+        _ => Err(format!("`{s}`: expected per-second, share or raw")),
+    }
+}
+
+#[derive(Debug, Args)]
 struct DemoArgs {
     /// How long to trace.
     #[arg(long, value_name = "TIME", default_value = "3s", value_parser = parse_duration)]
@@ -719,6 +774,8 @@ pub(crate) enum Action {
     Dump(dump::Config),
     /// `eptrace convert`.
     Convert(convert::Config),
+    /// `eptrace diff`.
+    Diff(crate::diff::Config),
     /// `eptrace demo`.
     Demo(demo::Config),
     /// The demo's workload, for this many seconds.
@@ -849,6 +906,18 @@ impl Cli {
                     async_stacks: !a.no_async_stacks,
                 })
             }
+            Command::Diff(a) => Action::Diff(crate::diff::Config {
+                base: a.base,
+                new: a.new,
+                samples: parse_samples(&a.samples),
+                normalize: a.normalize,
+                json: a.json,
+                top: a.top,
+                all: a.all,
+                flamegraph: a.flamegraph,
+                pprof: a.pprof,
+                fail_if: a.fail_if,
+            }),
             Command::Demo(a) => Action::Demo(demo::Config {
                 seconds: a.duration.as_secs_f64(),
                 out_dir: a.out_dir,

@@ -25,6 +25,7 @@ mod convert;
 mod counters;
 mod cut;
 mod demo;
+mod diff;
 mod dump;
 mod gcdump;
 mod heap;
@@ -82,6 +83,10 @@ fn run() -> ExitCode {
             tune_allocator_for_reading();
             convert::do_convert(&config)
         }
+        cli::Action::Diff(config) => {
+            tune_allocator_for_reading();
+            diff::do_diff(&config)
+        }
         cli::Action::Demo(config) => demo::do_demo(&config),
         cli::Action::DemoWorkload(seconds) => demo::workload::run(seconds),
         cli::Action::GcdumpCollect(config) => gcdump::do_collect(&config),
@@ -99,6 +104,10 @@ fn run() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
+        Err(err) if err.downcast_ref::<diff::ThresholdCrossed>().is_some() => {
+            let _ = writeln!(io::stderr().lock(), "eptrace: --fail-if: {err}");
+            ExitCode::from(diff::FAIL_IF_STATUS)
+        }
         Err(err) if err.downcast_ref::<cut::CutTrace>().is_some() => {
             let _ = writeln!(io::stderr().lock(), "eptrace: warning: {err}");
             ExitCode::from(cut::EXIT_STATUS)

@@ -23,6 +23,9 @@ pub enum Error {
     /// The profile has no sample with a weight, and the output format cannot be empty.
     #[error("profile {0:?} has no samples to draw")]
     EmptyProfile(String),
+    /// Two profiles that cannot be compared.
+    #[error("cannot compare the profiles: {0}")]
+    Diff(String),
     /// A value does not fit the output format's integer type.
     #[error("{what} = {value} does not fit the output format's 64-bit signed integer")]
     Overflow {

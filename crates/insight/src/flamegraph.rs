@@ -175,3 +175,44 @@ pub fn write_flamegraph(profile: &Profile, grouping: Grouping, w: impl Write) ->
     out.flush()?;
     Ok(())
 }
+
+/// A differential flame graph of `new` against `base`, as inferno draws one (Brendan
+/// Gregg's): `new`'s stacks, each frame red where it grew and blue where it shrank, deeper
+/// for larger changes; `normalize` first scales `base` to `new`'s total (runs of different
+/// lengths).
+pub fn write_differential_flamegraph(
+    base: &Profile,
+    new: &Profile,
+    normalize: bool,
+    w: impl Write,
+) -> Result<()> {
+    let folded = |p: &Profile| -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        for (stack, weight) in collapsed_stacks(p, Grouping::Merged)? {
+            writeln!(out, "{stack} {weight}")?;
+        }
+        Ok(out)
+    };
+    let (before, after) = (folded(base)?, folded(new)?);
+    if after.is_empty() && before.is_empty() {
+        return Err(Error::EmptyProfile(new.name.clone()));
+    }
+    let mut both = Vec::new();
+    inferno::differential::from_readers(
+        inferno::differential::Options {
+            normalize,
+            ..Default::default()
+        },
+        before.as_slice(),
+        after.as_slice(),
+        &mut both,
+    )?;
+    let mut options = inferno::flamegraph::Options::default();
+    options.title = format!("Differential: {}", flamegraph_title(new));
+    options.subtitle = Some("red: grew since the base; blue: shrank".to_owned());
+    options.deterministic = true;
+    let mut out = BufWriter::new(w);
+    inferno::flamegraph::from_reader(&mut options, both.as_slice(), &mut out)?;
+    out.flush()?;
+    Ok(())
+}

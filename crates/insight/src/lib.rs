@@ -43,6 +43,7 @@ mod async_stacks;
 pub mod async_trace;
 pub mod builder;
 pub mod chrome;
+pub mod diff;
 mod error;
 pub mod flamegraph;
 mod hash;
@@ -71,8 +72,13 @@ pub use builder::{
 pub use chrome::{write_chrome_trace, write_chrome_trace_knowing_rows, ChromeSummary};
 pub use error::{Error, Result};
 pub use eventpipe_symbols::{BinaryCache, Module, Symbolizer};
-pub use flamegraph::{collapsed_stacks, write_collapsed, write_flamegraph, Grouping};
-pub use pprof::{build_pprof, write_pprof, write_pprof_with, PprofOptions, ThreadLabels};
+pub use flamegraph::{
+    collapsed_stacks, write_collapsed, write_differential_flamegraph, write_flamegraph, Grouping,
+};
+pub use pprof::{
+    build_pprof, build_pprof_diff, write_pprof, write_pprof_diff, write_pprof_with, PprofOptions,
+    ThreadLabels,
+};
 pub use profile::{
     thousands, Frame, FrameId, FrameKind, LinesId, Profile, Sample, SampleUnit, StackId, Thread,
 };

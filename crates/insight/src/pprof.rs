@@ -282,6 +282,13 @@ fn to_i64(what: &'static str, value: u128) -> Result<i64> {
     i64::try_from(value).map_err(|_| Error::Overflow { what, value })
 }
 
+fn signed_i64(what: &'static str, value: i128) -> Result<i64> {
+    i64::try_from(value).map_err(|_| Error::Overflow {
+        what,
+        value: value.unsigned_abs(),
+    })
+}
+
 /// The (type, unit) of each sample value, and the default type, for `unit`.
 fn sample_types(unit: SampleUnit) -> (&'static [(&'static str, &'static str)], &'static str) {
     match unit {
@@ -350,7 +357,63 @@ fn mapping_id<'p>(
 /// [`Error::InvalidProfile`] for inconsistent indices, [`Error::Overflow`] when a summed
 /// value does not fit an `i64`.
 pub fn build_pprof(profile: &Profile, options: &PprofOptions) -> Result<proto::Profile> {
+    build_signed(profile, options, 0)
+}
+
+/// `new` with `base` subtracted, as one profile: `new`'s samples, and `base`'s with their
+/// values negated, summed per thread and stack, which is what `go tool pprof -diff_base
+/// BASE NEW` reads two files into (`-top` of it gives each function's change).
+///
+/// # Errors
+/// As [`build_pprof`]; or the two measure different things.
+pub fn build_pprof_diff(
+    base: &Profile,
+    new: &Profile,
+    options: &PprofOptions,
+) -> Result<proto::Profile> {
+    if base.unit != new.unit {
+        return Err(Error::Diff(format!(
+            "the base measures {} and the new profile {}",
+            base.unit.describe(),
+            new.unit.describe()
+        )));
+    }
+    let mut both = new.clone();
+    let first_base = both.samples.len();
+    let frames: Vec<_> = base
+        .frames
+        .iter()
+        .map(|f| both.intern_frame(f.clone()))
+        .collect();
+    let threads: Vec<usize> = base
+        .threads
+        .iter()
+        .map(|t| both.intern_thread(t.id, t.name.as_deref(), t.process_id))
+        .collect();
+    for s in &base.samples {
+        let stack = both.intern_stack(base.stacks[s.stack].iter().map(|&f| frames[f]).collect());
+        let lines = s
+            .lines
+            .and_then(|l| both.intern_lines(base.lines[l].clone()));
+        both.push_sample(crate::profile::Sample {
+            thread: threads[s.thread],
+            time_ms: s.time_ms,
+            weight: s.weight,
+            stack,
+            lines,
+        });
+    }
+    build_signed(&both, options, first_base)
+}
+
+/// The pprof message of `profile`, its samples from `negated_from` on (if any) subtracted.
+fn build_signed(
+    profile: &Profile,
+    options: &PprofOptions,
+    negated_from: usize,
+) -> Result<proto::Profile> {
     profile.validate()?;
+    let negated = |i: usize| negated_from > 0 && i >= negated_from;
     let mut strings = Strings::new();
     let mut out = proto::Profile::default();
 
@@ -400,16 +463,17 @@ pub fn build_pprof(profile: &Profile, options: &PprofOptions) -> Result<proto::P
     }
 
     // Samples: summed per (thread, stack, lines), in order of first appearance.
-    let mut totals: Vec<(SampleKey, u128, u128)> = Vec::new();
+    let mut totals: Vec<(SampleKey, i128, i128)> = Vec::new();
     let mut slot: HashMap<SampleKey, usize> = HashMap::new();
-    for s in &profile.samples {
+    for (n, s) in profile.samples.iter().enumerate() {
         let key = (s.thread, s.stack, s.lines);
         let i = *slot.entry(key).or_insert_with(|| {
             totals.push((key, 0, 0));
             totals.len() - 1
         });
-        totals[i].1 += 1;
-        totals[i].2 += u128::from(s.weight);
+        let sign = if negated(n) { -1 } else { 1 };
+        totals[i].1 += sign;
+        totals[i].2 += sign * i128::from(s.weight);
     }
     let thread_key = strings.intern("thread");
     let thread_id_key = strings.intern("thread_id");
@@ -434,12 +498,18 @@ pub fn build_pprof(profile: &Profile, options: &PprofOptions) -> Result<proto::P
             | SampleUnit::ThreadTime
             | SampleUnit::OffCpuTime
             | SampleUnit::LockWait => {
-                vec![to_i64("sample count", count)?, to_i64("time (ns)", weight)?]
+                vec![
+                    signed_i64("sample count", count)?,
+                    signed_i64("time (ns)", weight)?,
+                ]
             }
             SampleUnit::Bytes | SampleUnit::LiveBytes | SampleUnit::HeapBytes => {
-                vec![to_i64("sample count", count)?, to_i64("bytes", weight)?]
+                vec![
+                    signed_i64("sample count", count)?,
+                    signed_i64("bytes", weight)?,
+                ]
             }
-            SampleUnit::Events => vec![to_i64("event weight", weight)?],
+            SampleUnit::Events => vec![signed_i64("event weight", weight)?],
         };
         let mut label = Vec::with_capacity(2);
         if let Some(name) = thread_labels[thread] {
@@ -522,7 +592,23 @@ pub fn write_pprof(profile: &Profile, w: impl Write) -> Result<()> {
 /// # Errors
 /// As [`write_pprof`].
 pub fn write_pprof_with(profile: &Profile, options: &PprofOptions, w: impl Write) -> Result<()> {
-    let message = build_pprof(profile, options)?;
+    write_message(&build_pprof(profile, options)?, w)
+}
+
+/// Writes [`build_pprof_diff`]'s profile, gzipped.
+///
+/// # Errors
+/// As [`build_pprof_diff`], or writing fails.
+pub fn write_pprof_diff(
+    base: &Profile,
+    new: &Profile,
+    options: &PprofOptions,
+    w: impl Write,
+) -> Result<()> {
+    write_message(&build_pprof_diff(base, new, options)?, w)
+}
+
+fn write_message(message: &proto::Profile, w: impl Write) -> Result<()> {
     let mut gz = GzEncoder::new(w, Compression::default());
     gz.write_all(&message.encode_to_vec())?;
     gz.finish()?.flush()?;
