@@ -97,8 +97,8 @@ pub struct ProfileDiff {
     pub new_total: f64,
     /// See `base_total`.
     pub total_error: f64,
-    /// Every function of either profile, the largest change (self or total, the larger)
-    /// first.
+    /// Every function of either profile, the largest self change first (then the largest
+    /// total change).
     pub functions: Vec<FunctionChange>,
 }
 
@@ -240,10 +240,13 @@ pub fn diff(base: &Profile, new: &Profile, normalize: Normalize) -> Result<Profi
             change
         })
         .collect();
-    let size = |c: &FunctionChange| c.self_change().abs().max(c.total_change().abs());
+    // By self change, as `pprof -top` sorts by flat: the function whose own code changed
+    // first, ahead of its callers, whose totals all move with it.
     functions.sort_by(|a, b| {
-        size(b)
-            .total_cmp(&size(a))
+        b.self_change()
+            .abs()
+            .total_cmp(&a.self_change().abs())
+            .then_with(|| b.total_change().abs().total_cmp(&a.total_change().abs()))
             .then_with(|| a.function.cmp(&b.function))
     });
     Ok(ProfileDiff {
