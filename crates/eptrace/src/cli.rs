@@ -39,6 +39,7 @@ Examples:
   eptrace counters collect -n my-service --format json -o counters.json --duration 1m
   eptrace heap diff then.heap.nettrace now.heap.nettrace
   eptrace diff --fail-if 'total > +10%' base.nettrace new.nettrace
+  eptrace stack -n my-service --merge
 
 Exit status:
   0  success (also when stdout is closed early, as by `| head`)
@@ -71,6 +72,9 @@ enum Command {
     /// Convert a trace to speedscope, Chrome/Perfetto JSON, pprof, a flame graph SVG or
     /// collapsed stacks.
     Convert(ConvertArgs),
+    /// Print what every thread of a running process is doing now: its stack, its state, its
+    /// name (Rust with the CPU sampler, or .NET).
+    Stack(StackArgs),
     /// Compare two traces' profiles (CPU, thread time, allocations, off-CPU): the
     /// functions whose time or bytes changed beyond sampling noise; a differential flame
     /// graph, a pprof of the difference; `--fail-if` for CI.
@@ -683,6 +687,30 @@ struct ConvertArgs {
 }
 
 #[derive(Debug, Args)]
+struct StackArgs {
+    /// The process id.
+    #[arg(
+        short = 'p',
+        long = "process-id",
+        value_name = "PID",
+        conflicts_with = "name"
+    )]
+    pid: Option<u32>,
+    /// The process's name (as `eptrace ps` shows it).
+    #[arg(short = 'n', long, value_name = "NAME")]
+    name: Option<String>,
+    /// Group the threads with the same stack.
+    #[arg(long)]
+    merge: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    /// How long to wait for the process before giving up (it is left as it was).
+    #[arg(long, value_name = "TIME", default_value = "5s", value_parser = parse_duration)]
+    timeout: std::time::Duration,
+}
+
+#[derive(Debug, Args)]
 struct DiffArgs {
     /// The trace before the change.
     #[arg(value_name = "BASE")]
@@ -776,6 +804,8 @@ pub(crate) enum Action {
     Convert(convert::Config),
     /// `eptrace diff`.
     Diff(crate::diff::Config),
+    /// `eptrace stack`.
+    Stack(crate::stack::Config),
     /// `eptrace demo`.
     Demo(demo::Config),
     /// The demo's workload, for this many seconds.
@@ -906,6 +936,21 @@ impl Cli {
                     async_stacks: !a.no_async_stacks,
                 })
             }
+            Command::Stack(a) => Action::Stack(crate::stack::Config {
+                target: match (a.pid, a.name) {
+                    (Some(pid), _) => eventpipe_client::TargetSpec::Pid(pid),
+                    (None, Some(name)) => eventpipe_client::TargetSpec::Name(name),
+                    (None, None) => {
+                        return Err(Cli::command().error(
+                            clap::error::ErrorKind::MissingRequiredArgument,
+                            "stack needs the process: -p PID or -n NAME",
+                        ))
+                    }
+                },
+                merge: a.merge,
+                json: a.json,
+                timeout: a.timeout,
+            }),
             Command::Diff(a) => Action::Diff(crate::diff::Config {
                 base: a.base,
                 new: a.new,

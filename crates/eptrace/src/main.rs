@@ -34,6 +34,7 @@ mod numbers;
 mod progress;
 mod ps;
 mod report;
+mod stack;
 mod stream_file;
 
 use std::io::{self, Write};
@@ -83,6 +84,7 @@ fn run() -> ExitCode {
             tune_allocator_for_reading();
             convert::do_convert(&config)
         }
+        cli::Action::Stack(config) => stack::do_stack(&config),
         cli::Action::Diff(config) => {
             tune_allocator_for_reading();
             diff::do_diff(&config)

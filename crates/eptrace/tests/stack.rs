@@ -1,0 +1,105 @@
+//! `eptrace stack` on `stack-demo` (the profiler's example), whose threads are parked in
+//! known functions: each thread's innermost function of the program is the known one, its
+//! name and state are given; a stopped process (SIGSTOP) is an error within the timeout and
+//! is left as it was.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use support::{eptrace, eptrace_ok};
+
+/// One demo at a time: each keeps a core busy.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn stack_demo() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| support::build_example("eventpipe-profiler", "stack-demo"))
+        .clone()
+}
+
+fn stacks(pid: u32) -> serde_json::Value {
+    serde_json::from_slice(
+        &eptrace_ok("stack --json", &["stack", "-p", &pid.to_string(), "--json"]).stdout,
+    )
+    .unwrap()
+}
+
+#[test]
+fn each_thread_is_found_in_the_function_it_is_parked_in() {
+    let _one = serial();
+    let demo = support::Program::start(Command::new(stack_demo()), "stack-demo");
+    let s = stacks(demo.pid);
+    assert_eq!(s["pid"], demo.pid);
+    assert_eq!(s["process"], "stack-demo");
+    let threads = s["threads"].as_array().unwrap();
+    for (name, function, state) in [
+        ("mutex-holder", "stack_demo::hold_mutex", "waiting"),
+        ("mutex-waiter", "stack_demo::wait_on_mutex", "waiting"),
+        ("chan-waiter", "stack_demo::wait_on_channel", "waiting"),
+        ("sleeper", "stack_demo::sleep_long", "waiting"),
+        ("spinner", "stack_demo::spin_forever", "running"),
+    ] {
+        let t = threads
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("no thread {name}: {s}"));
+        let innermost = t["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_str().unwrap())
+            .find(|f| f.starts_with("stack_demo::"))
+            .unwrap_or_else(|| panic!("{name} has no frame of the program: {t}"));
+        assert_eq!(innermost, function, "{t}");
+        assert_eq!(t["state"], state, "{t}");
+    }
+    // Merged: one group per distinct stack, each naming its threads.
+    let out = eptrace_ok(
+        "stack --merge",
+        &["stack", "-p", &demo.pid.to_string(), "--merge"],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with(&format!("stack-demo ({}), Rust", demo.pid)),
+        "{text}"
+    );
+    assert!(text.contains("1 thread (running): spinner ("), "{text}");
+}
+
+#[test]
+fn a_stopped_process_is_an_error_within_the_timeout_and_left_as_it_was() {
+    let _one = serial();
+    let demo = support::Program::start(Command::new(stack_demo()), "stack-demo");
+    let pid = demo.pid.to_string();
+    let signal = |name: &str| {
+        let status = Command::new("kill").args([name, &pid]).status().unwrap();
+        assert!(status.success());
+    };
+    signal("-STOP");
+    let started = Instant::now();
+    let out = eptrace(&["stack", "-p", &pid, "--timeout", "1s"]);
+    let took = started.elapsed();
+    signal("-CONT");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("did not answer within 1.0 s"), "{err}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    // Running again, it answers as before.
+    let s = stacks(demo.pid);
+    assert!(s["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["name"] == "spinner"));
+    // No such process: said at once.
+    let out = eptrace(&["stack", "-p", "999999999"]);
+    assert_eq!(out.status.code(), Some(1));
+}
