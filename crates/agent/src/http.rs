@@ -39,6 +39,8 @@ const MAX_BODY: usize = 64 * 1024;
 const MAX_DURATION_SECONDS: f64 = 86_400.0;
 /// Chunks of a streamed response waiting for a slow client.
 const STREAM_CHUNKS: usize = 16;
+/// How long `/stacks` waits for the process to answer.
+const STACKS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A bound listener.
 #[derive(Debug)]
@@ -127,6 +129,7 @@ fn router(agent: Arc<Agent>) -> Router {
         .route("/trace", get(trace_get).post(trace_post))
         .route("/gcdump", get(gcdump))
         .route("/heap", get(heap))
+        .route("/stacks", get(stacks))
         .route("/counters", get(counters))
         .route("/metrics", get(metrics))
         .route("/operations", get(operations))
@@ -712,6 +715,56 @@ async fn start_trace(
             StatusCode::INTERNAL_SERVER_ERROR,
             "the session thread ended before the session started",
         )),
+    }
+}
+
+/// `/stacks?pid=N[&format=text][&merge=true]`: every thread's stack now, as `eptrace
+/// stack` prints it (JSON by default). A process that does not answer within
+/// [`STACKS_TIMEOUT`] is a 504, and is left as it was.
+async fn stacks(State(agent): State<Arc<Agent>>, query: Params) -> Reply {
+    let params = params(query, &["pid", "name", "format", "merge"])?;
+    let process = target(&agent, &params)?;
+    refuse_when_stopping(&agent)?;
+    let merge = flag(&params, "merge", false)?;
+    let text = match params.get("format").map(String::as_str) {
+        None | Some("json") => false,
+        Some("text") => true,
+        Some(other) => return Err(Problem::bad(format!("format `{other}`: json or text"))),
+    };
+    let (pid, name) = (process.pid, process.name.clone());
+    // Only the process's part is timed; symbolizing is the agent's own work.
+    let sampled = tokio::time::timeout(
+        STACKS_TIMEOUT,
+        tokio::task::spawn_blocking(move || sessions::sample_threads(&process)),
+    )
+    .await;
+    let taken = match sampled {
+        Ok(Ok(Ok(sampled))) => {
+            Ok(tokio::task::spawn_blocking(move || sessions::thread_stacks(sampled)).await)
+        }
+        Ok(Ok(Err(e))) => Ok(Ok(Err(e))),
+        Ok(Err(e)) => Ok(Err(e)),
+        Err(e) => Err(e),
+    };
+    match taken {
+        Err(_) => Err(Problem::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            format!(
+                "{name} ({pid}) did not answer within {} s; it was left as it is",
+                STACKS_TIMEOUT.as_secs()
+            ),
+        )),
+        Ok(Err(_)) => Err(Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the stack snapshot's thread failed",
+        )),
+        Ok(Ok(Err(e))) => Err(Problem::new(StatusCode::BAD_GATEWAY, format!("{e:#}"))),
+        Ok(Ok(Ok(stacks))) if text => Ok((
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            stacks.text(merge),
+        )
+            .into_response()),
+        Ok(Ok(Ok(stacks))) => Ok(Json(stacks).into_response()),
     }
 }
 

@@ -649,6 +649,7 @@ fn act(agent: &Arc<Agent>, process: &Process, firing: &Firing) {
         Action::Trace { .. } => ("trace", ".nettrace"),
         Action::Gcdump { .. } => ("gcdump", Snapshot::Gcdump.extension()),
         Action::Heap { .. } => ("heap", Snapshot::Heap.extension()),
+        Action::Stacks { .. } => ("stacks", STACKS_EXTENSION),
     };
     let template = rule
         .action
@@ -690,6 +691,7 @@ fn act(agent: &Arc<Agent>, process: &Process, firing: &Firing) {
         }),
         Action::Gcdump { .. } => Work::Snapshot(Snapshot::Gcdump),
         Action::Heap { .. } => Work::Snapshot(Snapshot::Heap),
+        Action::Stacks { .. } => Work::Stacks,
     };
     run_operation(
         agent,
@@ -706,7 +708,12 @@ fn act(agent: &Arc<Agent>, process: &Process, firing: &Firing) {
 pub(crate) enum Work {
     Trace(TraceAsk),
     Snapshot(Snapshot),
+    /// Every thread's stack now, as JSON.
+    Stacks,
 }
+
+/// The extension of a stack snapshot's file.
+pub(crate) const STACKS_EXTENSION: &str = ".stacks.json";
 
 impl Work {
     /// The extension of the file it writes.
@@ -714,6 +721,7 @@ impl Work {
         match self {
             Work::Trace(_) => ".nettrace",
             Work::Snapshot(which) => which.extension(),
+            Work::Stacks => STACKS_EXTENSION,
         }
     }
 }
@@ -795,6 +803,13 @@ fn operate(
                 &mut |n| handle.note(n),
             )?;
             handle.note(&summary);
+            Ok(())
+        }
+        Work::Stacks => {
+            let stacks = sessions::thread_stacks(sessions::sample_threads(process)?)?;
+            serde_json::to_writer_pretty(&mut file, &stacks)?;
+            file.sync_all()?;
+            handle.note(&format!("{} threads", stacks.threads.len()));
             Ok(())
         }
     })();

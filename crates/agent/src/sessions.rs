@@ -238,6 +238,39 @@ pub(crate) fn take_snapshot(
     }
 }
 
+/// A moment's samples of every thread of `process` (what `eptrace stack` reads). A process
+/// that stops answering blocks this until the protocol's timeouts: callers that must
+/// answer sooner wait on it with their own.
+pub(crate) fn sample_threads(
+    process: &Process,
+) -> Result<eventpipe_client::capture::stacks::Sampled> {
+    use eventpipe_client::capture::stacks::{sample, WINDOW};
+    sample(&TargetSpec::Pid(process.pid), WINDOW)
+        .map_err(|e| anyhow::anyhow!(eventpipe_client::with_causes(&e)))
+}
+
+/// Each thread's latest stack in `sampled` (symbolized here: this side's work, not the
+/// process's).
+pub(crate) fn thread_stacks(
+    sampled: eventpipe_client::capture::stacks::Sampled,
+) -> Result<eventpipe_insight::ThreadStacks> {
+    let threads = eventpipe_insight::thread_stacks(&sampled.trace, sampled.runtime.is_rust())
+        .context("reading the samples")?;
+    if threads.is_empty() {
+        anyhow::bail!(
+            "{} ({}) wrote no samples: a Rust program needs its CPU sampler registered",
+            sampled.name,
+            sampled.pid
+        );
+    }
+    Ok(eventpipe_insight::ThreadStacks {
+        pid: sampled.pid,
+        process: sampled.name,
+        runtime: sampled.runtime.to_string(),
+        threads,
+    })
+}
+
 /// What a standing counters session does with what it hears.
 pub(crate) trait CounterListener: Send {
     /// The session runs.

@@ -399,6 +399,8 @@ pub(crate) enum Action {
     Gcdump { name: Option<String> },
     /// A Rust program's live heap.
     Heap { name: Option<String> },
+    /// Every thread's stack now, as JSON (`eptrace stack --json`).
+    Stacks { name: Option<String> },
 }
 
 fn thirty() -> f64 {
@@ -408,9 +410,10 @@ fn thirty() -> f64 {
 impl Action {
     pub(crate) fn name_template(&self) -> Option<&str> {
         match self {
-            Action::Trace { name, .. } | Action::Gcdump { name } | Action::Heap { name } => {
-                name.as_deref()
-            }
+            Action::Trace { name, .. }
+            | Action::Gcdump { name }
+            | Action::Heap { name }
+            | Action::Stacks { name } => name.as_deref(),
         }
     }
 }

@@ -2038,3 +2038,96 @@ fn dotnet_runtime_rules_and_gc_totals_agree_with_the_runtimes_own_accounting() {
         app.send("exit");
     });
 }
+
+fn stack_demo_path() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| support::build_example("eventpipe-profiler", "stack-demo"))
+        .clone()
+}
+
+/// `/stacks` and a rule's stack snapshot, on stack-demo (its threads parked in known
+/// functions); a stopped process is a 504 within the endpoint's 5 s, left as it was.
+#[test]
+fn stacks_are_served_and_a_rule_takes_them_and_a_stopped_process_times_out() {
+    let _one = serial();
+    let dir = scratch("stacks");
+    let out = dir.join("out");
+    let demo = support::Program::start(Command::new(stack_demo_path()), "stack-demo");
+    let agent = Agent::start(
+        &dir,
+        &format!(
+            "egress = \"{}\"\n[metrics]\nenabled = false\n[[rules]]\nname = \"where\"\n\
+             filter = {{ name = \"stack-demo\" }}\ntrigger = {{ kind = \"process-start\" }}\n\
+             action = {{ kind = \"stacks\" }}\n",
+            out.display()
+        ),
+    );
+    agent.wait_for_process(demo.pid);
+    let innermost = |threads: &Value, name: &str| -> String {
+        let t = threads
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {threads}"));
+        t["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_str().unwrap().to_owned())
+            .find(|f| f.starts_with("stack_demo::"))
+            .unwrap()
+    };
+    let s = agent.get_json(&format!("/stacks?pid={}", demo.pid));
+    assert_eq!(
+        innermost(&s["threads"], "spinner"),
+        "stack_demo::spin_forever"
+    );
+    assert_eq!(
+        innermost(&s["threads"], "mutex-waiter"),
+        "stack_demo::wait_on_mutex"
+    );
+    let (status, body) = agent.request(
+        "GET",
+        &format!("/stacks?pid={}&format=text&merge=true", demo.pid),
+        None,
+    );
+    assert_eq!(status, 200);
+    let text = String::from_utf8_lossy(&body);
+    assert!(text.contains("1 thread (running): spinner ("), "{text}");
+    let (status, _) = agent.request("GET", &format!("/stacks?pid={}&format=xml", demo.pid), None);
+    assert_eq!(status, 400);
+    // The rule's snapshot, as JSON in the egress folder.
+    let file = wait_for("the rule's stack snapshot", 30, || {
+        std::fs::read_dir(&out)
+            .ok()?
+            .filter_map(|e| Some(e.ok()?.path()))
+            .find(|p| p.to_string_lossy().ends_with(".stacks.json"))
+    });
+    let saved: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(
+        innermost(&saved["threads"], "sleeper"),
+        "stack_demo::sleep_long"
+    );
+    // Stopped: a 504 within the endpoint's wait, and the process answers again after.
+    let pid = demo.pid.to_string();
+    let signal = |name: &str| {
+        assert!(Command::new("kill")
+            .args([name, &pid])
+            .status()
+            .unwrap()
+            .success())
+    };
+    signal("-STOP");
+    let started = Instant::now();
+    let (status, body) = agent.request("GET", &format!("/stacks?pid={}", demo.pid), None);
+    let took = started.elapsed();
+    signal("-CONT");
+    assert_eq!(status, 504, "{}", String::from_utf8_lossy(&body));
+    assert!(took < Duration::from_secs(8), "{took:?}");
+    let s = agent.get_json(&format!("/stacks?pid={}", demo.pid));
+    assert_eq!(
+        innermost(&s["threads"], "spinner"),
+        "stack_demo::spin_forever"
+    );
+}

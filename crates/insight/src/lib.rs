@@ -56,6 +56,7 @@ pub mod report;
 pub mod retention;
 mod runtime_samples;
 pub mod speedscope;
+pub mod thread_stacks;
 pub mod thread_time;
 pub mod write_behind;
 
@@ -83,3 +84,4 @@ pub use profile::{
     thousands, Frame, FrameId, FrameKind, LinesId, Profile, Sample, SampleUnit, StackId, Thread,
 };
 pub use speedscope::write_speedscope;
+pub use thread_stacks::{thread_stacks, ThreadStack, ThreadStacks};

@@ -1,6 +1,6 @@
 //! Captures that run a session to an end of their own and hand back what it meant: a .NET
-//! heap dump ([`gcdump`]), a Rust program's live heap ([`heap`]) and a counters session
-//! ([`counters`]). Each is what `dotnet-gcdump` or `dotnet-counters` does, as a function a
+//! heap dump ([`gcdump`]), a Rust program's live heap ([`heap`]), a counters session
+//! ([`counters`]) and a moment's samples of every thread ([`stacks`]). Each is what `dotnet-gcdump` or `dotnet-counters` does, as a function a
 //! program calls; `eptrace` and the agent are two such programs.
 //!
 //! A snapshot capture writes the session's stream into a file as it reads it (the file is
@@ -10,6 +10,7 @@
 pub mod counters;
 pub mod gcdump;
 pub mod heap;
+pub mod stacks;
 
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
@@ -47,6 +48,9 @@ pub enum CaptureError {
     /// Opening the target, or talking to it.
     #[error(transparent)]
     Client(#[from] crate::Error),
+    /// The session asked for does not fit the runtime.
+    #[error(transparent)]
+    Request(#[from] crate::request::RequestError),
     /// The capture's session could not start.
     #[error("starting the {what} session")]
     Start {
