@@ -11,6 +11,11 @@
 //                                     start_gc1, start_gc2 and start_pause_ms
 //        dotnet AnalyzeApp.exe --wait --hold   also waits for another line after "done"
 //                                     before exiting (a watcher reads its totals meanwhile)
+//        dotnet AnalyzeApp.exe --park  parks threads in known methods for `eptrace stack`:
+//                                     HoldMonitor (holds a lock, sleeps), WaitOnMonitor
+//                                     (Monitor.Enter on it), SleepLong (Thread.Sleep) and
+//                                     WaitOnTask (Task.Wait on a task that never ends); prints
+//                                     "pid N" and "ready", and exits at a line on stdin
 //
 // Scenarios, in order:
 //   gc          5 induced gen0, 3 induced gen1 and 2 induced blocking gen2 collections, each
@@ -43,6 +48,7 @@ using System.Diagnostics;
 using System.Reflection;
 using System.Runtime.CompilerServices;
 using System.Threading;
+using System.Threading.Tasks;
 
 class ScenarioException : Exception
 {
@@ -58,6 +64,11 @@ static class AnalyzeApp
 
     static int Main(string[] args)
     {
+        if (args.Length > 0 && args[0] == "--park")
+        {
+            Park();
+            return 0;
+        }
         bool wait = args.Length > 0 && args[0] == "--wait";
         bool hold = wait && args.Length > 1 && args[1] == "--hold";
         if (wait)
@@ -107,6 +118,63 @@ static class AnalyzeApp
         if (hold)
             Console.ReadLine();
         return 0;
+    }
+
+    static void Park()
+    {
+        object gate = new object();
+        ManualResetEvent held = new ManualResetEvent(false);
+        Start("monitor-holder", () => HoldMonitor(gate, held));
+        held.WaitOne();
+        Start("monitor-waiter", () => WaitOnMonitor(gate));
+        Start("sleeper", SleepLong);
+        TaskCompletionSource<int> never = new TaskCompletionSource<int>();
+        Start("task-waiter", () => WaitOnTask(never.Task));
+        // Long enough for each thread to reach its place.
+        Thread.Sleep(500);
+        Console.WriteLine("pid " + System.Diagnostics.Process.GetCurrentProcess().Id);
+        Console.WriteLine("ready");
+        Console.Out.Flush();
+        Console.ReadLine();
+    }
+
+    static void Start(string name, ThreadStart body)
+    {
+        Thread t = new Thread(body);
+        t.Name = name;
+        t.IsBackground = true;
+        t.Start();
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static void HoldMonitor(object gate, ManualResetEvent held)
+    {
+        lock (gate)
+        {
+            held.Set();
+            Thread.Sleep(Timeout.Infinite);
+        }
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static void WaitOnMonitor(object gate)
+    {
+        lock (gate)
+        {
+            sink++;
+        }
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static void SleepLong()
+    {
+        Thread.Sleep(Timeout.Infinite);
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static void WaitOnTask(Task<int> task)
+    {
+        task.Wait();
     }
 
     // GC.GetTotalPauseDuration() in ms (.NET 7+), or null.

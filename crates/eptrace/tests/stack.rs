@@ -99,7 +99,67 @@ fn a_stopped_process_is_an_error_within_the_timeout_and_left_as_it_was() {
         .unwrap()
         .iter()
         .any(|t| t["name"] == "spinner"));
+    // One that exits while it is sampled: an error, at once.
+    let mut leaving = support::Program::start(Command::new(stack_demo()), "stack-demo");
+    let leaving_pid = leaving.pid;
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(150));
+        let _ = leaving.child.kill();
+        let _ = leaving.child.wait();
+        drop(leaving);
+    });
+    let started = Instant::now();
+    let out = eptrace(&["stack", "-p", &leaving_pid.to_string()]);
+    killer.join().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("exited"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5));
     // No such process: said at once.
     let out = eptrace(&["stack", "-p", "999999999"]);
     assert_eq!(out.status.code(), Some(1));
+}
+
+/// .NET 8: AnalyzeApp `--park` (tests/dotnet/AnalyzeApp.cs) parks threads in known methods;
+/// each is found with that method as its innermost of the app's.
+#[test]
+fn dotnet_threads_are_found_in_the_methods_they_wait_in() {
+    let _one = serial();
+    eventpipe_test_support::dotnet::with_dotnet(|d| {
+        let mut command = Command::new(&d.dotnet8);
+        command.arg(&d.analyzeapp).arg("--park");
+        let app = support::Program::start(command, "AnalyzeApp --park");
+        let s = stacks(app.pid);
+        assert!(
+            s["runtime"].as_str().unwrap().contains(".NET"),
+            "{}",
+            s["runtime"]
+        );
+        let innermost: Vec<(String, String)> = s["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|t| {
+                let frame = t["frames"]
+                    .as_array()?
+                    .iter()
+                    .filter_map(|f| f.as_str())
+                    .find(|f| f.starts_with("AnalyzeApp."))?;
+                Some((frame.to_owned(), t["state"].as_str()?.to_owned()))
+            })
+            .collect();
+        for method in ["HoldMonitor", "WaitOnMonitor", "SleepLong", "WaitOnTask"] {
+            let found = innermost
+                .iter()
+                .find(|(f, _)| f.starts_with(&format!("AnalyzeApp.{method}")))
+                .unwrap_or_else(|| panic!("no thread waiting in {method}: {innermost:?}"));
+            // Each waits outside managed code (in the runtime's wait).
+            assert_eq!(found.1, "outside managed code", "{found:?}");
+        }
+    });
 }

@@ -48,6 +48,12 @@ pub enum CaptureError {
     /// Opening the target, or talking to it.
     #[error(transparent)]
     Client(#[from] crate::Error),
+    /// The process exited while the capture ran.
+    #[error("process {pid} exited while it was sampled")]
+    Exited {
+        /// The process.
+        pid: u32,
+    },
     /// The session asked for does not fit the runtime.
     #[error(transparent)]
     Request(#[from] crate::request::RequestError),

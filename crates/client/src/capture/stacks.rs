@@ -34,7 +34,7 @@ pub struct Sampled {
 /// Samples the process for `window`.
 ///
 /// # Errors
-/// The process cannot be opened or refuses the session. A process that stops answering
+/// The process cannot be opened, refuses the session, or exits before it ends. A process that stops answering
 /// blocks this call until the protocol's own timeouts: callers that must answer sooner run
 /// it on a thread of their own.
 pub fn sample(spec: &TargetSpec, window: Duration) -> Result<Sampled, CaptureError> {
@@ -69,6 +69,10 @@ pub fn sample(spec: &TargetSpec, window: Duration) -> Result<Sampled, CaptureErr
     let _ = session.stop(&mut target);
     session.wait_within(STOP_GRACE);
     let trace = session.join()?;
+    if target.exited() {
+        // What it wrote before it went is no picture of its threads now.
+        return Err(CaptureError::Exited { pid: target.pid() });
+    }
     Ok(Sampled {
         pid: target.pid(),
         name: target.name(),
