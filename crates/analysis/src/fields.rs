@@ -26,6 +26,12 @@ impl<'r> Fields<'r> {
         Fields::decoded(values, decoded.is_ok())
     }
 
+    /// Fields from their values (tests that make events up).
+    #[cfg(test)]
+    pub(crate) fn from_values(values: Vec<(&'r str, ValueRef<'r>)>) -> Fields<'r> {
+        Fields { values }
+    }
+
     fn decoded(mut values: Vec<(&'r str, ValueRef<'r>)>, ok: bool) -> Fields<'r> {
         if !ok {
             values.clear();

@@ -386,12 +386,19 @@ impl GcAnalyzer {
     }
 
     /// For a watcher that reads as long as its target runs: the GCs complete since the
-    /// last call (a background GC completes after the foreground ones it let run), and the
+    /// last call, once no GC suspension is open (a background GC completes after the
+    /// foreground ones it let run), and the
     /// rows no event can change any more are dropped, so memory stays bounded. The row
     /// kept before the oldest still open is what the next `GC/HeapStats` estimates its size
     /// before from (with the first rows dropped, that can be the first row, which the
     /// whole-trace estimate never uses).
     pub(crate) fn take_completed(&mut self) -> Vec<Gc> {
+        // While a GC suspension is open, a complete GC's pause can still grow: a background
+        // GC that finished inside the suspension that started it is paused to its restart
+        // (the first departure above). What completes is handed over once the program runs.
+        if self.suspension.is_some() {
+            return Vec::new();
+        }
         let mut done = Vec::new();
         for (gc, state) in self.gcs.iter().zip(self.state.iter_mut()) {
             if state.complete && !state.taken {
@@ -501,5 +508,46 @@ fn reason_name(reason: Option<u64>) -> &'static str {
         Some(12) => "PMFullGC",
         Some(13) => "LowMemoryHostBlocking",
         _ => "Unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nettrace::ValueRef;
+
+    fn fields(values: &[(&'static str, u64)]) -> Fields<'static> {
+        Fields::from_values(
+            values
+                .iter()
+                .map(|&(name, v)| (name, ValueRef::U64(v)))
+                .collect(),
+        )
+    }
+
+    /// A background GC that finishes inside the suspension that started it is paused to
+    /// that suspension's restart; a live watch hands it over only then, with that pause.
+    #[test]
+    fn a_background_gc_finished_inside_its_suspension_is_taken_with_its_whole_pause() {
+        let mut gc = GcAnalyzer::default();
+        let none = fields(&[]);
+        gc.observe(id::SUSPEND_EE_START, 0.0, 1, &fields(&[("Reason", 1)]));
+        gc.observe(id::SUSPEND_EE_STOP, 1.0, 1, &none);
+        gc.observe(
+            id::START,
+            2.0,
+            1,
+            &fields(&[("Count", 3), ("Depth", 2), ("Type", 1), ("Reason", 1)]),
+        );
+        assert!(gc.take_completed().is_empty());
+        gc.observe(id::HEAP_STATS, 3.0, 1, &fields(&[("GenerationSize0", 100)]));
+        // Complete, but its suspension is still open: not yet.
+        assert!(gc.take_completed().is_empty());
+        gc.observe(id::RESTART_EE_STOP, 10.0, 1, &none);
+        let taken = gc.take_completed();
+        assert_eq!(taken.len(), 1);
+        assert_eq!((taken[0].number, taken[0].kind), (3, "Background"));
+        assert_eq!(taken[0].pause_ms, Some(10.0));
+        assert!(gc.take_completed().is_empty());
     }
 }
