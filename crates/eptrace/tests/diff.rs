@@ -32,7 +32,7 @@ impl Drop for Run {
     }
 }
 
-/// Traces a whole run of diff-demo (4 s) with the CPU sampler at 10 kHz.
+/// Traces a whole run of diff-demo (3 s) with the CPU sampler at 10 kHz.
 fn run(tag: &str, slow_b: bool) -> Run {
     let trace = std::env::temp_dir().join(format!(
         "eptrace-diff-{}-{tag}.nettrace",
@@ -48,7 +48,7 @@ fn run(tag: &str, slow_b: bool) -> Run {
         "--",
         demo.to_str().unwrap(),
         "--seconds",
-        "4",
+        "3",
     ];
     if slow_b {
         args.push("--slow-b");
