@@ -450,9 +450,14 @@ fn a_wake_and_the_poll_it_leads_to_give_the_time_a_task_waited_to_run() {
         let waker = {
             let (notify, busy, release) =
                 (Arc::clone(&notify), Arc::clone(&busy), Arc::clone(&release));
-            let woke_at = Arc::clone(&woke_at);
+            let (woke_at, ran_at) = (Arc::clone(&woke_at), Arc::clone(&ran_at));
             std::thread::spawn(move || {
-                for _ in 0..ROUNDS {
+                for round in 0..ROUNDS {
+                    // One wake at a time: Notify keeps one permit, so a second wake before
+                    // the task has run would be lost (and the task would wait forever).
+                    while ran_at.lock().unwrap().len() < round {
+                        std::thread::yield_now();
+                    }
                     while !busy.load(Ordering::SeqCst) {
                         std::thread::yield_now();
                     }
