@@ -2,8 +2,8 @@
 //! agent's rules and `/metrics`): each GC once it is complete, with its pause; each
 //! exception thrown; each thread pool adjustment for starvation.
 //!
-//! The definitions are the analysis's own ([`gc`](crate::gc), [`exceptions`](crate::exceptions),
-//! [`threadpool`](crate::threadpool)), fed the same events; what differs is that nothing
+//! The definitions are the analysis's own ([`gc`], [`exceptions`],
+//! [`threadpool`]), fed the same events; what differs is that nothing
 //! is kept once reported, so a watch can last as long as its target.
 
 use nettrace::Event;
