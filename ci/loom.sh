@@ -12,6 +12,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGET=${CARGO_TARGET_DIR:-target}
 export LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}"
+# A model's failure names its schedule, not a source line: debug info only costs build time.
+export CARGO_PROFILE_RELEASE_DEBUG=0
 echo "loom.sh: eventpipe-core (LOOM_MAX_PREEMPTIONS=$LOOM_MAX_PREEMPTIONS)"
 CARGO_TARGET_DIR=$TARGET/loom RUSTFLAGS="--cfg eventpipe_loom" \
   cargo test -p eventpipe-core --test loom --release

@@ -2,8 +2,10 @@
 //! real programs do, made attachable by one line (the eventpipe layer).
 //!
 //! What it does, so the trace has something to show:
-//! * two `cruncher` threads burn CPU in two hot paths, about 3:1 in a release build
-//!   (`checksum_block`, three times as much as `sort_block`), each inside spans;
+//! * two `cruncher` threads burn CPU in two hot paths, about 3:1 (`checksum_block`, three
+//!   times as much as `sort_block`), each inside spans; a checksum unit is sized at start
+//!   to cost what a sort unit costs in this build, so the split holds in an unoptimised
+//!   build too, where std's sort is relatively slower;
 //! * an `allocator` thread allocates in bursts and frees them;
 //! * a `spawner` thread starts a short-lived thread every 20 ms that does a little work and
 //!   exits (thread churn, for the runtime's per-thread state reclamation);
@@ -84,31 +86,58 @@ fn cruncher(id: u32, stop: &AtomicBool) {
     let mut data: Vec<u64> = (0..4096u64)
         .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
         .collect();
+    let passes = passes_per_sort_unit(&mut data);
     let mut round = 0u64;
     while !stop.load(Ordering::Relaxed) {
         let _request = info_span!("request", worker = id, round).entered();
-        let sum = checksum_block(&data, 3);
+        let sum = checksum_block(&data, 3, passes);
         sort_block(&mut data, 1);
         info!(sum, round, "request done");
         round += 1;
     }
 }
 
-/// The hotter path: `units` units of hashing work.
+/// How many hashing passes over `data` cost what one sort unit costs, in this build on
+/// this machine: the fastest of a few timings of each, so a busy moment does not skew it.
+fn passes_per_sort_unit(data: &mut [u64]) -> u32 {
+    let fastest = |f: &mut dyn FnMut()| {
+        (0..5)
+            .map(|_| {
+                let began = Instant::now();
+                f();
+                began.elapsed()
+            })
+            .min()
+            .unwrap_or_default()
+    };
+    let pass = fastest(&mut || {
+        std::hint::black_box(hash_pass(0, data));
+    });
+    let sort = fastest(&mut || sort_unit(data));
+    let ratio = sort.as_secs_f64() / pass.as_secs_f64().max(1e-9);
+    ratio.round().clamp(1.0, 10_000.0) as u32
+}
+
+/// The hotter path: `units` units of hashing work, each `passes` passes over the data.
 #[inline(never)]
-fn checksum_block(data: &[u64], units: u32) -> u64 {
+fn checksum_block(data: &[u64], units: u32, passes: u32) -> u64 {
     let _span = info_span!("checksum", units).entered();
     let mut h = 0xcbf2_9ce4_8422_2325u64;
     for unit in 0..units {
-        // Sized so one unit costs about as much as one unit of `sort_block`.
-        for _ in 0..44 {
-            for &v in data {
-                h = (h ^ v).wrapping_mul(0x0100_0000_01b3);
-            }
+        for _ in 0..passes {
+            h = hash_pass(h, data);
         }
         trace!(unit, "checksum unit");
     }
     std::hint::black_box(h)
+}
+
+#[inline(always)]
+fn hash_pass(mut h: u64, data: &[u64]) -> u64 {
+    for &v in data {
+        h = (h ^ v).wrapping_mul(0x0100_0000_01b3);
+    }
+    h
 }
 
 /// The cooler path: `units` units of shuffling and sorting, each costing about one
@@ -117,13 +146,18 @@ fn checksum_block(data: &[u64], units: u32) -> u64 {
 fn sort_block(data: &mut [u64], units: u32) {
     let _span = info_span!("sort", units).entered();
     for unit in 0..units {
-        for _ in 0..3 {
-            for (i, v) in data.iter_mut().enumerate() {
-                *v = v.rotate_left(7) ^ i as u64;
-            }
-            data.sort_unstable();
-        }
+        sort_unit(data);
         trace!(unit, "sort unit");
+    }
+}
+
+#[inline(always)]
+fn sort_unit(data: &mut [u64]) {
+    for _ in 0..3 {
+        for (i, v) in data.iter_mut().enumerate() {
+            *v = v.rotate_left(7) ^ i as u64;
+        }
+        data.sort_unstable();
     }
 }
 
