@@ -16,6 +16,12 @@
 //                                     (Monitor.Enter on it), SleepLong (Thread.Sleep) and
 //                                     WaitOnTask (Task.Wait on a task that never ends); prints
 //                                     "pid N" and "ready", and exits at a line on stdin
+//        dotnet AnalyzeApp.exe --gc-storm  keeps 2,000,000 objects live and collects them
+//                                     over and over (blocking gen2 GCs, induced, 2 ms apart)
+//                                     on a thread named "collector" (in CollectForever), so
+//                                     the program is suspended for a GC most of the time, while a thread
+//                                     named "spinner" runs managed code (SpinManaged); prints
+//                                     "pid N" and "ready", and exits at a line on stdin
 //
 // Scenarios, in order:
 //   gc          5 induced gen0, 3 induced gen1 and 2 induced blocking gen2 collections, each
@@ -67,6 +73,11 @@ static class AnalyzeApp
         if (args.Length > 0 && args[0] == "--park")
         {
             Park();
+            return 0;
+        }
+        if (args.Length > 0 && args[0] == "--gc-storm")
+        {
+            GcStorm();
             return 0;
         }
         bool wait = args.Length > 0 && args[0] == "--wait";
@@ -136,6 +147,64 @@ static class AnalyzeApp
         Console.WriteLine("ready");
         Console.Out.Flush();
         Console.ReadLine();
+    }
+
+    class Node
+    {
+        public Node Next;
+        public Node(Node next) { Next = next; }
+    }
+
+    static Node live;
+
+    static void GcStorm()
+    {
+        Node head = null;
+        for (int i = 0; i < 2000000; i++)
+            head = new Node(head);
+        live = head;
+        string pid = "pid " + System.Diagnostics.Process.GetCurrentProcess().Id;
+        Start("spinner", SpinManaged);
+        Start("collector", CollectForever);
+        Thread.Sleep(300);
+        Console.WriteLine(pid);
+        Console.WriteLine("ready");
+        Console.Out.Flush();
+        Console.ReadLine();
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static void CollectForever()
+    {
+        while (true)
+        {
+            GC.Collect(2, GCCollectionMode.Forced, true);
+            // A breath between GCs: without it, the other threads (this program's, and
+            // the runtime's sample profiler) never get to run.
+            Thread.Sleep(2);
+        }
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static void SpinManaged()
+    {
+        long x = 1;
+        while (true)
+        {
+            // A call each round: its return is where the runtime can stop this thread
+            // for a GC (a loop without one may not be interruptible).
+            x = Step(x);
+            if (x == 0)
+                sink++;
+        }
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static long Step(long x)
+    {
+        for (int i = 0; i < 1000; i++)
+            x = x * 6364136223846793005L + 1442695040888963407L;
+        return x;
     }
 
     static void Start(string name, ThreadStart body)

@@ -254,21 +254,23 @@ pub(crate) fn sample_threads(
 pub(crate) fn thread_stacks(
     sampled: eventpipe_client::capture::stacks::Sampled,
 ) -> Result<eventpipe_insight::ThreadStacks> {
-    let threads = eventpipe_insight::thread_stacks(&sampled.trace, sampled.runtime.is_rust())
-        .context("reading the samples")?;
-    if threads.is_empty() {
+    let stacks = eventpipe_insight::ThreadStacks::read(
+        sampled.pid,
+        sampled.name,
+        sampled.runtime.to_string(),
+        sampled.runtime.is_rust(),
+        &sampled.trace,
+        Some(sampled.asked_to_stop),
+    )
+    .context("reading the samples")?;
+    if stacks.threads.is_empty() {
         anyhow::bail!(
             "{} ({}) wrote no samples: a Rust program needs its CPU sampler registered",
-            sampled.name,
-            sampled.pid
+            stacks.process,
+            stacks.pid
         );
     }
-    Ok(eventpipe_insight::ThreadStacks {
-        pid: sampled.pid,
-        process: sampled.name,
-        runtime: sampled.runtime.to_string(),
-        threads,
-    })
+    Ok(stacks)
 }
 
 /// What a standing counters session does with what it hears.

@@ -421,6 +421,17 @@ impl GcAnalyzer {
         done
     }
 
+    /// The GC the program is suspended for, with the thread that suspended it (the one
+    /// running the GC): a GC suspension is open, and the GC it is for has started in it
+    /// (a blocking GC after the suspension began, or a background GC's final mark).
+    pub(crate) fn suspended_for(&self) -> Option<(&Gc, u64)> {
+        let s = self.suspension?;
+        let index = self.current()?;
+        let gc = &self.gcs[index];
+        let in_it = gc.start_ms >= s.start_ms || (s.reason == 6 && gc.kind == "Background");
+        in_it.then_some((gc, s.thread))
+    }
+
     /// The GC rows held.
     pub(crate) fn held(&self) -> usize {
         self.gcs.len()

@@ -49,6 +49,23 @@ impl From<&Gc> for CompletedGc {
     }
 }
 
+/// The GC a program is suspended for, now.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct GcInProgress {
+    /// The runtime's GC number.
+    pub number: u64,
+    /// The generation it collects.
+    pub generation: u32,
+    /// `NonConcurrent`, `Background` (its final mark) or `Foreground`.
+    pub kind: &'static str,
+    /// Why it runs (`AllocSmall`, `Induced`, ...).
+    pub reason: &'static str,
+    /// The thread running it: the one that suspended the program.
+    pub thread_id: u64,
+    /// When it started, ms from the trace's start.
+    pub start_ms: f64,
+}
+
 /// One piece of news.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -84,6 +101,18 @@ impl RuntimeWatch {
     /// watch's memory).
     pub fn held(&self) -> usize {
         self.gc.held()
+    }
+
+    /// The GC the program is suspended for as of the events seen so far, if it is.
+    pub fn suspended_for_gc(&self) -> Option<GcInProgress> {
+        self.gc.suspended_for().map(|(gc, thread_id)| GcInProgress {
+            number: gc.number,
+            generation: gc.generation,
+            kind: gc.kind,
+            reason: gc.reason,
+            thread_id,
+            start_ms: gc.start_ms,
+        })
     }
 
     /// Takes the stream's next event (in time order: a GC's events come from several

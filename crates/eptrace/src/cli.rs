@@ -712,21 +712,23 @@ struct StackArgs {
 
 #[derive(Debug, Args)]
 struct DiffArgs {
-    /// The trace before the change.
+    /// The trace (or converted profile: pprof, speedscope) before the change.
     #[arg(value_name = "BASE")]
     base: PathBuf,
-    /// The trace after it.
+    /// The trace (or converted profile) after it.
     #[arg(value_name = "NEW")]
     new: PathBuf,
-    /// Which samples, as `convert --samples` takes them: auto, cpu, thread-time, managed,
-    /// offcpu, alloc, contention, exceptions, ...
+    /// Which samples of a trace, as `convert --samples` takes them: auto, cpu,
+    /// thread-time, managed, offcpu, alloc, contention, exceptions, ... (a converted
+    /// profile holds one kind)
     #[arg(long, value_name = "WHAT", default_value = "auto")]
     samples: String,
-    /// How the two are made comparable: per-second (each trace's weights per second of
+    /// How the two are made comparable: per-second (each profile's weights per second of
     /// its duration), share (as shares of each profile's total) or raw (as recorded, what
-    /// `go tool pprof -diff_base` subtracts).
-    #[arg(long, value_name = "HOW", default_value = "per-second", value_parser = parse_normalize)]
-    normalize: eventpipe_insight::diff::Normalize,
+    /// `go tool pprof -diff_base` subtracts). Default: per-second, or share when a profile
+    /// keeps no duration (speedscope).
+    #[arg(long, value_name = "HOW", value_parser = parse_normalize)]
+    normalize: Option<eventpipe_insight::diff::Normalize>,
     /// Print JSON: every function, with its errors.
     #[arg(long)]
     json: bool,

@@ -8,7 +8,10 @@ use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use eventpipe_insight::diff::{diff, FunctionChange, Normalize, ProfileDiff, NOISE_SIGMAS};
+use eventpipe_insight::diff::{
+    diff, span_seconds, FunctionChange, Normalize, ProfileDiff, NOISE_SIGMAS,
+};
+use eventpipe_insight::import::{self, Format};
 use eventpipe_insight::{Profile, SampleSelection, SampleUnit};
 
 use crate::input::{self, InputSpec};
@@ -22,7 +25,8 @@ pub(crate) struct Config {
     pub(crate) base: PathBuf,
     pub(crate) new: PathBuf,
     pub(crate) samples: SampleSelection,
-    pub(crate) normalize: Normalize,
+    /// `None`: per second when both profiles span time, else as shares.
+    pub(crate) normalize: Option<Normalize>,
     pub(crate) json: bool,
     pub(crate) top: usize,
     /// Show functions whose change is within the noise too.
@@ -90,14 +94,25 @@ impl std::error::Error for ThresholdCrossed {}
 pub(crate) fn do_diff(config: &Config) -> Result<()> {
     let base = profile(&config.base, config)?;
     let new = profile(&config.new, config)?;
-    let d = diff(&base, &new, config.normalize).context("cannot compare the profiles")?;
+    let normalize = config.normalize.unwrap_or_else(|| {
+        if span_seconds(&base) > 0.0 && span_seconds(&new) > 0.0 {
+            Normalize::PerSecond
+        } else {
+            eprintln!(
+                "note: a profile keeps no duration (speedscope): comparing shares of each \
+                 total (--normalize share)"
+            );
+            Normalize::Share
+        }
+    });
+    let d = diff(&base, &new, normalize).context("cannot compare the profiles")?;
     if let Some(path) = &config.flamegraph {
         let out =
             File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
         eventpipe_insight::write_differential_flamegraph(
             &base,
             &new,
-            config.normalize != Normalize::Raw,
+            normalize != Normalize::Raw,
             BufWriter::new(out),
         )
         .with_context(|| format!("cannot write {}", path.display()))?;
@@ -131,11 +146,20 @@ pub(crate) fn do_diff(config: &Config) -> Result<()> {
     Ok(())
 }
 
-/// The profile of one trace file, as `convert --samples` builds it.
+/// The profile of one trace file, as `convert --samples` builds it; or of a converted
+/// profile, as it is.
 fn profile(path: &std::path::Path, config: &Config) -> Result<Profile> {
     let name = path.display().to_string();
     let opened = input::open(&InputSpec::Path(path.to_path_buf()))?;
     let data = opened.bytes().unwrap_or(&[]);
+    if let Some(format) = Format::sniff(data) {
+        let profile = import::read_profile(data, format)
+            .with_context(|| format!("{name} does not read as a {} profile", format.name()))?;
+        if profile.samples.is_empty() {
+            bail!("{name} has no samples to compare");
+        }
+        return Ok(profile);
+    }
     let convert = crate::convert::Config {
         input: InputSpec::Path(path.to_path_buf()),
         cut: crate::cut::CutTraces::Refuse,

@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use eventpipe_client::capture::stacks::{sample, Sampled, WINDOW};
 use eventpipe_client::TargetSpec;
-use eventpipe_insight::{thread_stacks, ThreadStacks};
+use eventpipe_insight::ThreadStacks;
 
 /// What `stack` was asked to do.
 #[derive(Debug, Clone)]
@@ -70,21 +70,23 @@ fn describe(target: &TargetSpec) -> String {
 }
 
 fn stacks_of(sampled: Sampled) -> Result<ThreadStacks> {
-    let threads = thread_stacks(&sampled.trace, sampled.runtime.is_rust())
-        .context("cannot read the samples")?;
-    if threads.is_empty() {
+    let stacks = ThreadStacks::read(
+        sampled.pid,
+        sampled.name,
+        sampled.runtime.to_string(),
+        sampled.runtime.is_rust(),
+        &sampled.trace,
+        Some(sampled.asked_to_stop),
+    )
+    .context("cannot read the samples")?;
+    if stacks.threads.is_empty() {
         bail!(
             "{} ({}) wrote no samples in {:.1} s: a Rust program needs its CPU sampler \
              registered (eventpipe_profiler::cpu::register)",
-            sampled.name,
-            sampled.pid,
+            stacks.process,
+            stacks.pid,
             WINDOW.as_secs_f64()
         );
     }
-    Ok(ThreadStacks {
-        pid: sampled.pid,
-        process: sampled.name,
-        runtime: sampled.runtime.to_string(),
-        threads,
-    })
+    Ok(stacks)
 }

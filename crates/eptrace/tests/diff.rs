@@ -1,7 +1,8 @@
 //! `eptrace diff` on two runs of `diff-demo` (the profiler's example): one with `stage_b`
-//! made twice as slow, held against the CPU time the program measured in each stage itself;
-//! two runs of the unchanged program; and the numbers against `go tool pprof -diff_base` on
-//! the same two traces' pprof files.
+//! made twice as slow, held against the CPU time the program measured in each stage itself,
+//! from the traces and from their converted profiles (pprof as we and as Go write it,
+//! speedscope); two runs of the unchanged program; and the numbers against `go tool pprof
+//! -diff_base` on the same two traces' pprof files.
 
 mod support;
 
@@ -20,10 +21,12 @@ fn diff_demo() -> PathBuf {
         .clone()
 }
 
-/// A traced run of diff-demo: the trace, and the CPU ms per second it measured per stage.
+/// A traced run of diff-demo: the trace, and the CPU ms per second it measured per stage
+/// (`truth`), and in the whole run (`truth_ms`).
 struct Run {
     trace: PathBuf,
     truth: BTreeMap<String, f64>,
+    truth_ms: BTreeMap<String, f64>,
 }
 
 impl Drop for Run {
@@ -54,16 +57,24 @@ fn run(tag: &str, slow_b: bool) -> Run {
         args.push("--slow-b");
     }
     let out = eptrace_ok("collect diff-demo", &args);
-    let truth = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let (key, value) = l.split_once(' ')?;
-            let stage = key.strip_suffix("_ms_per_s")?;
-            Some((stage.to_owned(), value.trim().parse().ok()?))
-        })
-        .collect::<BTreeMap<String, f64>>();
-    assert_eq!(truth.len(), 3, "{}", String::from_utf8_lossy(&out.stdout));
-    Run { trace, truth }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let measured = |suffix: &str| {
+        stdout
+            .lines()
+            .filter_map(|l| {
+                let (key, value) = l.split_once(' ')?;
+                let stage = key.strip_suffix(suffix)?;
+                Some((stage.to_owned(), value.trim().parse().ok()?))
+            })
+            .collect::<BTreeMap<String, f64>>()
+    };
+    let (truth, truth_ms) = (measured("_ms_per_s"), measured("_ms"));
+    assert_eq!((truth.len(), truth_ms.len()), (3, 3), "{stdout}");
+    Run {
+        trace,
+        truth,
+        truth_ms,
+    }
 }
 
 fn diff_json(base: &Path, new: &Path, extra: &[&str]) -> serde_json::Value {
@@ -101,29 +112,7 @@ fn a_function_made_twice_as_slow_ranks_first_with_its_true_change() {
     let d = diff_json(&base.trace, &new.trace, &[]);
     // Its change per second, against what the program measured in it.
     let truth = (new.truth["stage_b"] - base.truth["stage_b"]) * 1e6;
-    let b = function(&d, "stage_b");
-    let change = b["new_total"].as_f64().unwrap() - b["base_total"].as_f64().unwrap();
-    assert!(
-        (change - truth).abs() <= 0.1 * truth,
-        "stage_b changed by {:.1} ms/s in the diff, {:.1} ms/s by the program's own clock",
-        change / 1e6,
-        truth / 1e6
-    );
-    assert_eq!(b["beyond_noise"], true);
-    // First: the largest change of a function's own time (its callers' totals move with
-    // it, their own time does not).
-    assert!(
-        d["functions"][0]["function"]
-            .as_str()
-            .unwrap()
-            .ends_with("::stage_b"),
-        "{}",
-        d["functions"][0]
-    );
-    // The unchanged stages are not reported beyond noise.
-    for stage in ["stage_a", "stage_c"] {
-        assert_eq!(function(&d, stage)["beyond_noise"], false, "{stage}: {d}");
-    }
+    holds_the_truth("traces, per second", &d, truth);
     // --fail-if: stage_b grew past +50 %, beyond noise (status 4); not past +150 %.
     let out = eptrace(&[
         "diff",
@@ -185,6 +174,105 @@ fn a_function_made_twice_as_slow_ranks_first_with_its_true_change() {
     let raw = diff_json(&base.trace, &new.trace, &["--normalize", "raw"]);
     against_go_pprof(&raw, &base, &new, &pprof);
     std::fs::remove_file(&pprof).ok();
+
+    // The converted profiles compare as the traces do: pprof per second of its duration;
+    // speedscope, which keeps no duration, in raw sums.
+    let (base_pb, new_pb) = (converted(&base, "pprof"), converted(&new, "pprof"));
+    let d = diff_json(&base_pb, &new_pb, &[]);
+    holds_the_truth("pprof files, per second", &d, truth);
+    let truth_ms = (new.truth_ms["stage_b"] - base.truth_ms["stage_b"]) * 1e6;
+    let (base_ss, new_ss) = (
+        converted(&base, "speedscope"),
+        converted(&new, "speedscope"),
+    );
+    let d = diff_json(&base_ss, &new_ss, &["--normalize", "raw"]);
+    holds_the_truth("speedscope files, raw", &d, truth_ms);
+    // Without a duration, the default compares shares, and says so.
+    let out = eptrace_ok(
+        "diff of speedscope files",
+        &["diff", base_ss.to_str().unwrap(), new_ss.to_str().unwrap()],
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("comparing shares"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // pprof as Go writes it (`go tool pprof -proto` re-encodes ours its own way).
+    if let Some(go) = converters::go("eptrace diff of pprof files Go wrote") {
+        let rewrite = |pb: &Path| {
+            let out = std::process::Command::new(&go)
+                .args(["tool", "pprof", "-proto"])
+                .arg(pb)
+                .env("PPROF_TMPDIR", std::env::temp_dir())
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let path = pb.with_extension("go.pb.gz");
+            std::fs::write(&path, out.stdout).unwrap();
+            path
+        };
+        let (base_go, new_go) = (rewrite(&base_pb), rewrite(&new_pb));
+        let d = diff_json(&base_go, &new_go, &[]);
+        holds_the_truth("pprof files Go wrote, per second", &d, truth);
+        std::fs::remove_file(base_go).ok();
+        std::fs::remove_file(new_go).ok();
+    }
+    for f in [base_pb, new_pb, base_ss, new_ss] {
+        std::fs::remove_file(f).ok();
+    }
+}
+
+/// `run`'s trace converted to `format`, beside it.
+fn converted(run: &Run, format: &str) -> PathBuf {
+    let out = run.trace.with_extension(format);
+    eptrace_ok(
+        "convert",
+        &[
+            "convert",
+            "-f",
+            format,
+            "-o",
+            out.to_str().unwrap(),
+            run.trace.to_str().unwrap(),
+        ],
+    );
+    out
+}
+
+/// `stage_b` changed by `truth` (within 10 %), beyond noise, and ranks first; the unchanged
+/// stages are not beyond noise.
+fn holds_the_truth(what: &str, d: &serde_json::Value, truth: f64) {
+    let b = function(d, "stage_b");
+    let change = b["new_total"].as_f64().unwrap() - b["base_total"].as_f64().unwrap();
+    assert!(
+        (change - truth).abs() <= 0.1 * truth,
+        "{what}: stage_b changed by {:.1} ms in the diff, {:.1} ms by the program's own clock",
+        change / 1e6,
+        truth / 1e6
+    );
+    assert_eq!(b["beyond_noise"], true, "{what}");
+    // First: the largest change of a function's own time (its callers' totals move with
+    // it, their own time does not).
+    assert!(
+        d["functions"][0]["function"]
+            .as_str()
+            .unwrap()
+            .ends_with("::stage_b"),
+        "{what}: {}",
+        d["functions"][0]
+    );
+    // The unchanged stages are not reported beyond noise.
+    for stage in ["stage_a", "stage_c"] {
+        assert_eq!(
+            function(d, stage)["beyond_noise"],
+            false,
+            "{what}: {stage}: {d}"
+        );
+    }
 }
 
 /// `go tool pprof -top -diff_base` of the two traces' pprof files: each stage's flat
@@ -193,22 +281,7 @@ fn against_go_pprof(raw: &serde_json::Value, base: &Run, new: &Run, ours: &Path)
     let Some(go) = converters::go("eptrace diff against go tool pprof -diff_base") else {
         return;
     };
-    let pb = |run: &Run| {
-        let out = run.trace.with_extension("pb.gz");
-        eptrace_ok(
-            "convert -f pprof",
-            &[
-                "convert",
-                "-f",
-                "pprof",
-                "-o",
-                out.to_str().unwrap(),
-                run.trace.to_str().unwrap(),
-            ],
-        );
-        out
-    };
-    let (base_pb, new_pb) = (pb(base), pb(new));
+    let (base_pb, new_pb) = (converted(base, "pprof"), converted(new, "pprof"));
     let top = |args: &[&str]| -> BTreeMap<String, f64> {
         let out = std::process::Command::new(&go)
             .args([

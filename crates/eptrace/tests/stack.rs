@@ -41,10 +41,18 @@ fn each_thread_is_found_in_the_function_it_is_parked_in() {
     assert_eq!(s["process"], "stack-demo");
     let threads = s["threads"].as_array().unwrap();
     for (name, function, state) in [
-        ("mutex-holder", "stack_demo::hold_mutex", "waiting"),
-        ("mutex-waiter", "stack_demo::wait_on_mutex", "waiting"),
-        ("chan-waiter", "stack_demo::wait_on_channel", "waiting"),
-        ("sleeper", "stack_demo::sleep_long", "waiting"),
+        ("mutex-holder", "stack_demo::hold_mutex", "sleeping"),
+        (
+            "mutex-waiter",
+            "stack_demo::wait_on_mutex",
+            "blocked in futex",
+        ),
+        (
+            "chan-waiter",
+            "stack_demo::wait_on_channel",
+            "blocked in futex",
+        ),
+        ("sleeper", "stack_demo::sleep_long", "sleeping"),
         ("spinner", "stack_demo::spin_forever", "running"),
     ] {
         let t = threads
@@ -161,5 +169,78 @@ fn dotnet_threads_are_found_in_the_methods_they_wait_in() {
             // Each waits outside managed code (in the runtime's wait).
             assert_eq!(found.1, "outside managed code", "{found:?}");
         }
+    });
+}
+
+/// .NET 8: AnalyzeApp `--gc-storm` is suspended for a blocking gen2 GC most of the time;
+/// a snapshot taken during one names the GC, the thread running it (in `CollectForever`) is
+/// `in a GC`, and the thread that was running managed code (in `SpinManaged`) is
+/// `suspended for a GC`. (The runtime's events name no threads: they are found by their
+/// frames.)
+#[test]
+fn a_dotnet_program_caught_in_a_gc_says_so() {
+    let _one = serial();
+    eventpipe_test_support::dotnet::with_dotnet(|d| {
+        let mut command = Command::new(&d.dotnet8);
+        command.arg(&d.analyzeapp).arg("--gc-storm");
+        let app = support::Program::start(command, "AnalyzeApp --gc-storm");
+        // Most snapshots are taken inside a GC; a few fall between two.
+        let snapshots: Vec<serde_json::Value> = (0..10).map(|_| stacks(app.pid)).collect();
+        let in_gc: Vec<&serde_json::Value> =
+            snapshots.iter().filter(|s| s.get("gc").is_some()).collect();
+        assert!(
+            in_gc.len() >= 3,
+            "{} of 10 snapshots inside a GC",
+            in_gc.len()
+        );
+        let in_method = |s: &'_ serde_json::Value, method: &str| -> Option<serde_json::Value> {
+            s["threads"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| {
+                    t["frames"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|f| f.as_str().unwrap().starts_with(method))
+                })
+                .cloned()
+        };
+        for s in &in_gc {
+            let gc = &s["gc"];
+            assert_eq!(gc["generation"], 2, "{gc}");
+            assert_eq!(gc["reason"], "Induced", "{gc}");
+            assert_eq!(gc["kind"], "NonConcurrent", "{gc}");
+            let collector = in_method(s, "AnalyzeApp.CollectForever")
+                .unwrap_or_else(|| panic!("no thread in CollectForever: {s}"));
+            assert_eq!(collector["thread_id"], gc["thread_id"], "{s}");
+            assert_eq!(collector["state"], "in a GC", "{collector}");
+            // No thread runs managed code during it.
+            assert!(
+                s["threads"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|t| t["state"] != "managed code"),
+                "{s}"
+            );
+        }
+        // The spinner, last seen in its own code (not in the runtime's, where a sample can
+        // also catch it), is suspended for the GC.
+        assert!(
+            in_gc.iter().any(|s| in_method(s, "AnalyzeApp.SpinManaged")
+                .is_some_and(|t| t["state"] == "suspended for a GC")),
+            "the spinner is never suspended for a GC: {in_gc:?}"
+        );
+        // The text's header names the GC (in one of a few snapshots, as above).
+        let texts: Vec<String> = (0..8)
+            .map(|_| {
+                let out = eptrace_ok("stack", &["stack", "-p", &app.pid.to_string()]);
+                String::from_utf8_lossy(&out.stdout).into_owned()
+            })
+            .take_while(|t| !t.contains("suspended for GC #"))
+            .collect();
+        assert!(texts.len() < 8, "no header named the GC: {texts:?}");
     });
 }

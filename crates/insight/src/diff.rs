@@ -181,7 +181,7 @@ fn sums(profile: &Profile) -> (HashMap<Key, Sums>, f64, f64) {
 /// program was seen at work (a trace's first and last events can be far outside it: a
 /// program traced from its start waits for the session to resume it, and the session's
 /// end comes after its rundown).
-fn seconds(profile: &Profile) -> f64 {
+pub fn span_seconds(profile: &Profile) -> f64 {
     let times = profile.samples.iter().map(|s| s.time_ms);
     let first = times.clone().fold(f64::INFINITY, f64::min);
     let last = times.fold(f64::NEG_INFINITY, f64::max);
@@ -205,7 +205,7 @@ pub fn diff(base: &Profile, new: &Profile, normalize: Normalize) -> Result<Profi
     }
     let (base_sums, base_all, base_all_sq) = sums(base);
     let (new_sums, new_all, new_all_sq) = sums(new);
-    let (base_seconds, new_seconds) = (seconds(base), seconds(new));
+    let (base_seconds, new_seconds) = (span_seconds(base), span_seconds(new));
     let scale = |all: f64, secs: f64, which: &'static str| -> Result<f64, DiffError> {
         Ok(match normalize {
             Normalize::Raw => 1.0,

@@ -16,6 +16,7 @@
 //!                        │ pprof::write_pprof             gzipped profile.proto (go tool pprof)
 //!                        │ flamegraph::write_collapsed    folded stacks (`a;b;c 42`)
 //!                        │ flamegraph::write_flamegraph   SVG, drawn by inferno
+//! pprof, speedscope files ─▶ import::read_profile ─▶ Profile (what `eptrace diff` compares)
 //! nettrace::TraceReader ─▶ chrome::write_chrome_trace     Chrome Trace Event JSON, streamed:
 //!                          every event an instant, Start/Stop pairs and async polls
 //!                          durations, thread and process names as metadata (Perfetto UI,
@@ -47,6 +48,7 @@ pub mod diff;
 mod error;
 pub mod flamegraph;
 mod hash;
+pub mod import;
 pub mod intervals;
 pub mod json;
 pub mod lines;

@@ -59,6 +59,18 @@ pub enum SampleUnit {
 }
 
 impl SampleUnit {
+    /// Every unit.
+    pub const ALL: [SampleUnit; 8] = [
+        SampleUnit::CpuTime,
+        SampleUnit::ThreadTime,
+        SampleUnit::OffCpuTime,
+        SampleUnit::LockWait,
+        SampleUnit::Bytes,
+        SampleUnit::LiveBytes,
+        SampleUnit::HeapBytes,
+        SampleUnit::Events,
+    ];
+
     /// Whether weights are nanoseconds.
     pub fn is_time(self) -> bool {
         matches!(

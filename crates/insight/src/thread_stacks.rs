@@ -3,11 +3,14 @@
 //! A Rust program's session has CPU samples (the thread was running) and off-CPU samples
 //! (waiting, in the stack the collector's probe found); a .NET runtime's sample profiler
 //! gives every managed thread's stack, its leaf [`EXTERNAL_CODE_FRAME`] when the thread was
-//! outside managed code (waiting, or in native code).
+//! outside managed code (waiting, or in native code); its GC events say whether the
+//! program is suspended for a GC at the session's end: then the thread running the GC is
+//! `in a GC` and the threads last seen in managed code are `suspended for a GC`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use eventpipe_analysis::live::{GcInProgress, RuntimeWatch};
 use serde::Serialize;
 
 use crate::builder::{ProfileBuilder, SampleSelection, EXTERNAL_CODE_FRAME};
@@ -21,7 +24,11 @@ pub struct ThreadStack {
     pub thread_id: u64,
     /// Its name, when the trace names it.
     pub name: Option<String>,
-    /// `running` or `waiting` (Rust); `managed code` or `outside managed code` (.NET).
+    /// Rust: `running`, or what a waiting thread waits in, read from its innermost frames
+    /// ([`waiting_state`]): `sleeping`, `blocked in futex`, `blocked in epoll_wait`, ...,
+    /// else `waiting`. .NET: `managed code` or `outside managed code`; during a GC, `in a
+    /// GC` (the thread running it) and `suspended for a GC` (one last seen in managed
+    /// code).
     pub state: &'static str,
     /// Its frames, the innermost first.
     pub frames: Vec<String>,
@@ -48,9 +55,46 @@ pub struct ThreadStacks {
     pub runtime: String,
     /// Its threads, by id.
     pub threads: Vec<ThreadStack>,
+    /// .NET: the GC the program is suspended for at the session's end, if it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gc: Option<GcInProgress>,
 }
 
 impl ThreadStacks {
+    /// The threads of process `pid` (`process`, its runtime as `eptrace ps` names it) in
+    /// `trace`, a sampling session of it (`rust`: a Rust program's, else a .NET one's), as
+    /// they were at `at` (when the session was asked to stop; `None`: the trace's end).
+    ///
+    /// # Errors
+    /// The trace does not read.
+    pub fn read(
+        pid: u32,
+        process: String,
+        runtime: String,
+        rust: bool,
+        trace: &[u8],
+        at: Option<std::time::SystemTime>,
+    ) -> Result<ThreadStacks> {
+        let mut threads = thread_stacks(trace, rust)?;
+        let gc = if rust { None } else { gc_at(trace, at)? };
+        if let Some(gc) = &gc {
+            for t in &mut threads {
+                if t.thread_id == gc.thread_id {
+                    t.state = "in a GC";
+                } else if t.state == "managed code" {
+                    t.state = "suspended for a GC";
+                }
+            }
+        }
+        Ok(ThreadStacks {
+            pid,
+            process,
+            runtime,
+            threads,
+            gc,
+        })
+    }
+
     /// As text: each thread and its stack, or with `merge` each distinct stack once with
     /// the threads in it, the most threads first.
     pub fn text(&self, merge: bool) -> String {
@@ -63,6 +107,13 @@ impl ThreadStacks {
             self.runtime,
             self.threads.len()
         );
+        if let Some(gc) = &self.gc {
+            let _ = writeln!(
+                s,
+                "suspended for GC #{} (gen {}, {}, {}), run by thread {}",
+                gc.number, gc.generation, gc.kind, gc.reason, gc.thread_id
+            );
+        }
         if merge {
             let mut groups: BTreeMap<(&[String], &str), Vec<&ThreadStack>> = BTreeMap::new();
             for t in &self.threads {
@@ -133,6 +184,7 @@ pub fn thread_stacks(trace: &[u8], rust: bool) -> Result<Vec<ThreadStack>> {
             let state = match (*state, frames.first()) {
                 ("", Some(leaf)) if leaf == EXTERNAL_CODE_FRAME => "outside managed code",
                 ("", _) => "managed code",
+                ("waiting", _) => waiting_state(&frames),
                 (state, _) => state,
             };
             let stack = ThreadStack {
@@ -145,4 +197,98 @@ pub fn thread_stacks(trace: &[u8], rust: bool) -> Result<Vec<ThreadStack>> {
         }
     }
     Ok(by_thread.into_values().map(|(_, t)| t).collect())
+}
+
+/// The GC the program was suspended for at `at` (else at the end of `trace`), from its
+/// runtime's GC events read in time order up to then. The runtime ends a session only
+/// once a GC in progress is over: the trace's end is never inside one, the moment the
+/// session was asked to stop can be.
+fn gc_at(trace: &[u8], at: Option<std::time::SystemTime>) -> Result<Option<GcInProgress>> {
+    let mut reader = nettrace::SortedReader::new(nettrace::TraceReader::from_slice(trace)?);
+    let info = reader.trace().clone();
+    let cutoff_ms = at.and_then(|at| {
+        let at = i128::try_from(at.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos()).ok()?;
+        let sync = info.ticks_to_unix_nanos(info.sync_time_ticks)?;
+        Some((at - sync) as f64 / 1e6)
+    });
+    let mut watch = RuntimeWatch::new();
+    let mut news = Vec::new();
+    while let Some(event) = reader.next_event()? {
+        if cutoff_ms.is_some_and(|cutoff| event.timestamp_msec() > cutoff) {
+            break;
+        }
+        watch.observe(&event, &mut news);
+        news.clear();
+    }
+    Ok(watch.suspended_for_gc())
+}
+
+/// How deep into a waiting stack the blocking call is looked for: past the libc wrapper
+/// and std's own layers (`syscall` < `futex_wait` < `Mutex::lock_contended` < ...).
+const WAIT_FRAMES: usize = 6;
+
+/// What a waiting thread waits in, from its innermost frames (`frames`, innermost first):
+/// the first that names a blocking call (a libc wrapper, std's `futex_wait`,
+/// `thread::sleep`) says it. `waiting` when none does.
+pub fn waiting_state(frames: &[String]) -> &'static str {
+    for frame in frames.iter().take(WAIT_FRAMES) {
+        // The function's own name: after its path, without glibc's internal prefixes.
+        let name = frame.rsplit("::").next().unwrap_or(frame);
+        let name = name.split('@').next().unwrap_or(name);
+        let name = name.trim_start_matches('_');
+        let name = name
+            .strip_prefix("libc_")
+            .or_else(|| name.strip_prefix("GI_"))
+            .unwrap_or(name)
+            .trim_start_matches('_');
+        let name = name.strip_suffix("_nocancel").unwrap_or(name);
+        let state = match name {
+            n if n.contains("futex") => "blocked in futex",
+            n if n.contains("nanosleep") || n == "sleep" || n == "usleep" => "sleeping",
+            "epoll_wait" | "epoll_pwait" | "epoll_pwait2" => "blocked in epoll_wait",
+            "poll" | "ppoll" => "blocked in poll",
+            "select" | "pselect" | "pselect6" => "blocked in select",
+            "read" | "pread" | "pread64" | "readv" => "blocked in read",
+            "recv" | "recvfrom" | "recvmsg" => "blocked in recv",
+            "accept" | "accept4" => "blocked in accept",
+            "wait4" | "waitpid" | "waitid" => "blocked in waitpid",
+            _ => continue,
+        };
+        return state;
+    }
+    "waiting"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::waiting_state;
+
+    fn state(frames: &[&str]) -> &'static str {
+        waiting_state(&frames.iter().map(|f| f.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn the_blocking_call_is_named_through_wrappers_and_std() {
+        assert_eq!(
+            state(&["syscall", "std::sys::pal::unix::futex::futex_wait", "main"]),
+            "blocked in futex"
+        );
+        assert_eq!(
+            state(&["__GI___clock_nanosleep", "nanosleep", "std::thread::sleep"]),
+            "sleeping"
+        );
+        assert_eq!(
+            state(&["epoll_wait", "mio::poll::Poll::poll"]),
+            "blocked in epoll_wait"
+        );
+        assert_eq!(
+            state(&["__libc_read", "std::io::Read::read"]),
+            "blocked in read"
+        );
+        assert_eq!(state(&["accept4@@GLIBC_2.10"]), "blocked in accept");
+        assert_eq!(state(&["__poll_nocancel"]), "blocked in poll");
+        // Not a blocking call anywhere near the leaf: no guess.
+        assert_eq!(state(&["app::compute", "main"]), "waiting");
+        assert_eq!(state(&["a", "b", "c", "d", "e", "f", "read"]), "waiting");
+    }
 }

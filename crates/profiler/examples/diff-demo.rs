@@ -2,14 +2,16 @@
 //! `stage_b` and `stage_c`, on a fixed schedule of 10 rounds a second (each round's stages,
 //! then a sleep to the next tick), so each stage's CPU time per second is set by its own
 //! work alone. Each stage runs several milliseconds (about 10, 20 and 10 in a debug
-//! build), longer than a scheduler tick: a CPU-time sampler's signals arrive on ticks. `--slow-b` doubles `stage_b`'s work, as a change that made it twice as slow
-//! would; the other stages are unchanged.
+//! build), longer than a scheduler tick: a CPU-time sampler's signals arrive on ticks.
+//! `--slow-b` doubles `stage_b`'s work, as a change that made it twice as slow would; the
+//! other stages are unchanged.
 //!
 //! It measures itself: at the end it prints, per stage, the CPU time its threads spent in
 //! it per second of the run (`CLOCK_THREAD_CPUTIME_ID` around each call), the truth that
 //! `eptrace diff` of two runs is held against.
 //!
-//! Stdout: `pid N`, `ready`, and at the end `stage_a_ms_per_s X` (and b, c).
+//! Stdout: `pid N`, `ready`, and at the end `stage_a_ms_per_s X` and `stage_a_ms X` (the
+//! whole run's), and b's and c's.
 //!
 //! ```sh
 //! eptrace collect --profile cpu-sampling -o base.nettrace -- diff-demo --seconds 3
@@ -134,6 +136,7 @@ fn main() {
     for (i, name) in ["a", "b", "c"].iter().enumerate() {
         let ms = SPENT[i].load(Ordering::Relaxed) as f64 / 1e6;
         writeln!(out, "stage_{name}_ms_per_s {}", ms / elapsed).unwrap();
+        writeln!(out, "stage_{name}_ms {ms}").unwrap();
     }
     out.flush().unwrap();
 }

@@ -29,6 +29,9 @@ pub struct Sampled {
     pub runtime: Runtime,
     /// The session's trace.
     pub trace: Vec<u8>,
+    /// When the session was asked to stop: the moment the picture is of. (A .NET runtime
+    /// ends a session only once a GC in progress is over, so the trace runs on past it.)
+    pub asked_to_stop: std::time::SystemTime,
 }
 
 /// Samples the process for `window`.
@@ -66,6 +69,7 @@ pub fn sample(spec: &TargetSpec, window: Duration) -> Result<Sampled, CaptureErr
         bytes
     })?;
     std::thread::sleep(window);
+    let asked_to_stop = std::time::SystemTime::now();
     let _ = session.stop(&mut target);
     session.wait_within(STOP_GRACE);
     let trace = session.join()?;
@@ -78,5 +82,6 @@ pub fn sample(spec: &TargetSpec, window: Duration) -> Result<Sampled, CaptureErr
         name: target.name(),
         runtime,
         trace,
+        asked_to_stop,
     })
 }

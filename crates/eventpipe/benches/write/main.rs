@@ -21,7 +21,9 @@
 //!   events a writer, 1 and 2 writers, without pause, to a nettrace file in Block and Drop
 //!   mode, beside the floor measured in the same run, and the highest rate Drop mode keeps
 //!   up with losing nothing. The figures above are bursts; these are what a program that
-//!   never stops writing sees.
+//!   never stops writing sees. `SUSTAINED_PROCESSES=N` runs each sustained case as a
+//!   process of its own, N repetitions interleaved, every repetition reported, with what
+//!   each case's threads did (`processes.rs`, `threads.rs`).
 //!
 //! Between samples of `write/enabled*` and `throughput/*`, and within a sample after every
 //! 100,000 writes per thread, the bench waits (untimed) for the drain to catch up, so every
@@ -497,9 +499,18 @@ fn cpu_and_steal_ticks() -> Option<(u64, u64)> {
     Some((fields.iter().sum(), *fields.get(7)?))
 }
 
+mod processes;
 mod sustained;
+mod threads;
 
 fn main() {
+    if let Some(repetitions) = std::env::var("SUSTAINED_PROCESSES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+    {
+        processes::bench(repetitions);
+        return;
+    }
     if std::env::var_os("SUSTAINED_CASE").is_some() || std::env::var_os("SUSTAINED_ONLY").is_some()
     {
         sustained::bench();

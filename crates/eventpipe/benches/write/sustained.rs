@@ -13,6 +13,9 @@
 //!   waits, as in Block mode. The drain does nothing per event: this is the most any design
 //!   that writes these bytes to a file can reach on this machine, the kernel's copy into
 //!   the page cache included (its CPU time per event is printed);
+//! * `own`: each writer fills its own 64 KiB buffers with 40-byte records (the floor's)
+//!   and writes each full one to the file itself (`write(2)`, no drain thread): the
+//!   simplest design that writes these events to a file;
 //! * `block`: a nettrace file in Block mode (lossless), the default 64 MiB budget;
 //! * `drop`: the same in Drop mode: the share it lost;
 //! * `paced`: Drop mode again, each writer pacing itself to an aggregate rate, from 2 M/s up
@@ -24,7 +27,8 @@
 //! for two writers the scaling over one.
 //!
 //! `SUSTAINED_ONLY=1` skips the criterion benches. `SUSTAINED_CASE=block/1` (a case and its
-//! writers) runs that case once and prints its figures: the form to run under
+//! writers) runs that case once and prints its figures, and what its threads did
+//! (`threads.rs`: CPU time, time waiting for a CPU, switches): the form to run under
 //! `valgrind --tool=callgrind`, with `SUSTAINED_PER_WRITER` lowered. Several, separated by
 //! commas, run in turn in one process. Each Block-mode run's
 //! file is read back (untimed): it must hold every event.
@@ -38,6 +42,7 @@ use eventpipe::{
     clock, write_event, BufferingMode, Output, ProviderConfig, Session, SessionConfig, SessionStats,
 };
 
+use crate::threads::Watch;
 use crate::{BENCH, PAIR, RECORD};
 
 /// Bytes of the floor's ring: each writer's records land in memory it reuses, as the
@@ -56,6 +61,7 @@ const PACE_CHUNK: u64 = 1_000;
 enum Kind {
     Floor,
     File,
+    Own,
     Block,
     Drop,
 }
@@ -65,6 +71,7 @@ impl Kind {
         match self {
             Kind::Floor => "floor",
             Kind::File => "file",
+            Kind::Own => "own",
             Kind::Block => "block",
             Kind::Drop => "drop",
         }
@@ -96,9 +103,10 @@ fn trace_path(tag: &str) -> PathBuf {
 }
 
 /// Runs `writer(thread)` on `threads` threads released together; the time from the release
-/// until every writer returned and then `finish` did.
+/// until every writer returned and then `finish` did. `watch` learns each writer's thread.
 fn timed_writers<R>(
     threads: u64,
+    watch: &Watch,
     writer: impl Fn(u64) + Sync,
     finish: impl FnOnce() -> R,
 ) -> (Duration, R) {
@@ -107,10 +115,14 @@ fn timed_writers<R>(
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let (barrier, writer) = (&barrier, &writer);
-                s.spawn(move || {
-                    barrier.wait();
-                    writer(t);
-                })
+                std::thread::Builder::new()
+                    .name(format!("writer-{t}"))
+                    .spawn_scoped(s, move || {
+                        watch.writer_started();
+                        barrier.wait();
+                        writer(t);
+                    })
+                    .expect("start a writer")
             })
             .collect();
         barrier.wait();
@@ -124,10 +136,11 @@ fn timed_writers<R>(
     (start.elapsed(), result)
 }
 
-fn floor_run(threads: u64, per_writer: u64) -> Outcome {
+fn floor_run(threads: u64, per_writer: u64, watch: &Watch) -> Outcome {
     let record = [0x5au8; RECORD];
     let (elapsed, ()) = timed_writers(
         threads,
+        watch,
         |_| {
             let mut ring = vec![0u8; RING];
             let mut at = 0;
@@ -159,7 +172,7 @@ const FILE_BUFFER: usize = 1 << 20;
 const FILE_BUFFERS: usize = 64;
 
 /// The `file` case (see the module docs).
-fn file_floor_run(threads: u64, per_writer: u64) -> Outcome {
+fn file_floor_run(threads: u64, per_writer: u64, watch: &Watch) -> Outcome {
     use std::io::Write;
     use std::sync::mpsc;
     let path = trace_path("file");
@@ -191,6 +204,7 @@ fn file_floor_run(threads: u64, per_writer: u64) -> Outcome {
         free_rxs.into_iter().map(std::sync::Mutex::new).collect();
     let (elapsed, (bytes, drain_cpu_ns)) = timed_writers(
         threads,
+        watch,
         |t| {
             let free = free_rxs[t as usize].lock().expect("the writer's pool");
             let full = full_tx
@@ -278,7 +292,13 @@ fn file_session(path: &Path, mode: BufferingMode) -> Session {
 }
 
 /// Writes `per_writer` events from each writer, paced to `rate` events/s in all when given.
-fn session_run(kind: Kind, threads: u64, per_writer: u64, rate: Option<u64>) -> Outcome {
+fn session_run(
+    kind: Kind,
+    threads: u64,
+    per_writer: u64,
+    rate: Option<u64>,
+    watch: &Watch,
+) -> Outcome {
     let mode = if kind == Kind::Block {
         BufferingMode::Block
     } else {
@@ -292,6 +312,7 @@ fn session_run(kind: Kind, threads: u64, per_writer: u64, rate: Option<u64>) -> 
     });
     let (elapsed, stats) = timed_writers(
         threads,
+        watch,
         |t| {
             let base = t * per_writer;
             let start = clock::now();
@@ -352,12 +373,67 @@ fn check_accounting(kind: Kind, issued: u64, stats: &SessionStats) {
     }
 }
 
-fn run(kind: Kind, threads: u64, per_writer: u64) -> Outcome {
-    match kind {
-        Kind::Floor => floor_run(threads, per_writer),
-        Kind::File => file_floor_run(threads, per_writer),
-        _ => session_run(kind, threads, per_writer, None),
+/// Bytes of each writer's buffer in the `own` case.
+const OWN_BUFFER: usize = 64 << 10;
+
+/// The `own` case (see the module docs).
+fn own_run(threads: u64, per_writer: u64, watch: &Watch) -> Outcome {
+    use std::io::Write;
+    let path = trace_path("own");
+    let _ = std::fs::remove_file(&path);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .expect("create the own case's output");
+    let record = [0x5au8; RECORD];
+    let (elapsed, ()) = timed_writers(
+        threads,
+        watch,
+        |_| {
+            let mut buffer = vec![0u8; OWN_BUFFER];
+            let mut at = 0;
+            for _ in 0..per_writer {
+                if at + RECORD > OWN_BUFFER {
+                    (&file)
+                        .write_all(&buffer[..at])
+                        .expect("write the own case's output");
+                    at = 0;
+                }
+                let t = clock::now();
+                let slot = &mut buffer[at..at + RECORD];
+                slot.copy_from_slice(black_box(&record));
+                slot[..8].copy_from_slice(&t.to_le_bytes());
+                at += RECORD;
+            }
+            (&file)
+                .write_all(&buffer[..at])
+                .expect("write the own case's output");
+        },
+        || (),
+    );
+    let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+    let _ = std::fs::remove_file(&path);
+    let events = threads * per_writer;
+    assert_eq!(bytes, events * RECORD as u64, "the own case's file");
+    Outcome {
+        ns_per_event: elapsed.as_nanos() as f64 / events as f64,
+        lost: 0,
+        written: events,
+        drain_cpu_ns: None,
     }
+}
+
+fn run(kind: Kind, threads: u64, per_writer: u64) -> (Outcome, String) {
+    let watch = Watch::start();
+    let outcome = match kind {
+        Kind::Floor => floor_run(threads, per_writer, &watch),
+        Kind::File => file_floor_run(threads, per_writer, &watch),
+        Kind::Own => own_run(threads, per_writer, &watch),
+        _ => session_run(kind, threads, per_writer, None, &watch),
+    };
+    let evidence = watch.finish(threads * per_writer);
+    (outcome, evidence)
 }
 
 /// The highest paced rate (events/s, aggregate) that lost nothing, and the first that did.
@@ -365,7 +441,7 @@ fn lossless_rate(threads: u64) -> (Option<u64>, Option<(u64, f64)>) {
     let mut best = None;
     for rate in PACED_RATES {
         let per_writer = rate * PACED_SECONDS / threads;
-        let outcome = session_run(Kind::Drop, threads, per_writer, Some(rate));
+        let outcome = session_run(Kind::Drop, threads, per_writer, Some(rate), &Watch::start());
         let achieved = 1e9 / outcome.ns_per_event;
         if outcome.lost > 0 {
             let share = outcome.lost as f64 / (outcome.lost + outcome.written) as f64;
@@ -396,16 +472,17 @@ pub(crate) fn bench() {
             let kind = match kind {
                 "floor" => Kind::Floor,
                 "file" => Kind::File,
+                "own" => Kind::Own,
                 "block" => Kind::Block,
                 "drop" => Kind::Drop,
-                other => {
-                    panic!("SUSTAINED_CASE: unknown case {other:?} (floor, file, block or drop)")
-                }
+                other => panic!(
+                    "SUSTAINED_CASE: unknown case {other:?} (floor, file, own, block or drop)"
+                ),
             };
             let threads = threads
                 .parse()
                 .expect("SUSTAINED_CASE: writers after the /");
-            let o = run(kind, threads, per_writer);
+            let (o, evidence) = run(kind, threads, per_writer);
             let drain = o.drain_cpu_ns.map_or(String::new(), |ns| {
                 format!(", its writing thread {ns:.2} ns/event of CPU")
             });
@@ -413,6 +490,7 @@ pub(crate) fn bench() {
                 "sustained {case}: {:.2} ns/event, {} written, {} lost{drain}",
                 o.ns_per_event, o.written, o.lost
             );
+            println!("  evidence: {evidence}");
         }
         return;
     }
@@ -423,7 +501,7 @@ pub(crate) fn bench() {
     for r in 0..runs {
         for threads in 1..=2u64 {
             for (k, &kind) in kinds.iter().enumerate() {
-                let o = run(kind, threads, per_writer);
+                let (o, _) = run(kind, threads, per_writer);
                 let drain = o.drain_cpu_ns.map_or(String::new(), |ns| {
                     format!(", its writing thread {ns:.2} ns/event of CPU")
                 });

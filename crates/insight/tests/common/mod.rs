@@ -209,16 +209,7 @@ pub fn workload(unit: SampleUnit) -> Profile {
 
 /// Every sample unit, the order the converter tests go through them.
 pub fn units() -> [SampleUnit; 8] {
-    [
-        SampleUnit::CpuTime,
-        SampleUnit::ThreadTime,
-        SampleUnit::OffCpuTime,
-        SampleUnit::LockWait,
-        SampleUnit::Bytes,
-        SampleUnit::LiveBytes,
-        SampleUnit::HeapBytes,
-        SampleUnit::Events,
-    ]
+    SampleUnit::ALL
 }
 
 /// The 1 ms CPU profile of `WORKLOAD`.
