@@ -16,7 +16,8 @@
 //! drain's CPU time and context switches, and how often the drain ran on a writer's CPU.
 //! With `SUSTAINED_PERF=1` each process also runs under `perf stat` (software counters:
 //! task-clock, context switches, migrations, page faults), whose counts are printed beside
-//! the repetition.
+//! the repetition. They count the whole process: a Block-mode case's read-back of its file
+//! (untimed, `std::fs::read` of ~90 MB) is most of its page faults.
 //!
 //! ```sh
 //! SUSTAINED_PROCESSES=5 SUSTAINED_PER_WRITER=5000000 cargo bench -p eventpipe --bench write

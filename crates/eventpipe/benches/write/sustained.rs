@@ -30,7 +30,8 @@
 //! writers) runs that case once and prints its figures, and what its threads did
 //! (`threads.rs`: CPU time, time waiting for a CPU, switches): the form to run under
 //! `valgrind --tool=callgrind`, with `SUSTAINED_PER_WRITER` lowered. Several, separated by
-//! commas, run in turn in one process. Each Block-mode run's
+//! commas, run in turn in one process. `SUSTAINED_BUDGET_MB` sets the sessions' buffer
+//! budget (default: the session's, 64 MiB). Each Block-mode run's
 //! file is read back (untimed): it must hold every event.
 
 use std::hint::black_box;
@@ -281,14 +282,19 @@ fn thread_cpu_ns() -> u64 {
 }
 
 fn file_session(path: &Path, mode: BufferingMode) -> Session {
-    Session::start(
-        SessionConfig::new(
-            vec![ProviderConfig::new(BENCH.name())],
-            Output::File(path.to_path_buf()),
-        )
-        .mode(mode),
+    let mut config = SessionConfig::new(
+        vec![ProviderConfig::new(BENCH.name())],
+        Output::File(path.to_path_buf()),
     )
-    .expect("start the file session")
+    .mode(mode);
+    // `SUSTAINED_BUDGET_MB`: the session's buffer budget, when not the default.
+    if let Some(mb) = std::env::var("SUSTAINED_BUDGET_MB")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        config = config.buffer_budget(mb << 20);
+    }
+    Session::start(config).expect("start the file session")
 }
 
 /// Writes `per_writer` events from each writer, paced to `rate` events/s in all when given.
