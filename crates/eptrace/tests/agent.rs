@@ -1136,19 +1136,9 @@ fn decode_push(python: &Path, dir: &Path, body: &[u8]) -> Vec<Series> {
 }
 
 fn go_pprof(go: &Path, file: &Path, args: &[&str]) -> String {
-    let out = Command::new(go)
-        .args(["tool", "pprof"])
-        .args(args)
-        .arg(file)
-        .env("PPROF_TMPDIR", file.parent().unwrap())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "go tool pprof {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    let mut all: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+    all.push(file.as_os_str());
+    String::from_utf8(converters::go_pprof(go, all)).unwrap()
 }
 
 fn metric(text: &str, series: &str) -> Option<f64> {

@@ -200,19 +200,9 @@ fn a_function_made_twice_as_slow_ranks_first_with_its_true_change() {
     // pprof as Go writes it (`go tool pprof -proto` re-encodes ours its own way).
     if let Some(go) = converters::go("eptrace diff of pprof files Go wrote") {
         let rewrite = |pb: &Path| {
-            let out = std::process::Command::new(&go)
-                .args(["tool", "pprof", "-proto"])
-                .arg(pb)
-                .env("PPROF_TMPDIR", std::env::temp_dir())
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            let bytes = converters::go_pprof(&go, [Path::new("-proto"), pb]);
             let path = pb.with_extension("go.pb.gz");
-            std::fs::write(&path, out.stdout).unwrap();
+            std::fs::write(&path, bytes).unwrap();
             path
         };
         let (base_go, new_go) = (rewrite(&base_pb), rewrite(&new_pb));
@@ -283,26 +273,11 @@ fn against_go_pprof(raw: &serde_json::Value, base: &Run, new: &Run, ours: &Path)
     };
     let (base_pb, new_pb) = (converted(base, "pprof"), converted(new, "pprof"));
     let top = |args: &[&str]| -> BTreeMap<String, f64> {
-        let out = std::process::Command::new(&go)
-            .args([
-                "tool",
-                "pprof",
-                "-top",
-                "-nodecount=1000",
-                "-nodefraction=0",
-                "-unit=ms",
-            ])
-            .args(args)
-            .env("PPROF_TMPDIR", std::env::temp_dir())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let mut all = vec!["-top", "-nodecount=1000", "-nodefraction=0", "-unit=ms"];
+        all.extend_from_slice(args);
+        let out = converters::go_pprof(&go, all);
         // Rows: flat flat% sum% cum cum% name.
-        String::from_utf8_lossy(&out.stdout)
+        String::from_utf8_lossy(&out)
             .lines()
             .filter_map(|l| {
                 let cols: Vec<&str> = l.split_whitespace().collect();

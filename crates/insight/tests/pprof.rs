@@ -8,7 +8,6 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::Path;
-use std::process::Command;
 
 use eventpipe_insight::pprof::proto;
 use eventpipe_insight::{
@@ -294,19 +293,8 @@ struct Raw {
 }
 
 fn go_raw(go: &Path, file: &Path) -> Raw {
-    let out = Command::new(go)
-        .args(["tool", "pprof", "-raw", "-symbolize=none"])
-        .arg(file)
-        .env("PPROF_TMPDIR", file.parent().unwrap())
-        .output()
-        .expect("run go tool pprof");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "go tool pprof failed: {}\n{text}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    parse_raw(&text)
+    let out = common::go_pprof(go, [Path::new("-raw"), Path::new("-symbolize=none"), file]);
+    parse_raw(&String::from_utf8_lossy(&out))
 }
 
 fn parse_raw(text: &str) -> Raw {
@@ -523,19 +511,13 @@ fn a_function_sampled_at_two_lines_is_one_function_with_a_location_per_line() {
     let file = dir.join("lines.pb.gz");
     std::fs::write(&file, pprof_bytes(&profile)).unwrap();
     let top = |extra: &[&str]| -> Vec<String> {
-        let out = Command::new(&go)
-            .args(["tool", "pprof", "-top", "-symbolize=none"])
-            .args(extra)
-            .arg(&file)
-            .env("PPROF_TMPDIR", &dir)
-            .output()
-            .expect("run go tool pprof");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
+        let mut args: Vec<&std::ffi::OsStr> = ["-top", "-symbolize=none"]
+            .iter()
+            .chain(extra)
+            .map(std::ffi::OsStr::new)
+            .collect();
+        args.push(file.as_os_str());
+        String::from_utf8_lossy(&common::go_pprof(&go, args))
             .lines()
             .filter(|l| l.contains(" lex"))
             .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
@@ -605,17 +587,10 @@ fn the_program_binary_is_the_first_mapping() {
     let dir = common::scratch_dir("pprof-main-binary");
     let file = dir.join("main.pb.gz");
     std::fs::write(&file, pprof_bytes(&p)).unwrap();
-    let out = Command::new(go)
-        .args(["tool", "pprof", "-top", "-symbolize=none"])
-        .arg(&file)
-        .env("PPROF_TMPDIR", &dir)
-        .output()
-        .expect("run go tool pprof");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::go_pprof(
+        &go,
+        [Path::new("-top"), Path::new("-symbolize=none"), &file],
     );
+    let text = String::from_utf8_lossy(&out);
     assert!(text.lines().any(|l| l == "File: app"), "{text}");
 }

@@ -65,6 +65,27 @@ pub fn go(what: &str) -> Option<PathBuf> {
     }
 }
 
+/// `go tool pprof ARGS`'s standard output, its temporary files in the system's temp
+/// directory; a failure panics with what it said.
+pub fn go_pprof<S: AsRef<std::ffi::OsStr>>(
+    go: &Path,
+    args: impl IntoIterator<Item = S>,
+) -> Vec<u8> {
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+    let out = std::process::Command::new(go)
+        .args(["tool", "pprof"])
+        .args(&args)
+        .env("PPROF_TMPDIR", std::env::temp_dir())
+        .output()
+        .expect("run go tool pprof");
+    assert!(
+        out.status.success(),
+        "go tool pprof {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
 /// A Python with `grpc_tools` (PyPI's protoc), for `python -m grpc_tools.protoc`.
 pub fn protoc_python(what: &str) -> Option<PathBuf> {
     let python = env_file_value("PROTOC_PYTHON")
