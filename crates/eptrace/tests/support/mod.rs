@@ -4,19 +4,24 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-/// The example `name` of workspace package `package`, built (once per call site's
-/// `OnceLock`) into this test's target dir.
+/// The workspace's example `name` (of package `package`), built (once per call site's
+/// `OnceLock`) into this test's target dir. Built as part of the workspace, not of its
+/// package alone: `cargo test --workspace` has built it so already (its dependencies with
+/// the workspace's features), where `-p` would resolve other features and rebuild them.
 pub(crate) fn build_example(package: &str, name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
     let target_dir = profile_dir.parent().unwrap();
     let status = Command::new(option_env!("CARGO").unwrap_or("cargo"))
-        .args(["build", "--quiet", "-p", package, "--example", name])
+        .args(["build", "--quiet", "--workspace", "--example", name])
         .arg("--target-dir")
         .arg(target_dir)
         .status()
         .expect("cargo runs");
-    assert!(status.success(), "building the {name} example failed");
+    assert!(
+        status.success(),
+        "building the {name} example (of {package}) failed"
+    );
     profile_dir.join("examples").join(name)
 }
 
