@@ -549,9 +549,11 @@ impl CounterListener for Watcher {
     }
     fn runtime(&mut self, news: RuntimeNews, at: SystemTime) {
         if let RuntimeNews::Gc(gc) = &news {
-            self.agent
-                .store
-                .record_gc(&self.labels, gc.generation, gc.pause_ms.unwrap_or(0.0));
+            self.agent.store.record_gc(
+                &self.labels,
+                gc.generation,
+                gc.runtime_pause_ms().unwrap_or(0.0),
+            );
         }
         for firing in self.agent.rules.on_runtime(&self.process, &news, at) {
             act(&self.agent, &self.process, &firing);

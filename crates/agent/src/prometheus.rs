@@ -131,7 +131,8 @@ impl Store {
         }
     }
 
-    /// Counts a complete GC of `generation` that paused the program `pause_ms`, in the
+    /// Counts a complete GC of `generation` that paused the program `pause_ms` (as the
+    /// runtime counts it: `CompletedGc::runtime_pause_ms`), in the
     /// target's GC totals (from its runtime's GC events: counted from when the agent's
     /// session began, as `GC.CollectionCount` counts from the process's start).
     pub(crate) fn record_gc(&self, target: &TargetLabels, generation: u32, pause_ms: f64) {
@@ -153,8 +154,9 @@ impl Store {
             ),
             (
                 GC_PAUSE,
-                "Time the program was paused for GCs, by generation (.NET runtime events; \
-                 since the agent attached)",
+                "Time the program was paused for GCs, by generation, as the runtime counts \
+                 it (to each GC's end, before its threads restart: GC.GetTotalPauseDuration) \
+                 (.NET runtime events; since the agent attached)",
                 pause_ms / 1000.0,
             ),
         ] {

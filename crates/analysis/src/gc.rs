@@ -10,7 +10,9 @@
 //! * a GC opens at `GC/Start` (`Depth` is its generation, with `Reason` and `Type`); its
 //!   pause runs from that suspension's start to the `GC/RestartEEStop` that ends it
 //!   (`PauseDurationMSec`), its suspension to the `GC/SuspendEEStop`
-//!   (`SuspendDurationMSec`); a blocking GC is complete at that restart once its
+//!   (`SuspendDurationMSec`), its restart from the `GC/RestartEEStart` (not TraceEvent's:
+//!   the runtime's own accounting, `GC.GetTotalPauseDuration`, stops before it, and a
+//!   loaded machine can preempt the GC thread there as it wakes the others); a blocking GC is complete at that restart once its
 //!   `GC/HeapStats` has come, a background GC (`Type` 1) at its `GC/HeapStats`;
 //! * a background GC's pause is its initial suspension plus each SuspendForGCPrep pause
 //!   (`AddConcurrentPauseTime`); a gen0/1 GC opened at its start pauses from its own
@@ -45,6 +47,8 @@ pub mod id {
     pub const END: u32 = 2;
     /// `GC/RestartEEStop`.
     pub const RESTART_EE_STOP: u32 = 3;
+    /// `GC/RestartEEStart`.
+    pub const RESTART_EE_START: u32 = 7;
     /// `GC/HeapStats`.
     pub const HEAP_STATS: u32 = 4;
     /// `GC/SuspendEEStop`.
@@ -77,6 +81,11 @@ pub struct Gc {
     pub pause_ms: Option<f64>,
     /// The part of the pause spent suspending the program's threads.
     pub suspend_ms: Option<f64>,
+    /// The part of the pause spent restarting them (`GC/RestartEEStart` to
+    /// `GC/RestartEEStop`, over all of its suspensions). The runtime's own pause
+    /// accounting (`GC.GetTotalPauseDuration`) stops before the restart: the pause less
+    /// this is what it counts.
+    pub restart_ms: Option<f64>,
     /// Heap size after the GC (all generations, from `GC/HeapStats`), bytes.
     pub heap_after_bytes: Option<u64>,
     /// Heap size before the GC, estimated from the previous GC's sizes and the allocations
@@ -137,6 +146,9 @@ pub struct GcSection {
     pub generations: Vec<GenerationSummary>,
     /// All pauses added up, ms.
     pub total_pause_ms: f64,
+    /// Of that, restarting the program's threads ([`Gc::restart_ms`]): `total_pause_ms`
+    /// less this is the pause as the runtime accounts for it.
+    pub total_restart_ms: f64,
     /// `total_pause_ms` as a percentage of the time from the first GC's pause to the last
     /// GC's end (TraceEvent's `GetGCPauseTimePercentage`, PerfView's "% Time paused for
     /// Garbage Collection").
@@ -191,6 +203,8 @@ struct Suspension {
     /// The thread that suspends: only its `SuspendEEStop` and `RestartEEStop` end this
     /// suspension (another thread's are of a suspension not for a GC, which can overlap).
     thread: u64,
+    /// Its `RestartEEStart`, once the program's threads are being restarted.
+    restart_start_ms: Option<f64>,
 }
 
 impl GcAnalyzer {
@@ -205,6 +219,7 @@ impl GcAnalyzer {
                         stop_ms: None,
                         reason,
                         thread,
+                        restart_start_ms: None,
                     });
                 }
             }
@@ -226,6 +241,11 @@ impl GcAnalyzer {
                 }
             }
             id::HEAP_STATS => self.heap_stats(at_ms, fields),
+            id::RESTART_EE_START => {
+                if let Some(s) = self.suspension.as_mut().filter(|s| s.thread == thread) {
+                    s.restart_start_ms = Some(at_ms);
+                }
+            }
             id::RESTART_EE_STOP if self.suspension.is_some_and(|s| s.thread == thread) => {
                 self.restart(at_ms);
             }
@@ -296,6 +316,7 @@ impl GcAnalyzer {
                 None
             },
             suspend_ms,
+            restart_ms: None,
             heap_after_bytes: None,
             heap_before_bytes: None,
             promoted_bytes: None,
@@ -329,6 +350,9 @@ impl GcAnalyzer {
         };
         let gc = &mut self.gcs[index];
         let state = &mut self.state[index];
+        if let Some(begun) = s.restart_start_ms {
+            *gc.restart_ms.get_or_insert(0.0) += at_ms - begun;
+        }
         if gc.kind == "Background" {
             if s.reason == 6 {
                 *gc.pause_ms.get_or_insert(0.0) += at_ms - s.start_ms;
@@ -448,6 +472,10 @@ impl GcAnalyzer {
             .collect();
         let pauses: Vec<f64> = complete.iter().filter_map(|g| g.pause_ms).collect();
         let total_pause_ms = pauses.iter().fold(0.0, |a, b| a + b);
+        let total_restart_ms = complete
+            .iter()
+            .filter_map(|g| g.restart_ms)
+            .fold(0.0, |a, b| a + b);
         let generations = (0..=2)
             .map(|generation| summarize(generation, &complete))
             .collect();
@@ -469,6 +497,7 @@ impl GcAnalyzer {
                 .count() as u64,
             generations,
             total_pause_ms,
+            total_restart_ms,
             paused_percent: crate::stats::percent(total_pause_ms, span),
             paused_percent_of_trace: crate::stats::percent(total_pause_ms, trace_ms),
             pauses: Distribution::of(pauses),
@@ -560,5 +589,53 @@ mod tests {
         assert_eq!((taken[0].number, taken[0].kind), (3, "Background"));
         assert_eq!(taken[0].pause_ms, Some(10.0));
         assert!(gc.take_completed().is_empty());
+    }
+
+    /// A blocking GC's pause runs to its `RestartEEStop`; the restart (from its
+    /// `RestartEEStart`) is the part of it the runtime's own accounting leaves out. A
+    /// background GC's restarts add up over its suspensions.
+    #[test]
+    fn restarts_are_the_part_of_each_pause_after_restart_ee_start() {
+        let mut gc = GcAnalyzer::default();
+        let none = fields(&[]);
+        let suspend = |gc: &mut GcAnalyzer, at: f64, reason: u64| {
+            gc.observe(id::SUSPEND_EE_START, at, 1, &fields(&[("Reason", reason)]));
+            gc.observe(id::SUSPEND_EE_STOP, at + 0.5, 1, &none);
+        };
+        suspend(&mut gc, 0.0, 1);
+        gc.observe(id::START, 1.0, 1, &fields(&[("Count", 1), ("Depth", 0)]));
+        gc.observe(id::END, 5.0, 1, &none);
+        gc.observe(id::HEAP_STATS, 5.5, 1, &none);
+        gc.observe(id::RESTART_EE_START, 6.0, 1, &none);
+        // Another thread's restart is not this suspension's.
+        gc.observe(id::RESTART_EE_START, 6.5, 2, &none);
+        gc.observe(id::RESTART_EE_STOP, 9.0, 1, &none);
+
+        suspend(&mut gc, 20.0, 1);
+        gc.observe(
+            id::START,
+            21.0,
+            1,
+            &fields(&[("Count", 2), ("Depth", 2), ("Type", 1)]),
+        );
+        gc.observe(id::RESTART_EE_START, 22.0, 1, &none);
+        gc.observe(id::RESTART_EE_STOP, 23.0, 1, &none);
+        suspend(&mut gc, 30.0, 6);
+        gc.observe(id::RESTART_EE_START, 31.0, 1, &none);
+        gc.observe(id::RESTART_EE_STOP, 33.0, 1, &none);
+        gc.observe(id::END, 40.0, 1, &none);
+        gc.observe(id::HEAP_STATS, 40.5, 1, &none);
+
+        let section = gc.finish(50.0);
+        let blocking = &section.gcs[0];
+        assert_eq!(
+            (blocking.pause_ms, blocking.restart_ms),
+            (Some(9.0), Some(3.0))
+        );
+        let background = &section.gcs[1];
+        assert_eq!(background.pause_ms, Some(3.0 + 3.0));
+        assert_eq!(background.restart_ms, Some(1.0 + 2.0));
+        assert_eq!(section.total_pause_ms, 15.0);
+        assert_eq!(section.total_restart_ms, 6.0);
     }
 }

@@ -94,6 +94,7 @@ impl Route {
             gc::id::START
             | gc::id::END
             | gc::id::RESTART_EE_STOP
+            | gc::id::RESTART_EE_START
             | gc::id::HEAP_STATS
             | gc::id::SUSPEND_EE_STOP
             | gc::id::SUSPEND_EE_START => Route::Gc,

@@ -32,6 +32,8 @@ pub struct CompletedGc {
     pub reason: &'static str,
     /// How long the program was paused for it, ms.
     pub pause_ms: Option<f64>,
+    /// Of that, restarting the program's threads, ms.
+    pub restart_ms: Option<f64>,
     /// Heap size after it, bytes.
     pub heap_after_bytes: Option<u64>,
 }
@@ -44,8 +46,19 @@ impl From<&Gc> for CompletedGc {
             kind: gc.kind,
             reason: gc.reason,
             pause_ms: gc.pause_ms,
+            restart_ms: gc.restart_ms,
             heap_after_bytes: gc.heap_after_bytes,
         }
+    }
+}
+
+impl CompletedGc {
+    /// The pause as the runtime accounts for it (`GC.GetTotalPauseDuration`, the
+    /// `System.Runtime` counter `time-paused-by-gc`): to the GC's end, before the
+    /// program's threads restart.
+    pub fn runtime_pause_ms(&self) -> Option<f64> {
+        self.pause_ms
+            .map(|pause| pause - self.restart_ms.unwrap_or(0.0))
     }
 }
 
@@ -126,6 +139,7 @@ impl RuntimeWatch {
             gc::id::START
             | gc::id::END
             | gc::id::RESTART_EE_STOP
+            | gc::id::RESTART_EE_START
             | gc::id::HEAP_STATS
             | gc::id::SUSPEND_EE_STOP
             | gc::id::SUSPEND_EE_START => {

@@ -34,11 +34,12 @@ pub(crate) fn gc(s: &mut String, gc: &GcSection, top: usize) {
     );
     let _ = writeln!(
         s,
-        "  pauses: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms; LOH allocated {:.1} MB, POH {:.1} MB",
+        "  pauses: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms ({:.2} ms restarting threads in all); LOH allocated {:.1} MB, POH {:.1} MB",
         gc.pauses.p50,
         gc.pauses.p90,
         gc.pauses.p99,
         gc.pauses.max,
+        gc.total_restart_ms,
         mb(gc.loh_allocated_bytes),
         mb(gc.poh_allocated_bytes)
     );
@@ -68,7 +69,7 @@ pub(crate) fn gc(s: &mut String, gc: &GcSection, top: usize) {
     });
     let _ = writeln!(
         s,
-        "  longest pauses:\n  {:>6} {:>3} {:<13} {:<18} {:>10} {:>9} {:>9} {:>11} {:>11} {:>10}",
+        "  longest pauses:\n  {:>6} {:>3} {:<13} {:<18} {:>10} {:>9} {:>9} {:>9} {:>11} {:>11} {:>10}",
         "GC",
         "gen",
         "kind",
@@ -76,6 +77,7 @@ pub(crate) fn gc(s: &mut String, gc: &GcSection, top: usize) {
         "start ms",
         "pause ms",
         "suspend",
+        "restart",
         "before MB",
         "after MB",
         "promo MB"
@@ -83,7 +85,7 @@ pub(crate) fn gc(s: &mut String, gc: &GcSection, top: usize) {
     for g in longest.iter().take(top) {
         let _ = writeln!(
             s,
-            "  {:>6} {:>3} {:<13} {:<18} {:>10.1} {:>9} {:>9} {:>11} {:>11} {:>10}",
+            "  {:>6} {:>3} {:<13} {:<18} {:>10.1} {:>9} {:>9} {:>9} {:>11} {:>11} {:>10}",
             g.number,
             g.generation,
             g.kind,
@@ -91,6 +93,7 @@ pub(crate) fn gc(s: &mut String, gc: &GcSection, top: usize) {
             g.start_ms,
             opt_ms(g.pause_ms),
             opt_ms(g.suspend_ms),
+            opt_ms(g.restart_ms),
             opt_mb(g.heap_before_bytes),
             opt_mb(g.heap_after_bytes),
             opt_mb(g.promoted_bytes)

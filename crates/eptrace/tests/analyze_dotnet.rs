@@ -4,8 +4,8 @@
 //! (`GC.CollectionCount`, `GC.GetTotalPauseDuration`, `Monitor.LockContentionCount`,
 //! `JitInfo.GetCompiledMethodCount`, `ThreadPool.ThreadCount`) and its own exception counts.
 //! Traced from its first event (`eptrace collect -- CMD`) on .NET 8, the analysis must
-//! agree: GC counts per generation and the exceptions exactly, the total pause, the
-//! contentions and the methods compiled within 5 %.
+//! agree: GC counts per generation and the exceptions exactly, the total pause within 2 %,
+//! the contentions and the methods compiled within 5 %.
 //!
 //! The runtimes and the app come from `bash ci/dotnet.sh`; without them (or with
 //! `EVENTPIPE_SKIP_DOTNET=1`) the test prints one line and passes.
@@ -64,11 +64,22 @@ fn analyze_agrees_with_the_runtimes_own_accounting_on_dotnet_8() {
         // The app's GC.Collect(2, Forced, blocking: true) calls (the runtime may run the
         // gen2 GCs it escalates to in the background).
         assert!(a["gc"]["blocking_gen2"].as_f64().unwrap() >= 2.0);
+        // The runtime counts a pause from the suspension's start to the GC's end, before
+        // it restarts the program's threads (gc.cpp `do_post_gc`, `total_suspended_time`):
+        // the analysis's pause less its restarts. The restarts are where a loaded machine
+        // preempts the GC thread (the threads it wakes take its CPU), which only the
+        // analysis's pause (PerfView's, to `RestartEEStop`) sees.
+        let pause = a["gc"]["total_pause_ms"].as_f64().unwrap();
+        let restarting = a["gc"]["total_restart_ms"].as_f64().unwrap();
+        assert!(
+            restarting > 0.0 && restarting < pause,
+            "{restarting} of {pause}"
+        );
         within(
-            "total GC pause, ms",
-            a["gc"]["total_pause_ms"].as_f64().unwrap(),
+            "total GC pause before the restarts, ms",
+            pause - restarting,
             t("pause_ms"),
-            0.05,
+            0.02,
         );
 
         // Contention: every start the runtime counted.
