@@ -412,6 +412,7 @@ mod tests {
             kind: "NonConcurrent",
             reason: "AllocSmall",
             pause_ms: Some(pause_ms),
+            restart_ms: None,
             heap_after_bytes: Some(1 << 20),
         })
     }
