@@ -202,6 +202,12 @@ pub struct SessionStats {
     pub spare_buffers: usize,
     /// Per-thread states reclaimed after their thread exited and was drained.
     pub threads_reclaimed: u64,
+    /// Passes the drain made over the threads' buffers.
+    pub drain_passes: u64,
+    /// Times a pass found a writer mid-record and yielded before reading its buffers.
+    pub in_flight_waits: u64,
+    /// `write` calls on the output.
+    pub output_writes: u64,
 }
 
 /// What the drain has moved to the output so far; the drain adds, anyone reads.
@@ -215,6 +221,12 @@ pub struct Progress {
     pub bytes_written: AtomicU64,
     /// Per-thread states reclaimed.
     pub threads_reclaimed: AtomicU64,
+    /// Drain passes.
+    pub drain_passes: AtomicU64,
+    /// Yields waiting for a writer mid-record.
+    pub in_flight_waits: AtomicU64,
+    /// `write` calls on the output.
+    pub output_writes: AtomicU64,
 }
 
 impl Progress {
@@ -226,6 +238,9 @@ impl Progress {
             events_dropped: self.events_dropped.load(Ordering::Relaxed),
             bytes_written: self.bytes_written.load(Ordering::Relaxed),
             threads_reclaimed: self.threads_reclaimed.load(Ordering::Relaxed),
+            drain_passes: self.drain_passes.load(Ordering::Relaxed),
+            in_flight_waits: self.in_flight_waits.load(Ordering::Relaxed),
+            output_writes: self.output_writes.load(Ordering::Relaxed),
             ..SessionStats::default()
         }
     }

@@ -189,6 +189,8 @@ pub struct ThreadProgress {
     /// The thread's sequence-point bound: every event numbered up to it was read or lost,
     /// none later was read.
     pub bound: u32,
+    /// Times the pass yielded waiting for the thread to finish a record.
+    pub in_flight_waits: u32,
     /// The thread had exited at the snapshot and this pass read all it wrote: `apply`
     /// removes its entry, and `bound` is its last sequence number.
     pub reclaims: bool,
@@ -371,7 +373,9 @@ impl ThreadSnapshot {
     /// next buffer only past one that was retired and read to its end.
     pub fn read(&self, mut read: impl FnMut(&[u8]) -> Consumed) -> ThreadProgress {
         // Acquire: pairs with the Release in `commit_record`.
+        let mut in_flight_waits = 0;
         while self.state.hot.in_flight.load(Ordering::Acquire) {
+            in_flight_waits += 1;
             yield_now();
         }
         let mut pos = self.read_pos;
@@ -409,6 +413,7 @@ impl ThreadSnapshot {
             buffers_emptied: emptied,
             read_pos: pos,
             bound,
+            in_flight_waits,
             reclaims: self.exited
                 && !self.truncated
                 && left.is_none()

@@ -80,13 +80,15 @@ impl Kind {
 }
 
 /// One timed run of a case.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Outcome {
     ns_per_event: f64,
     lost: u64,
     written: u64,
     /// The `file` case's writing thread: its CPU time per event, in ns.
     drain_cpu_ns: Option<f64>,
+    /// A session's drain: its passes, waits and output writes.
+    drain: Option<String>,
 }
 
 fn env_num(name: &str, default: u64) -> u64 {
@@ -164,6 +166,7 @@ fn floor_run(threads: u64, per_writer: u64, watch: &Watch) -> Outcome {
         lost: 0,
         written: threads * per_writer,
         drain_cpu_ns: None,
+        drain: None,
     }
 }
 
@@ -266,6 +269,7 @@ fn file_floor_run(threads: u64, per_writer: u64, watch: &Watch) -> Outcome {
         lost: 0,
         written: events,
         drain_cpu_ns: Some(drain_cpu_ns as f64 / events as f64),
+        drain: None,
     }
 }
 
@@ -350,7 +354,22 @@ fn session_run(
         lost: stats.events_dropped,
         written: stats.events_written,
         drain_cpu_ns: None,
+        drain: Some(drain_evidence(&stats)),
     }
+}
+
+/// What the drain did: passes (events per pass), yields waiting for a writer mid-record,
+/// and its output's `write` calls (bytes per call).
+fn drain_evidence(stats: &SessionStats) -> String {
+    let per = |n: u64, d: u64| if d == 0 { 0.0 } else { n as f64 / d as f64 };
+    format!(
+        "drain: {} passes ({:.0} events each), {} in-flight yields, {} writes ({:.0} KiB each)",
+        stats.drain_passes,
+        per(stats.events_written, stats.drain_passes),
+        stats.in_flight_waits,
+        stats.output_writes,
+        per(stats.bytes_written, stats.output_writes) / 1024.0
+    )
 }
 
 /// Counts `PAIR` events in the trace at `path`.
@@ -427,6 +446,7 @@ fn own_run(threads: u64, per_writer: u64, watch: &Watch) -> Outcome {
         lost: 0,
         written: events,
         drain_cpu_ns: None,
+        drain: None,
     }
 }
 
@@ -438,7 +458,10 @@ fn run(kind: Kind, threads: u64, per_writer: u64) -> (Outcome, String) {
         Kind::Own => own_run(threads, per_writer, &watch),
         _ => session_run(kind, threads, per_writer, None, &watch),
     };
-    let evidence = watch.finish(threads * per_writer);
+    let mut evidence = watch.finish(threads * per_writer);
+    if let Some(drain) = &outcome.drain {
+        evidence = format!("{evidence}; {drain}");
+    }
     (outcome, evidence)
 }
 

@@ -1,7 +1,8 @@
 //! What the threads of a sustained case did, from `/proc/self/task`, looked at every few
 //! milliseconds by a thread of its own while the case runs: each writer's and the drain's
 //! time on a CPU and waiting for one (`schedstat`, nanoseconds), their context switches
-//! (`status`: voluntary ones are waits, involuntary ones preemptions), and how often the
+//! (`status`: voluntary ones are waits, involuntary ones preemptions), their page faults
+//! (`stat`), and how often the
 //! drain was runnable on the CPU of a runnable writer (the two then share one core).
 //! A thread's figures are its last look's, so a drain that exits at the session's stop
 //! keeps what it had a few milliseconds before.
@@ -23,6 +24,9 @@ struct Facts {
     runqueue_ns: u64,
     voluntary: u64,
     involuntary: u64,
+    /// Minor page faults: first touches of memory (on a VM that returns freed guest memory
+    /// to its host, each can cost a fault on the host as well, seen here as time on a CPU).
+    page_faults: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -38,6 +42,8 @@ fn look(tid: u64) -> Option<Look> {
     let rest = &stat[stat.rfind(')')? + 2..];
     let fields: Vec<&str> = rest.split(' ').collect();
     let runnable = fields.first()? == &"R";
+    // minflt is field 10.
+    let page_faults = fields.get(7)?.parse().ok()?;
     let cpu = fields.get(36)?.parse().ok()?;
     let schedstat = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
     let mut sched = schedstat.split_whitespace().map(|v| v.parse::<u64>().ok());
@@ -57,6 +63,7 @@ fn look(tid: u64) -> Option<Look> {
             runqueue_ns,
             voluntary: switches("voluntary_ctxt_switches:")?,
             involuntary: switches("nonvoluntary_ctxt_switches:")?,
+            page_faults,
         },
     })
 }
@@ -146,11 +153,12 @@ impl Watch {
         let per = |ns: u64| ns as f64 / events.max(1) as f64;
         let describe = |what: &str, f: &Facts| {
             format!(
-                "{what} on CPU {:.2} ns/event, waiting for a CPU {:.2} ns/event, {} waits, {} preemptions",
+                "{what} on CPU {:.2} ns/event, waiting for a CPU {:.2} ns/event, {} waits, {} preemptions, {} page faults",
                 per(f.on_cpu_ns),
                 per(f.runqueue_ns),
                 f.voluntary,
-                f.involuntary
+                f.involuntary,
+                f.page_faults
             )
         };
         let mut parts: Vec<String> = seen

@@ -67,6 +67,7 @@ impl Write for CountingWriter {
         self.progress
             .bytes_written
             .fetch_add(n as u64, Ordering::Relaxed);
+        self.progress.output_writes.fetch_add(1, Ordering::Relaxed);
         Ok(n)
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -312,6 +313,11 @@ impl Drain {
         self.progress
             .events_written
             .fetch_add(records as u64, Ordering::Relaxed);
+        self.progress.drain_passes.fetch_add(1, Ordering::Relaxed);
+        let waits: u64 = updates.iter().map(|u| u64::from(u.in_flight_waits)).sum();
+        self.progress
+            .in_flight_waits
+            .fetch_add(waits, Ordering::Relaxed);
         let due = last
             || force_sequence_point
             || self.last_sequence_point.elapsed() >= self.sequence_point_interval;
