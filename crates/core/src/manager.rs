@@ -87,11 +87,19 @@ impl Spares {
 const SPARE_SHARE_OF_BUDGET: usize = 4;
 const MIN_SPARE_BUFFERS: usize = 16;
 
-/// A grant that leaves more than this share of the budget in use wakes the drain: early
-/// enough that a drain as fast as its writers keeps what is in use within the spares
-/// (nothing goes back to the allocator) and leaves the rest of the budget as slack for its
-/// slower moments, so Drop mode loses only what the drain truly cannot keep up with.
+/// A grant that leaves more than this share of the budget, or more than
+/// [`WAKE_AT_BYTES`], in use wakes the drain: early enough that a drain as fast as its
+/// writers keeps what is in use within the spares (nothing goes back to the allocator) and
+/// leaves the rest of the budget as slack for its slower moments, so Drop mode loses only
+/// what the drain truly cannot keep up with.
 const WAKE_SHARE_OF_BUDGET: usize = 8;
+/// The in-use bytes that wake the drain whatever the budget: a writer whose drain keeps up
+/// then cycles through about this much memory, the same buffers again and again, where an
+/// eighth of a 64 MiB budget was 8 MiB of buffers (2,000 pages) each writer touched for
+/// the first time. A first touch is a page fault, and on a VM that hands freed memory back
+/// to its host a fault on the host as well (BENCHMARKS.md, the write path's slow mode);
+/// a small set also stays in the caches the drain reads it from.
+const WAKE_AT_BYTES: usize = 1 << 20;
 
 /// A session's lock, the data it guards, and the condition Block-mode writers wait on.
 #[derive(Debug)]
@@ -161,9 +169,9 @@ impl BufferManager {
 
     /// Gets `thread` a buffer of `size` bytes within the budget: waits in Block mode, gives
     /// up in Drop mode or once the session aborts. `wake_drain` is called, with the lock
-    /// held, before each wait and whenever a grant leaves more than an eighth of the budget
-    /// in use (`WAKE_SHARE_OF_BUDGET`): the drain should be at work well before writers
-    /// run out of buffers.
+    /// held, before each wait and whenever a grant leaves more than an eighth of the budget,
+    /// or more than `WAKE_AT_BYTES`, in use: the drain should be at work well before
+    /// writers run out of buffers, and before they touch much memory for the first time.
     ///
     /// A loss (`NoBuffer::Dropped`) is recorded here, under the lock, with `seq` as the
     /// thread's published sequence number: the drain's last pass snapshots the table under
@@ -224,7 +232,7 @@ impl BufferManager {
                 m.used += size;
                 m.live_buffers += 1;
                 m.threads.push_buffer(thread.index, Arc::clone(&buffer));
-                if m.used > self.budget / WAKE_SHARE_OF_BUDGET {
+                if m.used > (self.budget / WAKE_SHARE_OF_BUDGET).min(WAKE_AT_BYTES) {
                     wake_drain();
                 }
                 return Ok(buffer);
@@ -332,5 +340,41 @@ mod tests {
             Some(c_at)
         );
         assert!(spares.take(4096).is_none());
+    }
+
+    /// The drain is woken once a grant leaves more than 1 MiB in use, however large the
+    /// budget, or more than an eighth of a small one.
+    #[test]
+    fn grants_wake_the_drain_past_a_mebibyte_or_an_eighth_of_the_budget() {
+        let granted_before_a_wake = |budget: usize, size: usize| {
+            let manager = BufferManager::new(budget, false);
+            let thread = manager.add_thread(1, None);
+            let mut held = Vec::new();
+            for grant in 1u32.. {
+                let mut woken = false;
+                let buffer = manager
+                    .acquire_buffer(&thread, size, grant, || woken = true)
+                    .expect("within the budget");
+                held.push(buffer);
+                if woken {
+                    return grant as usize * size;
+                }
+            }
+            unreachable!()
+        };
+        // In use past 1 MiB: the 17th 64 KiB buffer, of a 64 MiB budget.
+        assert_eq!(
+            granted_before_a_wake(64 << 20, 64 << 10),
+            (1 << 20) + (64 << 10)
+        );
+        assert_eq!(
+            granted_before_a_wake(1 << 30, 64 << 10),
+            (1 << 20) + (64 << 10)
+        );
+        // An eighth of a 2 MiB budget is less: past 256 KiB.
+        assert_eq!(
+            granted_before_a_wake(2 << 20, 64 << 10),
+            (256 << 10) + (64 << 10)
+        );
     }
 }
