@@ -10,6 +10,9 @@
 //! * `own/1`, `own/2`: each writer fills its own 64 KiB buffers (40 bytes an event) and
 //!   writes each full one to the file itself (`write(2)`, no drain thread): the simplest
 //!   design, the bar the session's aggregate is held to;
+//! * `handoff/1`, `handoff/2`: writers hand their full 64 KiB buffers to one reading thread
+//!   and get them back (`sustained.rs`): the cost of moving records between cores, which
+//!   the session's drain pays too, with nothing encoded or written;
 //! * `block/1`, `block/2`, `drop/1`: the session (Block mode, Drop mode) to a nettrace file.
 //!
 //! Each case's process prints its own evidence (`sustained.rs`): the writers' and the
@@ -26,7 +29,16 @@
 use std::process::Command;
 
 /// The cases, in the order each repetition runs them.
-const CASES: [&str; 6] = ["floor/1", "own/1", "own/2", "block/1", "block/2", "drop/1"];
+const CASES: [&str; 8] = [
+    "floor/1",
+    "handoff/1",
+    "handoff/2",
+    "own/1",
+    "own/2",
+    "block/1",
+    "block/2",
+    "drop/1",
+];
 
 /// The software counters `perf stat` is asked for.
 const PERF_EVENTS: &str = "task-clock,context-switches,cpu-migrations,page-faults";

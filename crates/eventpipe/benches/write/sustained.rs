@@ -16,6 +16,11 @@
 //! * `own`: each writer fills its own 64 KiB buffers with 40-byte records (the floor's)
 //!   and writes each full one to the file itself (`write(2)`, no drain thread): the
 //!   simplest design that writes these events to a file;
+//! * `handoff`: the floor of a design with a reading thread: each writer fills 64 KiB
+//!   buffers with the floor's records, 16 of them (1 MiB), and hands each full one to one
+//!   reader thread, which reads every word and hands it back; a writer with none free
+//!   waits. Nothing is encoded or written: what moving the records between two cores
+//!   costs on this machine, the session's drain's hand-off without its work;
 //! * `block`: a nettrace file in Block mode (lossless), the default 64 MiB budget;
 //! * `drop`: the same in Drop mode: the share it lost;
 //! * `paced`: Drop mode again, each writer pacing itself to an aggregate rate, from 2 M/s up
@@ -63,6 +68,7 @@ enum Kind {
     Floor,
     File,
     Own,
+    Handoff,
     Block,
     Drop,
 }
@@ -73,6 +79,7 @@ impl Kind {
             Kind::Floor => "floor",
             Kind::File => "file",
             Kind::Own => "own",
+            Kind::Handoff => "handoff",
             Kind::Block => "block",
             Kind::Drop => "drop",
         }
@@ -450,12 +457,91 @@ fn own_run(threads: u64, per_writer: u64, watch: &Watch) -> Outcome {
     }
 }
 
+/// Buffers each `handoff` writer cycles through.
+const HANDOFF_BUFFERS: usize = 16;
+
+/// The `handoff` case's reading thread's name (the watch reports it as the drain).
+pub(crate) const HANDOFF_READER: &str = "handoff-reader";
+
+fn handoff_run(threads: u64, per_writer: u64, watch: &Watch) -> Outcome {
+    use std::sync::mpsc::{channel, sync_channel, Sender};
+    /// A full buffer and its length, with its writer's way back; `None`: a writer is done.
+    type Full = Option<(Vec<u8>, usize, Sender<Vec<u8>>)>;
+    let record = [0x5au8; RECORD];
+    let (full_tx, full_rx) = sync_channel::<Full>(HANDOFF_BUFFERS * threads as usize);
+    let reader = std::thread::Builder::new()
+        .name(HANDOFF_READER.into())
+        .spawn(move || {
+            let (mut sum, mut bytes, mut done) = (0u64, 0u64, 0);
+            while done < threads {
+                match full_rx.recv().expect("a writer's buffer") {
+                    Some((buffer, len, back)) => {
+                        for word in buffer[..len].chunks_exact(8) {
+                            sum = sum.wrapping_add(u64::from_le_bytes(word.try_into().unwrap()));
+                        }
+                        bytes += len as u64;
+                        let _ = back.send(buffer);
+                    }
+                    None => done += 1,
+                }
+            }
+            black_box(sum);
+            bytes
+        })
+        .expect("start the handoff reader");
+    let (elapsed, bytes_read) = timed_writers(
+        threads,
+        watch,
+        |_| {
+            let (back_tx, back_rx) = channel();
+            for _ in 0..HANDOFF_BUFFERS {
+                back_tx.send(vec![0u8; OWN_BUFFER]).unwrap();
+            }
+            let mut buffer = back_rx.recv().unwrap();
+            let mut at = 0;
+            for _ in 0..per_writer {
+                if at + RECORD > OWN_BUFFER {
+                    full_tx
+                        .send(Some((buffer, at, back_tx.clone())))
+                        .expect("hand a buffer over");
+                    buffer = back_rx.recv().expect("a buffer back");
+                    at = 0;
+                }
+                let t = clock::now();
+                let slot = &mut buffer[at..at + RECORD];
+                slot.copy_from_slice(black_box(&record));
+                slot[..8].copy_from_slice(&t.to_le_bytes());
+                at += RECORD;
+            }
+            full_tx
+                .send(Some((buffer, at, back_tx.clone())))
+                .expect("hand a buffer over");
+            full_tx.send(None).expect("say the writer is done");
+        },
+        || reader.join().expect("the handoff reader"),
+    );
+    let events = threads * per_writer;
+    assert_eq!(
+        bytes_read,
+        events * RECORD as u64,
+        "the handoff case's reads"
+    );
+    Outcome {
+        ns_per_event: elapsed.as_nanos() as f64 / events as f64,
+        lost: 0,
+        written: events,
+        drain_cpu_ns: None,
+        drain: None,
+    }
+}
+
 fn run(kind: Kind, threads: u64, per_writer: u64) -> (Outcome, String) {
     let watch = Watch::start();
     let outcome = match kind {
         Kind::Floor => floor_run(threads, per_writer, &watch),
         Kind::File => file_floor_run(threads, per_writer, &watch),
         Kind::Own => own_run(threads, per_writer, &watch),
+        Kind::Handoff => handoff_run(threads, per_writer, &watch),
         _ => session_run(kind, threads, per_writer, None, &watch),
     };
     let mut evidence = watch.finish(threads * per_writer);
@@ -502,6 +588,7 @@ pub(crate) fn bench() {
                 "floor" => Kind::Floor,
                 "file" => Kind::File,
                 "own" => Kind::Own,
+                "handoff" => Kind::Handoff,
                 "block" => Kind::Block,
                 "drop" => Kind::Drop,
                 other => panic!(

@@ -72,7 +72,9 @@ fn drain_tid() -> Option<u64> {
     std::fs::read_dir("/proc/self/task").ok()?.find_map(|e| {
         let e = e.ok()?;
         let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
-        (comm.trim_end() == DRAIN).then(|| e.file_name().to_str()?.parse().ok())?
+        let name = comm.trim_end();
+        (name == DRAIN || name == crate::sustained::HANDOFF_READER)
+            .then(|| e.file_name().to_str()?.parse().ok())?
     })
 }
 
@@ -134,8 +136,24 @@ impl Watch {
         }
     }
 
-    /// Called on each writer thread as it starts.
+    /// Called on each writer thread as it starts. `SUSTAINED_WRITER_CPU=N` pins it to CPU
+    /// N (with the process started under `taskset -c M`, the drain and the main thread stay
+    /// on M): which of the machine's CPUs a writer runs on, as a variable.
     pub(crate) fn writer_started(&self) {
+        if let Some(cpu) = std::env::var("SUSTAINED_WRITER_CPU")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET stays within it for any
+            // CPU below CPU_SETSIZE, which `cpu` is checked against.
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                assert!(cpu < libc::CPU_SETSIZE as usize, "SUSTAINED_WRITER_CPU");
+                libc::CPU_SET(cpu, &mut set);
+                let rc = libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set);
+                assert_eq!(rc, 0, "pin the writer to CPU {cpu}");
+            }
+        }
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() } as u64;
         self.writers.lock().expect("writer tids").push(tid);
