@@ -2,7 +2,7 @@
 //! back by `eventpipe_insight::async_trace`.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Waker};
 use std::time::Duration;
@@ -411,8 +411,12 @@ fn a_wake_and_the_poll_it_leads_to_give_the_time_a_task_waited_to_run() {
     let _one = one_at_a_time();
     let (session, path) = start("wakes", "");
     let notify = Arc::new(tokio::sync::Notify::new());
-    let busy = Arc::new(AtomicBool::new(false));
-    let release = Arc::new(AtomicBool::new(false));
+    // Rounds counted, not flags: the blocker's round in which it keeps the thread, and the
+    // round the waking thread released. With a flag for "busy", the blocker could end one
+    // round and start the next while the waking thread slept in `yield_now`, which then
+    // waited for a "not busy" it had missed while the blocker waited for a release.
+    let busy_round = Arc::new(AtomicUsize::new(0));
+    let released_round = Arc::new(AtomicUsize::new(0));
     // When the test woke the task, and when the task ran, as the test saw them.
     let woke_at = Arc::new(Mutex::new(Vec::new()));
     let ran_at = Arc::new(Mutex::new(Vec::new()));
@@ -433,41 +437,41 @@ fn a_wake_and_the_poll_it_leads_to_give_the_time_a_task_waited_to_run() {
             )
         };
         let blocker = {
-            let (busy, release) = (Arc::clone(&busy), Arc::clone(&release));
+            let (busy_round, released_round) =
+                (Arc::clone(&busy_round), Arc::clone(&released_round));
             tokio::spawn(async move {
-                for _ in 0..ROUNDS {
+                for round in 1..=ROUNDS {
                     // Let the waiter register its waker, then keep the thread.
                     tokio::task::yield_now().await;
-                    busy.store(true, Ordering::SeqCst);
-                    while !release.swap(false, Ordering::SeqCst) {
+                    busy_round.store(round, Ordering::SeqCst);
+                    while released_round.load(Ordering::SeqCst) < round {
                         std::hint::spin_loop();
                     }
-                    busy.store(false, Ordering::SeqCst);
                     tokio::task::yield_now().await;
                 }
             })
         };
         let waker = {
-            let (notify, busy, release) =
-                (Arc::clone(&notify), Arc::clone(&busy), Arc::clone(&release));
+            let (notify, busy_round, released_round) = (
+                Arc::clone(&notify),
+                Arc::clone(&busy_round),
+                Arc::clone(&released_round),
+            );
             let (woke_at, ran_at) = (Arc::clone(&woke_at), Arc::clone(&ran_at));
             std::thread::spawn(move || {
-                for round in 0..ROUNDS {
+                for round in 1..=ROUNDS {
                     // One wake at a time: Notify keeps one permit, so a second wake before
                     // the task has run would be lost (and the task would wait forever).
-                    while ran_at.lock().unwrap().len() < round {
+                    while ran_at.lock().unwrap().len() < round - 1 {
                         std::thread::yield_now();
                     }
-                    while !busy.load(Ordering::SeqCst) {
+                    while busy_round.load(Ordering::SeqCst) < round {
                         std::thread::yield_now();
                     }
                     woke_at.lock().unwrap().push(Instant::now());
                     notify.notify_one();
                     std::thread::sleep(BUSY);
-                    release.store(true, Ordering::SeqCst);
-                    while busy.load(Ordering::SeqCst) {
-                        std::thread::yield_now();
-                    }
+                    released_round.store(round, Ordering::SeqCst);
                 }
             })
         };
