@@ -4,7 +4,9 @@
 //! `$EPTRACE`; `ci/real-service.sh` builds it). Its CPU samples must reach the program's
 //! code through libc (which keeps no frame pointers), its threads must be named, and its
 //! `tracing` spans must arrive. Then `--profile off-cpu` on the same server: `eptrace
-//! analyze --offcpu` must find where its tokio workers wait, with stacks.
+//! analyze --offcpu` must find where its tokio workers wait, with stacks. And once the load
+//! is over, `eptrace stack` must show every thread named, with a stack, and every tokio
+//! worker waiting in `epoll_wait` or on a futex.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -92,6 +94,8 @@ fn mini_redis_under_load_profiles_whole_named_and_with_its_spans() {
     // Where it waits: a second session, off-CPU stacks, while the load goes on.
     let offcpu = collect(&eptrace, pid, "off-cpu", "2s", "-offcpu");
     let load = load.wait_with_output().unwrap();
+    // What every thread is doing, the load over: the workers wait for work.
+    what_every_thread_does(&eptrace, pid);
     let ops = String::from_utf8_lossy(&load.stdout);
     assert!(ops.starts_with("ops "), "the load ran: {ops}");
     drop(server);
@@ -165,6 +169,54 @@ fn mini_redis_under_load_profiles_whole_named_and_with_its_spans() {
     );
 
     where_the_workers_wait(&eptrace, &offcpu);
+}
+
+/// `eptrace stack -p PID --json` of the idle server: every thread, each with its name and a
+/// stack, and every tokio worker waiting in the driver's `epoll_wait` or parked on a futex,
+/// as its state says (read from its innermost frames).
+fn what_every_thread_does(eptrace: &std::path::Path, pid: u32) {
+    let out = Command::new(eptrace)
+        .args(["stack", "-p", &pid.to_string(), "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let threads = s["threads"].as_array().unwrap();
+    let described: Vec<String> = threads
+        .iter()
+        .map(|t| format!("{} {}: {}", t["thread_id"], t["name"], t["state"]))
+        .collect();
+    println!("stack: {} threads: {described:?}", threads.len());
+    let workers: Vec<&serde_json::Value> = threads
+        .iter()
+        .filter(|t| t["name"].as_str().is_some_and(|n| n.starts_with("tokio-")))
+        .collect();
+    assert!(workers.len() >= 2, "tokio workers: {described:?}");
+    for t in threads {
+        assert!(
+            t["name"].is_string(),
+            "a thread with no name: {described:?}"
+        );
+        assert!(
+            !t["frames"].as_array().unwrap().is_empty(),
+            "thread {} has no stack",
+            t["thread_id"]
+        );
+    }
+    let known_wait = |t: &&&serde_json::Value| {
+        matches!(
+            t["state"].as_str(),
+            Some("blocked in epoll_wait" | "blocked in futex")
+        )
+    };
+    assert!(
+        workers.iter().all(|t| known_wait(&t)),
+        "a tokio worker of the idle server not waiting in epoll_wait or a futex: {described:?}"
+    );
 }
 
 /// `analyze --offcpu` of the off-CPU session: most of the waiting has its stack, and the
