@@ -6,7 +6,9 @@
 //! swings for a reason of its own.
 //!
 //! The cases, 1 writer unless noted:
-//! * `floor/1`: a clock read and a 40-byte copy into the thread's own memory;
+//! * `floor/1`, `floor/2`: a clock read and a 40-byte copy into the thread's own memory,
+//!   by one thread or by two at once (a machine that slows two busy threads, as a host
+//!   sharing a core does, shows in `floor/2`, which shares nothing between them);
 //! * `own/1`, `own/2`: each writer fills its own 64 KiB buffers (40 bytes an event) and
 //!   writes each full one to the file itself (`write(2)`, no drain thread): the simplest
 //!   design, the bar the session's aggregate is held to;
@@ -29,8 +31,9 @@
 use std::process::Command;
 
 /// The cases, in the order each repetition runs them.
-const CASES: [&str; 8] = [
+const CASES: [&str; 9] = [
     "floor/1",
+    "floor/2",
     "handoff/1",
     "handoff/2",
     "own/1",
