@@ -23,6 +23,17 @@ pub enum Error {
     /// The profile has no sample with a weight, and the output format cannot be empty.
     #[error("profile {0:?} has no samples to draw")]
     EmptyProfile(String),
+    /// A sampling session of a process brought no thread's samples (`ThreadStacks::read`).
+    #[error(
+        "{process} ({pid}) wrote no samples: a Rust program needs its CPU sampler registered \
+         (eventpipe_profiler::cpu::register)"
+    )]
+    NoThreadSamples {
+        /// The process's name.
+        process: String,
+        /// Its id.
+        pid: u32,
+    },
     /// Two profiles that cannot be compared.
     #[error("cannot compare the profiles: {0}")]
     Diff(String),

@@ -66,7 +66,7 @@ impl ThreadStacks {
     /// they were at `at` (when the session was asked to stop; `None`: the trace's end).
     ///
     /// # Errors
-    /// The trace does not read.
+    /// The trace does not read, or holds no thread's samples ([`crate::Error::NoThreadSamples`]).
     pub fn read(
         pid: u32,
         process: String,
@@ -76,6 +76,9 @@ impl ThreadStacks {
         at: Option<std::time::SystemTime>,
     ) -> Result<ThreadStacks> {
         let mut threads = thread_stacks(trace, rust)?;
+        if threads.is_empty() {
+            return Err(crate::Error::NoThreadSamples { process, pid });
+        }
         let gc = if rust { None } else { gc_at(trace, at)? };
         if let Some(gc) = &gc {
             for t in &mut threads {
@@ -265,6 +268,26 @@ mod tests {
 
     fn state(frames: &[&str]) -> &'static str {
         waiting_state(&frames.iter().map(|f| f.to_string()).collect::<Vec<_>>())
+    }
+
+    /// A session that brought no samples is an error that names the process, for
+    /// `eptrace stack` and the agent's `/stacks` alike.
+    #[test]
+    fn a_trace_with_no_samples_is_an_error_naming_the_process() {
+        use nettrace::write::TraceWriter;
+        use nettrace::{FormatVersion, TraceInfo};
+        let w = TraceWriter::new(Vec::new(), &TraceInfo::new(FormatVersion::V5, 8)).unwrap();
+        let trace = w.finish().unwrap();
+        let err = super::ThreadStacks::read(42, "server".into(), "rust".into(), true, &trace, None)
+            .unwrap_err();
+        assert!(
+            matches!(&err, crate::Error::NoThreadSamples { process, pid: 42 } if process == "server"),
+            "{err}"
+        );
+        assert!(
+            err.to_string().starts_with("server (42) wrote no samples"),
+            "{err}"
+        );
     }
 
     #[test]

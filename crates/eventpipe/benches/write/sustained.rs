@@ -146,6 +146,15 @@ fn timed_writers<R>(
     (start.elapsed(), result)
 }
 
+/// The floor's work for one event, shared by the cases that stand beside the session: a
+/// clock read and the 40-byte record copied into `slot`, stamped with it.
+#[inline(always)]
+fn put_record(slot: &mut [u8], record: &[u8; RECORD]) {
+    let t = clock::now();
+    slot.copy_from_slice(black_box(record));
+    slot[..8].copy_from_slice(&t.to_le_bytes());
+}
+
 fn floor_run(threads: u64, per_writer: u64, watch: &Watch) -> Outcome {
     let record = [0x5au8; RECORD];
     let (elapsed, ()) = timed_writers(
@@ -155,10 +164,7 @@ fn floor_run(threads: u64, per_writer: u64, watch: &Watch) -> Outcome {
             let mut ring = vec![0u8; RING];
             let mut at = 0;
             for _ in 0..per_writer {
-                let t = clock::now();
-                let slot = &mut ring[at..at + RECORD];
-                slot.copy_from_slice(black_box(&record));
-                slot[..8].copy_from_slice(&t.to_le_bytes());
+                put_record(&mut ring[at..at + RECORD], &record);
                 at += RECORD;
                 if at + RECORD > RING {
                     at = 0;
@@ -432,10 +438,7 @@ fn own_run(threads: u64, per_writer: u64, watch: &Watch) -> Outcome {
                         .expect("write the own case's output");
                     at = 0;
                 }
-                let t = clock::now();
-                let slot = &mut buffer[at..at + RECORD];
-                slot.copy_from_slice(black_box(&record));
-                slot[..8].copy_from_slice(&t.to_le_bytes());
+                put_record(&mut buffer[at..at + RECORD], &record);
                 at += RECORD;
             }
             (&file)
@@ -507,10 +510,7 @@ fn handoff_run(threads: u64, per_writer: u64, watch: &Watch) -> Outcome {
                     buffer = back_rx.recv().expect("a buffer back");
                     at = 0;
                 }
-                let t = clock::now();
-                let slot = &mut buffer[at..at + RECORD];
-                slot.copy_from_slice(black_box(&record));
-                slot[..8].copy_from_slice(&t.to_le_bytes());
+                put_record(&mut buffer[at..at + RECORD], &record);
                 at += RECORD;
             }
             full_tx
