@@ -35,8 +35,13 @@ impl Drop for Run {
     }
 }
 
-/// Traces a whole run of diff-demo (3 s) with the CPU sampler at 10 kHz.
+/// Traces a whole run of diff-demo (3 s) with the CPU sampler at 10 kHz, one run at a time:
+/// the sampler's signals come on scheduler ticks, and a thread that shares its core gets
+/// fewer of them, each standing for more time (which can reach across a stage's end), so
+/// two runs at once on a small machine would blur each other's stages.
 fn run(tag: &str, slow_b: bool) -> Run {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let trace = std::env::temp_dir().join(format!(
         "eptrace-diff-{}-{tag}.nettrace",
         std::process::id()
@@ -240,9 +245,14 @@ fn holds_the_truth(what: &str, d: &serde_json::Value, truth: f64) {
     let change = b["new_total"].as_f64().unwrap() - b["base_total"].as_f64().unwrap();
     assert!(
         (change - truth).abs() <= 0.1 * truth,
-        "{what}: stage_b changed by {:.1} ms in the diff, {:.1} ms by the program's own clock",
+        "{what}: stage_b changed by {:.1} ms in the diff, {:.1} ms by the program's own clock \
+         (stage_b {:.1} -> {:.1} ms; spans {} -> {} s)",
         change / 1e6,
-        truth / 1e6
+        truth / 1e6,
+        b["base_total"].as_f64().unwrap() / 1e6,
+        b["new_total"].as_f64().unwrap() / 1e6,
+        d["base_seconds"],
+        d["new_seconds"],
     );
     assert_eq!(b["beyond_noise"], true, "{what}");
     // First: the largest change of a function's own time (its callers' totals move with

@@ -31,7 +31,7 @@ pub const NOISE_SIGMAS: f64 = 4.0;
 pub enum Normalize {
     /// As they are (the unit's own: ns, bytes, samples).
     Raw,
-    /// Per second of each profile's duration (its first sample to its last).
+    /// Per second of each profile's duration (the time its samples span).
     PerSecond,
     /// As a share of each profile's total (0 to 1).
     Share,
@@ -177,19 +177,12 @@ fn sums(profile: &Profile) -> (HashMap<Key, Sums>, f64, f64) {
     (by_function, all, all_squares)
 }
 
-/// The profile's duration, seconds: from its first sample to its last, the time the
-/// program was seen at work (a trace's first and last events can be far outside it: a
-/// program traced from its start waits for the session to resume it, and the session's
-/// end comes after its rundown).
+/// The profile's duration, seconds: the time its samples span
+/// ([`Profile::sample_span_ms`]), 0 when they span none.
 pub fn span_seconds(profile: &Profile) -> f64 {
-    let times = profile.samples.iter().map(|s| s.time_ms);
-    let first = times.clone().fold(f64::INFINITY, f64::min);
-    let last = times.fold(f64::NEG_INFINITY, f64::max);
-    if last > first {
-        (last - first) / 1e3
-    } else {
-        0.0
-    }
+    profile
+        .sample_span_ms()
+        .map_or(0.0, |(first, last)| (last - first) / 1e3)
 }
 
 /// Compares `new` with `base`.

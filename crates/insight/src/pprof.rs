@@ -558,13 +558,18 @@ fn build_signed(
         });
     }
 
-    let span_ms = profile.end_ms - profile.start_ms;
+    // The time the samples span, as a diff of the trace itself counts it (so rates per
+    // second agree between a trace and its pprof); the whole profile's when they span none.
+    let (from_ms, span_ms) = match profile.sample_span_ms() {
+        Some((first, last)) => (first, last - first),
+        None => (profile.start_ms, profile.end_ms - profile.start_ms),
+    };
     if span_ms.is_finite() && span_ms > 0.0 {
         out.duration_nanos = (span_ms * 1e6) as i64;
     }
     if let Some(start) = options.trace_start_unix_nanos {
-        if profile.start_ms.is_finite() {
-            let at = start.saturating_add((profile.start_ms * 1e6) as i128);
+        if from_ms.is_finite() {
+            let at = start.saturating_add((from_ms * 1e6) as i128);
             out.time_nanos = i64::try_from(at).unwrap_or(0);
         }
     }

@@ -202,6 +202,20 @@ impl Profile {
         }
     }
 
+    /// When the program was seen at work, ms (as [`Sample::time_ms`]): from one sampling
+    /// interval before its first sample (which stands for the interval before it), or the
+    /// sample itself when the interval is unknown, to its last sample; `None` when that
+    /// spans no time. A trace's first and last events can lie far outside it (a program
+    /// traced from its start waits for the session to resume it; the session's end comes
+    /// after a rundown, which takes a .NET runtime long), so rates per second use this span.
+    pub fn sample_span_ms(&self) -> Option<(f64, f64)> {
+        let lead = self.sampling_interval_ns.map_or(0.0, |ns| ns as f64 / 1e6);
+        let times = self.samples.iter().map(|s| s.time_ms);
+        let first = times.clone().fold(f64::INFINITY, f64::min) - lead;
+        let last = times.fold(f64::NEG_INFINITY, f64::max);
+        (last > first).then_some((first, last))
+    }
+
     /// The id of `frame`'s function, adding it if new. Frames that differ only in their
     /// line are one function: it keeps the lowest line.
     pub fn intern_frame(&mut self, frame: Frame) -> FrameId {

@@ -157,9 +157,12 @@ fn decoded_profile_has_the_table_values_leaf_last_reversed() {
         let parses = p.function.iter().filter(|f| s(f.name) == "parse").count();
         assert_eq!(parses, 2, "two parse functions: two source files");
 
-        // Times: 10 ms into the trace, for 10 ms.
-        assert_eq!(i128::from(p.time_nanos), TRACE_START + 10_000_000);
-        assert_eq!(p.duration_nanos, 10_000_000);
+        // Times: the samples' span. A time unit's, 10 ms into the trace for 10 ms (the
+        // first sample, at 11 ms, stands for the period before it); a count's, from the
+        // first sample (11 ms) to the last (20 ms).
+        let (from_ms, span_ms) = if unit.is_time() { (10, 10) } else { (11, 9) };
+        assert_eq!(i128::from(p.time_nanos), TRACE_START + from_ms * 1_000_000);
+        assert_eq!(p.duration_nanos, span_ms * 1_000_000);
         match unit {
             SampleUnit::CpuTime
             | SampleUnit::ThreadTime
@@ -431,8 +434,10 @@ fn go_pprof_reads_the_same_values_per_thread_and_stack() {
                 "worker"
             ])
         );
+        // The samples' span (see decoded_profile_has_the_table_values_leaf_last_reversed).
+        let duration = if unit.is_time() { "10ms" } else { "9ms" };
         assert!(
-            raw.header.iter().any(|l| l == "Duration: 10ms"),
+            raw.header.contains(&format!("Duration: {duration}")),
             "{:?}",
             raw.header
         );

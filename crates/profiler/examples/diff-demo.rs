@@ -3,12 +3,19 @@
 //! then a sleep to the next tick), so each stage's CPU time per second is set by its own
 //! work alone. Each stage runs several milliseconds (about 10, 20 and 10 in a debug
 //! build), longer than a scheduler tick: a CPU-time sampler's signals arrive on ticks.
+//! Each round starts at a random offset (up to 10 ms, a tick at the slowest kernel clock)
+//! past its tick of the schedule: the schedule's 100 ms is a whole number of scheduler
+//! ticks, so without the offset every round would meet the ticks at the same point, and a
+//! sample that falls just past a stage's end, carrying the CPU time back to the tick
+//! before, would move the same slice of one stage into the next in every round (a bias of
+//! up to 20 % of a stage, fixed for the whole run, instead of an error that averages out).
 //! `--slow-b` doubles `stage_b`'s work, as a change that made it twice as slow would; the
 //! other stages are unchanged.
 //!
 //! It measures itself: at the end it prints, per stage, the CPU time its threads spent in
-//! it per second of the run (`CLOCK_THREAD_CPUTIME_ID` around each call), the truth that
-//! `eptrace diff` of two runs is held against.
+//! it (`CLOCK_THREAD_CPUTIME_ID` around each call) per second of its work (from the first
+//! stage's start to the last one's end, as a profile's duration runs from its first sample
+//! to its last), the truth that `eptrace diff` of two runs is held against.
 //!
 //! Stdout: `pid N`, `ready`, and at the end `stage_a_ms_per_s X` and `stage_a_ms X` (the
 //! whole run's), and b's and c's.
@@ -86,19 +93,32 @@ fn timed(index: usize, stage: impl FnOnce() -> u64) -> u64 {
     x
 }
 
-fn worker(until: Instant, b_units: u32) {
+/// The most a round starts past its tick of the schedule.
+const MAX_OFFSET_US: u64 = 10_000;
+
+/// Runs rounds until `until`; returns when its first stage began and its last ended.
+fn worker(until: Instant, b_units: u32, seed: u64) -> (Instant, Instant) {
     let mut x = 1u64;
-    let mut next = Instant::now();
-    while next < until {
+    let mut random = seed | 1;
+    let first = Instant::now();
+    let mut last = first;
+    let mut tick = first;
+    while tick < until {
         x = timed(0, || stage_a(x));
         x = timed(1, || stage_b(x, b_units));
         x = timed(2, || stage_c(x));
-        next += TICK;
-        if let Some(wait) = next.checked_duration_since(Instant::now()) {
+        last = Instant::now();
+        tick += TICK;
+        random ^= random << 13;
+        random ^= random >> 7;
+        random ^= random << 17;
+        let start = tick + Duration::from_micros(random % MAX_OFFSET_US);
+        if let Some(wait) = start.checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
     }
     std::hint::black_box(x);
+    (first, last)
 }
 
 fn main() {
@@ -119,20 +139,25 @@ fn main() {
     writeln!(out, "pid {}", std::process::id()).unwrap();
     writeln!(out, "ready").unwrap();
     out.flush().unwrap();
-    let start = Instant::now();
-    let until = start + Duration::from_secs_f64(seconds);
+    let until = Instant::now() + Duration::from_secs_f64(seconds);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64);
     let workers: Vec<_> = (0..2)
         .map(|i| {
             std::thread::Builder::new()
                 .name(format!("diff-worker-{i}"))
-                .spawn(move || worker(until, b_units))
+                .spawn(move || worker(until, b_units, seed + i))
                 .expect("a worker starts")
         })
         .collect();
-    for w in workers {
-        w.join().expect("a worker ends");
-    }
-    let elapsed = start.elapsed().as_secs_f64();
+    let spans: Vec<_> = workers
+        .into_iter()
+        .map(|w| w.join().expect("a worker ends"))
+        .collect();
+    let began = spans.iter().map(|s| s.0).min().expect("two workers");
+    let ended = spans.iter().map(|s| s.1).max().expect("two workers");
+    let elapsed = (ended - began).as_secs_f64();
     for (i, name) in ["a", "b", "c"].iter().enumerate() {
         let ms = SPENT[i].load(Ordering::Relaxed) as f64 / 1e6;
         writeln!(out, "stage_{name}_ms_per_s {}", ms / elapsed).unwrap();

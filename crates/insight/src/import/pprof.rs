@@ -116,6 +116,9 @@ impl<'p> Reader<'p> {
         if self.p.period > 0 && unit.is_time() {
             profile.sampling_interval_ns = u64::try_from(self.p.period).ok();
         }
+        let lead_ms = profile
+            .sampling_interval_ns
+            .map_or(0.0, |ns| (ns as f64 / 1e6).min(duration_ms));
         let captures = |s: &proto::Sample| -> u64 {
             count
                 .and_then(|i| s.value.get(i))
@@ -168,10 +171,13 @@ impl<'p> Reader<'p> {
             for k in 0..n {
                 // Equal parts, the remainder in the first ones.
                 let part = weight / n + u64::from(k < weight % n);
+                // Spread over the duration, the first one interval in (it stands for the
+                // interval before it), so the samples span the duration again
+                // (`Profile::sample_span_ms`).
                 let time_ms = if total_samples > 1 {
-                    duration_ms * placed as f64 / (total_samples - 1) as f64
+                    lead_ms + (duration_ms - lead_ms) * placed as f64 / (total_samples - 1) as f64
                 } else {
-                    0.0
+                    duration_ms
                 };
                 placed += 1;
                 profile.push_sample(Sample {

@@ -193,8 +193,9 @@ pub fn display_name(name: &str) -> &str {
 /// Nanoseconds a unit of `WORKLOAD` weight stands for in a time profile: 1 ms periods.
 pub const PERIOD_NS: u64 = 1_000_000;
 
-/// A profile of `WORKLOAD` in `unit`, with samples 1 ms apart; in a time unit each unit of
-/// the table's weight is a period of [`PERIOD_NS`].
+/// A profile of `WORKLOAD` in `unit`, spanning 10 to 20 ms into its trace, with samples 1
+/// ms apart at the end of each millisecond (a sample stands for the time before it); in a
+/// time unit each unit of the table's weight is a period of [`PERIOD_NS`].
 pub fn workload(unit: SampleUnit) -> Profile {
     let mut p = Profile::new("Workload", unit);
     let scale = if unit.is_time() {
@@ -217,7 +218,7 @@ pub fn workload(unit: SampleUnit) -> Profile {
         let thread = p.intern_thread(tid, None, None);
         p.push_sample(Sample {
             thread,
-            time_ms: 10.0 + i as f64,
+            time_ms: 11.0 + i as f64,
             weight: weight * scale,
             stack,
             lines,
