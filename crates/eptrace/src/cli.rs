@@ -61,6 +61,10 @@ enum Command {
     Ps(PsArgs),
     /// Trace a running process, or start one and trace it from its first event.
     Collect(CollectArgs),
+    /// Profile any Linux program as it is, from its first instruction (perf events): CPU
+    /// samples of every thread and child with kernel and user frames, into a NetTrace V6
+    /// trace.
+    Record(RecordArgs),
     /// Summarize a trace: facts, event counts, threads, lost events, stacks, time order.
     Report(ReportArgs),
     /// Diagnose a trace: findings first (GC pauses, induced and blocking gen2 GCs, thread
@@ -711,6 +715,27 @@ struct StackArgs {
 }
 
 #[derive(Debug, Args)]
+struct RecordArgs {
+    /// Samples per second of each thread's CPU time.
+    #[arg(long, value_name = "HZ", default_value_t = 999,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    rate: u32,
+    /// Stop after this long (5s, 500ms, 2m); otherwise when the program ends, or on Enter
+    /// or Ctrl-C.
+    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
+    duration: Option<std::time::Duration>,
+    /// User frames only: ask for no kernel frames.
+    #[arg(long)]
+    no_kernel: bool,
+    /// The trace file [default: NAME_PID.nettrace].
+    #[arg(short = 'o', long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// The program to start and profile, after `--`.
+    #[arg(last = true, value_name = "CMD", required = true)]
+    command: Vec<std::ffi::OsString>,
+}
+
+#[derive(Debug, Args)]
 struct DiffArgs {
     /// The trace (or converted profile: pprof, speedscope) before the change.
     #[arg(value_name = "BASE")]
@@ -808,6 +833,8 @@ pub(crate) enum Action {
     Diff(crate::diff::Config),
     /// `eptrace stack`.
     Stack(crate::stack::Config),
+    /// `eptrace record`.
+    Record(crate::record::Config),
     /// `eptrace demo`.
     Demo(demo::Config),
     /// The demo's workload, for this many seconds.
@@ -952,6 +979,13 @@ impl Cli {
                 merge: a.merge,
                 json: a.json,
                 timeout: a.timeout,
+            }),
+            Command::Record(a) => Action::Record(crate::record::Config {
+                command: a.command,
+                output: a.output,
+                rate_hz: a.rate,
+                duration: a.duration,
+                kernel: !a.no_kernel,
             }),
             Command::Diff(a) => Action::Diff(crate::diff::Config {
                 base: a.base,

@@ -33,6 +33,7 @@ mod input;
 mod numbers;
 mod progress;
 mod ps;
+mod record;
 mod report;
 mod stack;
 mod stream_file;
@@ -85,6 +86,7 @@ fn run() -> ExitCode {
             convert::do_convert(&config)
         }
         cli::Action::Stack(config) => stack::do_stack(&config),
+        cli::Action::Record(config) => record::do_record(&config),
         cli::Action::Diff(config) => {
             tune_allocator_for_reading();
             diff::do_diff(&config)

@@ -15,6 +15,27 @@ pub struct SystemTime {
     pub millisecond: i16,
 }
 
+impl SystemTime {
+    /// The calendar time (UTC) `nanos` after the Unix epoch, to the millisecond.
+    pub fn from_unix_nanos(nanos: i128) -> SystemTime {
+        let millis = nanos.div_euclid(1_000_000);
+        let secs = millis.div_euclid(1000);
+        let days = secs.div_euclid(86_400) as i64;
+        let rem = secs.rem_euclid(86_400) as i64;
+        let (y, m, d) = civil_from_days(days);
+        SystemTime {
+            year: y as i16,
+            month: m as i16,
+            day_of_week: (days + 4).rem_euclid(7) as i16,
+            day: d as i16,
+            hour: (rem / 3600) as i16,
+            minute: (rem / 60 % 60) as i16,
+            second: (rem % 60) as i16,
+            millisecond: millis.rem_euclid(1000) as i16,
+        }
+    }
+}
+
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
 fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     let y = if month <= 2 { year - 1 } else { year };
@@ -97,6 +118,27 @@ mod tests {
         };
         assert_eq!(system_time_to_unix_nanos(&epoch), Some(0));
         assert_eq!(format_unix_nanos(-1), "1969-12-31T23:59:59.999999999Z");
+    }
+
+    #[test]
+    fn a_unix_time_becomes_its_calendar_time_and_back() {
+        // 2026-11-22 was a Sunday (day 0).
+        let n = 1_795_345_306_431_999_999i128;
+        let t = SystemTime::from_unix_nanos(n);
+        assert_eq!(
+            (t.year, t.month, t.day, t.day_of_week),
+            (2026, 11, 22, 0),
+            "{t:?}"
+        );
+        assert_eq!(
+            format_unix_nanos(system_time_to_unix_nanos(&t).unwrap()),
+            "2026-11-22T11:01:46.431000000Z"
+        );
+        let before = SystemTime::from_unix_nanos(-1);
+        assert_eq!(
+            (before.year, before.second, before.millisecond),
+            (1969, 59, 999)
+        );
     }
 
     #[test]

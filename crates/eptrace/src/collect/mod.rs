@@ -325,7 +325,7 @@ fn explain_refusal(e: eventpipe_client::Error, request: &CollectTracing) -> anyh
 }
 
 /// A flag raised by Ctrl-C, or by Enter when stdin is a terminal.
-fn watch_for_stop(interactive: bool) -> Result<Arc<AtomicBool>> {
+pub(crate) fn watch_for_stop(interactive: bool) -> Result<Arc<AtomicBool>> {
     let flag = Arc::new(AtomicBool::new(false));
     let on_signal = Arc::clone(&flag);
     ctrlc::set_handler(move || on_signal.store(true, Ordering::Relaxed))
@@ -401,7 +401,7 @@ impl Status {
     }
 }
 
-fn human_bytes(n: u64) -> String {
+pub(crate) fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
     let mut v = n as f64;
     let mut unit = 0;

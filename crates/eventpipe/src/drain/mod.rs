@@ -100,7 +100,7 @@ pub(crate) fn spawn(
     let version = config.format;
     let (utc_nanos, ticks) = clock::sync_point();
     let mut info = TraceInfo::new(version, std::mem::size_of::<usize>() as u32);
-    info.sync_time_utc = system_time_from_unix_nanos(utc_nanos);
+    info.sync_time_utc = nettrace::SystemTime::from_unix_nanos(utc_nanos);
     info.sync_time_ticks = ticks;
     info.tick_frequency = clock::ticks_per_second();
     info.process_id = Some(u64::from(std::process::id()));
@@ -478,25 +478,4 @@ fn first_timestamp_past(thread: &ThreadSnapshot, skip: usize) -> Option<i64> {
         }
     });
     first
-}
-
-fn system_time_from_unix_nanos(nanos: i128) -> nettrace::SystemTime {
-    let text = nettrace::format_unix_nanos(nanos);
-    // "YYYY-MM-DDTHH:MM:SS.nnnnnnnnnZ"
-    let num = |a: usize, b: usize| {
-        text.get(a..b)
-            .and_then(|s| s.parse::<i16>().ok())
-            .unwrap_or(0)
-    };
-    let days = nanos.div_euclid(86_400_000_000_000) as i64;
-    nettrace::SystemTime {
-        year: num(0, 4),
-        month: num(5, 7),
-        day_of_week: ((days + 4).rem_euclid(7)) as i16,
-        day: num(8, 10),
-        hour: num(11, 13),
-        minute: num(14, 16),
-        second: num(17, 19),
-        millisecond: num(20, 23),
-    }
 }

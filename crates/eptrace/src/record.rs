@@ -1,0 +1,178 @@
+//! `eptrace record -- CMD`: a program profiled as it is, from its first instruction, with
+//! perf events (`eventpipe_perf`): CPU-time samples of every thread and child it starts,
+//! their kernel and user frames, its mappings and thread names, in a NetTrace V6 trace
+//! `report`, `convert` and `analyze` read as they read one-collect's.
+//!
+//! The program is forked and held before its exec while one sampling event per CPU is set
+//! up on it, enabled by the exec itself. Each pass reads every CPU's ring, then writes the
+//! records older than the pass's start (no CPU can still hold an earlier one), so the file
+//! grows as the program runs.
+
+use std::ffi::OsString;
+use std::io::{BufWriter, IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+#[cfg(target_os = "linux")]
+use eventpipe_perf::{spawn_held, PerfTrace, Sampler, SamplerConfig};
+
+/// What `record` was asked to do.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) command: Vec<OsString>,
+    pub(crate) output: Option<PathBuf>,
+    pub(crate) rate_hz: u32,
+    pub(crate) duration: Option<Duration>,
+    pub(crate) kernel: bool,
+}
+
+/// How long a pass waits for a ring to fill before reading anyway.
+const PASS: Duration = Duration::from_millis(100);
+
+/// Runs `eptrace record`.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn do_record(_config: &Config) -> Result<()> {
+    bail!("eptrace record uses Linux perf events; this system has none")
+}
+
+/// Runs `eptrace record`.
+#[cfg(target_os = "linux")]
+pub(crate) fn do_record(config: &Config) -> Result<()> {
+    if config.command.is_empty() {
+        bail!("record needs the program to run: eptrace record [OPTIONS] -- CMD [ARGS]");
+    }
+    let program = PathBuf::from(&config.command[0]);
+    let name = program
+        .file_name()
+        .map_or_else(|| "program".into(), |n| n.to_string_lossy().into_owned());
+    let held = spawn_held(&config.command)?;
+    let pid = held.pid();
+    let sampling = SamplerConfig {
+        kernel: config.kernel,
+        enable_on_exec: true,
+        ..SamplerConfig::at_rate(config.rate_hz)
+    };
+    // A failure here drops `held`: the child sees the pipe close and exits unrun.
+    let mut sampler = Sampler::open(pid, &sampling)?;
+    let kernel = sampler.kernel_frames().is_ok();
+    if config.kernel {
+        if let Err(why) = sampler.kernel_frames() {
+            eprintln!("eptrace: {why}; recording user frames only");
+        }
+    }
+    let path = config
+        .output
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("{name}_{pid}.nettrace")));
+    let file = std::fs::File::create(&path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    let processors = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    let mut trace = PerfTrace::new(
+        BufWriter::with_capacity(1 << 20, file),
+        std::time::SystemTime::now(),
+        monotonic_ns(),
+        sampling.period_ns,
+        processors,
+        kernel,
+    )
+    .with_context(|| format!("cannot write {}", path.display()))?;
+    let interactive = std::io::stderr().is_terminal();
+    let stop = crate::collect::watch_for_stop(interactive)?;
+    let mut child = held.release()?;
+    eprintln!(
+        "Recording {name} (pid {pid}) at {} Hz into {}",
+        config.rate_hz,
+        path.display()
+    );
+    let started = Instant::now();
+    let mut samples = 0u64;
+    let status = interactive.then(indicatif::ProgressBar::new_spinner);
+    let exit = loop {
+        let pass_start = monotonic_ns();
+        sampler.read(|r| {
+            samples += u64::from(matches!(r, Ok(eventpipe_perf::Record::Sample(_))));
+            trace.add(r);
+        });
+        trace
+            .flush_before(pass_start)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        if let Some(code) = child.try_wait() {
+            break Some(code);
+        }
+        if stop.load(Ordering::Relaxed) || config.duration.is_some_and(|d| started.elapsed() >= d) {
+            break None;
+        }
+        if let Some(bar) = &status {
+            bar.set_message(format!(
+                "{:>6.1}s  {samples:>8} samples   (Enter or Ctrl-C to stop)",
+                started.elapsed().as_secs_f64()
+            ));
+            bar.tick();
+        }
+        sampler.wait(PASS);
+    };
+    sampler.read(|r| trace.add(r));
+    drop(sampler);
+    if let Some(bar) = &status {
+        bar.finish_and_clear();
+    }
+    let kallsyms = kernel
+        .then(|| std::fs::read_to_string("/proc/kallsyms").ok())
+        .flatten();
+    let (out, summary) = trace
+        .finish(kallsyms.as_deref())
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    out.into_inner()
+        .map_err(|e| e.into_error())
+        .and_then(|f| f.sync_all())
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    let mut err = std::io::stderr().lock();
+    let ended = match exit {
+        Some(code) => format!("{name} exited with status {code}"),
+        None => format!(
+            "stopped after {:.1} s; {name} goes on",
+            started.elapsed().as_secs_f64()
+        ),
+    };
+    let _ = writeln!(
+        err,
+        "{ended}. Wrote {}: {} CPU samples ({} in the kernel), {} threads, {} processes, {} \
+         mappings; {} lost",
+        path.display(),
+        summary.samples,
+        summary.kernel_samples,
+        summary.threads,
+        summary.processes,
+        summary.mappings,
+        summary.lost
+    );
+    if summary.malformed > 0 {
+        let _ = writeln!(
+            err,
+            "eptrace: {} perf records did not parse",
+            summary.malformed
+        );
+    }
+    if summary.samples == 0 {
+        bail!(
+            "no CPU samples: {name} used less CPU time than one sampling period ({} ms); \
+             a higher --rate samples more often",
+            sampling.period_ns as f64 / 1e6
+        );
+    }
+    Ok(())
+}
+
+/// CLOCK_MONOTONIC, ns: the clock the samples are timed on.
+#[cfg(target_os = "linux")]
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the call to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

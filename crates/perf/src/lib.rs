@@ -1,0 +1,62 @@
+//! Linux perf events for eventpipe-rs: CPU-time samples of any program, as it is, with
+//! their call chains, the program's mappings and its threads' names
+//! (`perf_event_open`), written as a NetTrace V6 trace in the shape one-collect and
+//! `dotnet-trace collect-linux` write ([`trace`]).
+//!
+//! * [`record`]: the ring buffer's records, parsed from bytes (any platform).
+//! * [`Sampler`]: one inherited software `cpu-clock` event per CPU on a process, so every
+//!   thread and child it starts is sampled; its rings, read without copying but for
+//!   records that wrap (Linux).
+//! * [`spawn_held`]: a program forked and held before its exec, so that sampling begins at
+//!   its first instruction (Linux).
+//! * [`PerfTrace`]: records in, a V6 trace out, in time order across CPUs.
+//!
+//! Call chains are the kernel's frame-pointer walk: a user stack through code built
+//! without frame pointers ends at the first such frame.
+
+pub mod record;
+pub mod trace;
+
+#[cfg(target_os = "linux")]
+mod launch;
+#[cfg(target_os = "linux")]
+mod sampler;
+
+#[cfg(target_os = "linux")]
+pub use launch::{spawn_held, Child, HeldChild};
+pub use record::{Record, RecordError};
+#[cfg(target_os = "linux")]
+pub use sampler::{Sampler, SamplerConfig};
+pub use trace::{PerfTrace, Summary};
+
+/// What went wrong.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The system does not let this user sample the process.
+    #[error(
+        "perf events are not allowed for this user (kernel.perf_event_paranoid is {}): run as \
+         root, give the program CAP_PERFMON, or allow them with `sudo sysctl \
+         kernel.perf_event_paranoid=1`",
+        paranoid.map_or("unknown".to_owned(), |p| p.to_string())
+    )]
+    Permission {
+        /// `kernel.perf_event_paranoid`, when readable.
+        paranoid: Option<i32>,
+    },
+    /// The kernel has no perf events (or no software `cpu-clock` event).
+    #[error("this kernel offers no perf events ({0})")]
+    Unavailable(#[source] std::io::Error),
+    /// The process does not exist.
+    #[error("no process {0}")]
+    NoProcess(i32),
+    /// Opening or mapping an event failed otherwise.
+    #[error("cannot open a perf event: {0}")]
+    Open(#[source] std::io::Error),
+    /// The program could not be started.
+    #[error("{0}")]
+    Launch(String),
+    /// Perf events exist only on Linux.
+    #[error("perf events exist only on Linux")]
+    Unsupported,
+}

@@ -1,0 +1,333 @@
+//! CPU-time sampling of a process and every thread and child it starts: one software
+//! `cpu-clock` perf event per CPU, inherited, each with its ring buffer (the kernel refuses
+//! a ring for an inherited per-task event, so perf itself opens them per CPU too).
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::time::Duration;
+
+use perf_event_open_sys as sys;
+
+use crate::record::{self, Record, RecordError};
+use crate::Error;
+
+/// How to sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SamplerConfig {
+    /// CPU time between two samples of a thread, ns.
+    pub period_ns: u64,
+    /// Whether to ask for kernel frames; refused by the system, sampling goes on without
+    /// them and [`Sampler::kernel_frames`] says why.
+    pub kernel: bool,
+    /// Start disabled and begin at the target's next exec (a program held before its exec).
+    pub enable_on_exec: bool,
+    /// Each CPU's ring buffer, in pages (a power of two).
+    pub ring_pages: usize,
+}
+
+impl SamplerConfig {
+    /// Sampling at `rate_hz` samples per second of a thread's CPU time.
+    pub fn at_rate(rate_hz: u32) -> SamplerConfig {
+        SamplerConfig {
+            period_ns: 1_000_000_000 / u64::from(rate_hz.max(1)),
+            kernel: true,
+            enable_on_exec: false,
+            ring_pages: 128,
+        }
+    }
+}
+
+/// The sampling of one process.
+#[derive(Debug)]
+pub struct Sampler {
+    rings: Vec<Ring>,
+    kernel_frames: Result<(), String>,
+}
+
+impl Sampler {
+    /// Samples process (or thread) `pid` and whatever it starts from now on.
+    ///
+    /// # Errors
+    /// The system refuses perf events ([`Error::Permission`] names the setting), has none,
+    /// or the process does not exist.
+    pub fn open(pid: i32, config: &SamplerConfig) -> Result<Sampler, Error> {
+        let cpus = online_cpus();
+        let mut kernel = config.kernel;
+        let mut kernel_frames = if kernel {
+            Ok(())
+        } else {
+            Err("not asked for".to_owned())
+        };
+        let mut rings = Vec::with_capacity(cpus.len());
+        for &cpu in &cpus {
+            let fd = loop {
+                match open_event(pid, cpu, config, kernel) {
+                    Ok(fd) => break fd,
+                    Err(e) if kernel && is_permission(&e) => {
+                        kernel = false;
+                        kernel_frames = Err(format!(
+                            "kernel frames are not allowed here (kernel.perf_event_paranoid \
+                             is {}; `sysctl kernel.perf_event_paranoid=1` or CAP_PERFMON \
+                             allows them)",
+                            paranoid().map_or("unknown".to_owned(), |p| p.to_string())
+                        ));
+                    }
+                    Err(e) => return Err(open_error(e, pid)),
+                }
+            };
+            rings.push(Ring::map(fd, config.ring_pages)?);
+        }
+        Ok(Sampler {
+            rings,
+            kernel_frames,
+        })
+    }
+
+    /// Whether samples carry kernel frames, or why not.
+    pub fn kernel_frames(&self) -> Result<(), &str> {
+        self.kernel_frames
+            .as_ref()
+            .map(|_| ())
+            .map_err(String::as_str)
+    }
+
+    /// Waits at most `timeout` for a ring to fill past its wakeup mark.
+    pub fn wait(&self, timeout: Duration) {
+        let mut fds: Vec<libc::pollfd> = self
+            .rings
+            .iter()
+            .map(|r| libc::pollfd {
+                fd: r.fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs for the call.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    }
+
+    /// Hands every record the rings hold to `each`, oldest first within each CPU's ring.
+    pub fn read(&mut self, mut each: impl FnMut(Result<Record, RecordError>)) {
+        for ring in &mut self.rings {
+            ring.read(&mut each);
+        }
+    }
+}
+
+fn open_event(pid: i32, cpu: i32, config: &SamplerConfig, kernel: bool) -> io::Result<OwnedFd> {
+    // SAFETY: perf_event_attr is plain data; all zeroes is its documented default.
+    let mut attr: sys::bindings::perf_event_attr = unsafe { std::mem::zeroed() };
+    attr.type_ = sys::bindings::PERF_TYPE_SOFTWARE;
+    attr.size = std::mem::size_of::<sys::bindings::perf_event_attr>() as u32;
+    attr.config = u64::from(sys::bindings::PERF_COUNT_SW_CPU_CLOCK);
+    attr.__bindgen_anon_1.sample_period = config.period_ns.max(10_000);
+    attr.sample_type = u64::from(
+        sys::bindings::PERF_SAMPLE_IP
+            | sys::bindings::PERF_SAMPLE_TID
+            | sys::bindings::PERF_SAMPLE_TIME
+            | sys::bindings::PERF_SAMPLE_CPU
+            | sys::bindings::PERF_SAMPLE_PERIOD
+            | sys::bindings::PERF_SAMPLE_CALLCHAIN,
+    );
+    attr.set_disabled(u64::from(config.enable_on_exec));
+    attr.set_enable_on_exec(u64::from(config.enable_on_exec));
+    attr.set_inherit(1);
+    attr.set_mmap(1);
+    attr.set_mmap2(1);
+    attr.set_comm(1);
+    attr.set_comm_exec(1);
+    attr.set_task(1);
+    attr.set_sample_id_all(1);
+    attr.set_exclude_kernel(u64::from(!kernel));
+    attr.set_exclude_callchain_kernel(u64::from(!kernel));
+    attr.set_exclude_hv(1);
+    // The clock EventPipe timestamps use, so the two merge on one clock.
+    attr.set_use_clockid(1);
+    attr.clockid = libc::CLOCK_MONOTONIC;
+    // Wake a reader when a quarter of the ring is full.
+    attr.set_watermark(1);
+    attr.__bindgen_anon_2.wakeup_watermark = (config.ring_pages * page_size() / 4) as u32;
+    attr.set_build_id(1);
+    let flags = libc::c_ulong::from(sys::bindings::PERF_FLAG_FD_CLOEXEC);
+    // SAFETY: `attr` is a valid, initialized perf_event_attr whose size field is its size.
+    let fd = unsafe { sys::perf_event_open(&mut attr, pid, cpu, -1, flags) };
+    if fd < 0 {
+        let first = io::Error::last_os_error();
+        if first.raw_os_error() != Some(libc::EINVAL) {
+            return Err(first);
+        }
+        // Kernels before 5.12 know no build ids in mmap records.
+        attr.set_build_id(0);
+        // SAFETY: as above.
+        let fd = unsafe { sys::perf_event_open(&mut attr, pid, cpu, -1, flags) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just returned by the kernel and is owned by nothing else.
+        return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
+    }
+    // SAFETY: `fd` was just returned by the kernel and is owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn is_permission(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM))
+}
+
+fn open_error(e: io::Error, pid: i32) -> Error {
+    match e.raw_os_error() {
+        Some(libc::EACCES | libc::EPERM) => Error::Permission {
+            paranoid: paranoid(),
+        },
+        Some(libc::ESRCH) => Error::NoProcess(pid),
+        Some(libc::ENOENT | libc::ENOSYS | libc::EOPNOTSUPP) => Error::Unavailable(e),
+        _ => Error::Open(e),
+    }
+}
+
+/// `kernel.perf_event_paranoid`.
+pub(crate) fn paranoid() -> Option<i32> {
+    let mut s = String::new();
+    File::open("/proc/sys/kernel/perf_event_paranoid")
+        .and_then(|mut f| f.read_to_string(&mut s))
+        .ok()?;
+    s.trim().parse().ok()
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(n).unwrap_or(4096)
+}
+
+/// The online CPUs, from `/sys/devices/system/cpu/online` (`0-3,5`), else all configured.
+fn online_cpus() -> Vec<i32> {
+    let parsed = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|s| {
+            let mut cpus = Vec::new();
+            for part in s.trim().split(',') {
+                let (a, b) = part.split_once('-').unwrap_or((part, part));
+                let (a, b): (i32, i32) = (a.parse().ok()?, b.parse().ok()?);
+                cpus.extend(a..=b);
+            }
+            Some(cpus)
+        });
+    parsed.filter(|c| !c.is_empty()).unwrap_or_else(|| {
+        // SAFETY: sysconf has no preconditions.
+        let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+        (0..i32::try_from(n).unwrap_or(1).max(1)).collect()
+    })
+}
+
+/// One CPU's ring buffer: a metadata page, then `2^n` data pages the kernel writes records
+/// into and this reader consumes.
+#[derive(Debug)]
+struct Ring {
+    fd: OwnedFd,
+    base: *mut u8,
+    mapped: usize,
+    data_size: u64,
+    /// A record that wraps around the ring's end, made whole.
+    scratch: Vec<u8>,
+}
+
+// SAFETY: the mapping belongs to this Ring alone; moving it to another thread moves its only
+// reader with it.
+unsafe impl Send for Ring {}
+
+impl Ring {
+    fn map(fd: OwnedFd, pages: usize) -> Result<Ring, Error> {
+        let pages = pages.max(1).next_power_of_two();
+        let mapped = (pages + 1) * page_size();
+        // SAFETY: mapping a perf event fd shared and writable is how its ring is read; the
+        // result is checked before use and unmapped on drop.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                mapped,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(Error::Open(io::Error::last_os_error()));
+        }
+        Ok(Ring {
+            fd,
+            base: base.cast(),
+            mapped,
+            data_size: (pages * page_size()) as u64,
+            scratch: Vec::new(),
+        })
+    }
+
+    fn page(&self) -> *mut sys::bindings::perf_event_mmap_page {
+        self.base.cast()
+    }
+
+    fn read(&mut self, each: &mut impl FnMut(Result<Record, RecordError>)) {
+        let page = self.page();
+        // SAFETY: `page` is the mapped metadata page; data_head and data_tail are naturally
+        // aligned u64 fields the kernel and this reader share through atomic accesses.
+        let (head, tail) = unsafe {
+            (
+                AtomicU64::from_ptr(std::ptr::addr_of_mut!((*page).data_head)),
+                AtomicU64::from_ptr(std::ptr::addr_of_mut!((*page).data_tail)),
+            )
+        };
+        // Ordering: the kernel writes a record, then (smp_wmb) moves data_head past it; the
+        // Acquire load makes the records before the head visible here. The Release store of
+        // data_tail below comes after every read of the records it frees, so the kernel
+        // cannot overwrite one that is still being read.
+        let end = head.load(Ordering::Acquire);
+        let mut at = tail.load(Ordering::Relaxed);
+        // SAFETY: the data pages follow the metadata page within the mapping.
+        let data = unsafe { self.base.add(page_size()) };
+        while at < end {
+            let mut header = [0u8; 8];
+            self.copy_out(data, at, &mut header);
+            let size = u64::from(u16::from_le_bytes([header[6], header[7]]));
+            if size < 8 || at + size > end {
+                // A size the kernel never writes: skip what is there rather than loop.
+                each(record::parse(&header));
+                at = end;
+                break;
+            }
+            let mut bytes = std::mem::take(&mut self.scratch);
+            bytes.resize(size as usize, 0);
+            self.copy_out(data, at, &mut bytes);
+            each(record::parse(&bytes));
+            self.scratch = bytes;
+            at += size;
+        }
+        fence(Ordering::Release);
+        tail.store(at, Ordering::Release);
+    }
+
+    /// Copies `out.len()` bytes from ring position `at` (wrapping at the end of the data).
+    fn copy_out(&self, data: *const u8, at: u64, out: &mut [u8]) {
+        let offset = (at % self.data_size) as usize;
+        let first = out.len().min(self.data_size as usize - offset);
+        // SAFETY: `offset + first` and `out.len() - first` lie within the data pages (both
+        // are at most data_size), and `out` is a distinct Vec/array, so the ranges do not
+        // overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.add(offset), out.as_mut_ptr(), first);
+            std::ptr::copy_nonoverlapping(data, out.as_mut_ptr().add(first), out.len() - first);
+        }
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: `base` and `mapped` are exactly what mmap returned and was given; nothing
+        // refers to the mapping after this.
+        unsafe { libc::munmap(self.base.cast(), self.mapped) };
+    }
+}

@@ -1,0 +1,591 @@
+//! Perf records written as a NetTrace V6 trace in one-collect's shape (the shape of
+//! `dotnet-trace collect-linux`'s traces, which `eptrace report`/`convert` and TraceEvent
+//! read):
+//!
+//! * `Universal.Events/cpu`: one CPU sample, its stack leaf first (kernel frames, then
+//!   user ones), its thread and CPU in the header; `Value` 1, the trace's
+//!   `ExpectedCPUSamplingRate` the ns each stands for.
+//! * `Universal.System/ProcessCreate` (`NamespaceId` = pid, `Name`) and `ProcessExit`.
+//! * `Universal.System/ProcessMapping`: a mapped range of a process (`Id`, inclusive
+//!   `StartAddress`..`EndAddress`, `FileOffset`, `FileName`, `MetadataId`), with
+//!   `ProcessMappingMetadata` holding `{"build_id": ...}` when the kernel gave one; the
+//!   kernel is a `vmlinux` mapping over the upper half of the address space, its functions
+//!   that samples hit named by `ProcessSymbol` events (from `/proc/kallsyms`).
+//!
+//! Records arrive from several CPUs' rings, each in its own time order; they wait here
+//! until [`PerfTrace::flush_before`] says no earlier one can still come, and are written in
+//! time order, a pass at a time, so the file grows as the recording goes and a cut one
+//! keeps what was written.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::Write;
+
+use nettrace::write::{EventBlockBuilder, TraceWriter};
+use nettrace::{
+    EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, ThreadInfo, TraceInfo,
+};
+
+use crate::record::{Mmap, Record};
+
+/// Addresses from here up are the kernel's on x86_64 and arm64.
+const KERNEL_START: u64 = 0xffff_8000_0000_0000;
+
+/// Metadata ids.
+const CPU: u32 = 1;
+const PROCESS_CREATE: u32 = 2;
+const PROCESS_EXIT: u32 = 3;
+const PROCESS_MAPPING: u32 = 4;
+const PROCESS_SYMBOL: u32 = 5;
+const MAPPING_METADATA: u32 = 6;
+
+/// What a written trace holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// CPU samples.
+    pub samples: u64,
+    /// Samples whose stack reached into the kernel.
+    pub kernel_samples: u64,
+    /// Records the kernel dropped (its ring was full).
+    pub lost: u64,
+    /// Records that did not parse (none from a sane kernel).
+    pub malformed: u64,
+    /// Processes seen.
+    pub processes: u64,
+    /// Threads seen.
+    pub threads: u64,
+    /// Mappings written.
+    pub mappings: u64,
+}
+
+#[derive(Debug)]
+enum Pending {
+    Sample {
+        pid: u32,
+        tid: u32,
+        cpu: u32,
+        callchain: Vec<u64>,
+    },
+    Mapping(Mmap),
+    ProcessCreate {
+        pid: u32,
+        name: String,
+    },
+    ProcessExit {
+        pid: u32,
+    },
+    ThreadName {
+        pid: u32,
+        tid: u32,
+        name: String,
+    },
+}
+
+/// A V6 trace being written from perf records.
+#[derive(Debug)]
+pub struct PerfTrace<W: Write> {
+    out: TraceWriter<W>,
+    /// Records not yet written, by time (then arrival).
+    pending: BTreeMap<(u64, u64), Pending>,
+    arrivals: u64,
+    threads: HashMap<(u32, u32), u64>,
+    names: HashMap<(u32, u32), String>,
+    stacks: HashMap<Vec<u64>, u32>,
+    processes: BTreeSet<u32>,
+    /// Each process's kernel mapping id, and the kernel addresses its samples hit.
+    kernel: BTreeMap<u32, (u64, BTreeSet<u64>)>,
+    kernel_frames: bool,
+    next_mapping: u64,
+    sequence: u32,
+    last_time: u64,
+    summary: Summary,
+}
+
+/// `ProcessCreate`'s and the other rows' metadata.
+fn metadata() -> Vec<EventMetadata> {
+    let row = |id: u32, provider: &str, event_id: u32, name: &str, fields: &[(&str, FieldType)]| {
+        EventMetadata {
+            metadata_id: id,
+            provider: provider.to_owned(),
+            event_id,
+            event_name: name.to_owned(),
+            fields: fields
+                .iter()
+                .map(|(n, ty)| FieldDesc {
+                    name: (*n).to_owned(),
+                    ty: ty.clone(),
+                })
+                .collect(),
+            ..EventMetadata::default()
+        }
+    };
+    use FieldType::{Char8 as Str, VarUInt as Num};
+    let sys = "Universal.System";
+    vec![
+        row(CPU, "Universal.Events", 1, "cpu", &[("Value", Num)]),
+        row(
+            PROCESS_CREATE,
+            sys,
+            1,
+            "ProcessCreate",
+            &[("NamespaceId", Num), ("Name", Str), ("NamespaceName", Str)],
+        ),
+        row(PROCESS_EXIT, sys, 2, "ProcessExit", &[]),
+        row(
+            PROCESS_MAPPING,
+            sys,
+            3,
+            "ProcessMapping",
+            &[
+                ("Id", Num),
+                ("StartAddress", Num),
+                ("EndAddress", Num),
+                ("FileOffset", Num),
+                ("FileName", Str),
+                ("MetadataId", Num),
+            ],
+        ),
+        row(
+            PROCESS_SYMBOL,
+            sys,
+            4,
+            "ProcessSymbol",
+            &[
+                ("Id", Num),
+                ("MappingId", Num),
+                ("StartAddress", Num),
+                ("EndAddress", Num),
+                ("Name", Str),
+            ],
+        ),
+        row(
+            MAPPING_METADATA,
+            sys,
+            5,
+            "ProcessMappingMetadata",
+            &[
+                ("Id", Num),
+                ("SymbolMetadata", Str),
+                ("VersionMetadata", Str),
+            ],
+        ),
+    ]
+}
+
+/// A payload under construction: LEB128 numbers and u16-counted UTF-8 strings.
+#[derive(Default)]
+struct Payload(Vec<u8>);
+
+impl Payload {
+    fn num(mut self, mut v: u64) -> Self {
+        loop {
+            let byte = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                self.0.push(byte);
+                return self;
+            }
+            self.0.push(byte | 0x80);
+        }
+    }
+
+    fn str(mut self, s: &str) -> Self {
+        let bytes = &s.as_bytes()[..s.len().min(usize::from(u16::MAX))];
+        self.0.extend((bytes.len() as u16).to_le_bytes());
+        self.0.extend(bytes);
+        self
+    }
+}
+
+impl<W: Write> PerfTrace<W> {
+    /// Starts a trace: `sync_ticks` is the sampler clock's (CLOCK_MONOTONIC, ns) reading at
+    /// `sync_utc`; `period_ns` the CPU time a sample stands for; `kernel_frames` whether
+    /// samples can hold kernel frames (then the kernel gets a mapping in each process).
+    ///
+    /// # Errors
+    /// Writing fails.
+    pub fn new(
+        out: W,
+        sync_utc: std::time::SystemTime,
+        sync_ticks: u64,
+        period_ns: u64,
+        processors: u32,
+        kernel_frames: bool,
+    ) -> Result<Self, nettrace::Error> {
+        let mut info = TraceInfo::new(FormatVersion::V6, 8);
+        let utc_nanos = sync_utc
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i128);
+        info.sync_time_utc = nettrace::SystemTime::from_unix_nanos(utc_nanos);
+        info.sync_time_ticks = sync_ticks as i64;
+        info.expected_cpu_sampling_rate = Some(period_ns);
+        info.processor_count = Some(processors);
+        let mut out = TraceWriter::new(out, &info)?;
+        out.write_metadata_block(&metadata())?;
+        Ok(PerfTrace {
+            out,
+            pending: BTreeMap::new(),
+            arrivals: 0,
+            threads: HashMap::new(),
+            names: HashMap::new(),
+            stacks: HashMap::new(),
+            processes: BTreeSet::new(),
+            kernel: BTreeMap::new(),
+            kernel_frames,
+            next_mapping: 1,
+            sequence: 0,
+            last_time: 0,
+            summary: Summary::default(),
+        })
+    }
+
+    /// Takes one record (or one that did not parse).
+    pub fn add(&mut self, record: Result<Record, crate::RecordError>) {
+        let Ok(record) = record else {
+            self.summary.malformed += 1;
+            return;
+        };
+        let (time, pending) = match record {
+            Record::Sample(s) => (
+                s.time,
+                Pending::Sample {
+                    pid: s.pid,
+                    tid: s.tid,
+                    cpu: s.cpu,
+                    callchain: s.callchain,
+                },
+            ),
+            Record::Mmap(m) if m.executable => (m.time, Pending::Mapping(m)),
+            Record::Comm {
+                pid,
+                tid,
+                name,
+                exec,
+                time,
+            } => {
+                if exec && pid == tid {
+                    self.push(
+                        time,
+                        Pending::ProcessCreate {
+                            pid,
+                            name: name.clone(),
+                        },
+                    );
+                }
+                (time, Pending::ThreadName { pid, tid, name })
+            }
+            Record::Exit { pid, tid, time } if pid == tid => (time, Pending::ProcessExit { pid }),
+            Record::Lost { count } => {
+                self.summary.lost += count;
+                return;
+            }
+            _ => return,
+        };
+        self.push(time, pending);
+    }
+
+    fn push(&mut self, time: u64, pending: Pending) {
+        self.arrivals += 1;
+        self.pending.insert((time, self.arrivals), pending);
+    }
+
+    /// Writes every record earlier than `time` (ns on the sampler's clock): the caller knows
+    /// that no earlier one is still to come.
+    ///
+    /// # Errors
+    /// Writing fails.
+    pub fn flush_before(&mut self, time: u64) -> Result<(), nettrace::Error> {
+        let later = self.pending.split_off(&(time, 0));
+        let ready = std::mem::replace(&mut self.pending, later);
+        self.write(ready)
+    }
+
+    fn write(&mut self, ready: BTreeMap<(u64, u64), Pending>) -> Result<(), nettrace::Error> {
+        let mut threads = Vec::new();
+        let mut new_stacks: Vec<Vec<u8>> = Vec::new();
+        let first_stack = self.stacks.len() as u32 + 1;
+        let mut events: Vec<(EventHeader, Vec<u8>)> = Vec::new();
+        for ((time, _), pending) in ready {
+            let (pid, tid, metadata, stack_id, cpu, payload) = match pending {
+                Pending::Sample {
+                    pid,
+                    tid,
+                    cpu,
+                    callchain,
+                } => {
+                    self.summary.samples += 1;
+                    if callchain.first().is_some_and(|&a| a >= KERNEL_START) {
+                        self.summary.kernel_samples += 1;
+                    }
+                    if self.kernel_frames {
+                        let hits = &mut self.kernel.entry(pid).or_default().1;
+                        hits.extend(callchain.iter().filter(|&&a| a >= KERNEL_START));
+                    }
+                    let next = self.stacks.len() as u32 + 1;
+                    let stack_id = *self.stacks.entry(callchain).or_insert_with_key(|chain| {
+                        new_stacks.push(chain.iter().flat_map(|a| a.to_le_bytes()).collect());
+                        next
+                    });
+                    (pid, tid, CPU, stack_id, cpu, Payload::default().num(1))
+                }
+                Pending::ProcessCreate { pid, name } => {
+                    if !self.processes.insert(pid) {
+                        // A second exec of a process: its new name only.
+                        continue;
+                    }
+                    self.summary.processes += 1;
+                    let p = Payload::default()
+                        .num(u64::from(pid))
+                        .str(&name)
+                        .str("Unknown");
+                    (pid, 0, PROCESS_CREATE, 0, 0, p)
+                }
+                Pending::ProcessExit { pid } => (pid, 0, PROCESS_EXIT, 0, 0, Payload::default()),
+                Pending::ThreadName { pid, tid, name } => {
+                    self.names.insert((pid, tid), name);
+                    if let Some(&index) = self.threads.get(&(pid, tid)) {
+                        threads.push(self.thread_row(index, pid, tid));
+                    }
+                    continue;
+                }
+                Pending::Mapping(m) => {
+                    self.summary.mappings += 1;
+                    let id = self.next_mapping;
+                    self.next_mapping += 1;
+                    let metadata_id = match &m.build_id {
+                        Some(build_id) => {
+                            let hex: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
+                            let json = format!(r#"{{"type": "ELF", "build_id": "{hex}"}}"#);
+                            let p = Payload::default().num(id).str(&json).str("");
+                            events.push(self.header_for(
+                                &mut threads,
+                                (m.pid, 0),
+                                MAPPING_METADATA,
+                                0,
+                                0,
+                                time,
+                                p,
+                            ));
+                            id
+                        }
+                        None => 0,
+                    };
+                    let p = Payload::default()
+                        .num(id)
+                        .num(m.start)
+                        .num(m.start.saturating_add(m.len.max(1) - 1))
+                        .num(m.file_offset)
+                        .str(&m.file_name)
+                        .num(metadata_id);
+                    (m.pid, 0, PROCESS_MAPPING, 0, 0, p)
+                }
+            };
+            if metadata == PROCESS_CREATE && self.kernel_frames {
+                let id = self.next_mapping;
+                self.next_mapping += 1;
+                self.kernel.entry(pid).or_default().0 = id;
+                let p = Payload::default()
+                    .num(id)
+                    .num(KERNEL_START)
+                    .num(u64::MAX)
+                    .num(0)
+                    .str("vmlinux")
+                    .num(0);
+                events.push(self.header_for(
+                    &mut threads,
+                    (pid, 0),
+                    PROCESS_MAPPING,
+                    0,
+                    0,
+                    time,
+                    p,
+                ));
+            }
+            events.push(self.header_for(
+                &mut threads,
+                (pid, tid),
+                metadata,
+                stack_id,
+                cpu,
+                time,
+                payload,
+            ));
+        }
+        if !new_stacks.is_empty() {
+            let refs: Vec<&[u8]> = new_stacks.iter().map(Vec::as_slice).collect();
+            self.out.write_stack_block(first_stack, &refs)?;
+        }
+        self.write_events(&threads, &events)
+    }
+
+    fn write_events(
+        &mut self,
+        threads: &[ThreadInfo],
+        events: &[(EventHeader, Vec<u8>)],
+    ) -> Result<(), nettrace::Error> {
+        if !threads.is_empty() {
+            self.out.write_thread_block(threads)?;
+        }
+        let mut block = EventBlockBuilder::new(FormatVersion::V6);
+        for (header, payload) in events {
+            block.push(header, payload);
+            if block.len() >= 60_000 {
+                self.out.write_event_block(&mut block)?;
+                block.clear();
+            }
+        }
+        if !block.is_empty() {
+            self.out.write_event_block(&mut block)?;
+        }
+        Ok(())
+    }
+
+    fn thread_row(&self, index: u64, pid: u32, tid: u32) -> ThreadInfo {
+        ThreadInfo {
+            index,
+            name: self.names.get(&(pid, tid)).cloned(),
+            process_id: Some(u64::from(pid)),
+            thread_id: Some(u64::from(tid)),
+            key_values: Vec::new(),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn header_for(
+        &mut self,
+        threads: &mut Vec<ThreadInfo>,
+        (pid, tid): (u32, u32),
+        metadata_id: u32,
+        stack_id: u32,
+        processor: u32,
+        time: u64,
+        payload: Payload,
+    ) -> (EventHeader, Vec<u8>) {
+        let index = match self.threads.get(&(pid, tid)) {
+            Some(&index) => index,
+            None => {
+                let index = self.threads.len() as u64 + 1;
+                self.threads.insert((pid, tid), index);
+                if tid != 0 {
+                    self.summary.threads += 1;
+                }
+                threads.push(self.thread_row(index, pid, tid));
+                index
+            }
+        };
+        self.sequence = self.sequence.wrapping_add(1);
+        let header = EventHeader {
+            metadata_id,
+            sequence_number: self.sequence,
+            thread: index,
+            capture_thread: 0,
+            processor,
+            stack_id,
+            timestamp: time as i64,
+            is_sorted: time >= self.last_time,
+            payload_size: payload.0.len() as u32,
+            ..EventHeader::default()
+        };
+        self.last_time = self.last_time.max(time);
+        (header, payload.0)
+    }
+
+    /// Writes what is left, the kernel functions samples hit (from `kallsyms`: the text of
+    /// `/proc/kallsyms`, when readable), and the trace's end.
+    ///
+    /// # Errors
+    /// Writing fails.
+    pub fn finish(mut self, kallsyms: Option<&str>) -> Result<(W, Summary), nettrace::Error> {
+        let rest = std::mem::take(&mut self.pending);
+        self.write(rest)?;
+        if let Some(table) = kallsyms.map(kernel_symbols) {
+            let mut threads = Vec::new();
+            let mut events = Vec::new();
+            let mut symbol_id = 0;
+            let kernel = std::mem::take(&mut self.kernel);
+            for (pid, (mapping, hits)) in kernel {
+                if mapping == 0 {
+                    continue;
+                }
+                let mut named = BTreeSet::new();
+                for address in hits {
+                    let Some((&start, (end, name))) = table.range(..=address).next_back() else {
+                        continue;
+                    };
+                    if address > *end || !named.insert(start) {
+                        continue;
+                    }
+                    let p = Payload::default()
+                        .num(symbol_id)
+                        .num(mapping)
+                        .num(start)
+                        .num(*end)
+                        .str(name);
+                    symbol_id += 1;
+                    let time = self.last_time;
+                    events.push(self.header_for(
+                        &mut threads,
+                        (pid, 0),
+                        PROCESS_SYMBOL,
+                        0,
+                        0,
+                        time,
+                        p,
+                    ));
+                }
+            }
+            self.write_events(&threads, &events)?;
+        }
+        let summary = self.summary.clone();
+        Ok((self.out.finish()?, summary))
+    }
+}
+
+/// `/proc/kallsyms`' text functions: start → (inclusive end, name); each ends where the
+/// next begins.
+fn kernel_symbols(text: &str) -> BTreeMap<u64, (u64, String)> {
+    let mut starts: Vec<(u64, &str)> = text
+        .lines()
+        .filter_map(|l| {
+            let mut cols = l.split_whitespace();
+            let address = u64::from_str_radix(cols.next()?, 16).ok()?;
+            let kind = cols.next()?;
+            let name = cols.next()?;
+            (address != 0 && matches!(kind, "t" | "T")).then_some((address, name))
+        })
+        .collect();
+    starts.sort_unstable();
+    starts.dedup_by_key(|s| s.0);
+    let mut table = BTreeMap::new();
+    for (i, &(start, name)) in starts.iter().enumerate() {
+        let end = starts
+            .get(i + 1)
+            .map_or(start.saturating_add(0xfff), |next| next.0 - 1);
+        table.insert(start, (end, name.to_owned()));
+    }
+    table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kallsyms_text_functions_end_where_the_next_begins() {
+        let table = kernel_symbols(
+            "ffffffff81000000 T _stext\n\
+             ffffffff81000100 t helper [mod]\n\
+             ffffffff81000200 D some_data\n\
+             0000000000000000 T hidden\n\
+             ffffffff81000300 T last\n",
+        );
+        assert_eq!(
+            table.get(&0xffff_ffff_8100_0000),
+            Some(&(0xffff_ffff_8100_00ff, "_stext".to_owned()))
+        );
+        assert_eq!(
+            table.get(&0xffff_ffff_8100_0100).unwrap().0,
+            0xffff_ffff_8100_02ff
+        );
+        assert_eq!(table.len(), 3);
+    }
+}
