@@ -400,7 +400,7 @@ mod tests {
             }
         );
         let mut body = Vec::new();
-        for v in [3u32, 1, 9, 1] {
+        for v in [3u32, 3, 9, 3] {
             body.extend(v.to_le_bytes());
         }
         body.extend(55u64.to_le_bytes());
