@@ -80,7 +80,14 @@ pub(crate) fn do_record(config: &Config) -> Result<()> {
     .with_context(|| format!("cannot write {}", path.display()))?;
     let interactive = std::io::stderr().is_terminal();
     let stop = crate::collect::watch_for_stop(interactive)?;
-    let mut child = held.release()?;
+    let mut child = match held.release() {
+        Ok(child) => child,
+        Err(e) => {
+            drop(trace);
+            std::fs::remove_file(&path).ok();
+            return Err(e.into());
+        }
+    };
     eprintln!(
         "Recording {name} (pid {pid}) at {} Hz into {}",
         config.rate_hz,

@@ -37,8 +37,13 @@ pub fn spawn_held(argv: &[OsString]) -> Result<HeldChild, Error> {
         .first()
         .ok_or_else(|| Error::Launch("no program to run".to_owned()))?;
     let shown = program.to_string_lossy().into_owned();
-    let path = resolve(program)
-        .ok_or_else(|| Error::Launch(format!("{shown}: not found (nor on PATH)")))?;
+    let path = resolve(program).ok_or_else(|| {
+        Error::Launch(if program.as_bytes().contains(&b'/') {
+            format!("cannot run {shown}: no such executable file")
+        } else {
+            format!("{shown}: not found (nor on PATH)")
+        })
+    })?;
     let cstring = |s: &OsStr| {
         CString::new(s.as_bytes())
             .map_err(|_| Error::Launch(format!("{shown}: an argument holds a NUL byte")))
@@ -198,7 +203,8 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), Error> {
 /// file of that name on PATH.
 fn resolve(program: &OsStr) -> Option<PathBuf> {
     if program.as_bytes().contains(&b'/') {
-        return Some(PathBuf::from(program));
+        let path = PathBuf::from(program);
+        return is_executable(&path).then_some(path);
     }
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
     std::env::split_paths(&path)

@@ -1,0 +1,339 @@
+//! `eptrace record -- CMD` held against Linux `perf record` on the same program: a C
+//! program (built here with gcc, frame pointers kept) whose two threads spend their CPU
+//! time in `hot_a` (3 parts), `hot_b` (1 part) and in the kernel reading `/dev/zero` from
+//! `in_kernel` (2 parts). Each function's self share (the kernel's `read_zero` among them),
+//! and the share of samples in the kernel, agree with perf's within 3 percentage points; the worker thread has the name it
+//! gave itself; the samples stand for the CPU time the program measured itself; the trace
+//! reads back with as many samples as `record` said it wrote.
+//!
+//! perf comes from Debian's `linux-perf` (`ci/perf.sh`); without it the comparison is
+//! skipped with a notice, unless `EVENTPIPE_REQUIRE_PERF=1` (set by `.ci/run`).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use support::{eptrace, eptrace_ok, text};
+
+const PROGRAM: &str = r#"
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile uint64_t sink;
+static char buffer[1 << 20];
+
+/* Each spins in its own body, so that it is the sampled leaf. */
+__attribute__((noinline)) void hot_a(void) {
+    uint64_t x = sink | 1;
+    for (int i = 0; i < 3000000; i++) { x ^= x << 13; x ^= x >> 7; x ^= x << 17; }
+    sink = x;
+}
+__attribute__((noinline)) void hot_b(void) {
+    uint64_t x = sink | 3;
+    for (int i = 0; i < 1000000; i++) { x ^= x << 7; x ^= x >> 9; x ^= x << 8; }
+    sink = x;
+}
+/* Time in the kernel: zeroing pages into user memory. */
+__attribute__((noinline)) void in_kernel(int fd) {
+    for (int i = 0; i < 60; i++) {
+        if (read(fd, buffer, sizeof buffer) < 0) return;
+    }
+}
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+__attribute__((noinline)) void *work(void *arg) {
+    int fd = open("/dev/zero", O_RDONLY);
+    double end = now() + 1.5;
+    while (now() < end) { hot_a(); hot_b(); in_kernel(fd); }
+    close(fd);
+    return 0;
+}
+static void *worker(void *arg) {
+    prctl(PR_SET_NAME, "rec-worker");
+    return work(arg);
+}
+int main(void) {
+    pthread_t t;
+    pthread_create(&t, 0, worker, 0);
+    work(0);
+    pthread_join(t, 0);
+    struct timespec cpu;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
+    printf("cpu_ms %f\n", cpu.tv_sec * 1e3 + cpu.tv_nsec / 1e6);
+    return 0;
+}
+"#;
+
+/// The program, compiled once into the temp dir.
+fn program() -> PathBuf {
+    static PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("eptrace-record-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let source = dir.join("hot.c");
+        std::fs::write(&source, PROGRAM).unwrap();
+        let binary = dir.join("hot");
+        let out = Command::new("gcc")
+            .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
+            .arg(&binary)
+            .arg(&source)
+            .output()
+            .expect("gcc runs");
+        assert!(out.status.success(), "gcc: {}", text(&out.stderr));
+        binary
+    })
+    .clone()
+}
+
+/// Linux perf, or `None` (with a notice) where it is absent and not required.
+fn perf() -> Option<PathBuf> {
+    let found = Command::new("perf")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if found {
+        return Some(PathBuf::from("perf"));
+    }
+    if std::env::var_os("EVENTPIPE_REQUIRE_PERF").is_some_and(|v| v == "1") {
+        panic!("perf is not installed, and EVENTPIPE_REQUIRE_PERF=1 (run bash ci/perf.sh)");
+    }
+    eprintln!("skipping the comparison with perf: perf is not installed (bash ci/perf.sh)");
+    None
+}
+
+/// Shares of the samples: each leaf function's, and `kernel` (leaf in the kernel).
+fn shares(stacks: &[(Vec<String>, bool, f64)]) -> BTreeMap<String, f64> {
+    let total: f64 = stacks.iter().map(|s| s.2).sum();
+    let mut out = BTreeMap::new();
+    for (frames, kernel_leaf, weight) in stacks {
+        let share = weight / total * 100.0;
+        if let Some(leaf) = frames.first() {
+            *out.entry(leaf.clone()).or_insert(0.0) += share;
+        }
+        if *kernel_leaf {
+            *out.entry("kernel".to_owned()).or_insert(0.0) += share;
+        }
+    }
+    out
+}
+
+/// Our trace's stacks, leaf first, from its collapsed stacks and its kernel frames' module.
+fn our_stacks(trace: &Path) -> Vec<(Vec<String>, bool, f64)> {
+    let folded = trace.with_extension("folded");
+    eptrace_ok(
+        "convert -f collapsed",
+        &[
+            "convert",
+            "-f",
+            "collapsed",
+            "-o",
+            folded.to_str().unwrap(),
+            trace.to_str().unwrap(),
+        ],
+    );
+    let kernel = kernel_functions(trace);
+    let stacks = std::fs::read_to_string(&folded)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let (stack, weight) = l.rsplit_once(' ')?;
+            let frames: Vec<String> = stack.split(';').rev().map(str::to_owned).collect();
+            let kernel_leaf = kernel.contains(frames.first()?);
+            Some((frames, kernel_leaf, weight.parse().ok()?))
+        })
+        .collect();
+    std::fs::remove_file(folded).ok();
+    stacks
+}
+
+/// The functions our trace names in the kernel (module `vmlinux`), from its speedscope file.
+fn kernel_functions(trace: &Path) -> std::collections::BTreeSet<String> {
+    let json = trace.with_extension("speedscope.json");
+    eptrace_ok(
+        "convert -f speedscope",
+        &[
+            "convert",
+            "-f",
+            "speedscope",
+            "-o",
+            json.to_str().unwrap(),
+            trace.to_str().unwrap(),
+        ],
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_file(json).ok();
+    doc["shared"]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["file"].as_str().is_some_and(|m| m.contains("vmlinux")))
+        .map(|f| f["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// perf's stacks, leaf first, from `perf script` of its recording.
+fn perf_stacks(perf: &Path, data: &Path) -> Vec<(Vec<String>, bool, f64)> {
+    let out = Command::new(perf)
+        .args(["script", "-F", "period,ip,sym,dso", "-i"])
+        .arg(data)
+        .output()
+        .expect("perf script runs");
+    assert!(out.status.success(), "perf script: {}", text(&out.stderr));
+    let mut stacks = Vec::new();
+    for block in text(&out.stdout).split("\n\n") {
+        let mut lines = block.lines().filter(|l| !l.trim().is_empty());
+        let Some(period) = lines.next().and_then(|l| l.trim().parse::<f64>().ok()) else {
+            continue;
+        };
+        let mut kernel_leaf = false;
+        let frames: Vec<String> = lines
+            .enumerate()
+            .map(|(i, l)| {
+                // "    addr sym+0x12 (dso)"
+                let mut cols = l.split_whitespace().skip(1);
+                let sym = cols.next().unwrap_or("?");
+                let dso = cols.last().unwrap_or("");
+                if i == 0 {
+                    kernel_leaf = dso.contains("kernel.kallsyms") || dso.contains("vmlinux");
+                }
+                sym.split("+0x").next().unwrap_or(sym).to_owned()
+            })
+            .collect();
+        if !frames.is_empty() {
+            stacks.push((frames, kernel_leaf, period));
+        }
+    }
+    stacks
+}
+
+#[test]
+fn a_program_recorded_as_it_is_agrees_with_perf() {
+    let program = program();
+    let dir = program.parent().unwrap().to_path_buf();
+    let trace = dir.join("hot.nettrace");
+    let out = eptrace_ok(
+        "record",
+        &[
+            "record",
+            "-o",
+            trace.to_str().unwrap(),
+            "--",
+            program.to_str().unwrap(),
+        ],
+    );
+    let stderr = text(&out.stderr);
+    // What it says it wrote is what the trace holds.
+    let written: u64 = stderr
+        .split(": ")
+        .find_map(|part| {
+            part.strip_suffix(" CPU samples")
+                .or_else(|| part.split_once(" CPU samples").map(|(n, _)| n))
+        })
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no sample count in: {stderr}"));
+    let report = eptrace_ok("report", &["report", trace.to_str().unwrap()]);
+    let report = text(&report.stdout);
+    assert!(
+        report.contains(&format!("{written}  Universal.Events/cpu")),
+        "{written} samples said, report: {report}"
+    );
+    // The worker's own name, and the samples worth the CPU time the program measured.
+    assert!(report.contains("rec-worker"), "{report}");
+    let cpu_ms: f64 = text(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("cpu_ms ")?.trim().parse().ok())
+        .expect("the program prints its CPU time");
+    let sampled_ms = written as f64 * (1e3 / 999.0);
+    assert!(
+        (sampled_ms - cpu_ms).abs() <= 0.05 * cpu_ms,
+        "{written} samples stand for {sampled_ms:.0} ms; the program used {cpu_ms:.0} ms"
+    );
+
+    let ours = shares(&our_stacks(&trace));
+    let Some(perf) = perf() else { return };
+    let data = dir.join("perf.data");
+    let recorded = Command::new(&perf)
+        .args([
+            "record",
+            "-q",
+            "-e",
+            "cpu-clock",
+            "-c",
+            "1001001",
+            "-g",
+            "-o",
+        ])
+        .arg(&data)
+        .arg("--")
+        .arg(&program)
+        .output()
+        .expect("perf record runs");
+    assert!(
+        recorded.status.success(),
+        "perf record: {}",
+        text(&recorded.stderr)
+    );
+    let theirs = shares(&perf_stacks(&perf, &data));
+    eprintln!("eptrace record: {ours:?}\nperf: {theirs:?}");
+    for key in ["hot_a", "hot_b", "kernel", "read_zero"] {
+        let (a, b) = (
+            ours.get(key).copied().unwrap_or(0.0),
+            theirs.get(key).copied().unwrap_or(0.0),
+        );
+        assert!(
+            (a - b).abs() <= 3.0,
+            "{key}: {a:.1} % of eptrace record's samples, {b:.1} % of perf's\nours: {ours:?}\nperf: {theirs:?}"
+        );
+    }
+    // The workload's parts are all there: 3 : 1 : 2 in time, roughly.
+    assert!(
+        theirs.get("hot_a").copied().unwrap_or(0.0) > 20.0,
+        "{theirs:?}"
+    );
+    assert!(
+        ours.get("kernel").copied().unwrap_or(0.0) > 10.0,
+        "{ours:?}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_program_that_cannot_run_is_an_error_and_leaves_no_trace() {
+    let trace = std::env::temp_dir().join(format!(
+        "eptrace-record-missing-{}.nettrace",
+        std::process::id()
+    ));
+    let out = eptrace(&[
+        "record",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        "/nonexistent/program",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("cannot run /nonexistent/program"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!trace.exists());
+    let out = eptrace(&["record", "--", "no-such-program-anywhere"]);
+    assert!(
+        text(&out.stderr).contains("no-such-program-anywhere: not found"),
+        "{}",
+        text(&out.stderr)
+    );
+    // Without a program: a usage error.
+    assert_eq!(eptrace(&["record"]).status.code(), Some(2));
+}
