@@ -20,7 +20,7 @@ mkdir -p "$ROOT"
 LIBRARIES=(-p eventpipe-guid -p nettrace -p eventpipe-core -p eventpipe -p eventpipe-ipc -p eventpipe-symbols
   -p eventpipe-heap -p eventpipe-counters -p eventpipe-insight -p eventpipe-tracing
   -p eventpipe-metrics -p eventpipe-profiler -p eventpipe-profiler-macros -p eventpipe-export
-  -p eventpipe-client -p eventpipe-perf)
+  -p eventpipe-client -p eventpipe-perf -p eventpipe-unwind)
 MAC=x86_64-apple-darwin
 WIN=x86_64-pc-windows-gnu
 

@@ -727,6 +727,13 @@ struct RecordArgs {
     /// User frames only: ask for no kernel frames.
     #[arg(long)]
     no_kernel: bool,
+    /// How user stacks are walked: `dwarf` (a copy of each sample's stack, unwound with
+    /// the binaries' .eh_frame: whole stacks through code without frame pointers) or `fp`
+    /// (the kernel's frame-pointer walk only: less data, stacks end at the first function
+    /// without one).
+    #[arg(long = "call-graph", value_name = "HOW", default_value = "dwarf",
+          value_parser = ["dwarf", "fp"])]
+    call_graph: String,
     /// The trace file [default: NAME_PID.nettrace].
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<PathBuf>,
@@ -986,6 +993,7 @@ impl Cli {
                 rate_hz: a.rate,
                 duration: a.duration,
                 kernel: !a.no_kernel,
+                user_stack_bytes: if a.call_graph == "dwarf" { 16 << 10 } else { 0 },
             }),
             Command::Diff(a) => Action::Diff(crate::diff::Config {
                 base: a.base,

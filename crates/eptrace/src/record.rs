@@ -26,6 +26,16 @@ pub(crate) struct Config {
     pub(crate) rate_hz: u32,
     pub(crate) duration: Option<Duration>,
     pub(crate) kernel: bool,
+    /// Bytes of each sample's user stack copied for unwinding (0: frame pointers only).
+    pub(crate) user_stack_bytes: u32,
+}
+
+/// Each CPU's ring, in pages: room for a pass (100 ms) of samples of a busy thread per CPU,
+/// four times over, with or without the stack copies.
+fn ring_pages(user_stack_bytes: u32, rate_hz: u32) -> usize {
+    let per_sample = 1024 + user_stack_bytes as usize;
+    let per_pass = per_sample * rate_hz as usize / 10;
+    (per_pass * 4 / 4096).clamp(64, 4096).next_power_of_two()
 }
 
 /// How long a pass waits for a ring to fill before reading anyway.
@@ -52,6 +62,8 @@ pub(crate) fn do_record(config: &Config) -> Result<()> {
     let sampling = SamplerConfig {
         kernel: config.kernel,
         enable_on_exec: true,
+        user_stack_bytes: config.user_stack_bytes,
+        ring_pages: ring_pages(config.user_stack_bytes, config.rate_hz),
         ..SamplerConfig::at_rate(config.rate_hz)
     };
     // A failure here drops `held`: the child sees the pipe close and exits unrun.
@@ -145,11 +157,12 @@ pub(crate) fn do_record(config: &Config) -> Result<()> {
     };
     let _ = writeln!(
         err,
-        "{ended}. Wrote {}: {} CPU samples ({} in the kernel), {} threads, {} processes, {} \
-         mappings; {} lost",
+        "{ended}. Wrote {}: {} CPU samples ({} in the kernel, {} unwound past the frame \
+         pointers), {} threads, {} processes, {} mappings; {} lost",
         path.display(),
         summary.samples,
         summary.kernel_samples,
+        summary.unwound,
         summary.threads,
         summary.processes,
         summary.mappings,

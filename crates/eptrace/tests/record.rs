@@ -4,7 +4,9 @@
 //! `in_kernel` (2 parts). Each function's self share (the kernel's `read_zero` among them),
 //! and the share of samples in the kernel, agree with perf's within 3 percentage points; the worker thread has the name it
 //! gave itself; the samples stand for the CPU time the program measured itself; the trace
-//! reads back with as many samples as `record` said it wrote.
+//! reads back with as many samples as `record` said it wrote. Built without frame pointers,
+//! its stacks still reach the thread's start (unwound from each sample's stack copy) as
+//! often as `perf record --call-graph dwarf`'s do.
 //!
 //! perf comes from Debian's `linux-perf` (`ci/perf.sh`); without it the comparison is
 //! skipped with a notice, unless `EVENTPIPE_REQUIRE_PERF=1` (set by `.ci/run`).
@@ -74,25 +76,69 @@ int main(void) {
 }
 "#;
 
-/// The program, compiled once into the temp dir.
-fn program() -> PathBuf {
-    static PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    PATH.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("eptrace-record-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let source = dir.join("hot.c");
-        std::fs::write(&source, PROGRAM).unwrap();
-        let binary = dir.join("hot");
-        let out = Command::new("gcc")
-            .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
-            .arg(&binary)
-            .arg(&source)
-            .output()
-            .expect("gcc runs");
-        assert!(out.status.success(), "gcc: {}", text(&out.stderr));
-        binary
-    })
-    .clone()
+/// The program compiled with `flags` as `name`, in a temp dir of its own.
+fn build(name: &str, flags: &[&str]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("eptrace-record-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let source = dir.join("hot.c");
+    std::fs::write(&source, PROGRAM).unwrap();
+    let binary = dir.join(name);
+    let out = Command::new("gcc")
+        .args(flags)
+        .args(["-g", "-pthread", "-o"])
+        .arg(&binary)
+        .arg(&source)
+        .output()
+        .expect("gcc runs");
+    assert!(out.status.success(), "gcc: {}", text(&out.stderr));
+    binary
+}
+
+/// `eptrace record` of `program` into `trace`.
+fn record(program: &Path, trace: &Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["record", "-o", trace.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    args.extend(["--", program.to_str().unwrap()]);
+    eptrace_ok("record", &args)
+}
+
+/// `perf record` of `program` into `data` at eptrace record's period, with `call_graph`.
+fn perf_record(perf: &Path, program: &Path, data: &Path, call_graph: &str) {
+    let recorded = Command::new(perf)
+        .args([
+            "record",
+            "-q",
+            "-e",
+            "cpu-clock",
+            "-c",
+            "1001001",
+            "--call-graph",
+        ])
+        .arg(call_graph)
+        .arg("-o")
+        .arg(data)
+        .arg("--")
+        .arg(program)
+        .output()
+        .expect("perf record runs");
+    assert!(
+        recorded.status.success(),
+        "perf record: {}",
+        text(&recorded.stderr)
+    );
+}
+
+/// The share of the samples (%) whose stack reaches the thread's start (`main` or
+/// `start_thread`), and the share under `work` (anywhere on the stack).
+fn whole(stacks: &[(Vec<String>, bool, f64)]) -> (f64, f64) {
+    let total: f64 = stacks.iter().map(|s| s.2).sum();
+    let share = |f: &dyn Fn(&[String]) -> bool| {
+        stacks.iter().filter(|s| f(&s.0)).map(|s| s.2).sum::<f64>() / total * 100.0
+    };
+    (
+        share(&|frames| frames.iter().any(|f| f == "main" || f == "start_thread")),
+        share(&|frames| frames.iter().any(|f| f == "work")),
+    )
 }
 
 /// Linux perf, or `None` (with a notice) where it is absent and not required.
@@ -219,19 +265,10 @@ fn perf_stacks(perf: &Path, data: &Path) -> Vec<(Vec<String>, bool, f64)> {
 
 #[test]
 fn a_program_recorded_as_it_is_agrees_with_perf() {
-    let program = program();
+    let program = build("hot", &["-O1", "-fno-omit-frame-pointer"]);
     let dir = program.parent().unwrap().to_path_buf();
     let trace = dir.join("hot.nettrace");
-    let out = eptrace_ok(
-        "record",
-        &[
-            "record",
-            "-o",
-            trace.to_str().unwrap(),
-            "--",
-            program.to_str().unwrap(),
-        ],
-    );
+    let out = record(&program, &trace, &["--call-graph", "fp"]);
     let stderr = text(&out.stderr);
     // What it says it wrote is what the trace holds.
     let written: u64 = stderr
@@ -263,27 +300,7 @@ fn a_program_recorded_as_it_is_agrees_with_perf() {
     let ours = shares(&our_stacks(&trace));
     let Some(perf) = perf() else { return };
     let data = dir.join("perf.data");
-    let recorded = Command::new(&perf)
-        .args([
-            "record",
-            "-q",
-            "-e",
-            "cpu-clock",
-            "-c",
-            "1001001",
-            "-g",
-            "-o",
-        ])
-        .arg(&data)
-        .arg("--")
-        .arg(&program)
-        .output()
-        .expect("perf record runs");
-    assert!(
-        recorded.status.success(),
-        "perf record: {}",
-        text(&recorded.stderr)
-    );
+    perf_record(&perf, &program, &data, "fp");
     let theirs = shares(&perf_stacks(&perf, &data));
     eprintln!("eptrace record: {ours:?}\nperf: {theirs:?}");
     for key in ["hot_a", "hot_b", "kernel", "read_zero"] {
@@ -304,6 +321,41 @@ fn a_program_recorded_as_it_is_agrees_with_perf() {
     assert!(
         ours.get("kernel").copied().unwrap_or(0.0) > 10.0,
         "{ours:?}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn stacks_through_code_without_frame_pointers_reach_the_thread_start() {
+    let program = build("hot-nofp", &["-O2", "-fomit-frame-pointer"]);
+    let dir = program.parent().unwrap().to_path_buf();
+    let trace = dir.join("nofp.nettrace");
+    let out = record(&program, &trace, &[]);
+    assert!(
+        text(&out.stderr).contains("unwound past the frame pointers"),
+        "{}",
+        text(&out.stderr)
+    );
+    let (reached, under_work) = whole(&our_stacks(&trace));
+    assert!(
+        reached >= 90.0,
+        "{reached:.1} % of the samples reach main or start_thread"
+    );
+    // The frame-pointer walk alone loses most callers here: what the unwinding adds.
+    record(&program, &trace, &["--call-graph", "fp"]);
+    let (fp_reached, _) = whole(&our_stacks(&trace));
+    assert!(
+        fp_reached + 30.0 < reached,
+        "frame pointers alone: {fp_reached:.1} % reach the start, unwound: {reached:.1} %"
+    );
+    let Some(perf) = perf() else { return };
+    let data = dir.join("perf.data");
+    perf_record(&perf, &program, &data, "dwarf");
+    let (perf_reached, perf_under_work) = whole(&perf_stacks(&perf, &data));
+    assert!(
+        (reached - perf_reached).abs() <= 3.0 && (under_work - perf_under_work).abs() <= 3.0,
+        "reaching the start: {reached:.1} % (perf --call-graph dwarf: {perf_reached:.1} %); \
+         under work: {under_work:.1} % (perf: {perf_under_work:.1} %)"
     );
     std::fs::remove_dir_all(&dir).ok();
 }

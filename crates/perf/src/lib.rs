@@ -11,11 +11,13 @@
 //!   its first instruction (Linux).
 //! * [`PerfTrace`]: records in, a V6 trace out, in time order across CPUs.
 //!
-//! Call chains are the kernel's frame-pointer walk: a user stack through code built
-//! without frame pointers ends at the first such frame.
+//! Call chains are the kernel's frame-pointer walk, and, where the sampler copies each
+//! sample's user stack, the unwind tables' (`.eh_frame`) walk of that copy, which goes on
+//! through code built without frame pointers.
 
 pub mod record;
 pub mod trace;
+mod unwinding;
 
 #[cfg(target_os = "linux")]
 mod launch;
@@ -24,7 +26,7 @@ mod sampler;
 
 #[cfg(target_os = "linux")]
 pub use launch::{spawn_held, Child, HeldChild};
-pub use record::{Record, RecordError};
+pub use record::{Record, RecordError, SampleLayout, UserStack};
 #[cfg(target_os = "linux")]
 pub use sampler::{Sampler, SamplerConfig};
 pub use trace::{PerfTrace, Summary};

@@ -83,6 +83,34 @@ pub enum Record {
     },
 }
 
+/// What a sample record holds beyond its callchain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SampleLayout {
+    /// The callchain only (the kernel's frame-pointer walk).
+    #[default]
+    Callchain,
+    /// Then the user registers `bp`, `sp`, `ip` (`PERF_SAMPLE_REGS_USER` with the x86_64
+    /// mask [`USER_REGS_MASK`]) and a copy of the user stack from `sp`
+    /// (`PERF_SAMPLE_STACK_USER`), for unwinding with the binaries' unwind tables.
+    WithUserStack,
+}
+
+/// `sample_regs_user`: x86_64's `PERF_REG_X86_BP` (6), `SP` (7) and `IP` (8).
+pub const USER_REGS_MASK: u64 = (1 << 6) | (1 << 7) | (1 << 8);
+
+/// A sample's user registers and stack copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserStack {
+    /// The frame pointer register.
+    pub bp: u64,
+    /// The stack pointer: `bytes` start here.
+    pub sp: u64,
+    /// The instruction pointer.
+    pub ip: u64,
+    /// The stack from `sp` up, as much as was copied and was there.
+    pub bytes: Vec<u8>,
+}
+
 /// A CPU sample.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sample {
@@ -101,6 +129,9 @@ pub struct Sample {
     /// Return addresses, the innermost (the interrupted instruction) first, kernel frames
     /// before user ones, without the kernel's context markers.
     pub callchain: Vec<u64>,
+    /// The user registers and stack, when asked for and the sample interrupted (or was
+    /// called from) user code.
+    pub user: Option<UserStack>,
 }
 
 /// A mapping.
@@ -181,11 +212,20 @@ impl<'a> Fields<'a> {
     }
 }
 
-/// Parses one whole record: its 8-byte header (type u32, misc u16, size u16) and body.
+/// Parses one whole record: its 8-byte header (type u32, misc u16, size u16) and body,
+/// samples laid out as [`SampleLayout::Callchain`].
 ///
 /// # Errors
 /// The record is shorter than its header says, or than its type's layout.
 pub fn parse(bytes: &[u8]) -> Result<Record, RecordError> {
+    parse_with(bytes, SampleLayout::Callchain)
+}
+
+/// [`parse`], samples laid out as `layout` says.
+///
+/// # Errors
+/// As [`parse`].
+pub fn parse_with(bytes: &[u8], layout: SampleLayout) -> Result<Record, RecordError> {
     let header = |what| RecordError {
         kind: bytes
             .get(..4)
@@ -209,7 +249,7 @@ pub fn parse(bytes: &[u8]) -> Result<Record, RecordError> {
         what: "shorter than its type's layout",
     };
     let record = match kind {
-        kind::SAMPLE => sample(&mut f, misc),
+        kind::SAMPLE => sample(&mut f, misc, layout),
         kind::MMAP | kind::MMAP2 => mmap(&mut f, kind, misc),
         kind::COMM => (|| {
             let (pid, tid) = (f.u32()?, f.u32()?);
@@ -246,7 +286,7 @@ pub fn parse(bytes: &[u8]) -> Result<Record, RecordError> {
     record.ok_or(short)
 }
 
-fn sample(f: &mut Fields<'_>, misc: u16) -> Option<Record> {
+fn sample(f: &mut Fields<'_>, misc: u16, layout: SampleLayout) -> Option<Record> {
     let ip = f.u64()?;
     let (pid, tid) = (f.u32()?, f.u32()?);
     let time = f.u64()?;
@@ -263,6 +303,10 @@ fn sample(f: &mut Fields<'_>, misc: u16) -> Option<Record> {
         // No callchain (the kernel could not walk one): the sampled address alone.
         callchain.push(ip);
     }
+    let user = match layout {
+        SampleLayout::Callchain => None,
+        SampleLayout::WithUserStack => user_stack(f)?,
+    };
     Some(Record::Sample(Sample {
         pid,
         tid,
@@ -271,6 +315,31 @@ fn sample(f: &mut Fields<'_>, misc: u16) -> Option<Record> {
         period,
         in_kernel: misc & MISC_CPUMODE_MASK == MISC_KERNEL,
         callchain,
+        user,
+    }))
+}
+
+/// `REGS_USER` (abi, then the masked registers unless abi is 0: no user context) and
+/// `STACK_USER` (size, the copy, then the size actually there unless size is 0).
+fn user_stack(f: &mut Fields<'_>) -> Option<Option<UserStack>> {
+    let abi = f.u64()?;
+    let regs = if abi == 0 {
+        None
+    } else {
+        Some((f.u64()?, f.u64()?, f.u64()?))
+    };
+    let size = usize::try_from(f.u64()?).ok()?;
+    let (copy, there) = if size == 0 {
+        (&[][..], 0)
+    } else {
+        let copy = f.take(size)?;
+        (copy, usize::try_from(f.u64()?).ok()?)
+    };
+    Some(regs.map(|(bp, sp, ip)| UserStack {
+        bp,
+        sp,
+        ip,
+        bytes: copy[..there.min(copy.len())].to_vec(),
     }))
 }
 
@@ -353,6 +422,38 @@ mod tests {
         lying[at..at + 8].copy_from_slice(&1000u64.to_le_bytes());
         let err = parse(&record(kind::SAMPLE, 2, &lying)).unwrap_err();
         assert_eq!(err.what, "shorter than its type's layout");
+    }
+
+    #[test]
+    fn a_sample_with_user_registers_keeps_the_part_of_the_stack_that_was_there() {
+        let mut body = Vec::new();
+        body.extend(0x1000u64.to_le_bytes());
+        body.extend(7u32.to_le_bytes());
+        body.extend(7u32.to_le_bytes());
+        body.extend(5u64.to_le_bytes());
+        body.extend(0u64.to_le_bytes()); // cpu, reserved
+        body.extend(1u64.to_le_bytes()); // period
+        body.extend(1u64.to_le_bytes()); // nr
+        body.extend(0x1000u64.to_le_bytes());
+        body.extend(2u64.to_le_bytes()); // abi 64
+        for r in [0x7f00u64, 0x7e00, 0x1000] {
+            body.extend(r.to_le_bytes());
+        }
+        body.extend(16u64.to_le_bytes()); // size copied
+        body.extend([1u8; 16]);
+        body.extend(8u64.to_le_bytes()); // dyn_size: half was stack
+        let bytes = record(kind::SAMPLE, 2, &body);
+        let Record::Sample(s) = parse_with(&bytes, SampleLayout::WithUserStack).unwrap() else {
+            panic!("not a sample")
+        };
+        let user = s.user.unwrap();
+        assert_eq!((user.bp, user.sp, user.ip), (0x7f00, 0x7e00, 0x1000));
+        assert_eq!(user.bytes, [1u8; 8]);
+        // A sample without its user part where one is expected: an error, not a panic.
+        let mut short = bytes[..bytes.len() - 40].to_vec();
+        let len = short.len() as u16;
+        short[6..8].copy_from_slice(&len.to_le_bytes());
+        assert!(parse_with(&short, SampleLayout::WithUserStack).is_err());
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use perf_event_open_sys as sys;
 
-use crate::record::{self, Record, RecordError};
+use crate::record::{self, Record, RecordError, SampleLayout};
 use crate::Error;
 
 /// How to sample.
@@ -25,6 +25,10 @@ pub struct SamplerConfig {
     pub enable_on_exec: bool,
     /// Each CPU's ring buffer, in pages (a power of two).
     pub ring_pages: usize,
+    /// Bytes of each sample's user stack to copy (with its registers) for unwinding with
+    /// the binaries' unwind tables; 0: the kernel's frame-pointer walk only. A multiple of
+    /// 8, at most 65 528.
+    pub user_stack_bytes: u32,
 }
 
 impl SamplerConfig {
@@ -35,6 +39,7 @@ impl SamplerConfig {
             kernel: true,
             enable_on_exec: false,
             ring_pages: 128,
+            user_stack_bytes: 0,
         }
     }
 }
@@ -77,7 +82,7 @@ impl Sampler {
                     Err(e) => return Err(open_error(e, pid)),
                 }
             };
-            rings.push(Ring::map(fd, config.ring_pages)?);
+            rings.push(Ring::map(fd, config.ring_pages, layout(config))?);
         }
         Ok(Sampler {
             rings,
@@ -117,6 +122,14 @@ impl Sampler {
     }
 }
 
+fn layout(config: &SamplerConfig) -> SampleLayout {
+    if config.user_stack_bytes > 0 {
+        SampleLayout::WithUserStack
+    } else {
+        SampleLayout::Callchain
+    }
+}
+
 fn open_event(pid: i32, cpu: i32, config: &SamplerConfig, kernel: bool) -> io::Result<OwnedFd> {
     // SAFETY: perf_event_attr is plain data; all zeroes is its documented default.
     let mut attr: sys::bindings::perf_event_attr = unsafe { std::mem::zeroed() };
@@ -132,6 +145,12 @@ fn open_event(pid: i32, cpu: i32, config: &SamplerConfig, kernel: bool) -> io::R
             | sys::bindings::PERF_SAMPLE_PERIOD
             | sys::bindings::PERF_SAMPLE_CALLCHAIN,
     );
+    if config.user_stack_bytes > 0 {
+        attr.sample_type |=
+            u64::from(sys::bindings::PERF_SAMPLE_REGS_USER | sys::bindings::PERF_SAMPLE_STACK_USER);
+        attr.sample_regs_user = record::USER_REGS_MASK;
+        attr.sample_stack_user = (config.user_stack_bytes.min(65_528)) & !7;
+    }
     attr.set_disabled(u64::from(config.enable_on_exec));
     attr.set_enable_on_exec(u64::from(config.enable_on_exec));
     attr.set_inherit(1);
@@ -231,6 +250,7 @@ struct Ring {
     base: *mut u8,
     mapped: usize,
     data_size: u64,
+    layout: SampleLayout,
     /// A record that wraps around the ring's end, made whole.
     scratch: Vec<u8>,
 }
@@ -240,7 +260,7 @@ struct Ring {
 unsafe impl Send for Ring {}
 
 impl Ring {
-    fn map(fd: OwnedFd, pages: usize) -> Result<Ring, Error> {
+    fn map(fd: OwnedFd, pages: usize, layout: SampleLayout) -> Result<Ring, Error> {
         let pages = pages.max(1).next_power_of_two();
         let mapped = (pages + 1) * page_size();
         // SAFETY: mapping a perf event fd shared and writable is how its ring is read; the
@@ -263,6 +283,7 @@ impl Ring {
             base: base.cast(),
             mapped,
             data_size: (pages * page_size()) as u64,
+            layout,
             scratch: Vec::new(),
         })
     }
@@ -302,7 +323,7 @@ impl Ring {
             let mut bytes = std::mem::take(&mut self.scratch);
             bytes.resize(size as usize, 0);
             self.copy_out(data, at, &mut bytes);
-            each(record::parse(&bytes));
+            each(record::parse_with(&bytes, self.layout));
             self.scratch = bytes;
             at += size;
         }

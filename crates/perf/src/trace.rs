@@ -12,6 +12,10 @@
 //!   kernel is a `vmlinux` mapping over the upper half of the address space, its functions
 //!   that samples hit named by `ProcessSymbol` events (from `/proc/kallsyms`).
 //!
+//! A sample with a copy of its user stack gets its user frames unwound with the mapped
+//! files' unwind tables (`unwinding`) where that reaches further than the kernel's
+//! frame-pointer walk.
+//!
 //! Records arrive from several CPUs' rings, each in its own time order; they wait here
 //! until [`PerfTrace::flush_before`] says no earlier one can still come, and are written in
 //! time order, a pass at a time, so the file grows as the recording goes and a cut one
@@ -25,7 +29,8 @@ use nettrace::{
     EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, ThreadInfo, TraceInfo,
 };
 
-use crate::record::{Mmap, Record};
+use crate::record::{Mmap, Record, UserStack};
+use crate::unwinding::Unwinders;
 
 /// Addresses from here up are the kernel's on x86_64 and arm64.
 const KERNEL_START: u64 = 0xffff_8000_0000_0000;
@@ -55,6 +60,9 @@ pub struct Summary {
     pub threads: u64,
     /// Mappings written.
     pub mappings: u64,
+    /// Samples whose user frames came from unwinding their stack copy (deeper than the
+    /// frame-pointer walk).
+    pub unwound: u64,
 }
 
 #[derive(Debug)]
@@ -64,6 +72,11 @@ enum Pending {
         tid: u32,
         cpu: u32,
         callchain: Vec<u64>,
+        user: Option<UserStack>,
+    },
+    Fork {
+        pid: u32,
+        parent: u32,
     },
     Mapping(Mmap),
     ProcessCreate {
@@ -94,6 +107,7 @@ pub struct PerfTrace<W: Write> {
     /// Each process's kernel mapping id, and the kernel addresses its samples hit.
     kernel: BTreeMap<u32, (u64, BTreeSet<u64>)>,
     kernel_frames: bool,
+    unwinders: Unwinders,
     next_mapping: u64,
     sequence: u32,
     last_time: u64,
@@ -231,6 +245,7 @@ impl<W: Write> PerfTrace<W> {
             processes: BTreeSet::new(),
             kernel: BTreeMap::new(),
             kernel_frames,
+            unwinders: Unwinders::default(),
             next_mapping: 1,
             sequence: 0,
             last_time: 0,
@@ -252,8 +267,15 @@ impl<W: Write> PerfTrace<W> {
                     tid: s.tid,
                     cpu: s.cpu,
                     callchain: s.callchain,
+                    user: s.user,
                 },
             ),
+            Record::Fork {
+                pid,
+                tid,
+                ppid,
+                time,
+            } if pid == tid && pid != ppid => (time, Pending::Fork { pid, parent: ppid }),
             Record::Mmap(m) if m.executable => (m.time, Pending::Mapping(m)),
             Record::Comm {
                 pid,
@@ -311,7 +333,12 @@ impl<W: Write> PerfTrace<W> {
                     tid,
                     cpu,
                     callchain,
+                    user,
                 } => {
+                    let callchain = match user {
+                        Some(user) => self.whole_stack(pid, callchain, &user),
+                        None => callchain,
+                    };
                     self.summary.samples += 1;
                     if callchain.first().is_some_and(|&a| a >= KERNEL_START) {
                         self.summary.kernel_samples += 1;
@@ -327,7 +354,12 @@ impl<W: Write> PerfTrace<W> {
                     });
                     (pid, tid, CPU, stack_id, cpu, Payload::default().num(1))
                 }
+                Pending::Fork { pid, parent } => {
+                    self.unwinders.fork(pid, parent);
+                    continue;
+                }
                 Pending::ProcessCreate { pid, name } => {
+                    self.unwinders.exec(pid);
                     if !self.processes.insert(pid) {
                         // A second exec of a process: its new name only.
                         continue;
@@ -339,7 +371,10 @@ impl<W: Write> PerfTrace<W> {
                         .str("Unknown");
                     (pid, 0, PROCESS_CREATE, 0, 0, p)
                 }
-                Pending::ProcessExit { pid } => (pid, 0, PROCESS_EXIT, 0, 0, Payload::default()),
+                Pending::ProcessExit { pid } => {
+                    self.unwinders.exit(pid);
+                    (pid, 0, PROCESS_EXIT, 0, 0, Payload::default())
+                }
                 Pending::ThreadName { pid, tid, name } => {
                     self.names.insert((pid, tid), name);
                     if let Some(&index) = self.threads.get(&(pid, tid)) {
@@ -348,6 +383,7 @@ impl<W: Write> PerfTrace<W> {
                     continue;
                 }
                 Pending::Mapping(m) => {
+                    self.unwinders.map(&m);
                     self.summary.mappings += 1;
                     let id = self.next_mapping;
                     self.next_mapping += 1;
@@ -415,6 +451,24 @@ impl<W: Write> PerfTrace<W> {
             self.out.write_stack_block(first_stack, &refs)?;
         }
         self.write_events(&threads, &events)
+    }
+
+    /// The kernel's frames of `callchain`, then the longer of its user frames (the
+    /// kernel's frame-pointer walk) and those unwound from the sample's stack copy: the
+    /// one that reaches further toward the thread's start.
+    fn whole_stack(&mut self, pid: u32, callchain: Vec<u64>, user: &UserStack) -> Vec<u64> {
+        let unwound = self.unwinders.unwind(pid, user);
+        let user_frames = callchain.iter().filter(|&&a| a < KERNEL_START).count();
+        if unwound.len() <= user_frames {
+            return callchain;
+        }
+        self.summary.unwound += 1;
+        let mut stack: Vec<u64> = callchain
+            .into_iter()
+            .filter(|&a| a >= KERNEL_START)
+            .collect();
+        stack.extend(unwound);
+        stack
     }
 
     fn write_events(
