@@ -61,9 +61,9 @@ enum Command {
     Ps(PsArgs),
     /// Trace a running process, or start one and trace it from its first event.
     Collect(CollectArgs),
-    /// Profile any Linux program as it is, from its first instruction (perf events): CPU
-    /// samples of every thread and child with kernel and user frames, into a NetTrace V6
-    /// trace.
+    /// Profile any Linux program as it is, from its first instruction or attached to it
+    /// (perf events): CPU samples of every thread and child with kernel and user frames,
+    /// into a NetTrace V6 trace.
     Record(RecordArgs),
     /// Summarize a trace: facts, event counts, threads, lost events, stacks, time order.
     Report(ReportArgs),
@@ -716,6 +716,17 @@ struct StackArgs {
 
 #[derive(Debug, Args)]
 struct RecordArgs {
+    /// The running process to record (all its threads, and what they start).
+    #[arg(
+        short = 'p',
+        long = "process-id",
+        value_name = "PID",
+        conflicts_with_all = ["name", "command"]
+    )]
+    pid: Option<i32>,
+    /// The running process to record, by name (its `comm` or its executable's name).
+    #[arg(short = 'n', long, value_name = "NAME", conflicts_with = "command")]
+    name: Option<String>,
     /// Samples per second of each thread's CPU time.
     #[arg(long, value_name = "HZ", default_value_t = 999,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
@@ -738,7 +749,7 @@ struct RecordArgs {
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<PathBuf>,
     /// The program to start and profile, after `--`.
-    #[arg(last = true, value_name = "CMD", required = true)]
+    #[arg(last = true, value_name = "CMD")]
     command: Vec<std::ffi::OsString>,
 }
 
@@ -988,7 +999,20 @@ impl Cli {
                 timeout: a.timeout,
             }),
             Command::Record(a) => Action::Record(crate::record::Config {
-                command: a.command,
+                target: match (a.pid, a.name) {
+                    (Some(pid), _) => crate::record::Target::Pid(pid),
+                    (None, Some(name)) => crate::record::Target::Name(name),
+                    (None, None) if !a.command.is_empty() => {
+                        crate::record::Target::Launch(a.command)
+                    }
+                    (None, None) => {
+                        return Err(Cli::command().error(
+                            clap::error::ErrorKind::MissingRequiredArgument,
+                            "record needs a program (-- CMD [ARGS]) or a process (-p PID, \
+                             -n NAME)",
+                        ))
+                    }
+                },
                 output: a.output,
                 rate_hz: a.rate,
                 duration: a.duration,

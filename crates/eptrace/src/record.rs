@@ -1,4 +1,5 @@
-//! `eptrace record -- CMD`: a program profiled as it is, from its first instruction, with
+//! `eptrace record -- CMD` (or `-p PID`, `-n NAME`): a program profiled as it is, from its
+//! first instruction (or from now, for a running one), with
 //! perf events (`eventpipe_perf`): CPU-time samples of every thread and child it starts,
 //! their kernel and user frames, its mappings and thread names, in a NetTrace V6 trace
 //! `report`, `convert` and `analyze` read as they read one-collect's.
@@ -10,18 +11,29 @@
 
 use std::ffi::OsString;
 use std::io::{BufWriter, IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 #[cfg(target_os = "linux")]
-use eventpipe_perf::{spawn_held, PerfTrace, Sampler, SamplerConfig};
+use eventpipe_perf::{existing_process, spawn_held, PerfTrace, Sampler, SamplerConfig};
+
+/// What to record.
+#[derive(Debug, Clone)]
+pub(crate) enum Target {
+    /// Start this program and record it from its first instruction.
+    Launch(Vec<OsString>),
+    /// Attach to this running process.
+    Pid(i32),
+    /// Attach to the one running process of this name.
+    Name(String),
+}
 
 /// What `record` was asked to do.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
-    pub(crate) command: Vec<OsString>,
+    pub(crate) target: Target,
     pub(crate) output: Option<PathBuf>,
     pub(crate) rate_hz: u32,
     pub(crate) duration: Option<Duration>,
@@ -50,24 +62,52 @@ pub(crate) fn do_record(_config: &Config) -> Result<()> {
 /// Runs `eptrace record`.
 #[cfg(target_os = "linux")]
 pub(crate) fn do_record(config: &Config) -> Result<()> {
-    if config.command.is_empty() {
-        bail!("record needs the program to run: eptrace record [OPTIONS] -- CMD [ARGS]");
-    }
-    let program = PathBuf::from(&config.command[0]);
-    let name = program
-        .file_name()
-        .map_or_else(|| "program".into(), |n| n.to_string_lossy().into_owned());
-    let held = spawn_held(&config.command)?;
-    let pid = held.pid();
     let sampling = SamplerConfig {
         kernel: config.kernel,
-        enable_on_exec: true,
         user_stack_bytes: config.user_stack_bytes,
         ring_pages: ring_pages(config.user_stack_bytes, config.rate_hz),
         ..SamplerConfig::at_rate(config.rate_hz)
     };
-    // A failure here drops `held`: the child sees the pipe close and exits unrun.
-    let mut sampler = Sampler::open(pid, &sampling)?;
+    // Launched: held before its exec until the sampling is set up (a failure drops `held`,
+    // and the child sees the pipe close and exits unrun). Attached: its threads now, and
+    // what it already is (name, threads' names, mappings) as records at the attach.
+    let attach_time = monotonic_ns();
+    let (pid, name, mut sampler, held, existing) = match &config.target {
+        Target::Launch(command) => {
+            let name = Path::new(&command[0])
+                .file_name()
+                .map_or_else(|| "program".into(), |n| n.to_string_lossy().into_owned());
+            let held = spawn_held(command)?;
+            let pid = held.pid();
+            let launch = SamplerConfig {
+                enable_on_exec: true,
+                ..sampling
+            };
+            let sampler = Sampler::open(pid, &launch)?;
+            (pid, name, sampler, Some(held), Vec::new())
+        }
+        Target::Pid(pid) => {
+            let sampler = Sampler::attach(*pid, &sampling)?;
+            (
+                *pid,
+                process_name(*pid),
+                sampler,
+                None,
+                existing_process(*pid, attach_time),
+            )
+        }
+        Target::Name(name) => {
+            let pid = pid_by_name(name)?;
+            let sampler = Sampler::attach(pid, &sampling)?;
+            (
+                pid,
+                name.clone(),
+                sampler,
+                None,
+                existing_process(pid, attach_time),
+            )
+        }
+    };
     let kernel = sampler.kernel_frames().is_ok();
     if config.kernel {
         if let Err(why) = sampler.kernel_frames() {
@@ -92,7 +132,10 @@ pub(crate) fn do_record(config: &Config) -> Result<()> {
     .with_context(|| format!("cannot write {}", path.display()))?;
     let interactive = std::io::stderr().is_terminal();
     let stop = crate::collect::watch_for_stop(interactive)?;
-    let mut child = match held.release() {
+    for record in existing {
+        trace.add(Ok(record));
+    }
+    let mut child = match held.map(|h| h.release()).transpose() {
         Ok(child) => child,
         Err(e) => {
             drop(trace);
@@ -117,8 +160,16 @@ pub(crate) fn do_record(config: &Config) -> Result<()> {
         trace
             .flush_before(pass_start)
             .with_context(|| format!("cannot write {}", path.display()))?;
-        if let Some(code) = child.try_wait() {
-            break Some(code);
+        match &mut child {
+            Some(child) => {
+                if let Some(code) = child.try_wait() {
+                    break Some(format!("{name} exited with status {code}"));
+                }
+            }
+            None if !Path::new(&format!("/proc/{pid}")).exists() => {
+                break Some(format!("{name} (pid {pid}) ended"));
+            }
+            None => {}
         }
         if stop.load(Ordering::Relaxed) || config.duration.is_some_and(|d| started.elapsed() >= d) {
             break None;
@@ -132,6 +183,7 @@ pub(crate) fn do_record(config: &Config) -> Result<()> {
         }
         sampler.wait(PASS);
     };
+    let recorded_for = started.elapsed();
     sampler.read(|r| trace.add(r));
     drop(sampler);
     if let Some(bar) = &status {
@@ -149,10 +201,10 @@ pub(crate) fn do_record(config: &Config) -> Result<()> {
         .with_context(|| format!("cannot write {}", path.display()))?;
     let mut err = std::io::stderr().lock();
     let ended = match exit {
-        Some(code) => format!("{name} exited with status {code}"),
+        Some(ended) => ended,
         None => format!(
             "stopped after {:.1} s; {name} goes on",
-            started.elapsed().as_secs_f64()
+            recorded_for.as_secs_f64()
         ),
     };
     let _ = writeln!(
@@ -183,6 +235,43 @@ pub(crate) fn do_record(config: &Config) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Process `pid`'s name (`/proc/PID/comm`).
+#[cfg(target_os = "linux")]
+fn process_name(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|s| s.trim_end().to_owned())
+        .unwrap_or_else(|_| format!("process {pid}"))
+}
+
+/// The one running process named `name` (its `comm`, or its executable's file name).
+#[cfg(target_os = "linux")]
+fn pid_by_name(name: &str) -> Result<i32> {
+    let me = std::process::id() as i32;
+    let mut found: Vec<i32> = std::fs::read_dir("/proc")
+        .context("cannot list /proc")?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|&pid| {
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+            process_name(pid) == name
+                || exe.is_some_and(|e| e.file_name().is_some_and(|f| f == name))
+        })
+        .collect();
+    found.sort_unstable();
+    match found.as_slice() {
+        [pid] => Ok(*pid),
+        [] => bail!("no running process is named `{name}`"),
+        many => bail!(
+            "{} processes are named `{name}` (pids {}); choose one with -p PID",
+            many.len(),
+            many.iter()
+                .map(i32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }
 
 /// CLOCK_MONOTONIC, ns: the clock the samples are timed on.

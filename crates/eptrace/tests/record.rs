@@ -24,6 +24,7 @@ const PROGRAM: &str = r#"
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
@@ -53,9 +54,10 @@ static double now(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec + t.tv_nsec / 1e9;
 }
+static double seconds = 1.5;
 __attribute__((noinline)) void *work(void *arg) {
     int fd = open("/dev/zero", O_RDONLY);
-    double end = now() + 1.5;
+    double end = now() + seconds;
     while (now() < end) { hot_a(); hot_b(); in_kernel(fd); }
     close(fd);
     return 0;
@@ -64,7 +66,8 @@ static void *worker(void *arg) {
     prctl(PR_SET_NAME, "rec-worker");
     return work(arg);
 }
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1) seconds = atof(argv[1]);
     pthread_t t;
     pthread_create(&t, 0, worker, 0);
     work(0);
@@ -357,6 +360,109 @@ fn stacks_through_code_without_frame_pointers_reach_the_thread_start() {
         "reaching the start: {reached:.1} % (perf --call-graph dwarf: {perf_reached:.1} %); \
          under work: {under_work:.1} % (perf: {perf_under_work:.1} %)"
     );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_running_process_recorded_by_pid_agrees_with_perf_and_goes_on() {
+    let program = build("hot-attach", &["-O2"]);
+    let dir = program.parent().unwrap().to_path_buf();
+    let trace = dir.join("attach.nettrace");
+    let mut running = Command::new(&program)
+        .arg("8")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = running.id().to_string();
+    // Its worker thread names itself first thing.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let out = eptrace_ok(
+        "record -p",
+        &[
+            "record",
+            "-p",
+            &pid,
+            "--duration",
+            "1s",
+            "-o",
+            trace.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        text(&out.stderr).contains("goes on"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        running.try_wait().unwrap().is_none(),
+        "the process still runs"
+    );
+    let perf_data = perf().map(|perf| {
+        let data = dir.join("perf.data");
+        let recorded = Command::new(&perf)
+            .args([
+                "record",
+                "-q",
+                "-e",
+                "cpu-clock",
+                "-c",
+                "1001001",
+                "-g",
+                "-p",
+                &pid,
+                "-o",
+            ])
+            .arg(&data)
+            .args(["--", "sleep", "1"])
+            .output()
+            .expect("perf record runs");
+        assert!(
+            recorded.status.success(),
+            "perf record -p: {}",
+            text(&recorded.stderr)
+        );
+        (perf, data)
+    });
+    // Detached, it ends as it would have.
+    let status = running.wait().unwrap();
+    assert!(status.success(), "{status}");
+    let report = text(&eptrace_ok("report", &["report", trace.to_str().unwrap()]).stdout);
+    assert!(report.contains("rec-worker"), "{report}");
+    let ours = shares(&our_stacks(&trace));
+    if let Some((perf, data)) = perf_data {
+        let theirs = shares(&perf_stacks(&perf, &data));
+        for key in ["hot_a", "hot_b", "kernel"] {
+            let (a, b) = (
+                ours.get(key).copied().unwrap_or(0.0),
+                theirs.get(key).copied().unwrap_or(0.0),
+            );
+            assert!(
+                (a - b).abs() <= 3.0,
+                "{key}: {a:.1} % of eptrace record -p's samples, {b:.1} % of perf -p's\nours: \
+                 {ours:?}\nperf: {theirs:?}"
+            );
+        }
+    }
+    // A name two processes have: an error naming both.
+    let twins: Vec<_> = (0..2)
+        .map(|_| {
+            Command::new(&program)
+                .arg("2")
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let out = eptrace(&["record", "-n", "hot-attach", "--duration", "1s"]);
+    let said = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    for twin in &twins {
+        assert!(said.contains(&twin.id().to_string()), "{said}");
+    }
+    for mut twin in twins {
+        twin.wait().unwrap();
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
 

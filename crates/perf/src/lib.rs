@@ -28,7 +28,7 @@ mod sampler;
 pub use launch::{spawn_held, Child, HeldChild};
 pub use record::{Record, RecordError, SampleLayout, UserStack};
 #[cfg(target_os = "linux")]
-pub use sampler::{Sampler, SamplerConfig};
+pub use sampler::{existing_process, Sampler, SamplerConfig};
 pub use trace::{PerfTrace, Summary};
 
 /// What went wrong.

@@ -90,6 +90,52 @@ impl Sampler {
         })
     }
 
+    /// Samples every thread of running process `pid` and whatever they start from now
+    /// on: an event per thread and CPU, each CPU's events writing into one ring. Threads
+    /// that start while the events are being opened are found by listing the threads again
+    /// until no new one appears (a thread started by one already sampled is inherited).
+    ///
+    /// # Errors
+    /// As [`Sampler::open`].
+    pub fn attach(pid: i32, config: &SamplerConfig) -> Result<Sampler, Error> {
+        let config = SamplerConfig {
+            enable_on_exec: false,
+            ..*config
+        };
+        let mut tids = threads_of(pid).ok_or(Error::NoProcess(pid))?;
+        let Some(&first) = tids.first() else {
+            return Err(Error::NoProcess(pid));
+        };
+        let mut sampler = Sampler::open(first, &config)?;
+        let mut opened = std::collections::BTreeSet::from([first]);
+        let kernel = sampler.kernel_frames.is_ok();
+        let cpus = online_cpus();
+        while !tids.is_empty() {
+            let new: Vec<i32> = tids
+                .iter()
+                .copied()
+                .filter(|t| !opened.contains(t))
+                .collect();
+            for tid in new {
+                for (ring, &cpu) in sampler.rings.iter_mut().zip(&cpus) {
+                    match open_event(tid, cpu, &config, kernel) {
+                        Ok(fd) => ring.redirect(fd)?,
+                        // It ended meanwhile.
+                        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => break,
+                        Err(e) => return Err(open_error(e, pid)),
+                    }
+                }
+                opened.insert(tid);
+            }
+            tids = threads_of(pid)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|t| !opened.contains(t))
+                .collect();
+        }
+        Ok(sampler)
+    }
+
     /// Whether samples carry kernel frames, or why not.
     pub fn kernel_frames(&self) -> Result<(), &str> {
         self.kernel_frames
@@ -207,6 +253,59 @@ fn open_error(e: io::Error, pid: i32) -> Error {
     }
 }
 
+/// What a process attached to already is, as the records its start would have made: its
+/// name and its threads' (as `comm` records, the process's own marked as an exec), and its
+/// executable file mappings (as `mmap` records), all at `time`.
+pub fn existing_process(pid: i32, time: u64) -> Vec<Record> {
+    let Ok(upid) = u32::try_from(pid) else {
+        return Vec::new();
+    };
+    let comm = |tid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+            .map(|s| s.trim_end_matches('\n').to_owned())
+            .ok()
+    };
+    let mut records = Vec::new();
+    for tid in threads_of(pid).unwrap_or_default() {
+        let (Some(name), Ok(utid)) = (comm(tid), u32::try_from(tid)) else {
+            continue;
+        };
+        records.push(Record::Comm {
+            pid: upid,
+            tid: utid,
+            name,
+            exec: tid == pid,
+            time,
+        });
+    }
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    for m in eventpipe_unwind::executable_mappings(&maps) {
+        records.push(Record::Mmap(crate::record::Mmap {
+            pid: upid,
+            tid: upid,
+            start: m.start,
+            len: m.end - m.start,
+            file_offset: m.offset,
+            file_name: m.path,
+            build_id: None,
+            executable: true,
+            time,
+        }));
+    }
+    records
+}
+
+/// The thread ids of process `pid` (`/proc/PID/task`), or `None` when it does not exist.
+fn threads_of(pid: i32) -> Option<Vec<i32>> {
+    let entries = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut tids: Vec<i32> = entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    // The main thread first: its event is the one `open` maps.
+    tids.sort_by_key(|&t| (t != pid, t));
+    Some(tids)
+}
+
 /// `kernel.perf_event_paranoid`.
 pub(crate) fn paranoid() -> Option<i32> {
     let mut s = String::new();
@@ -247,6 +346,8 @@ fn online_cpus() -> Vec<i32> {
 #[derive(Debug)]
 struct Ring {
     fd: OwnedFd,
+    /// Other events of this CPU that write into this ring.
+    redirected: Vec<OwnedFd>,
     base: *mut u8,
     mapped: usize,
     data_size: u64,
@@ -280,12 +381,25 @@ impl Ring {
         }
         Ok(Ring {
             fd,
+            redirected: Vec::new(),
             base: base.cast(),
             mapped,
             data_size: (pages * page_size()) as u64,
             layout,
             scratch: Vec::new(),
         })
+    }
+
+    /// Makes event `fd` (of this ring's CPU) write into this ring.
+    fn redirect(&mut self, fd: OwnedFd) -> Result<(), Error> {
+        // SAFETY: both are open perf event fds of the same CPU; SET_OUTPUT takes the target
+        // fd as its argument and touches no memory of ours.
+        let r = unsafe { sys::ioctls::SET_OUTPUT(fd.as_raw_fd(), self.fd.as_raw_fd()) };
+        if r != 0 {
+            return Err(Error::Open(io::Error::last_os_error()));
+        }
+        self.redirected.push(fd);
+        Ok(())
     }
 
     fn page(&self) -> *mut sys::bindings::perf_event_mmap_page {
