@@ -6,7 +6,9 @@
 //! `tracing` spans must arrive. Then `--profile off-cpu` on the same server: `eptrace
 //! analyze --offcpu` must find where its tokio workers wait, with stacks. And once the load
 //! is over, `eptrace stack` must show every thread named, with a stack, and every tokio
-//! worker waiting in `epoll_wait` or on a futex.
+//! worker waiting in `epoll_wait` or on a futex. And `eptrace record -p` (perf events, the
+//! server as it is) must find its samples as whole and its threads as named as the CPU
+//! sampler does.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -84,7 +86,7 @@ fn mini_redis_under_load_profiles_whole_named_and_with_its_spans() {
         }
     };
     let load = Command::new(env!("CARGO_BIN_EXE_load"))
-        .args([&port.to_string(), "8", "8"])
+        .args([&port.to_string(), "11", "8"])
         .stdout(Stdio::piped())
         .spawn()
         .expect("the load starts");
@@ -93,6 +95,8 @@ fn mini_redis_under_load_profiles_whole_named_and_with_its_spans() {
     let trace = collect(&eptrace, pid, "cpu-sampling,tracing", "3s", "");
     // Where it waits: a second session, off-CPU stacks, while the load goes on.
     let offcpu = collect(&eptrace, pid, "off-cpu", "2s", "-offcpu");
+    // And as it is, with perf events, while the load goes on.
+    let recorded = record(&eptrace, pid);
     let load = load.wait_with_output().unwrap();
     // What every thread is doing, the load over: the workers wait for work.
     what_every_thread_does(&eptrace, pid);
@@ -123,8 +127,24 @@ fn mini_redis_under_load_profiles_whole_named_and_with_its_spans() {
 
     let mut reader = TraceReader::from_slice(&bytes).unwrap();
     let built = build_profile(&mut reader, SampleSelection::Cpu).unwrap();
-    let p = &built.profile;
-    assert!(p.samples.len() >= 200, "{} CPU samples", p.samples.len());
+    whole_and_named(&built.profile, "the CPU sampler");
+
+    where_the_workers_wait(&eptrace, &offcpu);
+    let bytes = std::fs::read(&recorded).unwrap();
+    std::fs::remove_file(&recorded).ok();
+    let mut reader = TraceReader::from_slice(&bytes).unwrap();
+    let built = build_profile(&mut reader, SampleSelection::Cpu).unwrap();
+    whole_and_named(&built.profile, "eptrace record (perf events)");
+}
+
+/// `p`'s samples in libc reach the program's code (libc keeps no frame pointers), few are
+/// cut short, and every thread with samples is named, tokio's workers among them.
+fn whole_and_named(p: &eventpipe_insight::Profile, by: &str) {
+    assert!(
+        p.samples.len() >= 200,
+        "{by}: {} CPU samples",
+        p.samples.len()
+    );
     let binary = |f: usize| p.frames[f].module.as_deref() == Some("server");
     let in_libc = |f: usize| {
         p.frames[f]
@@ -142,33 +162,63 @@ fn mini_redis_under_load_profiles_whole_named_and_with_its_spans() {
             through += usize::from(stack.iter().any(|&f| binary(f)) && !cut(s.stack));
         }
     }
+    let reach = p
+        .samples
+        .iter()
+        .filter(|s| p.stacks[s.stack].iter().any(|&f| binary(f)))
+        .count();
     println!(
-        "{} CPU samples, {libc} in libc, {through} of those reach the program; {truncated} cut",
+        "{by}: {} CPU samples, {reach} reach the program's code; {libc} in libc, {through} of \
+         those reach the program; {truncated} cut",
         p.samples.len()
     );
-    assert!(libc >= 20, "only {libc} samples in libc");
+    assert!(
+        reach * 100 >= p.samples.len() * 90,
+        "{by}: {reach} of {} samples reach the program's code",
+        p.samples.len()
+    );
+    assert!(libc >= 20, "{by}: only {libc} samples in libc");
     assert!(
         through * 100 >= libc * 95,
-        "{through} of {libc} samples in libc reach the program's code"
+        "{by}: {through} of {libc} samples in libc reach the program's code"
     );
     assert!(
         truncated * 100 <= p.samples.len() * 5,
-        "{truncated} cut short"
+        "{by}: {truncated} cut short"
     );
     // Every thread with samples has its name: the rundown names the sampled threads.
     for (i, t) in p.threads.iter().enumerate() {
         if p.samples.iter().any(|s| s.thread == i) {
-            assert!(t.name.is_some(), "thread {} has samples and no name", t.id);
+            assert!(
+                t.name.is_some(),
+                "{by}: thread {} has samples and no name",
+                t.id
+            );
         }
     }
     // tokio's workers, by their name.
     let names: Vec<_> = p.threads.iter().map(|t| t.name.clone()).collect();
     assert!(
         names.iter().flatten().any(|n| n.starts_with("tokio-")),
-        "{names:?}"
+        "{by}: {names:?}"
     );
+}
 
-    where_the_workers_wait(&eptrace, &offcpu);
+/// `eptrace record -p PID --duration 2s`: the server as it is, sampled with perf events.
+fn record(eptrace: &std::path::Path, pid: u32) -> PathBuf {
+    let trace =
+        std::env::temp_dir().join(format!("mini-redis-{}-record.nettrace", std::process::id()));
+    let out = Command::new(eptrace)
+        .args(["record", "-p", &pid.to_string(), "--duration", "2s", "-o"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    trace
 }
 
 /// `eptrace stack -p PID --json` of the idle server: every thread, each with its name and a
