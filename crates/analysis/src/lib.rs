@@ -69,6 +69,10 @@ enum Route {
     ThreadPool,
     /// The CPU sampler's `Sample`.
     Sample,
+    /// A perf CPU sample (`Universal.Events/cpu`, `eptrace record`, one-collect).
+    PerfSample,
+    /// A wait off CPU as `eptrace record --off-cpu` writes it (`Universal.Events/offcpu`).
+    PerfWait,
     /// The rundown's `Thread`: a thread's name.
     ThreadName,
     /// Any of the async profiler's events (counted: decoding them is the caller's).
@@ -83,6 +87,8 @@ impl Route {
                 Some(Route::Sample)
             }
             offcpu::RUNDOWN_PROVIDER if metadata.event_name == "Thread" => Some(Route::ThreadName),
+            offcpu::PERF_PROVIDER if metadata.event_name == "cpu" => Some(Route::PerfSample),
+            offcpu::PERF_PROVIDER if metadata.event_name == "offcpu" => Some(Route::PerfWait),
             async_polls::ASYNC_PROFILER_PROVIDER => Some(Route::AsyncProfiler),
             _ => None,
         }
@@ -174,7 +180,9 @@ impl Sections {
             Some(Route::Contention) => self.contention,
             Some(Route::Exceptions) => self.exceptions,
             Some(Route::ThreadPool) => self.threadpool,
-            Some(Route::Sample | Route::ThreadName) => self.offcpu,
+            Some(Route::Sample | Route::ThreadName | Route::PerfSample | Route::PerfWait) => {
+                self.offcpu
+            }
             Some(Route::AsyncProfiler) => self.async_polls,
             None => false,
         }
@@ -326,10 +334,11 @@ impl Analyzer {
     pub fn observe(&mut self, event: &Event<'_>) {
         let thread = || event.thread_id();
         let has_stack = event.stack.is_some_and(|s| !s.is_empty());
+        self.offcpu.interval_ns = event.trace.expected_cpu_sampling_rate;
         self.take(
             event.metadata,
             event.timestamp_msec(),
-            thread,
+            (thread, || event.thread_name()),
             has_stack,
             || Fields::of(event),
         );
@@ -341,20 +350,21 @@ impl Analyzer {
     pub fn observe_ref(&mut self, event: &EventRef<'_>) {
         let thread = || event.thread_id();
         let has_stack = event.stack().is_some_and(|s| !s.is_empty());
+        self.offcpu.interval_ns = event.trace().expected_cpu_sampling_rate;
         self.take(
             event.metadata(),
             event.timestamp_msec(),
-            thread,
+            (thread, || event.thread_name()),
             has_stack,
             || Fields::of_ref(event),
         );
     }
 
-    fn take<'r>(
+    fn take<'r, 'n>(
         &mut self,
         metadata: &nettrace::EventMetadata,
         at_ms: f64,
-        thread: impl FnOnce() -> u64,
+        (thread, thread_name): (impl FnOnce() -> u64, impl FnOnce() -> Option<&'n str>),
         has_stack: bool,
         fields: impl FnOnce() -> Fields<'r>,
     ) {
@@ -384,6 +394,11 @@ impl Analyzer {
             Route::ThreadPool => self.threadpool.observe(id, at_ms, &fields()),
             Route::Sample => self.offcpu.observe(thread(), has_stack, &fields()),
             Route::ThreadName => self.offcpu.observe_name(&fields()),
+            Route::PerfSample => self.offcpu.observe_perf(thread(), thread_name(), None),
+            Route::PerfWait => {
+                let waited = fields().u64("Value");
+                self.offcpu.observe_perf(thread(), thread_name(), waited);
+            }
             Route::AsyncProfiler => self.async_events += 1,
         }
     }
@@ -452,7 +467,8 @@ impl Analyzer {
             s.offcpu,
             self.offcpu.events,
             "offcpu",
-            "--profile off-cpu (Rust programs that register eventpipe_profiler::cpu)",
+            "--profile off-cpu (Rust programs that register eventpipe_profiler::cpu), or \
+             eptrace record --off-cpu (any Linux program)",
         );
         section(
             s.async_polls,

@@ -1,5 +1,8 @@
-//! Off-CPU time (Rust): how long each thread ran and how long it waited, from this project's
-//! CPU sampler (`EventPipeRs-CpuSampler`'s `Sample` events).
+//! Off-CPU time: how long each thread ran and how long it waited, from this project's CPU
+//! sampler (`EventPipeRs-CpuSampler`'s `Sample` events), or from perf events as `eptrace
+//! record --off-cpu` writes them (`Universal.Events`: `cpu` samples, each standing for the
+//! trace's sampling interval of CPU time, and `offcpu` waits, each its `Value` ns, with the
+//! stack waited in).
 //!
 //! A sample's `State` says what its `Periods × PeriodNs` of the thread's time were:
 //! 1 running (CPU time, with its stack); 2 with a stack: CPU time the timer caught in a
@@ -18,6 +21,8 @@ use crate::TopStack;
 
 /// The CPU sampler's provider.
 pub const CPU_SAMPLER_PROVIDER: &str = "EventPipeRs-CpuSampler";
+/// The provider of perf events' samples in a V6 trace (one-collect's, `eptrace record`'s).
+pub const PERF_PROVIDER: &str = "Universal.Events";
 /// The rundown provider, whose `Thread` events name the process's threads.
 pub const RUNDOWN_PROVIDER: &str = "EventPipeRs-Rundown";
 
@@ -83,6 +88,8 @@ struct Times {
 #[derive(Debug, Default)]
 pub(crate) struct OffCpuAnalyzer {
     pub(crate) events: u64,
+    /// The trace's CPU sampling interval (ns), what a perf CPU sample stands for.
+    pub(crate) interval_ns: Option<u64>,
     threads: HashMap<u64, Times>,
     names: HashMap<u64, String>,
 }
@@ -104,6 +111,24 @@ impl OffCpuAnalyzer {
             _ => return,
         };
         *slot = slot.saturating_add(ns);
+    }
+
+    /// A perf sample of thread `thread` (named `name` in the trace's thread table): CPU
+    /// time (`waited_ns` None: one sampling interval) or a wait off CPU with its stack
+    /// (`waited_ns`).
+    pub(crate) fn observe_perf(&mut self, thread: u64, name: Option<&str>, waited_ns: Option<u64>) {
+        self.events += 1;
+        if let Some(name) = name {
+            self.names.entry(thread).or_insert_with(|| name.to_owned());
+        }
+        let times = self.threads.entry(thread).or_default();
+        match waited_ns {
+            Some(ns) => times.known_wait_ns = times.known_wait_ns.saturating_add(ns),
+            None => {
+                let ns = self.interval_ns.filter(|&ns| ns > 0).unwrap_or(1_000_000);
+                times.running_ns = times.running_ns.saturating_add(ns);
+            }
+        }
     }
 
     /// A rundown `Thread` event: a thread's name.

@@ -738,6 +738,11 @@ struct RecordArgs {
     /// User frames only: ask for no kernel frames.
     #[arg(long)]
     no_kernel: bool,
+    /// Also record every wait off CPU (each context switch away, with its stack, and when
+    /// the thread came back): where the program waited and how long; `convert --samples
+    /// offcpu` and `analyze --offcpu` read them.
+    #[arg(long)]
+    off_cpu: bool,
     /// How user stacks are walked: `dwarf` (a copy of each sample's stack, unwound with
     /// the binaries' .eh_frame: whole stacks through code without frame pointers) or `fp`
     /// (the kernel's frame-pointer walk only: less data, stacks end at the first function
@@ -1017,6 +1022,7 @@ impl Cli {
                 rate_hz: a.rate,
                 duration: a.duration,
                 kernel: !a.no_kernel,
+                off_cpu: a.off_cpu,
                 user_stack_bytes: if a.call_graph == "dwarf" { 16 << 10 } else { 0 },
             }),
             Command::Diff(a) => Action::Diff(crate::diff::Config {

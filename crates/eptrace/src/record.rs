@@ -40,6 +40,8 @@ pub(crate) struct Config {
     pub(crate) kernel: bool,
     /// Bytes of each sample's user stack copied for unwinding (0: frame pointers only).
     pub(crate) user_stack_bytes: u32,
+    /// Also record each wait off CPU with its stack.
+    pub(crate) off_cpu: bool,
 }
 
 /// Each CPU's ring, in pages: room for a pass (100 ms) of samples of a busy thread per CPU,
@@ -66,6 +68,7 @@ pub(crate) fn do_record(config: &Config) -> Result<()> {
         kernel: config.kernel,
         user_stack_bytes: config.user_stack_bytes,
         ring_pages: ring_pages(config.user_stack_bytes, config.rate_hz),
+        off_cpu: config.off_cpu,
         ..SamplerConfig::at_rate(config.rate_hz)
     };
     // Launched: held before its exec until the sampling is set up (a failure drops `held`,
@@ -220,6 +223,14 @@ pub(crate) fn do_record(config: &Config) -> Result<()> {
         summary.mappings,
         summary.lost
     );
+    if config.off_cpu {
+        let _ = writeln!(
+            err,
+            "{} waits off CPU, {:.1} s in all, each with the stack it waited in",
+            summary.waits,
+            summary.waited_ns as f64 / 1e9
+        );
+    }
     if summary.malformed > 0 {
         let _ = writeln!(
             err,

@@ -466,6 +466,144 @@ fn a_running_process_recorded_by_pid_agrees_with_perf_and_goes_on() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Waits of known lengths, measured by the program itself: `nap` sleeps 5 × 200 ms, and
+/// `take_lock` waits for a mutex the main thread holds 100 ms at a time, 5 times.
+const WAITER: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static volatile int held;
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+__attribute__((noinline)) double nap(void) {
+    double start = now();
+    struct timespec d = {0, 200000000};
+    nanosleep(&d, 0);
+    return now() - start;
+}
+__attribute__((noinline)) double take_lock(void) {
+    double start = now();
+    pthread_mutex_lock(&lock);
+    double waited = now() - start;
+    pthread_mutex_unlock(&lock);
+    return waited;
+}
+static double napped, locked;
+static void *sleeper(void *arg) { for (int i = 0; i < 5; i++) napped += nap(); return 0; }
+static void *waiter(void *arg) {
+    for (int i = 0; i < 5; i++) {
+        while (!held) usleep(100);
+        locked += take_lock();
+        while (held) usleep(100);
+    }
+    return 0;
+}
+int main(void) {
+    pthread_t a, b;
+    pthread_create(&a, 0, sleeper, 0);
+    pthread_create(&b, 0, waiter, 0);
+    for (int i = 0; i < 5; i++) {
+        pthread_mutex_lock(&lock);
+        held = 1;
+        usleep(100000);
+        held = 0;
+        pthread_mutex_unlock(&lock);
+        usleep(20000);
+    }
+    pthread_join(a, 0);
+    pthread_join(b, 0);
+    printf("nap_ms %f\nlock_ms %f\n", napped, locked);
+    return 0;
+}
+"#;
+
+#[test]
+fn waits_off_cpu_are_recorded_with_their_stacks_and_lengths() {
+    let dir = std::env::temp_dir().join(format!("eptrace-record-{}-waits", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let source = dir.join("waits.c");
+    std::fs::write(&source, WAITER).unwrap();
+    let program = dir.join("waits");
+    let out = Command::new("gcc")
+        .args(["-O1", "-g", "-pthread", "-o"])
+        .arg(&program)
+        .arg(&source)
+        .output()
+        .expect("gcc runs");
+    assert!(out.status.success(), "gcc: {}", text(&out.stderr));
+    let trace = dir.join("waits.nettrace");
+    let out = record(&program, &trace, &["--off-cpu"]);
+    let measured = |key: &str| -> f64 {
+        text(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in {}", text(&out.stdout)))
+    };
+    let (nap_ms, lock_ms) = (measured("nap_ms "), measured("lock_ms "));
+    let folded = dir.join("waits.folded");
+    eptrace_ok(
+        "convert --samples offcpu",
+        &[
+            "convert",
+            "--samples",
+            "offcpu",
+            "-f",
+            "collapsed",
+            "-o",
+            folded.to_str().unwrap(),
+            trace.to_str().unwrap(),
+        ],
+    );
+    // Collapsed weights are µs.
+    let under = |function: &str| -> f64 {
+        std::fs::read_to_string(&folded)
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.rsplit_once(' '))
+            .filter(|(stack, _)| stack.split(';').any(|f| f == function))
+            .filter_map(|(_, w)| w.parse::<f64>().ok())
+            .sum::<f64>()
+            / 1e3
+    };
+    for (function, truth) in [("nap", nap_ms), ("take_lock", lock_ms)] {
+        let got = under(function);
+        assert!(
+            (got - truth).abs() <= 0.1 * truth,
+            "{function}: {got:.1} ms off CPU in the trace, {truth:.1} ms by the program's clock"
+        );
+    }
+    // The waits end in the kernel's scheduler, where the threads left their CPUs.
+    let stacks = std::fs::read_to_string(&folded).unwrap();
+    assert!(stacks.contains("schedule"), "{stacks:.500}");
+    // `analyze --offcpu`: the sleeper's wait, with its stack, first among the waits.
+    let analysis = eptrace_ok(
+        "analyze --offcpu",
+        &["analyze", "--offcpu", "--json", trace.to_str().unwrap()],
+    );
+    let analysis: serde_json::Value = serde_json::from_slice(&analysis.stdout).unwrap();
+    let offcpu = &analysis["offcpu"];
+    let first = &offcpu["waits"][0];
+    let first_ms = first["value"].as_f64().unwrap();
+    assert!(
+        (first_ms - nap_ms).abs() <= 0.1 * nap_ms
+            && first["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f == "nap"),
+        "{first}"
+    );
+    let with_stack = offcpu["off_cpu_with_stack_ms"].as_f64().unwrap();
+    assert!(with_stack >= 0.9 * (nap_ms + lock_ms), "{offcpu}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn a_program_that_cannot_run_is_an_error_and_leaves_no_trace() {
     let trace = std::env::temp_dir().join(format!(

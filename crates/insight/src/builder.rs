@@ -369,7 +369,7 @@ impl ProfileBuilder {
         };
         let cpu = CpuFields::of(event);
         let kind = if cpu.waiting { Kind::OffCpu } else { kind };
-        let weight = if matches!(kind, Kind::Cpu | Kind::OffCpu) {
+        let weight = if matches!(kind, Kind::Cpu | Kind::OffCpu) && !is_perf_wait(event) {
             // Nanoseconds: the periods the capture stands for.
             let period_ns = cpu.period_ns.unwrap_or(self.cpu_interval_ns);
             if cpu.period_ns.is_some() {
@@ -514,6 +514,17 @@ impl ProfileBuilder {
             || (provider == "Universal.Events" && md.event_name == "cpu")
         {
             return (Kind::Cpu, 1, AllocFields::default());
+        }
+        if is_perf_wait(event) {
+            // `eptrace record --off-cpu`: a wait's length in ns.
+            let waited = event
+                .decode_payload()
+                .unwrap_or_default()
+                .into_iter()
+                .find(|(name, _)| *name == "Value")
+                .and_then(|(_, v)| v.as_u64())
+                .unwrap_or(0);
+            return (Kind::OffCpu, waited, AllocFields::default());
         }
         if provider == ALLOCATION_PROVIDER && md.fields.iter().any(|f| f.name == "Weight") {
             let alloc = AllocFields::of(event);
@@ -901,6 +912,12 @@ impl AllocFields {
         }
         out
     }
+}
+
+/// Whether `event` is a wait off CPU as `eptrace record --off-cpu` writes it
+/// (`Universal.Events/offcpu`, its length in ns as `Value`).
+fn is_perf_wait(event: &Event<'_>) -> bool {
+    event.metadata.provider == "Universal.Events" && event.metadata.event_name == "offcpu"
 }
 
 /// The fields of this project's CPU sampler's `Sample` the builder uses, decoded once.

@@ -26,7 +26,7 @@ mod sampler;
 
 #[cfg(target_os = "linux")]
 pub use launch::{spawn_held, Child, HeldChild};
-pub use record::{Record, RecordError, SampleLayout, UserStack};
+pub use record::{Record, RecordError, SampleLayout, UserStack, SWITCH_SAMPLE_PERIOD};
 #[cfg(target_os = "linux")]
 pub use sampler::{existing_process, Sampler, SamplerConfig};
 pub use trace::{PerfTrace, Summary};

@@ -16,12 +16,14 @@ pub(crate) mod kind {
     pub(crate) const FORK: u32 = 7;
     pub(crate) const SAMPLE: u32 = 9;
     pub(crate) const MMAP2: u32 = 10;
+    pub(crate) const SWITCH: u32 = 14;
 }
 
 /// `misc` bits.
 const MISC_CPUMODE_MASK: u16 = 7;
 const MISC_KERNEL: u16 = 1;
 const MISC_COMM_EXEC: u16 = 1 << 13;
+const MISC_SWITCH_OUT: u16 = 1 << 13;
 const MISC_MMAP_BUILD_ID: u16 = 1 << 14;
 
 /// Callchain entries from here up are context markers (`PERF_CONTEXT_KERNEL`, `_USER`, ...),
@@ -71,6 +73,17 @@ pub enum Record {
         /// When, ns on the sampler's clock.
         time: u64,
     },
+    /// A thread left its CPU (`out`) or came back to one.
+    Switch {
+        /// Process id.
+        pid: u32,
+        /// Thread id.
+        tid: u32,
+        /// Whether it left.
+        out: bool,
+        /// When, ns on the sampler's clock.
+        time: u64,
+    },
     /// Records the kernel dropped because the ring was full.
     Lost {
         /// How many.
@@ -94,6 +107,10 @@ pub enum SampleLayout {
     /// (`PERF_SAMPLE_STACK_USER`), for unwinding with the binaries' unwind tables.
     WithUserStack,
 }
+
+/// The period of a context-switch sample (one switch), which tells it from a CPU-time
+/// sample (whose period is at least 10 µs of CPU time).
+pub const SWITCH_SAMPLE_PERIOD: u64 = 1;
 
 /// `sample_regs_user`: x86_64's `PERF_REG_X86_BP` (6), `SP` (7) and `IP` (8).
 pub const USER_REGS_MASK: u64 = (1 << 6) | (1 << 7) | (1 << 8);
@@ -275,6 +292,16 @@ pub fn parse_with(bytes: &[u8], layout: SampleLayout) -> Result<Record, RecordEr
                 }
             } else {
                 Record::Exit { pid, tid, time }
+            })
+        })(),
+        kind::SWITCH => (|| {
+            let end = bytes.len().checked_sub(TRAILER)?;
+            let trailer = bytes.get(end..end + 8)?;
+            Some(Record::Switch {
+                pid: u32::from_le_bytes(trailer[..4].try_into().ok()?),
+                tid: u32::from_le_bytes(trailer[4..].try_into().ok()?),
+                out: misc & MISC_SWITCH_OUT != 0,
+                time: f.trailer_time()?,
             })
         })(),
         kind::LOST => (|| {
@@ -521,6 +548,24 @@ mod tests {
             parse(&record(kind::LOST, 0, &body)).unwrap(),
             Record::Lost { count: 12 }
         );
+    }
+
+    #[test]
+    fn a_switch_record_names_its_thread_and_direction() {
+        let body = trailer(3, 4, 88);
+        assert_eq!(
+            parse(&record(kind::SWITCH, MISC_SWITCH_OUT, &body)).unwrap(),
+            Record::Switch {
+                pid: 3,
+                tid: 4,
+                out: true,
+                time: 88
+            }
+        );
+        assert!(matches!(
+            parse(&record(kind::SWITCH, 0, &body)).unwrap(),
+            Record::Switch { out: false, .. }
+        ));
     }
 
     #[test]

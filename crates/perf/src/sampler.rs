@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use perf_event_open_sys as sys;
 
-use crate::record::{self, Record, RecordError, SampleLayout};
+use crate::record::{self, Record, RecordError, SampleLayout, SWITCH_SAMPLE_PERIOD};
 use crate::Error;
 
 /// How to sample.
@@ -29,6 +29,19 @@ pub struct SamplerConfig {
     /// the binaries' unwind tables; 0: the kernel's frame-pointer walk only. A multiple of
     /// 8, at most 65 528.
     pub user_stack_bytes: u32,
+    /// Also a sample at each context switch away from a thread (its stack where it waits,
+    /// period 1: [`SWITCH_SAMPLE_PERIOD`]) and a `Switch` record when it leaves and comes
+    /// back to a CPU: the time it spent off CPU, and where.
+    pub off_cpu: bool,
+}
+
+/// Which of a thread's events on a CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Event {
+    /// CPU-time samples, with the side-band records (mmap, comm, task, switch).
+    CpuClock,
+    /// A sample at each context switch away.
+    Switches,
 }
 
 impl SamplerConfig {
@@ -40,6 +53,7 @@ impl SamplerConfig {
             enable_on_exec: false,
             ring_pages: 128,
             user_stack_bytes: 0,
+            off_cpu: false,
         }
     }
 }
@@ -68,7 +82,7 @@ impl Sampler {
         let mut rings = Vec::with_capacity(cpus.len());
         for &cpu in &cpus {
             let fd = loop {
-                match open_event(pid, cpu, config, kernel) {
+                match open_event(pid, cpu, config, kernel, Event::CpuClock) {
                     Ok(fd) => break fd,
                     Err(e) if kernel && is_permission(&e) => {
                         kernel = false;
@@ -82,7 +96,13 @@ impl Sampler {
                     Err(e) => return Err(open_error(e, pid)),
                 }
             };
-            rings.push(Ring::map(fd, config.ring_pages, layout(config))?);
+            let mut ring = Ring::map(fd, config.ring_pages, layout(config))?;
+            if config.off_cpu {
+                let fd = open_event(pid, cpu, config, kernel, Event::Switches)
+                    .map_err(|e| open_error(e, pid))?;
+                ring.redirect(fd)?;
+            }
+            rings.push(ring);
         }
         Ok(Sampler {
             rings,
@@ -117,12 +137,19 @@ impl Sampler {
                 .filter(|t| !opened.contains(t))
                 .collect();
             for tid in new {
-                for (ring, &cpu) in sampler.rings.iter_mut().zip(&cpus) {
-                    match open_event(tid, cpu, &config, kernel) {
-                        Ok(fd) => ring.redirect(fd)?,
-                        // It ended meanwhile.
-                        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => break,
-                        Err(e) => return Err(open_error(e, pid)),
+                let events: &[Event] = if config.off_cpu {
+                    &[Event::CpuClock, Event::Switches]
+                } else {
+                    &[Event::CpuClock]
+                };
+                'thread: for (ring, &cpu) in sampler.rings.iter_mut().zip(&cpus) {
+                    for &event in events {
+                        match open_event(tid, cpu, &config, kernel, event) {
+                            Ok(fd) => ring.redirect(fd)?,
+                            // It ended meanwhile.
+                            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => break 'thread,
+                            Err(e) => return Err(open_error(e, pid)),
+                        }
                     }
                 }
                 opened.insert(tid);
@@ -176,13 +203,29 @@ fn layout(config: &SamplerConfig) -> SampleLayout {
     }
 }
 
-fn open_event(pid: i32, cpu: i32, config: &SamplerConfig, kernel: bool) -> io::Result<OwnedFd> {
+fn open_event(
+    pid: i32,
+    cpu: i32,
+    config: &SamplerConfig,
+    kernel: bool,
+    event: Event,
+) -> io::Result<OwnedFd> {
     // SAFETY: perf_event_attr is plain data; all zeroes is its documented default.
     let mut attr: sys::bindings::perf_event_attr = unsafe { std::mem::zeroed() };
     attr.type_ = sys::bindings::PERF_TYPE_SOFTWARE;
     attr.size = std::mem::size_of::<sys::bindings::perf_event_attr>() as u32;
-    attr.config = u64::from(sys::bindings::PERF_COUNT_SW_CPU_CLOCK);
-    attr.__bindgen_anon_1.sample_period = config.period_ns.max(10_000);
+    let side_band = u64::from(event == Event::CpuClock);
+    match event {
+        Event::CpuClock => {
+            attr.config = u64::from(sys::bindings::PERF_COUNT_SW_CPU_CLOCK);
+            attr.__bindgen_anon_1.sample_period = config.period_ns.max(10_000);
+            attr.set_context_switch(u64::from(config.off_cpu));
+        }
+        Event::Switches => {
+            attr.config = u64::from(sys::bindings::PERF_COUNT_SW_CONTEXT_SWITCHES);
+            attr.__bindgen_anon_1.sample_period = SWITCH_SAMPLE_PERIOD;
+        }
+    }
     attr.sample_type = u64::from(
         sys::bindings::PERF_SAMPLE_IP
             | sys::bindings::PERF_SAMPLE_TID
@@ -200,11 +243,12 @@ fn open_event(pid: i32, cpu: i32, config: &SamplerConfig, kernel: bool) -> io::R
     attr.set_disabled(u64::from(config.enable_on_exec));
     attr.set_enable_on_exec(u64::from(config.enable_on_exec));
     attr.set_inherit(1);
-    attr.set_mmap(1);
-    attr.set_mmap2(1);
-    attr.set_comm(1);
-    attr.set_comm_exec(1);
-    attr.set_task(1);
+    // The side-band records come from one event only, or each would come twice.
+    attr.set_mmap(side_band);
+    attr.set_mmap2(side_band);
+    attr.set_comm(side_band);
+    attr.set_comm_exec(side_band);
+    attr.set_task(side_band);
     attr.set_sample_id_all(1);
     attr.set_exclude_kernel(u64::from(!kernel));
     attr.set_exclude_callchain_kernel(u64::from(!kernel));
