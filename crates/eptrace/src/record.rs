@@ -196,7 +196,9 @@ pub(crate) fn do_record(config: &Config) -> Result<()> {
         .then(|| std::fs::read_to_string("/proc/kallsyms").ok())
         .flatten();
     let (out, summary) = trace
-        .finish(kallsyms.as_deref())
+        .finish(kallsyms.as_deref(), |pid| {
+            std::fs::read_to_string(format!("/tmp/perf-{pid}.map")).ok()
+        })
         .with_context(|| format!("cannot write {}", path.display()))?;
     out.into_inner()
         .map_err(|e| e.into_error())
@@ -223,6 +225,13 @@ pub(crate) fn do_record(config: &Config) -> Result<()> {
         summary.mappings,
         summary.lost
     );
+    if summary.jit_symbols > 0 {
+        let _ = writeln!(
+            err,
+            "{} JIT functions named from the program's perf map (/tmp/perf-PID.map)",
+            summary.jit_symbols
+        );
+    }
     if config.off_cpu {
         let _ = writeln!(
             err,

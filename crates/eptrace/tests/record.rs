@@ -144,6 +144,13 @@ fn whole(stacks: &[(Vec<String>, bool, f64)]) -> (f64, f64) {
     )
 }
 
+/// Held by each test while its programs run: they are compared with perf, and two
+/// CPU-bound programs at once on a small machine would change each other's shares.
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Linux perf, or `None` (with a notice) where it is absent and not required.
 fn perf() -> Option<PathBuf> {
     let found = Command::new("perf")
@@ -268,6 +275,7 @@ fn perf_stacks(perf: &Path, data: &Path) -> Vec<(Vec<String>, bool, f64)> {
 
 #[test]
 fn a_program_recorded_as_it_is_agrees_with_perf() {
+    let _alone = alone();
     let program = build("hot", &["-O1", "-fno-omit-frame-pointer"]);
     let dir = program.parent().unwrap().to_path_buf();
     let trace = dir.join("hot.nettrace");
@@ -330,6 +338,7 @@ fn a_program_recorded_as_it_is_agrees_with_perf() {
 
 #[test]
 fn stacks_through_code_without_frame_pointers_reach_the_thread_start() {
+    let _alone = alone();
     let program = build("hot-nofp", &["-O2", "-fomit-frame-pointer"]);
     let dir = program.parent().unwrap().to_path_buf();
     let trace = dir.join("nofp.nettrace");
@@ -365,6 +374,7 @@ fn stacks_through_code_without_frame_pointers_reach_the_thread_start() {
 
 #[test]
 fn a_running_process_recorded_by_pid_agrees_with_perf_and_goes_on() {
+    let _alone = alone();
     let program = build("hot-attach", &["-O2"]);
     let dir = program.parent().unwrap().to_path_buf();
     let trace = dir.join("attach.nettrace");
@@ -376,6 +386,29 @@ fn a_running_process_recorded_by_pid_agrees_with_perf_and_goes_on() {
     let pid = running.id().to_string();
     // Its worker thread names itself first thing.
     std::thread::sleep(std::time::Duration::from_millis(300));
+    // perf attached over the same second, so both see the same work.
+    let perf_run = perf().map(|perf| {
+        let data = dir.join("perf.data");
+        let child = Command::new(&perf)
+            .args([
+                "record",
+                "-q",
+                "-e",
+                "cpu-clock",
+                "-c",
+                "1001001",
+                "-g",
+                "-p",
+                &pid,
+                "-o",
+            ])
+            .arg(&data)
+            .args(["--", "sleep", "1"])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("perf record starts");
+        (perf, data, child)
+    });
     let out = eptrace_ok(
         "record -p",
         &[
@@ -397,25 +430,8 @@ fn a_running_process_recorded_by_pid_agrees_with_perf_and_goes_on() {
         running.try_wait().unwrap().is_none(),
         "the process still runs"
     );
-    let perf_data = perf().map(|perf| {
-        let data = dir.join("perf.data");
-        let recorded = Command::new(&perf)
-            .args([
-                "record",
-                "-q",
-                "-e",
-                "cpu-clock",
-                "-c",
-                "1001001",
-                "-g",
-                "-p",
-                &pid,
-                "-o",
-            ])
-            .arg(&data)
-            .args(["--", "sleep", "1"])
-            .output()
-            .expect("perf record runs");
+    let perf_data = perf_run.map(|(perf, data, child)| {
+        let recorded = child.wait_with_output().expect("perf record runs");
         assert!(
             recorded.status.success(),
             "perf record -p: {}",
@@ -525,6 +541,7 @@ int main(void) {
 
 #[test]
 fn waits_off_cpu_are_recorded_with_their_stacks_and_lengths() {
+    let _alone = alone();
     let dir = std::env::temp_dir().join(format!("eptrace-record-{}-waits", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let source = dir.join("waits.c");
@@ -601,6 +618,98 @@ fn waits_off_cpu_are_recorded_with_their_stacks_and_lengths() {
     );
     let with_stack = offcpu["off_cpu_with_stack_ms"].as_f64().unwrap();
     assert!(with_stack >= 0.9 * (nap_ms + lock_ms), "{offcpu}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A JIT's code named from its perf map: Node's, hot in `hotLoop` (3 parts) and `coldLoop`
+/// (1 part), with `--perf-basic-prof`; perf names the same code from the same map.
+const NODE_PROGRAM: &str = r#"
+function hotLoop(n) { let x = 1; for (let i = 0; i < n; i++) { x = (x * 1103515245 + 12345) % 2147483648; } return x; }
+function coldLoop(n) { let x = 1; for (let i = 0; i < n; i++) { x = (x * 69069 + 1) % 4294967296; } return x; }
+const end = Date.now() + 1500; let s = 0;
+while (Date.now() < end) { s += hotLoop(3000000); s += coldLoop(1000000); }
+console.log(s > 0 ? "ok" : "?");
+"#;
+
+#[test]
+fn jit_code_is_named_from_the_programs_perf_map() {
+    let _alone = alone();
+    if Command::new("node").arg("--version").output().is_err() {
+        eprintln!("skipping the JIT test: node is not installed");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("eptrace-record-{}-jit", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("hot.js");
+    std::fs::write(&script, NODE_PROGRAM).unwrap();
+    let trace = dir.join("node.nettrace");
+    let out = eptrace_ok(
+        "record node",
+        &[
+            "record",
+            "-o",
+            trace.to_str().unwrap(),
+            "--",
+            "node",
+            "--perf-basic-prof",
+            script.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        text(&out.stderr).contains("JIT functions named from the program's perf map"),
+        "{}",
+        text(&out.stderr)
+    );
+    // Node's JIT tiers name one function several ways (`JS:~f`, `JS:^f`, `JS:*f`, then
+    // its file and line): all of them.
+    let by_function = |shares: &BTreeMap<String, f64>, name: &str| -> f64 {
+        shares
+            .iter()
+            .filter(|(f, _)| {
+                f.split_whitespace()
+                    .next()
+                    .is_some_and(|t| t.ends_with(name))
+            })
+            .map(|(_, s)| s)
+            .sum()
+    };
+    let ours = shares(&our_stacks(&trace));
+    let (hot, cold) = (
+        by_function(&ours, "hotLoop"),
+        by_function(&ours, "coldLoop"),
+    );
+    assert!(
+        hot > 40.0 && cold > 10.0,
+        "hotLoop {hot:.1} %, coldLoop {cold:.1} %: {ours:?}"
+    );
+    if let Some(perf) = perf() {
+        let data = dir.join("perf.data");
+        let recorded = Command::new(&perf)
+            .args([
+                "record",
+                "-q",
+                "-e",
+                "cpu-clock",
+                "-c",
+                "1001001",
+                "-g",
+                "-o",
+            ])
+            .arg(&data)
+            .args(["--", "node", "--perf-basic-prof"])
+            .arg(&script)
+            .output()
+            .expect("perf record runs");
+        assert!(recorded.status.success(), "{}", text(&recorded.stderr));
+        let theirs = shares(&perf_stacks(&perf, &data));
+        for name in ["hotLoop", "coldLoop"] {
+            let (a, b) = (by_function(&ours, name), by_function(&theirs, name));
+            assert!(
+                (a - b).abs() <= 3.0,
+                "{name}: {a:.1} % of eptrace record's samples, {b:.1} % of perf's\nperf: {theirs:?}"
+            );
+        }
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -13,7 +13,11 @@
 //!   `StartAddress`..`EndAddress`, `FileOffset`, `FileName`, `MetadataId`), with
 //!   `ProcessMappingMetadata` holding `{"build_id": ...}` when the kernel gave one; the
 //!   kernel is a `vmlinux` mapping over the upper half of the address space, its functions
-//!   that samples hit named by `ProcessSymbol` events (from `/proc/kallsyms`).
+//!   that samples hit named by `ProcessSymbol` events (from `/proc/kallsyms`). Code outside
+//!   every file mapping (a JIT's: .NET, Node, the JVM) is named from the process's perf map
+//!   (`/tmp/perf-PID.map`) where it wrote one: a mapping named after the map over the
+//!   functions samples hit, each a `ProcessSymbol`. Anonymous mappings are not written
+//!   (nothing names their code).
 //!
 //! A sample with a copy of its user stack gets its user frames unwound with the mapped
 //! files' unwind tables (`unwinding`) where that reaches further than the kernel's
@@ -71,6 +75,8 @@ pub struct Summary {
     /// Samples whose user frames came from unwinding their stack copy (deeper than the
     /// frame-pointer walk).
     pub unwound: u64,
+    /// JIT functions named from perf maps.
+    pub jit_symbols: u64,
 }
 
 #[derive(Debug)]
@@ -125,11 +131,16 @@ pub struct PerfTrace<W: Write> {
     processes: BTreeSet<u32>,
     /// Each process's kernel mapping id, and the kernel addresses its samples hit.
     kernel: BTreeMap<u32, (u64, BTreeSet<u64>)>,
+    /// Each process's file mappings (start, end), ever.
+    files: HashMap<u32, Vec<(u64, u64)>>,
+    /// Each process's user addresses samples hit outside its file mappings (JIT code).
+    unmapped: BTreeMap<u32, BTreeSet<u64>>,
     kernel_frames: bool,
     unwinders: Unwinders,
     /// Each waiting thread's wait: when it began, its stack, the CPU it left.
     waits: HashMap<(u32, u32), (u64, u32, u32)>,
     next_mapping: u64,
+    next_symbol: u64,
     sequence: u32,
     last_time: u64,
     summary: Summary,
@@ -269,7 +280,10 @@ impl<W: Write> PerfTrace<W> {
             kernel_frames,
             unwinders: Unwinders::default(),
             waits: HashMap::new(),
+            files: HashMap::new(),
+            unmapped: BTreeMap::new(),
             next_mapping: 1,
+            next_symbol: 0,
             sequence: 0,
             last_time: 0,
             summary: Summary::default(),
@@ -377,6 +391,14 @@ impl<W: Write> PerfTrace<W> {
                         let hits = &mut self.kernel.entry(pid).or_default().1;
                         hits.extend(callchain.iter().filter(|&&a| a >= KERNEL_START));
                     }
+                    let files = self.files.get(&pid).map_or(&[][..], Vec::as_slice);
+                    let outside = callchain.iter().filter(|&&a| {
+                        a < KERNEL_START && !files.iter().any(|&(s, e)| (s..e).contains(&a))
+                    });
+                    let outside: Vec<u64> = outside.copied().collect();
+                    if !outside.is_empty() {
+                        self.unmapped.entry(pid).or_default().extend(outside);
+                    }
                     let in_kernel = callchain.first().is_some_and(|&a| a >= KERNEL_START);
                     let next = self.stacks.len() as u32 + 1;
                     let stack_id = *self.stacks.entry(callchain).or_insert_with_key(|chain| {
@@ -443,6 +465,18 @@ impl<W: Write> PerfTrace<W> {
                 }
                 Pending::Mapping(m) => {
                     self.unwinders.map(&m);
+                    // Anonymous memory (`//anon`, `/memfd:...`, a deleted file): nothing
+                    // names its code but a perf map.
+                    let file = eventpipe_unwind::is_file_path(&m.file_name)
+                        && !m.file_name.starts_with("//")
+                        && !m.file_name.starts_with("/memfd:");
+                    if !file && !m.file_name.starts_with('[') {
+                        continue;
+                    }
+                    if file {
+                        let end = m.start.saturating_add(m.len);
+                        self.files.entry(m.pid).or_default().push((m.start, end));
+                    }
                     self.summary.mappings += 1;
                     let id = self.next_mapping;
                     self.next_mapping += 1;
@@ -603,17 +637,22 @@ impl<W: Write> PerfTrace<W> {
     }
 
     /// Writes what is left, the kernel functions samples hit (from `kallsyms`: the text of
-    /// `/proc/kallsyms`, when readable), and the trace's end.
+    /// `/proc/kallsyms`, when readable), the JIT functions they hit (from `perf_map`: the
+    /// text of a process's `/tmp/perf-PID.map`, where it wrote one), and the trace's end.
     ///
     /// # Errors
     /// Writing fails.
-    pub fn finish(mut self, kallsyms: Option<&str>) -> Result<(W, Summary), nettrace::Error> {
+    pub fn finish(
+        mut self,
+        kallsyms: Option<&str>,
+        perf_map: impl Fn(u32) -> Option<String>,
+    ) -> Result<(W, Summary), nettrace::Error> {
         let rest = std::mem::take(&mut self.pending);
         self.write(rest)?;
+        self.write_perf_map_symbols(perf_map)?;
         if let Some(table) = kallsyms.map(kernel_symbols) {
             let mut threads = Vec::new();
             let mut events = Vec::new();
-            let mut symbol_id = 0;
             let kernel = std::mem::take(&mut self.kernel);
             for (pid, (mapping, hits)) in kernel {
                 if mapping == 0 {
@@ -628,12 +667,12 @@ impl<W: Write> PerfTrace<W> {
                         continue;
                     }
                     let p = Payload::default()
-                        .num(symbol_id)
+                        .num(self.next_symbol)
                         .num(mapping)
                         .num(start)
                         .num(*end)
                         .str(name);
-                    symbol_id += 1;
+                    self.next_symbol += 1;
                     let time = self.last_time;
                     events.push(self.header_for(
                         &mut threads,
@@ -651,6 +690,77 @@ impl<W: Write> PerfTrace<W> {
         let summary = self.summary.clone();
         Ok((self.out.finish()?, summary))
     }
+}
+
+impl<W: Write> PerfTrace<W> {
+    /// Each process's JIT functions its samples hit, named from its perf map: a mapping
+    /// over them, named after the map, and a symbol each.
+    fn write_perf_map_symbols(
+        &mut self,
+        perf_map: impl Fn(u32) -> Option<String>,
+    ) -> Result<(), nettrace::Error> {
+        let mut threads = Vec::new();
+        let mut events = Vec::new();
+        let time = self.last_time;
+        for (pid, hits) in std::mem::take(&mut self.unmapped) {
+            let Some(table) = perf_map(pid).map(|text| perf_map_symbols(&text)) else {
+                continue;
+            };
+            // A return address can be one past its call's function: the symbol of the byte
+            // before it too.
+            let mut named: BTreeMap<u64, (u64, &str)> = BTreeMap::new();
+            for address in hits.iter().flat_map(|&a| [a, a.saturating_sub(1)]) {
+                if let Some((&start, (end, name))) = table.range(..=address).next_back() {
+                    if address <= *end {
+                        named.insert(start, (*end, name.as_str()));
+                    }
+                }
+            }
+            let (Some((&low, _)), Some((_, &(high, _)))) =
+                (named.first_key_value(), named.last_key_value())
+            else {
+                continue;
+            };
+            let mapping = self.next_mapping;
+            self.next_mapping += 1;
+            self.summary.jit_symbols += named.len() as u64;
+            let p = Payload::default()
+                .num(mapping)
+                .num(low)
+                .num(high)
+                .num(0)
+                .str(&format!("/tmp/perf-{pid}.map"))
+                .num(0);
+            events.push(self.header_for(&mut threads, (pid, 0), PROCESS_MAPPING, 0, 0, time, p));
+            for (start, (end, name)) in named {
+                let id = self.next_symbol;
+                self.next_symbol += 1;
+                let p = Payload::default()
+                    .num(id)
+                    .num(mapping)
+                    .num(start)
+                    .num(end)
+                    .str(name);
+                events.push(self.header_for(&mut threads, (pid, 0), PROCESS_SYMBOL, 0, 0, time, p));
+            }
+        }
+        self.write_events(&threads, &events)
+    }
+}
+
+/// A perf map's functions (`START SIZE NAME`, hex, one a line): start → (inclusive end,
+/// name). Lines that do not parse are passed over.
+fn perf_map_symbols(text: &str) -> BTreeMap<u64, (u64, String)> {
+    text.lines()
+        .filter_map(|line| {
+            let mut cols = line.splitn(3, ' ');
+            let start = u64::from_str_radix(cols.next()?.trim_start_matches("0x"), 16).ok()?;
+            let size = u64::from_str_radix(cols.next()?.trim_start_matches("0x"), 16).ok()?;
+            let name = cols.next()?.trim();
+            (size > 0 && !name.is_empty())
+                .then(|| (start, (start.saturating_add(size - 1), name.to_owned())))
+        })
+        .collect()
 }
 
 /// `/proc/kallsyms`' text functions: start → (inclusive end, name); each ends where the
@@ -681,6 +791,25 @@ fn kernel_symbols(text: &str) -> BTreeMap<u64, (u64, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn perf_map_lines_give_inclusive_ranges_and_bad_lines_are_passed_over() {
+        let table = perf_map_symbols(
+            "7fe95c0061c0 374 JS:*hotLoop /tmp/rec/hot.js:1:17\n\
+             0x1000 10 [OptimizedTier1] App.Program::Main(string[])\n\
+             nonsense\n\
+             2000 0 empty\n",
+        );
+        assert_eq!(
+            table.get(&0x7fe9_5c00_61c0),
+            Some(&(
+                0x7fe9_5c00_6533,
+                "JS:*hotLoop /tmp/rec/hot.js:1:17".to_owned()
+            ))
+        );
+        assert_eq!(table.get(&0x1000).unwrap().0, 0x100f);
+        assert_eq!(table.len(), 2);
+    }
 
     #[test]
     fn kallsyms_text_functions_end_where_the_next_begins() {
