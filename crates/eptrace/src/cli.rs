@@ -753,6 +753,15 @@ struct RecordArgs {
     /// The trace file [default: NAME_PID.nettrace].
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<PathBuf>,
+    /// Also convert the trace, once recorded (comma list; see `eptrace convert`).
+    #[arg(
+        short = 'f',
+        long = "format",
+        value_name = "FORMAT,..",
+        value_delimiter = ',',
+        value_enum
+    )]
+    formats: Vec<ConvertFormat>,
     /// The program to start and profile, after `--`.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<std::ffi::OsString>,
@@ -1023,6 +1032,7 @@ impl Cli {
                 duration: a.duration,
                 kernel: !a.no_kernel,
                 off_cpu: a.off_cpu,
+                convert: a.formats,
                 user_stack_bytes: if a.call_graph == "dwarf" { 16 << 10 } else { 0 },
             }),
             Command::Diff(a) => Action::Diff(crate::diff::Config {

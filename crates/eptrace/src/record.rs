@@ -42,6 +42,8 @@ pub(crate) struct Config {
     pub(crate) user_stack_bytes: u32,
     /// Also record each wait off CPU with its stack.
     pub(crate) off_cpu: bool,
+    /// Formats to convert the trace to once recorded.
+    pub(crate) convert: Vec<crate::convert::ConvertFormat>,
 }
 
 /// Each CPU's ring, in pages: room for a pass (100 ms) of samples of a busy thread per CPU,
@@ -253,6 +255,18 @@ pub(crate) fn do_record(config: &Config) -> Result<()> {
              a higher --rate samples more often",
             sampling.period_ns as f64 / 1e6
         );
+    }
+    drop(err);
+    if !config.convert.is_empty() {
+        let written = crate::convert::convert_file(
+            &path,
+            &config.convert,
+            eventpipe_insight::SampleSelection::Auto,
+        )?;
+        let mut out = std::io::stdout().lock();
+        for w in written {
+            let _ = writeln!(out, "Wrote {} ({})", w.path.display(), w.summary);
+        }
     }
     Ok(())
 }

@@ -279,8 +279,24 @@ fn a_program_recorded_as_it_is_agrees_with_perf() {
     let program = build("hot", &["-O1", "-fno-omit-frame-pointer"]);
     let dir = program.parent().unwrap().to_path_buf();
     let trace = dir.join("hot.nettrace");
-    let out = record(&program, &trace, &["--call-graph", "fp"]);
+    let out = record(
+        &program,
+        &trace,
+        &["--call-graph", "fp", "-f", "speedscope"],
+    );
     let stderr = text(&out.stderr);
+    // Converted once recorded, as asked.
+    let wrote = text(&out.stdout);
+    let speedscope = wrote
+        .lines()
+        .find_map(|l| l.strip_prefix("Wrote ")?.split(" (").next())
+        .unwrap_or_else(|| panic!("no conversion said: {wrote}"));
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(speedscope).unwrap()).unwrap();
+    assert!(
+        doc["profiles"].as_array().is_some_and(|p| !p.is_empty()),
+        "{wrote}"
+    );
     // What it says it wrote is what the trace holds.
     let written: u64 = stderr
         .split(": ")
