@@ -75,6 +75,17 @@ fn read_all(stream: impl Read) -> Seen {
     seen
 }
 
+/// Events a thread wrote that a session did not get between two it got: each a gap in the
+/// thread's counters.
+fn skipped(runs: &BTreeMap<u64, Vec<u64>>) -> u64 {
+    runs.values()
+        .flat_map(|run| {
+            run.windows(2)
+                .map(|pair| pair[1].saturating_sub(pair[0] + 1))
+        })
+        .sum()
+}
+
 /// Counters a thread writes are consecutive; a session sees a consecutive run of them.
 fn assert_consecutive(runs: &BTreeMap<u64, Vec<u64>>, what: &str) {
     assert!(!runs.is_empty(), "{what}: no events");
@@ -162,11 +173,20 @@ fn sessions_stream_over_the_socket_in_both_modes_and_formats() {
                 Duration::from_millis(300),
             );
             let a = &seen.counters["Test-Ipc-A"];
-            assert_consecutive(a, &what);
-            assert!(!seen.counters.contains_key("Test-Ipc-B"), "{what}");
             if block {
+                assert_consecutive(a, &what);
                 assert_eq!(seen.lost, 0, "{what}");
+            } else {
+                // Drop mode may drop events when the drain falls behind (a slow machine, or
+                // wine): every one it drops is counted as lost, none silently.
+                let gaps = skipped(a);
+                assert!(
+                    gaps <= seen.lost,
+                    "{what}: {gaps} events missing between those read, {} counted lost",
+                    seen.lost
+                );
             }
+            assert!(!seen.counters.contains_key("Test-Ipc-B"), "{what}");
         }
     }
 }
