@@ -105,9 +105,50 @@ fn record(program: &Path, trace: &Path, extra: &[&str]) -> std::process::Output 
     eptrace_ok("record", &args)
 }
 
-/// `perf record` of `program` into `data` at eptrace record's period, with `call_graph`.
-fn perf_record(perf: &Path, program: &Path, data: &Path, call_graph: &str) {
-    let recorded = Command::new(perf)
+/// A run of `argv` recorded by `eptrace record` (`extra` its options) into `trace` and, where
+/// perf is installed, by `perf record -p` attached to the same run as soon as `record` says
+/// its pid (at eptrace record's period, `call_graph` as perf takes it), so both see the same
+/// work: eptrace's output (stdout, stderr), and perf's data.
+fn record_beside_perf(
+    argv: &[&str],
+    trace: &Path,
+    extra: &[&str],
+    call_graph: &str,
+) -> ((String, String), Option<(PathBuf, PathBuf)>) {
+    use std::io::{BufRead, Read};
+    let mut args = vec!["record", "-o", trace.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    args.push("--");
+    args.extend_from_slice(argv);
+    let Some(perf) = perf() else {
+        let out = eptrace_ok("record", &args);
+        return ((text(&out.stdout), text(&out.stderr)), None);
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_eptrace"))
+        .args(&args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("eptrace record starts");
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut said = String::new();
+    let pid: u32 = loop {
+        let mut line = String::new();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "record said no pid: {said}"
+        );
+        said.push_str(&line);
+        if let Some(pid) = line
+            .split("(pid ")
+            .nth(1)
+            .and_then(|rest| rest.split(')').next()?.parse().ok())
+        {
+            break pid;
+        }
+    };
+    let data = trace.with_extension("perf.data");
+    let perf_out = Command::new(&perf)
         .args([
             "record",
             "-q",
@@ -118,17 +159,26 @@ fn perf_record(perf: &Path, program: &Path, data: &Path, call_graph: &str) {
             "--call-graph",
         ])
         .arg(call_graph)
-        .arg("-o")
-        .arg(data)
-        .arg("--")
-        .arg(program)
+        .args(["-p", &pid.to_string(), "-o"])
+        .arg(&data)
         .output()
         .expect("perf record runs");
+    stderr.read_to_string(&mut said).unwrap();
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "eptrace record: {said}");
     assert!(
-        recorded.status.success(),
-        "perf record: {}",
-        text(&recorded.stderr)
+        perf_out.status.success(),
+        "perf record -p: {}",
+        text(&perf_out.stderr)
     );
+    ((stdout, said), Some((perf, data)))
 }
 
 /// The share of the samples (%) whose stack reaches the thread's start (`main` or
@@ -239,9 +289,9 @@ fn kernel_functions(trace: &Path) -> std::collections::BTreeSet<String> {
 }
 
 /// perf's stacks, leaf first, from `perf script` of its recording.
-fn perf_stacks(perf: &Path, data: &Path) -> Vec<(Vec<String>, bool, f64)> {
+fn perf_stacks(perf: &Path, data: &Path, pid: Option<u32>) -> Vec<(Vec<String>, bool, f64)> {
     let out = Command::new(perf)
-        .args(["script", "-F", "period,ip,sym,dso", "-i"])
+        .args(["script", "-F", "pid,period,ip,sym,dso", "-i"])
         .arg(data)
         .output()
         .expect("perf script runs");
@@ -249,9 +299,19 @@ fn perf_stacks(perf: &Path, data: &Path) -> Vec<(Vec<String>, bool, f64)> {
     let mut stacks = Vec::new();
     for block in text(&out.stdout).split("\n\n") {
         let mut lines = block.lines().filter(|l| !l.trim().is_empty());
-        let Some(period) = lines.next().and_then(|l| l.trim().parse::<f64>().ok()) else {
+        // "PID PERIOD", then the stack.
+        let Some((sample_pid, period)) = lines.next().and_then(|l| {
+            let mut cols = l.split_whitespace();
+            Some((
+                cols.next()?.parse::<u32>().ok()?,
+                cols.next()?.parse::<f64>().ok()?,
+            ))
+        }) else {
             continue;
         };
+        if pid.is_some_and(|p| p != sample_pid) {
+            continue;
+        }
         let mut kernel_leaf = false;
         let frames: Vec<String> = lines
             .enumerate()
@@ -279,14 +339,15 @@ fn a_program_recorded_as_it_is_agrees_with_perf() {
     let program = build("hot", &["-O1", "-fno-omit-frame-pointer"]);
     let dir = program.parent().unwrap().to_path_buf();
     let trace = dir.join("hot.nettrace");
-    let out = record(
-        &program,
+    let ((out_stdout, out_stderr), perf_run) = record_beside_perf(
+        &[program.to_str().unwrap()],
         &trace,
         &["--call-graph", "fp", "-f", "speedscope"],
+        "fp",
     );
-    let stderr = text(&out.stderr);
+    let stderr = out_stderr.clone();
     // Converted once recorded, as asked.
-    let wrote = text(&out.stdout);
+    let wrote = out_stdout.clone();
     let speedscope = wrote
         .lines()
         .find_map(|l| l.strip_prefix("Wrote ")?.split(" (").next())
@@ -314,7 +375,8 @@ fn a_program_recorded_as_it_is_agrees_with_perf() {
     );
     // The worker's own name, and the samples worth the CPU time the program measured.
     assert!(report.contains("rec-worker"), "{report}");
-    let cpu_ms: f64 = text(&out.stdout)
+    let cpu_ms: f64 = out_stdout
+        .clone()
         .lines()
         .find_map(|l| l.strip_prefix("cpu_ms ")?.trim().parse().ok())
         .expect("the program prints its CPU time");
@@ -325,10 +387,10 @@ fn a_program_recorded_as_it_is_agrees_with_perf() {
     );
 
     let ours = shares(&our_stacks(&trace));
-    let Some(perf) = perf() else { return };
-    let data = dir.join("perf.data");
-    perf_record(&perf, &program, &data, "fp");
-    let theirs = shares(&perf_stacks(&perf, &data));
+    let Some((perf, data)) = perf_run else {
+        return;
+    };
+    let theirs = shares(&perf_stacks(&perf, &data, None));
     eprintln!("eptrace record: {ours:?}\nperf: {theirs:?}");
     for key in ["hot_a", "hot_b", "kernel", "read_zero"] {
         let (a, b) = (
@@ -358,11 +420,14 @@ fn stacks_through_code_without_frame_pointers_reach_the_thread_start() {
     let program = build("hot-nofp", &["-O2", "-fomit-frame-pointer"]);
     let dir = program.parent().unwrap().to_path_buf();
     let trace = dir.join("nofp.nettrace");
-    let out = record(&program, &trace, &[]);
+    let ((_, out_stderr), perf_run) =
+        record_beside_perf(&[program.to_str().unwrap()], &trace, &[], "dwarf");
     assert!(
-        text(&out.stderr).contains("unwound past the frame pointers"),
+        out_stderr
+            .clone()
+            .contains("unwound past the frame pointers"),
         "{}",
-        text(&out.stderr)
+        out_stderr.clone()
     );
     let (reached, under_work) = whole(&our_stacks(&trace));
     assert!(
@@ -376,10 +441,10 @@ fn stacks_through_code_without_frame_pointers_reach_the_thread_start() {
         fp_reached + 30.0 < reached,
         "frame pointers alone: {fp_reached:.1} % reach the start, unwound: {reached:.1} %"
     );
-    let Some(perf) = perf() else { return };
-    let data = dir.join("perf.data");
-    perf_record(&perf, &program, &data, "dwarf");
-    let (perf_reached, perf_under_work) = whole(&perf_stacks(&perf, &data));
+    let Some((perf, data)) = perf_run else {
+        return;
+    };
+    let (perf_reached, perf_under_work) = whole(&perf_stacks(&perf, &data, None));
     assert!(
         (reached - perf_reached).abs() <= 3.0 && (under_work - perf_under_work).abs() <= 3.0,
         "reaching the start: {reached:.1} % (perf --call-graph dwarf: {perf_reached:.1} %); \
@@ -462,7 +527,7 @@ fn a_running_process_recorded_by_pid_agrees_with_perf_and_goes_on() {
     assert!(report.contains("rec-worker"), "{report}");
     let ours = shares(&our_stacks(&trace));
     if let Some((perf, data)) = perf_data {
-        let theirs = shares(&perf_stacks(&perf, &data));
+        let theirs = shares(&perf_stacks(&perf, &data, None));
         for key in ["hot_a", "hot_b", "kernel"] {
             let (a, b) = (
                 ours.get(key).copied().unwrap_or(0.0),
@@ -659,22 +724,18 @@ fn jit_code_is_named_from_the_programs_perf_map() {
     let script = dir.join("hot.js");
     std::fs::write(&script, NODE_PROGRAM).unwrap();
     let trace = dir.join("node.nettrace");
-    let out = eptrace_ok(
-        "record node",
-        &[
-            "record",
-            "-o",
-            trace.to_str().unwrap(),
-            "--",
-            "node",
-            "--perf-basic-prof",
-            script.to_str().unwrap(),
-        ],
+    let ((_, out_stderr), perf_run) = record_beside_perf(
+        &["node", "--perf-basic-prof", script.to_str().unwrap()],
+        &trace,
+        &[],
+        "fp",
     );
     assert!(
-        text(&out.stderr).contains("JIT functions named from the program's perf map"),
+        out_stderr
+            .clone()
+            .contains("JIT functions named from the program's perf map"),
         "{}",
-        text(&out.stderr)
+        out_stderr.clone()
     );
     // Node's JIT tiers name one function several ways (`JS:~f`, `JS:^f`, `JS:*f`, then
     // its file and line): all of them.
@@ -698,26 +759,8 @@ fn jit_code_is_named_from_the_programs_perf_map() {
         hot > 40.0 && cold > 10.0,
         "hotLoop {hot:.1} %, coldLoop {cold:.1} %: {ours:?}"
     );
-    if let Some(perf) = perf() {
-        let data = dir.join("perf.data");
-        let recorded = Command::new(&perf)
-            .args([
-                "record",
-                "-q",
-                "-e",
-                "cpu-clock",
-                "-c",
-                "1001001",
-                "-g",
-                "-o",
-            ])
-            .arg(&data)
-            .args(["--", "node", "--perf-basic-prof"])
-            .arg(&script)
-            .output()
-            .expect("perf record runs");
-        assert!(recorded.status.success(), "{}", text(&recorded.stderr));
-        let theirs = shares(&perf_stacks(&perf, &data));
+    if let Some((perf, data)) = perf_run {
+        let theirs = shares(&perf_stacks(&perf, &data, None));
         for name in ["hotLoop", "coldLoop"] {
             let (a, b) = (by_function(&ours, name), by_function(&theirs, name));
             assert!(
