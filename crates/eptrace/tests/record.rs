@@ -124,8 +124,10 @@ fn record_beside_perf(
         let out = eptrace_ok("record", &args);
         return ((text(&out.stdout), text(&out.stderr)), None);
     };
+    // In the trace's folder: what the program leaves behind (node's logs) stays there.
     let mut child = Command::new(env!("CARGO_BIN_EXE_eptrace"))
         .args(&args)
+        .current_dir(trace.parent().unwrap())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
