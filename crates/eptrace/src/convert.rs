@@ -146,6 +146,20 @@ pub(crate) fn targets(
     })
 }
 
+/// Converts the trace just written at `path` to `formats` (after `collect -f`, `record
+/// -f`), saying on stdout what each file holds.
+pub(crate) fn convert_and_say(path: &Path, formats: &[ConvertFormat]) -> Result<()> {
+    if formats.is_empty() {
+        return Ok(());
+    }
+    let written = convert_file(path, formats, eventpipe_insight::SampleSelection::Auto)?;
+    let mut out = std::io::stdout().lock();
+    for w in written {
+        let _ = writeln!(out, "Wrote {} ({})", w.path.display(), w.summary);
+    }
+    Ok(())
+}
+
 /// `trace.nettrace` → `trace.speedscope.json` (and so on).
 pub(crate) fn output_path(trace: &Path, format: ConvertFormat) -> PathBuf {
     let file = trace

@@ -257,17 +257,7 @@ pub(crate) fn do_record(config: &Config) -> Result<()> {
         );
     }
     drop(err);
-    if !config.convert.is_empty() {
-        let written = crate::convert::convert_file(
-            &path,
-            &config.convert,
-            eventpipe_insight::SampleSelection::Auto,
-        )?;
-        let mut out = std::io::stdout().lock();
-        for w in written {
-            let _ = writeln!(out, "Wrote {} ({})", w.path.display(), w.summary);
-        }
-    }
+    crate::convert::convert_and_say(&path, &config.convert)?;
     Ok(())
 }
 
