@@ -750,6 +750,19 @@ struct RecordArgs {
     #[arg(long = "call-graph", value_name = "HOW", default_value = "dwarf",
           value_parser = ["dwarf", "fp"])]
     call_graph: String,
+    /// Providers of the program's own EventPipe session, when it serves the diagnostics
+    /// protocol (.NET, Rust with eventpipe), as `collect` takes them; its events join the
+    /// samples in the trace, on their clock.
+    #[arg(long, value_name = "SPEC,..", value_delimiter = ',')]
+    providers: Vec<String>,
+    /// Presets of providers for that session, as `collect` has them [default: the runtime's
+    /// default keywords for .NET, every provider for Rust; its own samplers left out, as
+    /// perf samples].
+    #[arg(long, value_enum, value_name = "PROFILE,..", value_delimiter = ',')]
+    profile: Vec<Preset>,
+    /// Samples only: open no EventPipe session, even where the program serves one.
+    #[arg(long, conflicts_with_all = ["providers", "profile"])]
+    no_events: bool,
     /// The trace file [default: NAME_PID.nettrace].
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<PathBuf>,
@@ -1034,6 +1047,11 @@ impl Cli {
                 off_cpu: a.off_cpu,
                 convert: a.formats,
                 user_stack_bytes: if a.call_graph == "dwarf" { 16 << 10 } else { 0 },
+                events: (!a.no_events).then(|| eventpipe_client::request::TraceRequest {
+                    presets: a.profile,
+                    providers: a.providers,
+                    ..eventpipe_client::request::TraceRequest::default()
+                }),
             }),
             Command::Diff(a) => Action::Diff(crate::diff::Config {
                 base: a.base,

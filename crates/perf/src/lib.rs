@@ -15,6 +15,7 @@
 //! sample's user stack, the unwind tables' (`.eh_frame`) walk of that copy, which goes on
 //! through code built without frame pointers.
 
+pub mod clock;
 pub mod record;
 pub mod trace;
 mod unwinding;
@@ -29,7 +30,19 @@ pub use launch::{spawn_held, Child, HeldChild};
 pub use record::{Record, RecordError, SampleLayout, UserStack, SWITCH_SAMPLE_PERIOD};
 #[cfg(target_os = "linux")]
 pub use sampler::{existing_process, Sampler, SamplerConfig};
-pub use trace::{PerfTrace, Summary};
+pub use trace::{ForwardedEvent, PerfTrace, Summary};
+
+/// `CLOCK_MONOTONIC`, ns: the clock the samples are timed on.
+#[cfg(target_os = "linux")]
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the call to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
 
 /// What went wrong.
 #[derive(Debug, thiserror::Error)]

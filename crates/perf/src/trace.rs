@@ -19,6 +19,11 @@
 //!   functions samples hit, each a `ProcessSymbol`. Anonymous mappings are not written
 //!   (nothing names their code).
 //!
+//! * The recorded process's own events (its EventPipe session's: a .NET runtime's, an
+//!   eventpipe-rs program's), each with its metadata, payload and stack as the session gave
+//!   them, on the samples' clock ([`ForwardedEvent`], [`crate::clock`]). .NET's method
+//!   load and rundown events among them name the JIT'd code the samples hit.
+//!
 //! A sample with a copy of its user stack gets its user frames unwound with the mapped
 //! files' unwind tables (`unwinding`) where that reaches further than the kernel's
 //! frame-pointer walk.
@@ -30,10 +35,11 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
+use std::sync::Arc;
 
 use nettrace::write::{EventBlockBuilder, TraceWriter};
 use nettrace::{
-    EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, ThreadInfo, TraceInfo,
+    EventHeader, EventMetadata, FieldDesc, FieldType, FormatVersion, Guid, ThreadInfo, TraceInfo,
 };
 
 use crate::record::{Mmap, Record, UserStack};
@@ -50,6 +56,31 @@ const PROCESS_MAPPING: u32 = 4;
 const PROCESS_SYMBOL: u32 = 5;
 const MAPPING_METADATA: u32 = 6;
 const OFF_CPU: u32 = 7;
+/// Forwarded events' metadata get ids from here up.
+const FIRST_FORWARDED: u32 = 100;
+
+/// One event of the recorded process's own EventPipe session, its time on the samples'
+/// clock (CLOCK_MONOTONIC, ns).
+#[derive(Debug, Clone)]
+pub struct ForwardedEvent {
+    /// When it happened, on the samples' clock.
+    pub time: u64,
+    /// Its process.
+    pub pid: u32,
+    /// Its thread (the OS thread id).
+    pub tid: u32,
+    /// Its metadata as the session stated it (ids are the session's; the trace gives each
+    /// its own).
+    pub metadata: Arc<EventMetadata>,
+    /// Its payload, as written.
+    pub payload: Vec<u8>,
+    /// Its stack, innermost first (empty: none).
+    pub stack: Vec<u64>,
+    /// Its activity ids.
+    pub activity_id: Guid,
+    /// See `activity_id`.
+    pub related_activity_id: Guid,
+}
 
 /// What a written trace holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -77,6 +108,8 @@ pub struct Summary {
     pub unwound: u64,
     /// JIT functions named from perf maps.
     pub jit_symbols: u64,
+    /// The process's own events written (from its EventPipe session).
+    pub forwarded: u64,
 }
 
 #[derive(Debug)]
@@ -116,6 +149,7 @@ enum Pending {
         tid: u32,
         name: String,
     },
+    Forwarded(Box<ForwardedEvent>),
 }
 
 /// A V6 trace being written from perf records.
@@ -141,6 +175,8 @@ pub struct PerfTrace<W: Write> {
     waits: HashMap<(u32, u32), (u64, u32, u32)>,
     next_mapping: u64,
     next_symbol: u64,
+    /// Forwarded metadata: the session's id → the trace's.
+    forwarded_metadata: HashMap<u32, u32>,
     sequence: u32,
     last_time: u64,
     summary: Summary,
@@ -284,6 +320,7 @@ impl<W: Write> PerfTrace<W> {
             unmapped: BTreeMap::new(),
             next_mapping: 1,
             next_symbol: 0,
+            forwarded_metadata: HashMap::new(),
             sequence: 0,
             last_time: 0,
             summary: Summary::default(),
@@ -352,6 +389,11 @@ impl<W: Write> PerfTrace<W> {
         self.push(time, pending);
     }
 
+    /// Takes one event of the recorded process's own session.
+    pub fn add_forwarded(&mut self, event: ForwardedEvent) {
+        self.push(event.time, Pending::Forwarded(Box::new(event)));
+    }
+
     fn push(&mut self, time: u64, pending: Pending) {
         self.arrivals += 1;
         self.pending.insert((time, self.arrivals), pending);
@@ -371,10 +413,38 @@ impl<W: Write> PerfTrace<W> {
     fn write(&mut self, ready: BTreeMap<(u64, u64), Pending>) -> Result<(), nettrace::Error> {
         let mut threads = Vec::new();
         let mut new_stacks: Vec<Vec<u8>> = Vec::new();
+        let mut new_metadata: Vec<EventMetadata> = Vec::new();
         let first_stack = self.stacks.len() as u32 + 1;
         let mut events: Vec<(EventHeader, Vec<u8>)> = Vec::new();
         for ((time, _), pending) in ready {
             let (pid, tid, metadata, stack_id, cpu, payload) = match pending {
+                Pending::Forwarded(event) => {
+                    let metadata_id =
+                        self.forwarded_metadata_id(&event.metadata, &mut new_metadata);
+                    let stack_id = if event.stack.is_empty() {
+                        0
+                    } else {
+                        let next = self.stacks.len() as u32 + 1;
+                        *self.stacks.entry(event.stack).or_insert_with_key(|chain| {
+                            new_stacks.push(chain.iter().flat_map(|a| a.to_le_bytes()).collect());
+                            next
+                        })
+                    };
+                    self.summary.forwarded += 1;
+                    let (mut header, payload) = self.header_for(
+                        &mut threads,
+                        (event.pid, event.tid),
+                        metadata_id,
+                        stack_id,
+                        0,
+                        time,
+                        Payload(event.payload),
+                    );
+                    header.activity_id = event.activity_id;
+                    header.related_activity_id = event.related_activity_id;
+                    events.push((header, payload));
+                    continue;
+                }
                 Pending::Sample {
                     pid,
                     tid,
@@ -539,11 +609,38 @@ impl<W: Write> PerfTrace<W> {
                 payload,
             ));
         }
+        if !new_metadata.is_empty() {
+            self.out.write_metadata_block(&new_metadata)?;
+        }
         if !new_stacks.is_empty() {
             let refs: Vec<&[u8]> = new_stacks.iter().map(Vec::as_slice).collect();
             self.out.write_stack_block(first_stack, &refs)?;
         }
         self.write_events(&threads, &events)
+    }
+
+    /// The trace's id for a forwarded event's metadata, its row added to `new_rows` the
+    /// first time. A runtime event whose fields came from the manifest (a .NET runtime
+    /// states none) is written without them, as it came, so readers take them from the
+    /// manifest again.
+    fn forwarded_metadata_id(
+        &mut self,
+        metadata: &EventMetadata,
+        new_rows: &mut Vec<EventMetadata>,
+    ) -> u32 {
+        if let Some(&id) = self.forwarded_metadata.get(&metadata.metadata_id) {
+            return id;
+        }
+        let id = FIRST_FORWARDED + self.forwarded_metadata.len() as u32;
+        self.forwarded_metadata.insert(metadata.metadata_id, id);
+        let mut row = metadata.clone();
+        row.metadata_id = id;
+        if row.fields_from_manifest {
+            row.fields.clear();
+            row.fields_from_manifest = false;
+        }
+        new_rows.push(row);
+        id
     }
 
     /// The kernel's frames of `callchain`, then the longer of its user frames (the

@@ -7,7 +7,13 @@
 //! The program is forked and held before its exec while one sampling event per CPU is set
 //! up on it, enabled by the exec itself. Each pass reads every CPU's ring, then writes the
 //! records older than the pass's start (no CPU can still hold an earlier one), so the file
-//! grows as the program runs.
+//! grows as the program runs. Where the program serves the diagnostics protocol, its own
+//! EventPipe session's events join the samples (`events`); the session's runtime hands
+//! its events over in blocks, so while it runs, a pass writes only what is older than
+//! [`EVENTS_LAG`].
+
+#[cfg(target_os = "linux")]
+mod events;
 
 use std::ffi::OsString;
 use std::io::{BufWriter, IsTerminal, Write};
@@ -17,7 +23,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 #[cfg(target_os = "linux")]
-use eventpipe_perf::{existing_process, spawn_held, PerfTrace, Sampler, SamplerConfig};
+use eventpipe_perf::{
+    existing_process, monotonic_ns, spawn_held, PerfTrace, Sampler, SamplerConfig,
+};
 
 /// What to record.
 #[derive(Debug, Clone)]
@@ -44,6 +52,8 @@ pub(crate) struct Config {
     pub(crate) off_cpu: bool,
     /// Formats to convert the trace to once recorded.
     pub(crate) convert: Vec<crate::convert::ConvertFormat>,
+    /// The program's own EventPipe session, where it serves one (`None`: samples only).
+    pub(crate) events: Option<eventpipe_client::request::TraceRequest>,
 }
 
 /// Each CPU's ring, in pages: room for a pass (100 ms) of samples of a busy thread per CPU,
@@ -56,6 +66,10 @@ fn ring_pages(user_stack_bytes: u32, rate_hz: u32) -> usize {
 
 /// How long a pass waits for a ring to fill before reading anyway.
 const PASS: Duration = Duration::from_millis(100);
+
+/// How far behind the samples a running EventPipe session's events may come: a runtime
+/// hands over its threads' buffers every few hundred ms at most.
+const EVENTS_LAG: u64 = 1_500_000_000;
 
 /// Runs `eptrace record`.
 #[cfg(not(target_os = "linux"))]
@@ -77,6 +91,7 @@ pub(crate) fn do_record(config: &Config) -> Result<()> {
     // and the child sees the pipe close and exits unrun). Attached: its threads now, and
     // what it already is (name, threads' names, mappings) as records at the attach.
     let attach_time = monotonic_ns();
+    let tsc_start = eventpipe_perf::clock::tsc_reading();
     let (pid, name, mut sampler, held, existing) = match &config.target {
         Target::Launch(command) => {
             let name = Path::new(&command[0])
@@ -153,6 +168,10 @@ pub(crate) fn do_record(config: &Config) -> Result<()> {
         config.rate_hz,
         path.display()
     );
+    let mut events = config
+        .events
+        .clone()
+        .map(|request| events::EventSession::start(pid, request, child.is_some(), tsc_start));
     let started = Instant::now();
     let mut samples = 0u64;
     let status = interactive.then(indicatif::ProgressBar::new_spinner);
@@ -162,8 +181,15 @@ pub(crate) fn do_record(config: &Config) -> Result<()> {
             samples += u64::from(matches!(r, Ok(eventpipe_perf::Record::Sample(_))));
             trace.add(r);
         });
+        let mut written_before = pass_start;
+        if let Some(events) = &mut events {
+            events.forward(&mut trace);
+            if events.is_live() {
+                written_before = pass_start.saturating_sub(EVENTS_LAG);
+            }
+        }
         trace
-            .flush_before(pass_start)
+            .flush_before(written_before)
             .with_context(|| format!("cannot write {}", path.display()))?;
         match &mut child {
             Some(child) => {
@@ -189,6 +215,7 @@ pub(crate) fn do_record(config: &Config) -> Result<()> {
         sampler.wait(PASS);
     };
     let recorded_for = started.elapsed();
+    let event_notes = events.map(|e| e.finish(&mut trace)).unwrap_or_default();
     sampler.read(|r| trace.add(r));
     drop(sampler);
     if let Some(bar) = &status {
@@ -241,6 +268,9 @@ pub(crate) fn do_record(config: &Config) -> Result<()> {
             summary.waits,
             summary.waited_ns as f64 / 1e9
         );
+    }
+    for note in &event_notes {
+        let _ = writeln!(err, "{note}");
     }
     if summary.malformed > 0 {
         let _ = writeln!(
@@ -296,16 +326,4 @@ fn pid_by_name(name: &str) -> Result<i32> {
                 .join(", ")
         ),
     }
-}
-
-/// CLOCK_MONOTONIC, ns: the clock the samples are timed on.
-#[cfg(target_os = "linux")]
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec for the call to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
