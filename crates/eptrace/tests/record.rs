@@ -427,7 +427,7 @@ fn stacks_through_code_without_frame_pointers_reach_the_thread_start() {
     assert!(
         out_stderr
             .clone()
-            .contains("unwound past the frame pointers"),
+            .contains("unwound from their stack copies"),
         "{}",
         out_stderr.clone()
     );

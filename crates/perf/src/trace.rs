@@ -103,7 +103,7 @@ pub struct Summary {
     pub waits: u64,
     /// See `waits`.
     pub waited_ns: u64,
-    /// Samples whose user frames came from unwinding their stack copy (deeper than the
+    /// Samples whose user frames came from unwinding their stack copy (rather than from a
     /// frame-pointer walk).
     pub unwound: u64,
     /// JIT functions named from perf maps.
@@ -643,11 +643,15 @@ impl<W: Write> PerfTrace<W> {
         id
     }
 
-    /// The kernel's frames of `callchain`, then the longer of its user frames (the
-    /// kernel's frame-pointer walk) and those unwound from the sample's stack copy: the
-    /// one that reaches further toward the thread's start.
+    /// The kernel's frames of `callchain`, then the longer of its user frames (a
+    /// frame-pointer walk, where the sampler asked the kernel for one) and those unwound
+    /// from the sample's stack copy (at least the interrupted address): the one that
+    /// reaches further toward the thread's start.
     fn whole_stack(&mut self, pid: u32, callchain: Vec<u64>, user: &UserStack) -> Vec<u64> {
-        let unwound = self.unwinders.unwind(pid, user);
+        let mut unwound = self.unwinders.unwind(pid, user);
+        if unwound.is_empty() && user.ip != 0 && user.ip < KERNEL_START {
+            unwound.push(user.ip);
+        }
         let user_frames = callchain.iter().filter(|&&a| a < KERNEL_START).count();
         if unwound.len() <= user_frames {
             return callchain;

@@ -243,8 +243,8 @@ pub(crate) fn do_record(config: &Config) -> Result<()> {
     };
     let _ = writeln!(
         err,
-        "{ended}. Wrote {}: {} CPU samples ({} in the kernel, {} unwound past the frame \
-         pointers), {} threads, {} processes, {} mappings; {} lost",
+        "{ended}. Wrote {}: {} CPU samples ({} in the kernel, {} unwound from their stack \
+         copies), {} threads, {} processes, {} mappings; {} lost",
         path.display(),
         summary.samples,
         summary.kernel_samples,
