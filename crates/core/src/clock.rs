@@ -9,9 +9,10 @@
 //! for .NET's QueryPerformanceCounter ticks.
 //!
 //! Elsewhere (or with `EVENTPIPE_CLOCK=monotonic`), a timestamp is nanoseconds of the
-//! monotonic clock since the first call, a 1 GHz tick: `Instant`, which is the platform's
-//! own (`clock_gettime(CLOCK_MONOTONIC)` on Linux, `mach_absolute_time` on macOS,
-//! `QueryPerformanceCounter` on Windows).
+//! monotonic clock, a 1 GHz tick: `Instant`, which is the platform's own
+//! (`clock_gettime(CLOCK_MONOTONIC)` on Linux, `mach_absolute_time` on macOS,
+//! `QueryPerformanceCounter` on Windows). On Linux the ticks are `CLOCK_MONOTONIC`'s own
+//! readings, as .NET's are there; elsewhere they count from the first call.
 //!
 //! Ordering: `rdtsc` is not serializing, so it may execute before an earlier store is
 //! visible to other cores. The drain's cutoff trails its clock by a margin
@@ -45,7 +46,11 @@ fn base() -> &'static Base {
         let instant = Instant::now();
         Base {
             source,
-            ticks: if source == Source::Tsc { read_tsc() } else { 0 },
+            ticks: if source == Source::Tsc {
+                read_tsc()
+            } else {
+                crate::platform::monotonic_origin_ns()
+            },
             instant,
             unix_nanos: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -108,7 +113,7 @@ fn now_from_base() -> i64 {
             TSC_READY.store(true, Ordering::Relaxed);
             read_tsc()
         }
-        Source::Monotonic => b.instant.elapsed().as_nanos() as i64,
+        Source::Monotonic => b.ticks + b.instant.elapsed().as_nanos() as i64,
     }
 }
 
@@ -161,7 +166,7 @@ pub fn sync_point() -> (i128, i64) {
     let b = base();
     let rate = ticks_per_second();
     let ticks = now();
-    // Monotonic ticks count from the base (`b.ticks` is 0) at 1 GHz: the same formula.
+    // Monotonic ticks count from the base's reading at 1 GHz: the same formula.
     let since_base = i128::from(ticks - b.ticks) * i128::from(NANOS_PER_SECOND) / i128::from(rate);
     (b.unix_nanos + since_base, ticks)
 }

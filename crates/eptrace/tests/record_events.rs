@@ -74,30 +74,46 @@ fn read_trace(bytes: &[u8], cut: bool) -> (Vec<Read>, Option<String>) {
 
 #[test]
 fn a_rust_programs_events_land_between_the_samples_of_the_loops_around_them() {
+    // Its default clock (the TSC where the CPU's is invariant, as here), then the monotonic
+    // clock it falls back to elsewhere.
+    let tsc = std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.contains("nonstop_tsc"));
+    let default = if cfg!(target_arch = "x86_64") && tsc {
+        "its clock is the TSC"
+    } else {
+        "its clock is CLOCK_MONOTONIC"
+    };
+    busy_marks_recorded(None, default);
+    busy_marks_recorded(Some("monotonic"), "its clock is CLOCK_MONOTONIC");
+}
+
+/// busy-marks recorded with `EVENTPIPE_CLOCK` set to `clock`, its clock said to be `said`.
+fn busy_marks_recorded(clock: Option<&str>, expected_clock: &str) {
     let program = support::build_example("eventpipe", "busy-marks");
-    let dir = scratch("busy");
+    let dir = scratch(&format!("busy-{}", clock.unwrap_or("default")));
     let trace = dir.join("busy.nettrace");
     let rounds = 12u64;
-    let out = eptrace_ok(
-        "record",
-        &[
-            "record",
-            "-o",
-            trace.to_str().unwrap(),
-            "--",
-            program.to_str().unwrap(),
+    let mut command = Command::new(env!("CARGO_BIN_EXE_eptrace"));
+    command
+        .args(["record", "-o", trace.to_str().unwrap(), "--"])
+        .arg(&program)
+        .args([
             "--rounds",
             &rounds.to_string(),
             "--busy-ms",
             "60",
             "--sleep-ms",
             "60",
-        ],
-    );
+        ]);
+    match clock {
+        Some(clock) => command.env("EVENTPIPE_CLOCK", clock),
+        None => command.env_remove("EVENTPIPE_CLOCK"),
+    };
+    let out = command.output().expect("eptrace runs");
     let said = text(&out.stderr);
     eprintln!("{said}");
+    assert!(out.status.success(), "{said}");
     assert!(said.contains("own EventPipe session"), "{said}");
-    assert!(said.contains("its clock is"), "{said}");
+    assert!(said.contains(expected_clock), "{said}");
 
     let bytes = std::fs::read(&trace).unwrap();
     let (events, _) = read_trace(&bytes, false);

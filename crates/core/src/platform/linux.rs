@@ -8,6 +8,22 @@ pub(crate) fn current_os_tid() -> u64 {
     (unsafe { libc::gettid() }) as u64
 }
 
+/// `CLOCK_MONOTONIC` now, in ns: where the monotonic clock's ticks count from, so that they
+/// are that clock's own readings, as .NET's are on Linux, and a tool that reads the clock
+/// too (`eptrace record`'s perf samples) places them exactly.
+pub(crate) fn monotonic_origin_ns() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the call to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    // `time_t` and `c_long` are 32 bits on 32-bit Linux.
+    #[allow(clippy::useless_conversion)]
+    let (seconds, nanos) = (i64::from(ts.tv_sec), i64::from(ts.tv_nsec));
+    seconds * 1_000_000_000 + nanos
+}
+
 /// Whether every CPU reports an invariant TSC (`constant_tsc` and `nonstop_tsc`).
 pub(crate) fn invariant_tsc() -> bool {
     let Ok(cpuinfo) = std::fs::read_to_string("/proc/cpuinfo") else {

@@ -71,3 +71,9 @@ pub(crate) fn open_descriptors() -> Option<u64> {
     };
     (bytes >= 0).then(|| bytes as u64 / std::mem::size_of::<libc::proc_fdinfo>() as u64)
 }
+
+/// Where the monotonic clock's ticks count from: the first reading (its origin is
+/// `Instant`'s own here, which no other process states).
+pub(crate) fn monotonic_origin_ns() -> i64 {
+    0
+}

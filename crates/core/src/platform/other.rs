@@ -30,3 +30,9 @@ pub(crate) fn thread_count() -> Option<u64> {
 pub(crate) fn open_descriptors() -> Option<u64> {
     None
 }
+
+/// Where the monotonic clock's ticks count from: the first reading (its origin is
+/// `Instant`'s own here, which no other process states).
+pub(crate) fn monotonic_origin_ns() -> i64 {
+    0
+}

@@ -92,3 +92,9 @@ pub(crate) fn open_descriptors() -> Option<u64> {
     let ok = unsafe { GetProcessHandleCount(GetCurrentProcess(), &mut count) };
     (ok != 0).then_some(u64::from(count))
 }
+
+/// Where the monotonic clock's ticks count from: the first reading (its origin is
+/// `Instant`'s own here, which no other process states).
+pub(crate) fn monotonic_origin_ns() -> i64 {
+    0
+}
