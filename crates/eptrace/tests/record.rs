@@ -803,3 +803,90 @@ fn a_program_that_cannot_run_is_an_error_and_leaves_no_trace() {
     // Without a program: a usage error.
     assert_eq!(eptrace(&["record"]).status.code(), Some(2));
 }
+
+/// As a user without privileges (`nobody`, through `setpriv`; run where the tests run as
+/// root): the program is still recorded, with its user frames, and `record` says why there
+/// are no kernel frames and why its rings are small, naming the settings; a process of
+/// another user is an error that says so, and leaves no trace.
+#[test]
+fn an_unprivileged_user_records_user_frames_and_is_told_which_settings_limit_it() {
+    let _alone = alone();
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| text(&o.stdout).trim() == "0");
+    let setpriv = Command::new("setpriv").arg("--version").output().is_ok();
+    if !root || !setpriv {
+        eprintln!("skipping: needs root and setpriv to run eptrace as another user");
+        return;
+    }
+    let program = build("hot-nobody", &[]);
+    let dir = program.parent().unwrap().to_path_buf();
+    let out_dir = dir.join("nobody");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    std::process::Command::new("chmod")
+        .args(["0777", out_dir.to_str().unwrap()])
+        .status()
+        .unwrap();
+    let as_nobody = |args: &[&str]| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(env!("CARGO_BIN_EXE_eptrace"))
+            .args(args)
+            .output()
+            .expect("setpriv runs")
+    };
+    let trace = out_dir.join("hot.nettrace");
+    let out = as_nobody(&[
+        "record",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        program.to_str().unwrap(),
+        "0.5",
+    ]);
+    let said = text(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    let paranoid: i32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    if paranoid >= 2 {
+        assert!(
+            said.contains(&format!("kernel.perf_event_paranoid is {paranoid}"))
+                && said.contains("recording user frames only"),
+            "{said}"
+        );
+    }
+    assert!(said.contains("kernel.perf_event_mlock_kb"), "{said}");
+    let samples: u64 = said
+        .split("Wrote ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(samples > 100, "{said}");
+    let stacks = our_stacks(&trace);
+    let named: f64 = stacks
+        .iter()
+        .filter(|(frames, _, _)| frames.first().is_some_and(|f| f.starts_with("hot_")))
+        .map(|s| s.2)
+        .sum::<f64>()
+        / stacks.iter().map(|s| s.2).sum::<f64>();
+    assert!(
+        named > 0.3,
+        "{:.0} % of the samples in hot_a/hot_b",
+        named * 100.0
+    );
+
+    let refused = out_dir.join("init.nettrace");
+    let out = as_nobody(&["record", "-p", "1", "-o", refused.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("process 1 belongs to another user"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!refused.exists());
+    std::fs::remove_dir_all(&dir).ok();
+}

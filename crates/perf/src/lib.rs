@@ -59,15 +59,24 @@ pub enum Error {
         /// `kernel.perf_event_paranoid`, when readable.
         paranoid: Option<i32>,
     },
+    /// The process belongs to another user, whose processes this one may not sample.
+    #[error(
+        "process {pid} belongs to another user: only root (or CAP_PERFMON with the right to \
+         trace it) may sample it; run eptrace as that user or as root"
+    )]
+    OtherUser {
+        /// The process.
+        pid: i32,
+    },
     /// The kernel has no perf events (or no software `cpu-clock` event).
     #[error("this kernel offers no perf events ({0})")]
-    Unavailable(#[source] std::io::Error),
+    Unavailable(std::io::Error),
     /// The process does not exist.
     #[error("no process {0}")]
     NoProcess(i32),
     /// Opening or mapping an event failed otherwise.
     #[error("cannot open a perf event: {0}")]
-    Open(#[source] std::io::Error),
+    Open(std::io::Error),
     /// The program could not be started.
     #[error("{0}")]
     Launch(String),

@@ -63,6 +63,8 @@ impl SamplerConfig {
 pub struct Sampler {
     rings: Vec<Ring>,
     kernel_frames: Result<(), String>,
+    /// Why the rings are smaller than asked, when they are.
+    smaller_rings: Option<String>,
 }
 
 impl Sampler {
@@ -73,6 +75,7 @@ impl Sampler {
     /// or the process does not exist.
     pub fn open(pid: i32, config: &SamplerConfig) -> Result<Sampler, Error> {
         let cpus = online_cpus();
+        let (config, smaller_rings) = &fitting(config, cpus.len());
         let mut kernel = config.kernel;
         let mut kernel_frames = if kernel {
             Ok(())
@@ -107,7 +110,14 @@ impl Sampler {
         Ok(Sampler {
             rings,
             kernel_frames,
+            smaller_rings: smaller_rings.clone(),
         })
+    }
+
+    /// Why each CPU's ring is smaller than asked (the user's locked-memory limit for perf
+    /// rings), when it is: a busy program may then lose samples, which are counted.
+    pub fn smaller_rings(&self) -> Option<&str> {
+        self.smaller_rings.as_deref()
     }
 
     /// Samples every thread of running process `pid` and whatever they start from now
@@ -120,7 +130,7 @@ impl Sampler {
     pub fn attach(pid: i32, config: &SamplerConfig) -> Result<Sampler, Error> {
         let config = SamplerConfig {
             enable_on_exec: false,
-            ..*config
+            ..fitting(config, online_cpus().len()).0
         };
         let mut tids = threads_of(pid).ok_or(Error::NoProcess(pid))?;
         let Some(&first) = tids.first() else {
@@ -292,6 +302,7 @@ fn is_permission(e: &io::Error) -> bool {
 
 fn open_error(e: io::Error, pid: i32) -> Error {
     match e.raw_os_error() {
+        Some(libc::EACCES | libc::EPERM) if owned_by_another_user(pid) => Error::OtherUser { pid },
         Some(libc::EACCES | libc::EPERM) => Error::Permission {
             paranoid: paranoid(),
         },
@@ -352,6 +363,56 @@ fn threads_of(pid: i32) -> Option<Vec<i32>> {
     // The main thread first: its event is the one `open` maps.
     tids.sort_by_key(|&t| (t != pid, t));
     Some(tids)
+}
+
+/// `config` with rings this user may map on `cpus` CPUs, and why they are smaller than asked
+/// when they are. Without root, the kernel lets a user lock `kernel.perf_event_mlock_kb`
+/// for all its perf rings (each one page more than its data), beyond which mapping fails.
+fn fitting(config: &SamplerConfig, cpus: usize) -> (SamplerConfig, Option<String>) {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        return (*config, None);
+    }
+    let Some(limit_kb) = std::fs::read_to_string("/proc/sys/kernel/perf_event_mlock_kb")
+        .ok()
+        .and_then(|s| s.trim().parse::<usize>().ok())
+    else {
+        return (*config, None);
+    };
+    let page_kb = page_size() / 1024;
+    let per_cpu = (limit_kb / page_kb.max(1) / cpus.max(1)).saturating_sub(1);
+    if per_cpu >= config.ring_pages {
+        return (*config, None);
+    }
+    // The largest power of two that fits.
+    let pages = if per_cpu == 0 {
+        1
+    } else {
+        1 << per_cpu.ilog2()
+    };
+    let why = format!(
+        "each CPU's ring holds {} KiB, not {} KiB: this user may lock {limit_kb} KiB for perf \
+         rings (kernel.perf_event_mlock_kb; root, or `sudo sysctl \
+         kernel.perf_event_mlock_kb=N`, allows more), so a busy program may lose samples \
+         (--call-graph fp makes each sample smaller)",
+        pages * page_kb,
+        config.ring_pages * page_kb
+    );
+    (
+        SamplerConfig {
+            ring_pages: pages,
+            ..*config
+        },
+        Some(why),
+    )
+}
+
+/// Whether `pid` runs as a user other than this process's (and this process is not root).
+fn owned_by_another_user(pid: i32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    me != 0 && std::fs::metadata(format!("/proc/{pid}")).is_ok_and(|m| m.uid() != me)
 }
 
 /// `kernel.perf_event_paranoid`.

@@ -134,6 +134,9 @@ pub(crate) fn do_record(config: &Config) -> Result<()> {
             eprintln!("eptrace: {why}; recording user frames only");
         }
     }
+    if let Some(why) = sampler.smaller_rings() {
+        eprintln!("eptrace: {why}");
+    }
     let path = config
         .output
         .clone()
