@@ -762,12 +762,19 @@ fn jit_code_is_named_from_the_programs_perf_map() {
         "hotLoop {hot:.1} %, coldLoop {cold:.1} %: {ours:?}"
     );
     if let Some((perf, data)) = perf_run {
+        // Node's start-up (tens of ms of CPU: its snapshot, OpenSSL) runs before perf,
+        // attached once `record` names the pid, is up; `record` sees it from the exec. So the
+        // two are held to the same JIT code: each function's share of the JS samples.
         let theirs = shares(&perf_stacks(&perf, &data, None));
+        let js = |shares: &BTreeMap<String, f64>, name: &str| {
+            let all = by_function(shares, "hotLoop") + by_function(shares, "coldLoop");
+            by_function(shares, name) / all * 100.0
+        };
         for name in ["hotLoop", "coldLoop"] {
-            let (a, b) = (by_function(&ours, name), by_function(&theirs, name));
+            let (a, b) = (js(&ours, name), js(&theirs, name));
             assert!(
                 (a - b).abs() <= 3.0,
-                "{name}: {a:.1} % of eptrace record's samples, {b:.1} % of perf's\nperf: {theirs:?}"
+                "{name}: {a:.1} % of eptrace record's JS samples, {b:.1} % of perf's\nours: {ours:?}\nperf: {theirs:?}"
             );
         }
     }
@@ -888,5 +895,68 @@ fn an_unprivileged_user_records_user_frames_and_is_told_which_settings_limit_it(
         text(&out.stderr)
     );
     assert!(!refused.exists());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `record` killed outright (SIGKILL: no chance to finish the file) leaves a trace that
+/// reads up to its last whole block: the samples of the passes written before, which is
+/// all but the last pass's, and `report` says where it was cut. (Its kernel frames show as
+/// addresses: their names are written when a recording ends.)
+#[test]
+fn a_recording_killed_outright_keeps_what_it_had_written() {
+    use std::io::BufRead;
+    let _alone = alone();
+    let program = build("hot-killed", &[]);
+    let dir = program.parent().unwrap().to_path_buf();
+    let trace = dir.join("killed.nettrace");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_eptrace"))
+        .args(["record", "-o", trace.to_str().unwrap(), "--"])
+        .arg(&program)
+        .arg("4")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    said.read_line(&mut line).unwrap();
+    let pid: i32 = line
+        .split("(pid ")
+        .nth(1)
+        .and_then(|s| s.split(')').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    std::thread::sleep(std::time::Duration::from_millis(2000));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    let bytes = std::fs::read(&trace).unwrap();
+    let mut reader = nettrace::TraceReader::from_slice(&bytes)
+        .unwrap()
+        .accept_truncation(true);
+    let (mut samples, mut first, mut last) = (0u64, i64::MAX, 0i64);
+    while let Some(event) = reader.next_event().expect("what was written reads") {
+        if event.qualified_name() == "Universal.Events/cpu" {
+            samples += 1;
+            first = first.min(event.header.timestamp);
+            last = last.max(event.header.timestamp);
+        }
+    }
+    assert!(reader.stats().truncation.is_some(), "the cut is noticed");
+    // Two busy threads for about 2 s, less the pass (100 ms) not yet written.
+    let span_ms = (last - first) as f64 / 1e6;
+    assert!(
+        samples > 2000 && span_ms > 1500.0,
+        "{samples} samples over {span_ms:.0} ms"
+    );
+    // Exit status 3: read, with a warning that the trace is incomplete.
+    let report = eptrace(&["report", trace.to_str().unwrap()]);
+    assert_eq!(report.status.code(), Some(3), "{}", text(&report.stderr));
+    assert!(
+        text(&report.stdout).contains("CUT OFF") && text(&report.stdout).contains("hot_a"),
+        "{}",
+        text(&report.stdout)
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

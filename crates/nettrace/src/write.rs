@@ -483,6 +483,17 @@ impl<W: Write> TraceWriter<W> {
         self.version
     }
 
+    /// Flushes the output: every block written so far reaches it, so a reader of the file
+    /// (or one that finds it cut) sees them.
+    ///
+    /// # Errors
+    /// Flushing fails.
+    pub fn flush(&mut self) -> Result<()> {
+        self.out
+            .flush()
+            .map_err(|source| Error::io(self.offset, source))
+    }
+
     /// Bytes written so far.
     pub fn bytes_written(&self) -> u64 {
         self.offset

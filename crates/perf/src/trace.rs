@@ -407,7 +407,9 @@ impl<W: Write> PerfTrace<W> {
     pub fn flush_before(&mut self, time: u64) -> Result<(), nettrace::Error> {
         let later = self.pending.split_off(&(time, 0));
         let ready = std::mem::replace(&mut self.pending, later);
-        self.write(ready)
+        self.write(ready)?;
+        // Out of any buffer: a recorder killed now leaves every pass before this one.
+        self.out.flush()
     }
 
     fn write(&mut self, ready: BTreeMap<(u64, u64), Pending>) -> Result<(), nettrace::Error> {

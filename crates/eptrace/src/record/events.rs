@@ -52,6 +52,9 @@ pub(crate) struct EventSession {
     connector: Option<JoinHandle<Result<Option<Running>, String>>>,
     running: Option<Running>,
     give_up: Arc<AtomicBool>,
+    /// Set once the endpoint is found, before the session is asked for: its events may
+    /// come from then on.
+    found: Arc<AtomicBool>,
     clock: Option<TickClock>,
     forwarded: u64,
     notes: Vec<String>,
@@ -69,10 +72,20 @@ impl EventSession {
     ) -> EventSession {
         let (sender, messages) = channel();
         let give_up = Arc::new(AtomicBool::new(false));
-        let stop = Arc::clone(&give_up);
+        let found = Arc::new(AtomicBool::new(false));
+        let (stop, found_it) = (Arc::clone(&give_up), Arc::clone(&found));
         let connector = std::thread::Builder::new()
             .name("eptrace-events".into())
-            .spawn(move || connect(pid, &request, launched, &stop, sender, tsc_start))
+            .spawn(move || {
+                connect(
+                    pid,
+                    &request,
+                    launched,
+                    (&stop, &found_it),
+                    sender,
+                    tsc_start,
+                )
+            })
             .ok();
         EventSession {
             pid,
@@ -80,16 +93,18 @@ impl EventSession {
             connector,
             running: None,
             give_up,
+            found,
             clock: None,
             forwarded: 0,
             notes: Vec::new(),
         }
     }
 
-    /// Whether a session is running or still being looked for (the trace then waits for
-    /// its events before writing the samples around them).
+    /// Whether a session runs or is being started (the trace then waits for its events
+    /// before writing the samples around them). While the program's endpoint is only being
+    /// looked for, no event can come.
     pub(crate) fn is_live(&self) -> bool {
-        self.running.is_some() || self.connector.as_ref().is_some_and(|c| !c.is_finished())
+        self.running.is_some() || self.found.load(Ordering::Acquire)
     }
 
     /// Hands the events received so far to `trace`.
@@ -171,7 +186,7 @@ fn connect(
     pid: i32,
     request: &TraceRequest,
     launched: bool,
-    give_up: &AtomicBool,
+    (give_up, found): (&AtomicBool, &AtomicBool),
     sender: Sender<Message>,
     tsc_start: Option<(i64, u64)>,
 ) -> Result<Option<Running>, String> {
@@ -185,6 +200,9 @@ fn connect(
             Err(_) => return Ok(None),
         }
     };
+    // Release: nothing is handed over with it; Acquire on the reader's side is enough for a
+    // flag read on its own.
+    found.store(true, Ordering::Release);
     let info = target.process_info();
     let runtime = Runtime::of(&info);
     let is_rust = runtime.is_rust();
