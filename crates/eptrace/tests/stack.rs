@@ -1,7 +1,8 @@
 //! `eptrace stack` on `stack-demo` (the profiler's example), whose threads are parked in
 //! known functions: each thread's innermost function of the program is the known one, its
 //! name and state are given; a stopped process (SIGSTOP) is an error within the timeout and
-//! is left as it was.
+//! is left as it was. Its async tasks, not running, are each found where they are suspended:
+//! three in `wait_for_payment` under `handle_order`, one in `idle_task`.
 
 mod support;
 
@@ -69,6 +70,25 @@ fn each_thread_is_found_in_the_function_it_is_parked_in() {
         assert_eq!(innermost, function, "{t}");
         assert_eq!(t["state"], state, "{t}");
     }
+    // The async tasks, not running: where each is suspended, innermost first.
+    let pending = s["pending_tasks"].as_array().expect("pending tasks");
+    let chain = |p: &serde_json::Value| -> Vec<String> {
+        p["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(pending.len(), 2, "{pending:?}");
+    assert_eq!(pending[0]["tasks"], 3, "{pending:?}");
+    assert_eq!(
+        chain(&pending[0]),
+        ["stack_demo::wait_for_payment", "stack_demo::handle_order"],
+        "{pending:?}"
+    );
+    assert_eq!(pending[1]["tasks"], 1, "{pending:?}");
+    assert_eq!(chain(&pending[1]), ["stack_demo::idle_task"], "{pending:?}");
     // Merged: one group per distinct stack, each naming its threads.
     let out = eptrace_ok(
         "stack --merge",
@@ -80,6 +100,13 @@ fn each_thread_is_found_in_the_function_it_is_parked_in() {
         "{text}"
     );
     assert!(text.contains("1 thread (running): spinner ("), "{text}");
+    assert!(
+        text.contains("pending tasks: 4")
+            && text.contains(
+                "3 tasks:\n    stack_demo::wait_for_payment\n    stack_demo::handle_order"
+            ),
+        "{text}"
+    );
 }
 
 #[test]

@@ -86,4 +86,4 @@ pub use profile::{
     thousands, Frame, FrameId, FrameKind, LinesId, Profile, Sample, SampleUnit, StackId, Thread,
 };
 pub use speedscope::write_speedscope;
-pub use thread_stacks::{thread_stacks, ThreadStack, ThreadStacks};
+pub use thread_stacks::{thread_stacks, PendingTasks, ThreadStack, ThreadStacks};

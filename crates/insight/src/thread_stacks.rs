@@ -6,6 +6,11 @@
 //! outside managed code (waiting, or in native code); its GC events say whether the
 //! program is suspended for a GC at the session's end: then the thread running the GC is
 //! `in a GC` and the threads last seen in managed code are `suspended for a GC`.
+//!
+//! A Rust program's async tasks that are not running have no thread to show them: its
+//! async profiler, asked to wake every pending task once (`WakePending=1`), records each
+//! one's next poll, and the await chain that poll suspends in is the task's stack now
+//! ([`pending_tasks`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -58,6 +63,20 @@ pub struct ThreadStacks {
     /// .NET: the GC the program is suspended for at the session's end, if it is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gc: Option<GcInProgress>,
+    /// Rust with the async profiler: where the tasks not running are suspended, grouped by
+    /// await chain, the most tasks first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pending_tasks: Vec<PendingTasks>,
+}
+
+/// Tasks suspended in one await chain.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PendingTasks {
+    /// How many.
+    pub tasks: usize,
+    /// The instrumented futures of the chain, the innermost (where it waits) first.
+    pub frames: Vec<String>,
 }
 
 impl ThreadStacks {
@@ -80,6 +99,11 @@ impl ThreadStacks {
             return Err(crate::Error::NoThreadSamples { process, pid });
         }
         let gc = if rust { None } else { gc_at(trace, at)? };
+        let pending_tasks = if rust {
+            pending_tasks(trace)?
+        } else {
+            Vec::new()
+        };
         if let Some(gc) = &gc {
             for t in &mut threads {
                 if t.thread_id == gc.thread_id {
@@ -95,6 +119,7 @@ impl ThreadStacks {
             runtime,
             threads,
             gc,
+            pending_tasks,
         })
     }
 
@@ -145,8 +170,90 @@ impl ThreadStacks {
                 }
             }
         }
+        if !self.pending_tasks.is_empty() {
+            let total: usize = self.pending_tasks.iter().map(|p| p.tasks).sum();
+            let _ = writeln!(
+                s,
+                "\npending tasks: {total}, each where it is suspended (its instrumented futures, \
+                 innermost first)"
+            );
+            for p in &self.pending_tasks {
+                let _ = writeln!(
+                    s,
+                    "\n{} task{}:",
+                    p.tasks,
+                    if p.tasks == 1 { "" } else { "s" }
+                );
+                for f in &p.frames {
+                    let _ = writeln!(s, "    {f}");
+                }
+            }
+        }
         s
     }
+}
+
+/// Where each pending task of `trace` is suspended: for each root future the trace saw
+/// created and not ended, the await chain of its last poll (the nested poll that began last
+/// inside it, then the one that began last inside that, ...), grouped by chain.
+///
+/// # Errors
+/// The trace does not read.
+pub fn pending_tasks(trace: &[u8]) -> Result<Vec<PendingTasks>> {
+    let mut reader = nettrace::TraceReader::from_slice(trace)?;
+    let Some(async_trace) = crate::read_async_trace(&mut reader)? else {
+        return Ok(Vec::new());
+    };
+    let mut chains: BTreeMap<Vec<String>, usize> = BTreeMap::new();
+    for context in async_trace.contexts.values() {
+        if !context.is_root() || context.end != crate::async_trace::ContextEnd::Pending {
+            continue;
+        }
+        let Some(innermost) = last_poll_chain(&async_trace, context.id) else {
+            continue;
+        };
+        let frames: Vec<String> = async_trace
+            .callstack(innermost.stack)
+            .into_iter()
+            .rev()
+            .map(|f| async_trace.frame_name(f).into_owned())
+            .collect();
+        *chains.entry(frames).or_default() += 1;
+    }
+    let mut out: Vec<PendingTasks> = chains
+        .into_iter()
+        .map(|(frames, tasks)| PendingTasks { tasks, frames })
+        .collect();
+    out.sort_by(|a, b| b.tasks.cmp(&a.tasks).then_with(|| a.frames.cmp(&b.frames)));
+    Ok(out)
+}
+
+/// The innermost poll of the chain `root`'s last poll suspended in.
+fn last_poll_chain(
+    trace: &crate::AsyncTrace,
+    root: crate::async_trace::ContextId,
+) -> Option<&crate::async_trace::PollSpan> {
+    // The root's last poll: the latest start over the threads it ran on.
+    let (index, root_span) = trace
+        .spans
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.ctx == root && s.depth == 0)
+        .max_by_key(|(_, s)| s.start)?;
+    // Spans are by thread, then start, an outer poll before those nested in it: the ones
+    // after it on its thread until the next outermost poll are nested in it. The latest
+    // at each depth, each discarding what was deeper under an earlier sibling.
+    let mut chain: Vec<&crate::async_trace::PollSpan> = vec![root_span];
+    for span in trace.spans[index + 1..]
+        .iter()
+        .take_while(|s| s.thread == root_span.thread && s.depth > 0)
+    {
+        chain.truncate(span.depth);
+        if chain.len() == span.depth {
+            chain.push(span);
+        }
+    }
+    chain.last().copied()
 }
 
 /// Each thread's latest stack in `trace`, a sampling session of a Rust program (`rust`) or

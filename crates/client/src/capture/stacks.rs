@@ -18,6 +18,9 @@ use crate::{Runtime, Target, TargetSpec, TraceSession, STOP_GRACE};
 /// profiler's walks.
 pub const WINDOW: Duration = Duration::from_millis(400);
 
+/// The async profiler, asked to wake every pending task once as the session starts.
+const WAKE_PENDING_TASKS: &str = "EventPipeRs-AsyncProfiler:0:Informational:WakePending=1";
+
 /// A sampling session's trace, and whose it is.
 #[derive(Debug)]
 pub struct Sampled {
@@ -50,6 +53,11 @@ pub fn sample(spec: &TargetSpec, window: Duration) -> Result<Sampled, CaptureErr
         } else {
             Preset::CpuSampling
         }],
+        providers: if is_rust {
+            vec![WAKE_PENDING_TASKS.to_owned()]
+        } else {
+            Vec::new()
+        },
         rundown: true,
         buffer_mb: 64,
         ..TraceRequest::default()

@@ -14,7 +14,8 @@
 //! A background flusher emits the buffers of idle threads and reclaims those of exited
 //! ones; a stopping session collects every buffer first. The session's filter argument
 //! `BufferSize=N` (bytes, 1 KiB to 60 KiB; default 16 KiB) sizes the buffers; a change
-//! reaches each writer at its next record.
+//! reaches each writer at its next record. `WakePending=1` wakes every pending task once
+//! as the session starts (`pending`), so each records where it is suspended.
 //!
 //! The CPU sampler tags each sample with the innermost context polled on the sampled thread
 //! ([`current_context`]), so samples join their async callstacks.
@@ -22,6 +23,7 @@
 mod barrier;
 mod encode;
 mod handoff;
+mod pending;
 mod profiled;
 mod site;
 mod thread_buffer;
@@ -110,6 +112,12 @@ pub(crate) mod config {
         config & 1 != 0
     }
 
+    /// Bumped at every change of the sessions or their buffer size.
+    #[inline]
+    pub(crate) fn epoch(config: u64) -> u64 {
+        config >> 16
+    }
+
     pub(crate) fn buffer_size(config: u64) -> usize {
         (((config >> 1) & 0x7fff) as usize) << 10
     }
@@ -185,6 +193,9 @@ fn on_enable_change(change: &EnableChange<'_>) {
     if change.enabled {
         write_metadata();
         site::for_each_known(announce_frame_of);
+        if flag(change.filter_args, "wakepending") {
+            pending::wake_all();
+        }
         let _ = std::thread::Builder::new()
             .name("eventpipe-async-flusher".into())
             .spawn(move || run_flusher(generation));
@@ -214,6 +225,18 @@ fn run_flusher(generation: u64) {
         std::thread::sleep(FLUSH_PERIOD);
         thread_buffer::flush_idle_and_reclaim(now() - idle_ticks);
     }
+}
+
+/// Whether the filter arguments set `name` (any case) to 1 or true.
+fn flag(filter_args: Option<&str>, name: &str) -> bool {
+    filter_args
+        .into_iter()
+        .flat_map(|a| a.split([';', ',']))
+        .filter_map(|kv| kv.split_once('='))
+        .any(|(k, v)| {
+            k.trim().eq_ignore_ascii_case(name)
+                && matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true")
+        })
 }
 
 /// `BufferSize=N` (bytes) from the filter arguments, clamped; the default otherwise.

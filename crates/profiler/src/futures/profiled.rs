@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
 use super::encode::Event;
+use super::pending::{self, TaskSlot};
 use super::site::{self, Site};
 use super::thread_buffer::{current_context, next_context_id, record, StackEffect};
 use super::{config, now};
@@ -26,8 +27,9 @@ pin_project_lite::pin_project! {
     /// while a session enables `EventPipeRs-AsyncProfiler`. Build one with
     /// [`FutureExt::profiled`] or the [`profiled`](super::profiled) attribute.
     ///
-    /// While no session records, a poll costs one relaxed load and a branch more than the
-    /// inner future's.
+    /// While no session records, a poll costs one relaxed load, a thread-local flag and a
+    /// branch more than the inner future's; an outermost one (a task's) also keeps its
+    /// executor's waker for the pending-task stacks (`pending`).
     #[derive(Debug)]
     #[must_use = "futures do nothing unless polled"]
     pub struct Profiled<F> {
@@ -36,11 +38,17 @@ pin_project_lite::pin_project! {
         site: &'static Site,
         // The context id, 0 until first recorded.
         ctx: u64,
+        // The configuration epoch its Create was recorded in: a session that began since
+        // has not seen it, and gets it again at its next poll.
+        announced: u64,
         // Completed or unwound: its end is recorded, so dropping it is not a cancellation.
         ended: bool,
         // The waker that records wakes (and its recorder), while the executor's waker
         // stays the same one.
         wake: Option<(Arc<WakeRecorder>, Waker)>,
+        // An outermost future's registration as a pending task (`pending`), and the
+        // executor's waker it holds.
+        task: Option<(Arc<TaskSlot>, Waker)>,
     }
 
     impl<F> PinnedDrop for Profiled<F> {
@@ -56,7 +64,8 @@ pin_project_lite::pin_project! {
 impl<F> Profiled<F> {
     /// Instruments `inner` as a future of `site`.
     pub fn new(inner: F, site: &'static Site) -> Self {
-        let ctx = if config::is_recording(config::current()) {
+        let config = config::current();
+        let ctx = if config::is_recording(config) {
             create(site)
         } else {
             0
@@ -65,8 +74,10 @@ impl<F> Profiled<F> {
             inner,
             site,
             ctx,
+            announced: config::epoch(config),
             ended: false,
             wake: None,
+            task: None,
         }
     }
 
@@ -79,13 +90,18 @@ impl<F> Profiled<F> {
 /// Records a new context of `site`, child of the poll running on this thread.
 fn create(site: &'static Site) -> u64 {
     let ctx = next_context_id();
+    announce(ctx, site);
+    ctx
+}
+
+/// Records context `ctx` of `site` as created by the poll running on this thread.
+fn announce(ctx: u64, site: &'static Site) {
     let event = Event::Create {
         ctx,
         frame: site.id(),
         parent: current_context(),
     };
     record(now(), event, StackEffect::None);
-    ctx
 }
 
 impl<F: Future> Future for Profiled<F> {
@@ -93,12 +109,28 @@ impl<F: Future> Future for Profiled<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.project();
-        if !config::is_recording(config::current()) {
-            return this.inner.poll(cx);
+        let config = config::current();
+        if !config::is_recording(config) {
+            if pending::in_poll() {
+                return this.inner.poll(cx);
+            }
+            let _outer = pending::OuterPoll::enter();
+            keep_registered(this.task, cx.waker());
+            let result = this.inner.poll(cx);
+            if result.is_ready() {
+                *this.task = None;
+            }
+            return result;
         }
         if *this.ctx == 0 {
             // Created before recording began: it enters the trace at its first poll.
             *this.ctx = create(this.site);
+            *this.announced = config::epoch(config);
+        } else if *this.announced != config::epoch(config) {
+            // Recorded before, for a session that may be gone: announced again, with the
+            // poll it runs in as its parent (readers keep a context's first Create).
+            announce(*this.ctx, this.site);
+            *this.announced = config::epoch(config);
         }
         let (ctx, frame) = (*this.ctx, this.site.id());
         let outermost = current_context() == 0;
@@ -108,6 +140,12 @@ impl<F: Future> Future for Profiled<F> {
             StackEffect::Push(ctx, frame),
         );
         let unwind = UnwindGuard { ended: this.ended };
+        if outermost {
+            // (Not marked as the outer poll, as `current_context` says so while recording:
+            // should recording stop within it, a nested future may register too, which
+            // costs only its slot.)
+            keep_registered(this.task, cx.waker());
+        }
         let result = if outermost {
             if this
                 .wake
@@ -134,6 +172,7 @@ impl<F: Future> Future for Profiled<F> {
         let ended = unwind.defuse();
         let end = if result.is_ready() {
             *ended = true;
+            *this.task = None;
             Event::Complete
         } else {
             Event::Suspend
@@ -141,6 +180,27 @@ impl<F: Future> Future for Profiled<F> {
         // The pop happens even if recording stopped meanwhile: the poll stack must unwind.
         record(now(), end, StackEffect::Pop);
         result
+    }
+}
+
+/// Keeps an outermost future registered as a pending task with its executor's `waker`.
+#[inline]
+fn keep_registered(task: &mut Option<(Arc<TaskSlot>, Waker)>, waker: &Waker) {
+    match task {
+        Some((_, held)) if held.will_wake(waker) => {}
+        _ => register_anew(task, waker),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn register_anew(task: &mut Option<(Arc<TaskSlot>, Waker)>, waker: &Waker) {
+    match task {
+        Some((slot, held)) => {
+            slot.renew(waker);
+            waker.clone_into(held);
+        }
+        None => *task = Some((pending::register(waker), waker.clone())),
     }
 }
 
