@@ -107,11 +107,21 @@ impl EventSession {
         self.running.is_some() || self.found.load(Ordering::Acquire)
     }
 
-    /// Hands the events received so far to `trace`.
-    pub(crate) fn forward<W: Write>(&mut self, trace: &mut PerfTrace<W>) {
+    /// Hands the events received so far to `trace`; the line to tell the user when the
+    /// session has just started.
+    pub(crate) fn forward<W: Write>(&mut self, trace: &mut PerfTrace<W>) -> Option<String> {
+        let mut started = None;
         if self.connector.as_ref().is_some_and(JoinHandle::is_finished) {
             match self.connector.take().map(JoinHandle::join) {
-                Some(Ok(Ok(running))) => self.running = running,
+                Some(Ok(Ok(running))) => {
+                    started = running.as_ref().map(|r| {
+                        format!(
+                            "{} {}'s own EventPipe session is open: its events join the samples",
+                            r.runtime, self.pid
+                        )
+                    });
+                    self.running = running;
+                }
                 Some(Ok(Err(why))) => self.notes.push(why),
                 Some(Err(_)) => self.notes.push("the session's thread failed".into()),
                 None => {}
@@ -126,6 +136,7 @@ impl EventSession {
                 }
             }
         }
+        started
     }
 
     /// Ends the session (asking the program to stop it, when it still runs) and hands its
@@ -151,7 +162,7 @@ impl EventSession {
             // Forward while the program flushes, so a long rundown does not pile up here.
             let deadline = std::time::Instant::now() + STOP_GRACE;
             while !running.session.is_finished() && std::time::Instant::now() < deadline {
-                self.forward(trace);
+                let _ = self.forward(trace);
                 std::thread::sleep(LOOK_EVERY);
             }
             if !running.session.wait_within(Duration::ZERO) {
@@ -167,7 +178,7 @@ impl EventSession {
                     .push(format!("the session's stream ended badly: {e}")),
                 Err(e) => self.notes.push(eventpipe_client::with_causes(&e)),
             }
-            self.forward(trace);
+            let _ = self.forward(trace);
             let clock = self.clock.map_or("", |c| c.describe());
             self.notes.insert(
                 0,

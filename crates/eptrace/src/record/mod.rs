@@ -144,8 +144,9 @@ pub(crate) fn do_record(config: &Config) -> Result<()> {
     let file = std::fs::File::create(&path)
         .with_context(|| format!("cannot create {}", path.display()))?;
     let processors = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-    let mut trace = PerfTrace::new(
+    let mut trace = PerfTrace::with_process_id(
         BufWriter::with_capacity(1 << 20, file),
+        pid as u32,
         std::time::SystemTime::now(),
         monotonic_ns(),
         sampling.period_ns,
@@ -186,7 +187,12 @@ pub(crate) fn do_record(config: &Config) -> Result<()> {
         });
         let mut written_before = pass_start;
         if let Some(events) = &mut events {
-            events.forward(&mut trace);
+            if let Some(line) = events.forward(&mut trace) {
+                match &status {
+                    Some(bar) => bar.println(line),
+                    None => eprintln!("{line}"),
+                }
+            }
             if events.is_live() {
                 written_before = pass_start.saturating_sub(EVENTS_LAG);
             }
