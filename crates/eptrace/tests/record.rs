@@ -266,27 +266,10 @@ fn our_stacks(trace: &Path) -> Vec<(Vec<String>, bool, f64)> {
 
 /// The functions our trace names in the kernel (module `vmlinux`), from its speedscope file.
 fn kernel_functions(trace: &Path) -> std::collections::BTreeSet<String> {
-    let json = trace.with_extension("speedscope.json");
-    eptrace_ok(
-        "convert -f speedscope",
-        &[
-            "convert",
-            "-f",
-            "speedscope",
-            "-o",
-            json.to_str().unwrap(),
-            trace.to_str().unwrap(),
-        ],
-    );
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    std::fs::remove_file(json).ok();
-    doc["shared"]["frames"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["file"].as_str().is_some_and(|m| m.contains("vmlinux")))
-        .map(|f| f["name"].as_str().unwrap().to_owned())
+    support::speedscope_frames(trace)
+        .into_iter()
+        .filter(|(_, module)| module.contains("vmlinux"))
+        .map(|(name, _)| name)
         .collect()
 }
 

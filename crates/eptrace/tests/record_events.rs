@@ -15,7 +15,7 @@
 mod support;
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use eventpipe_test_support::dotnet::with_dotnet;
@@ -275,35 +275,6 @@ fn busy_marks_recorded(clock: Option<&str>, expected_clock: &str) {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// The frames of a converted trace's speedscope file: (name, module).
-fn frames(trace: &Path) -> Vec<(String, String)> {
-    let json = trace.with_extension("speedscope.json");
-    eptrace_ok(
-        "convert",
-        &[
-            "convert",
-            "-f",
-            "speedscope",
-            "-o",
-            json.to_str().unwrap(),
-            trace.to_str().unwrap(),
-        ],
-    );
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    doc["shared"]["frames"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| {
-            (
-                f["name"].as_str().unwrap_or("").to_owned(),
-                f["file"].as_str().unwrap_or("").to_owned(),
-            )
-        })
-        .collect()
-}
-
 #[test]
 fn a_dotnet_8_program_has_its_methods_runtime_and_kernel_in_the_samples_and_its_events_beside() {
     let _alone = alone();
@@ -392,7 +363,7 @@ fn a_dotnet_8_program_has_its_methods_runtime_and_kernel_in_the_samples_and_its_
             number("gc0") - number("start_gc0"),
             "a GC/Start for every collection the runtime counted while recorded"
         );
-        let frames = frames(&trace);
+        let frames = support::speedscope_frames(&trace);
         let named =
             |what: &dyn Fn(&(String, String)) -> bool| frames.iter().filter(|f| what(f)).count();
         // The hot method, and the caller every stack of the main thread passes through.

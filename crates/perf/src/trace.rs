@@ -282,33 +282,17 @@ impl Payload {
 impl<W: Write> PerfTrace<W> {
     /// Starts a trace: `sync_ticks` is the sampler clock's (CLOCK_MONOTONIC, ns) reading at
     /// `sync_utc`; `period_ns` the CPU time a sample stands for; `kernel_frames` whether
-    /// samples can hold kernel frames (then the kernel gets a mapping in each process). The
-    /// header names the recorded process with [`PerfTrace::with_process_id`].
+    /// samples can hold kernel frames (then the kernel gets a mapping in each process); the
+    /// header names the recorded process `pid`.
     ///
     /// # Errors
     /// Writing fails.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         out: W,
+        pid: Option<u32>,
         sync_utc: std::time::SystemTime,
         sync_ticks: u64,
-        period_ns: u64,
-        processors: u32,
-        kernel_frames: bool,
-    ) -> Result<Self, nettrace::Error> {
-        Self::start(
-            out,
-            None,
-            (sync_utc, sync_ticks),
-            period_ns,
-            processors,
-            kernel_frames,
-        )
-    }
-
-    fn start(
-        out: W,
-        pid: Option<u32>,
-        (sync_utc, sync_ticks): (std::time::SystemTime, u64),
         period_ns: u64,
         processors: u32,
         kernel_frames: bool,
@@ -345,30 +329,6 @@ impl<W: Write> PerfTrace<W> {
             last_time: 0,
             summary: Summary::default(),
         })
-    }
-
-    /// Starts a trace of process `pid` (its header names it), as [`PerfTrace::new`].
-    ///
-    /// # Errors
-    /// Writing fails.
-    #[allow(clippy::too_many_arguments)]
-    pub fn with_process_id(
-        out: W,
-        pid: u32,
-        sync_utc: std::time::SystemTime,
-        sync_ticks: u64,
-        period_ns: u64,
-        processors: u32,
-        kernel_frames: bool,
-    ) -> Result<Self, nettrace::Error> {
-        Self::start(
-            out,
-            Some(pid),
-            (sync_utc, sync_ticks),
-            period_ns,
-            processors,
-            kernel_frames,
-        )
     }
 
     /// Takes one record (or one that did not parse).

@@ -144,9 +144,9 @@ pub(crate) fn do_record(config: &Config) -> Result<()> {
     let file = std::fs::File::create(&path)
         .with_context(|| format!("cannot create {}", path.display()))?;
     let processors = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-    let mut trace = PerfTrace::with_process_id(
+    let mut trace = PerfTrace::new(
         BufWriter::with_capacity(1 << 20, file),
-        pid as u32,
+        u32::try_from(pid).ok(),
         std::time::SystemTime::now(),
         monotonic_ns(),
         sampling.period_ns,

@@ -165,3 +165,35 @@ pub(crate) fn thread_time_profile<'a>(
     );
     hot
 }
+
+/// The frames of `trace` converted to speedscope (`eptrace convert -f speedscope`, beside
+/// it, removed after): (name, file), the file being the frame's module.
+#[allow(dead_code)]
+pub(crate) fn speedscope_frames(trace: &std::path::Path) -> Vec<(String, String)> {
+    let json = trace.with_extension("speedscope.json");
+    eptrace_ok(
+        "convert -f speedscope",
+        &[
+            "convert",
+            "-f",
+            "speedscope",
+            "-o",
+            json.to_str().unwrap(),
+            trace.to_str().unwrap(),
+        ],
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_file(json).ok();
+    doc["shared"]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["name"].as_str().unwrap_or("").to_owned(),
+                f["file"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
+}
