@@ -558,9 +558,9 @@ impl Ring {
     fn copy_out(&self, data: *const u8, at: u64, out: &mut [u8]) {
         let offset = (at % self.data_size) as usize;
         let first = out.len().min(self.data_size as usize - offset);
-        // SAFETY: `offset + first` and `out.len() - first` lie within the data pages (both
-        // are at most data_size), and `out` is a distinct Vec/array, so the ranges do not
-        // overlap.
+        // Both ranges lie within the data pages (`offset + first` and `out.len() - first`
+        // are at most data_size); `out` is a buffer of ours, apart from the ring.
+        // SAFETY: in bounds and non-overlapping, as just said.
         unsafe {
             std::ptr::copy_nonoverlapping(data.add(offset), out.as_mut_ptr(), first);
             std::ptr::copy_nonoverlapping(data, out.as_mut_ptr().add(first), out.len() - first);
