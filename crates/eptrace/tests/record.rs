@@ -883,8 +883,8 @@ fn an_unprivileged_user_records_user_frames_and_is_told_which_settings_limit_it(
 
 /// `record` killed outright (SIGKILL: no chance to finish the file) leaves a trace that
 /// reads up to its last whole block: the samples of the passes written before, which is
-/// all but the last pass's, and `report` says where it was cut. (Its kernel frames show as
-/// addresses: their names are written when a recording ends.)
+/// all but the last pass's, its kernel frames named (each pass names the kernel functions
+/// it hit), and `report` says where it was cut.
 #[test]
 fn a_recording_killed_outright_keeps_what_it_had_written() {
     use std::io::BufRead;
@@ -936,6 +936,15 @@ fn a_recording_killed_outright_keeps_what_it_had_written() {
     // Exit status 3: read, with a warning that the trace is incomplete.
     let report = eptrace(&["report", trace.to_str().unwrap()]);
     assert_eq!(report.status.code(), Some(3), "{}", text(&report.stderr));
+    // Hot kernel functions by name ("  1.2%  1.2%  clear_user_erms  [vmlinux]").
+    assert!(
+        text(&report.stdout).lines().any(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            cols.len() == 4 && cols[3] == "[vmlinux]" && !cols[2].starts_with("0x")
+        }),
+        "{}",
+        text(&report.stdout)
+    );
     assert!(
         text(&report.stdout).contains("CUT OFF") && text(&report.stdout).contains("hot_a"),
         "{}",

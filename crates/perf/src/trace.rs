@@ -152,6 +152,17 @@ enum Pending {
     Forwarded(Box<ForwardedEvent>),
 }
 
+/// One process's kernel frames.
+#[derive(Debug, Default)]
+struct KernelHits {
+    /// Its `vmlinux` mapping (0 until its ProcessCreate is written).
+    mapping: u64,
+    /// Kernel addresses its samples hit, not yet looked up.
+    hits: BTreeSet<u64>,
+    /// Kernel functions (their start) already named for it.
+    named: BTreeSet<u64>,
+}
+
 /// A V6 trace being written from perf records.
 #[derive(Debug)]
 pub struct PerfTrace<W: Write> {
@@ -163,8 +174,12 @@ pub struct PerfTrace<W: Write> {
     names: HashMap<(u32, u32), String>,
     stacks: HashMap<Vec<u64>, u32>,
     processes: BTreeSet<u32>,
-    /// Each process's kernel mapping id, and the kernel addresses its samples hit.
-    kernel: BTreeMap<u32, (u64, BTreeSet<u64>)>,
+    /// Each process's kernel mapping id, the kernel addresses its samples hit since the
+    /// last pass, and the kernel functions already named for it.
+    kernel: BTreeMap<u32, KernelHits>,
+    /// The kernel's functions (`/proc/kallsyms`), when known: samples' kernel frames are
+    /// named pass by pass, so a cut trace keeps their names.
+    kernel_table: Option<BTreeMap<u64, (u64, String)>>,
     /// Each process's file mappings (start, end), ever.
     files: HashMap<u32, Vec<(u64, u64)>>,
     /// Each process's user addresses samples hit outside its file mappings (JIT code).
@@ -317,6 +332,7 @@ impl<W: Write> PerfTrace<W> {
             stacks: HashMap::new(),
             processes: BTreeSet::new(),
             kernel: BTreeMap::new(),
+            kernel_table: None,
             kernel_frames,
             unwinders: Unwinders::default(),
             waits: HashMap::new(),
@@ -464,7 +480,7 @@ impl<W: Write> PerfTrace<W> {
                         None => callchain,
                     };
                     if self.kernel_frames {
-                        let hits = &mut self.kernel.entry(pid).or_default().1;
+                        let hits = &mut self.kernel.entry(pid).or_default().hits;
                         hits.extend(callchain.iter().filter(|&&a| a >= KERNEL_START));
                     }
                     let files = self.files.get(&pid).map_or(&[][..], Vec::as_slice);
@@ -587,7 +603,7 @@ impl<W: Write> PerfTrace<W> {
             if metadata == PROCESS_CREATE && self.kernel_frames {
                 let id = self.next_mapping;
                 self.next_mapping += 1;
-                self.kernel.entry(pid).or_default().0 = id;
+                self.kernel.entry(pid).or_default().mapping = id;
                 let p = Payload::default()
                     .num(id)
                     .num(KERNEL_START)
@@ -615,6 +631,7 @@ impl<W: Write> PerfTrace<W> {
                 payload,
             ));
         }
+        self.name_kernel_hits(&mut threads, &mut events);
         if !new_metadata.is_empty() {
             self.out.write_metadata_block(&new_metadata)?;
         }
@@ -743,57 +760,59 @@ impl<W: Write> PerfTrace<W> {
         (header, payload.0)
     }
 
-    /// Writes what is left, the kernel functions samples hit (from `kallsyms`: the text of
-    /// `/proc/kallsyms`, when readable), the JIT functions they hit (from `perf_map`: the
-    /// text of a process's `/tmp/perf-PID.map`, where it wrote one), and the trace's end.
+    /// Names the kernel frames of the samples from here on with `kallsyms` (the text of
+    /// `/proc/kallsyms`): each pass writes a `ProcessSymbol` for each kernel function its
+    /// samples hit for the first time in their process.
+    pub fn name_kernel_with(&mut self, kallsyms: &str) {
+        self.kernel_table = Some(kernel_symbols(kallsyms));
+    }
+
+    /// The `ProcessSymbol`s of the kernel functions hit since the last pass, for processes
+    /// whose kernel mapping is written.
+    fn name_kernel_hits(
+        &mut self,
+        threads: &mut Vec<ThreadInfo>,
+        events: &mut Vec<(EventHeader, Vec<u8>)>,
+    ) {
+        let Some(table) = self.kernel_table.take() else {
+            return;
+        };
+        let time = self.last_time;
+        let mut kernel = std::mem::take(&mut self.kernel);
+        for (&pid, k) in kernel.iter_mut().filter(|(_, k)| k.mapping != 0) {
+            for address in std::mem::take(&mut k.hits) {
+                let Some((&start, (end, name))) = table.range(..=address).next_back() else {
+                    continue;
+                };
+                if address > *end || !k.named.insert(start) {
+                    continue;
+                }
+                let p = Payload::default()
+                    .num(self.next_symbol)
+                    .num(k.mapping)
+                    .num(start)
+                    .num(*end)
+                    .str(name);
+                self.next_symbol += 1;
+                events.push(self.header_for(threads, (pid, 0), PROCESS_SYMBOL, 0, 0, time, p));
+            }
+        }
+        self.kernel = kernel;
+        self.kernel_table = Some(table);
+    }
+
+    /// Writes what is left, the JIT functions the samples hit (from `perf_map`: the text of
+    /// a process's `/tmp/perf-PID.map`, where it wrote one), and the trace's end.
     ///
     /// # Errors
     /// Writing fails.
     pub fn finish(
         mut self,
-        kallsyms: Option<&str>,
         perf_map: impl Fn(u32) -> Option<String>,
     ) -> Result<(W, Summary), nettrace::Error> {
         let rest = std::mem::take(&mut self.pending);
         self.write(rest)?;
         self.write_perf_map_symbols(perf_map)?;
-        if let Some(table) = kallsyms.map(kernel_symbols) {
-            let mut threads = Vec::new();
-            let mut events = Vec::new();
-            let kernel = std::mem::take(&mut self.kernel);
-            for (pid, (mapping, hits)) in kernel {
-                if mapping == 0 {
-                    continue;
-                }
-                let mut named = BTreeSet::new();
-                for address in hits {
-                    let Some((&start, (end, name))) = table.range(..=address).next_back() else {
-                        continue;
-                    };
-                    if address > *end || !named.insert(start) {
-                        continue;
-                    }
-                    let p = Payload::default()
-                        .num(self.next_symbol)
-                        .num(mapping)
-                        .num(start)
-                        .num(*end)
-                        .str(name);
-                    self.next_symbol += 1;
-                    let time = self.last_time;
-                    events.push(self.header_for(
-                        &mut threads,
-                        (pid, 0),
-                        PROCESS_SYMBOL,
-                        0,
-                        0,
-                        time,
-                        p,
-                    ));
-                }
-            }
-            self.write_events(&threads, &events)?;
-        }
         let summary = self.summary.clone();
         Ok((self.out.finish()?, summary))
     }

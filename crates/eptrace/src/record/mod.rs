@@ -154,6 +154,12 @@ pub(crate) fn do_record(config: &Config) -> Result<()> {
         kernel,
     )
     .with_context(|| format!("cannot write {}", path.display()))?;
+    if let Some(kallsyms) = kernel
+        .then(|| std::fs::read_to_string("/proc/kallsyms").ok())
+        .flatten()
+    {
+        trace.name_kernel_with(&kallsyms);
+    }
     let interactive = std::io::stderr().is_terminal();
     let stop = crate::collect::watch_for_stop(interactive)?;
     for record in existing {
@@ -230,13 +236,8 @@ pub(crate) fn do_record(config: &Config) -> Result<()> {
     if let Some(bar) = &status {
         bar.finish_and_clear();
     }
-    let kallsyms = kernel
-        .then(|| std::fs::read_to_string("/proc/kallsyms").ok())
-        .flatten();
     let (out, summary) = trace
-        .finish(kallsyms.as_deref(), |pid| {
-            std::fs::read_to_string(format!("/tmp/perf-{pid}.map")).ok()
-        })
+        .finish(|pid| std::fs::read_to_string(format!("/tmp/perf-{pid}.map")).ok())
         .with_context(|| format!("cannot write {}", path.display()))?;
     out.into_inner()
         .map_err(|e| e.into_error())
