@@ -952,3 +952,33 @@ fn a_recording_killed_outright_keeps_what_it_had_written() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `--rate 250`: a sample per 4 ms of a thread's CPU time, so the samples stand for the CPU
+/// time the program measured itself (within 5 %), and the trace states the period.
+#[test]
+fn the_rate_sets_how_much_cpu_time_a_sample_stands_for() {
+    let _alone = alone();
+    let program = build("hot-rate", &[]);
+    let dir = program.parent().unwrap().to_path_buf();
+    let trace = dir.join("rate.nettrace");
+    let out = record(&program, &trace, &["--rate", "250", "--call-graph", "fp"]);
+    let stderr = text(&out.stderr);
+    let samples = stderr
+        .split("Wrote ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let cpu_ms: f64 = text(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("cpu_ms ")?.trim().parse().ok())
+        .expect("the program prints its CPU time");
+    let sampled_ms = samples * 4.0;
+    assert!(
+        (sampled_ms - cpu_ms).abs() <= 0.05 * cpu_ms,
+        "{samples} samples at 250 Hz stand for {sampled_ms:.0} ms; the program used {cpu_ms:.0} ms"
+    );
+    let bytes = std::fs::read(&trace).unwrap();
+    let reader = nettrace::TraceReader::from_slice(&bytes).unwrap();
+    assert_eq!(reader.trace().expected_cpu_sampling_rate, Some(4_000_000));
+    std::fs::remove_dir_all(&dir).ok();
+}
